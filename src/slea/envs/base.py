@@ -1,0 +1,153 @@
+"""The text-environment contract and the registry of environment ids.
+
+Gymnasium style, text in and text out (as SkyRL's skyrl-gym):
+``reset(seed=None, options=None) -> (observation, info)`` and
+``step(action) -> (observation, reward, terminated, truncated, info)``.
+
+``info`` always carries ``goal`` (task text), ``admissible_actions`` (list of str, or None when the action
+space is open), ``task_type``, ``won``; ``step`` adds ``invalid`` (the action was not understood). The
+observation returned is the raw env text: the *anchor* that step grouping and clustering use. An env never
+raises on a bad action: it answers with an observation and ``invalid=True``.
+
+Every family registers its ids here with the optional extra it needs, so ``slea envs`` can say what is
+usable without importing heavy packages.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import gymnasium as gym
+
+Obs = str
+StepResult = tuple[str, float, bool, bool, dict[str, Any]]
+
+
+class MissingExtraError(ImportError):
+    """An env family's optional dependency is not installed; the message names the pip extra."""
+
+
+class TextEnv(gym.Env):
+    """Base class of slea's text environments.
+
+    Subclasses implement :meth:`_reset` and :meth:`_step`; the base fills the contract's ``info`` keys and
+    turns any exception raised while executing an action into an invalid step, so a bad action never
+    crashes a rollout.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": []}
+    task_type: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._goal = ""
+        self._admissible: list[str] | None = None
+        self._last_obs = ""
+
+    # -- subclass hooks -------------------------------------------------------------------------------
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _step(self, action: str) -> StepResult:
+        raise NotImplementedError
+
+    # -- the contract ---------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+        super().reset(seed=seed)
+        obs, info = self._reset(seed, dict(options or {}))
+        self._last_obs = obs
+        return obs, self._fill(info)
+
+    def step(self, action: str) -> StepResult:
+        if not isinstance(action, str) or not action.strip():
+            return self._invalid("Empty or non-text action.")
+        try:
+            obs, reward, terminated, truncated, info = self._step(action.strip())
+        except Exception as exc:  # an engine that chokes on an action must not end the run
+            return self._invalid(f"The action could not be executed ({type(exc).__name__}).")
+        self._last_obs = obs
+        info.setdefault("invalid", False)
+        return obs, float(reward), bool(terminated), bool(truncated), self._fill(info)
+
+    def _invalid(self, why: str) -> StepResult:
+        info = self._fill({"invalid": True, "error": why})
+        return self._last_obs, 0.0, False, False, info
+
+    def _fill(self, info: dict[str, Any]) -> dict[str, Any]:
+        info.setdefault("goal", self._goal)
+        info.setdefault("admissible_actions", self._admissible)
+        info.setdefault("task_type", self.task_type)
+        info.setdefault("won", False)
+        return info
+
+    # Optional snapshot API (RTPO forks turns from stored boundary states).
+    def get_state(self) -> Any:
+        raise NotImplementedError(f"{type(self).__name__} has no snapshot support")
+
+    def set_state(self, state: Any) -> None:
+        raise NotImplementedError(f"{type(self).__name__} has no snapshot support")
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    id: str
+    entry_point: str  # "module:Class"
+    family: str
+    extra: str | None = None  # the pip extra that installs its dependencies
+    requires: tuple[str, ...] = ()  # importable module names the family needs
+    description: str = ""
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def missing(self) -> list[str]:
+        """Modules this family needs that are not installed (checked without importing them)."""
+        return [m for m in self.requires if importlib.util.find_spec(m) is None]
+
+
+_REGISTRY: dict[str, EnvSpec] = {}
+
+
+def register(
+    id: str,
+    entry_point: str,
+    *,
+    family: str,
+    extra: str | None = None,
+    requires: tuple[str, ...] = (),
+    description: str = "",
+    **kwargs: Any,
+) -> EnvSpec:
+    """Register an env id with slea and with gymnasium (so ``gymnasium.make(id)`` works too)."""
+    spec = EnvSpec(id, entry_point, family, extra, tuple(requires), description, dict(kwargs))
+    _REGISTRY[id] = spec
+    if id not in gym.registry:
+        gym.register(id=id, entry_point=_lazy_entry(spec), kwargs=dict(kwargs))
+    return spec
+
+
+def _lazy_entry(spec: EnvSpec) -> Callable[..., TextEnv]:
+    def build(**kwargs: Any) -> TextEnv:
+        return make(spec.id, **kwargs)
+
+    return build
+
+
+def registered() -> dict[str, EnvSpec]:
+    return dict(_REGISTRY)
+
+
+def make(id: str, **kwargs: Any) -> TextEnv:
+    """Build a registered env; a missing optional dependency raises :class:`MissingExtraError`."""
+    if id not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise KeyError(f"unknown env id {id!r}; registered: {known}")
+    spec = _REGISTRY[id]
+    missing = spec.missing()
+    if missing:
+        hint = f"pip install 'slea[{spec.extra}]'" if spec.extra else "install " + ", ".join(missing)
+        raise MissingExtraError(f"{id} needs {', '.join(missing)}: {hint}")
+    module_name, _, cls_name = spec.entry_point.partition(":")
+    cls = getattr(importlib.import_module(module_name), cls_name)
+    return cls(**{**spec.kwargs, **kwargs})

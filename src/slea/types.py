@@ -1,0 +1,81 @@
+"""The shared vocabulary of slea: step rows and trajectories.
+
+This module imports nothing of slea, so every other part can depend on it.
+A rollout produces :class:`Step` rows (one per trajectory and turn); advantage estimators read them as
+columns (:func:`columns`); the trainer broadcasts one advantage per row to that row's response tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+
+@dataclass
+class Step:
+    """One decision of one trajectory: the prompt the policy saw, what it answered, what the env gave back.
+
+    ``anchor`` is the raw environment observation the action was taken in (never the prompt with history);
+    it is what GiGPO groups on and what SLEA-RL clusters. ``reward`` is the env reward of this turn (sparse
+    tasks put the episode reward on the last turn); ``valid`` is false when the answer could not be parsed into
+    an admissible action (the penalty, if any, is already part of ``reward``).
+    """
+
+    group_id: int
+    traj_id: int
+    step: int
+    anchor: str
+    prompt_ids: list[int]
+    response_ids: list[int]
+    old_logprobs: list[float]
+    reward: float = 0.0
+    done: bool = False
+    valid: bool = True
+    action: str = ""
+    response_text: str = ""
+    task_type: str = ""
+    cluster_id: int = -1
+    experience_ids: list[int] = field(default_factory=list)
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Trajectory:
+    """A whole episode of one env copy. ``group_id`` names the task group (G identical copies share it)."""
+
+    group_id: int
+    traj_id: int
+    goal: str = ""
+    task_type: str = ""
+    seed: int | None = None
+    steps: list[Step] = field(default_factory=list)
+    won: bool = False
+    truncated: bool = False
+
+    @property
+    def episode_return(self) -> float:
+        """R(τ): the sum of the trajectory's per-step rewards."""
+        return float(sum(s.reward for s in self.steps))
+
+    @property
+    def invalid_count(self) -> int:
+        return sum(1 for s in self.steps if not s.valid)
+
+
+def flatten(trajectories: list[Trajectory]) -> list[Step]:
+    """The flat step-row table of a batch, in trajectory then turn order."""
+    return [s for t in trajectories for s in t.steps]
+
+
+def columns(steps: list[Step]) -> dict[str, np.ndarray]:
+    """Column view of step rows, the input of :func:`slea.algorithms.compute_advantages`."""
+    return {
+        "group_ids": np.asarray([s.group_id for s in steps], dtype=np.int64),
+        "traj_ids": np.asarray([s.traj_id for s in steps], dtype=np.int64),
+        "steps": np.asarray([s.step for s in steps], dtype=np.int64),
+        "rewards": np.asarray([s.reward for s in steps], dtype=np.float64),
+        "anchors": np.asarray([s.anchor for s in steps], dtype=object),
+        "clusters": np.asarray([s.cluster_id for s in steps], dtype=np.int64),
+    }
