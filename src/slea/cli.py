@@ -1,0 +1,183 @@
+"""The ``slea`` command line: it parses and calls, nothing more."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded at run time
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn agentic RL with a per-step "
+                  "experience library (SLEA-RL) and the methods it is compared with.")
+library_app = typer.Typer(no_args_is_help=True, help="Inspect a run's experience library.")
+app.add_typer(library_app, name="library")
+console = Console()
+err = Console(stderr=True)
+
+
+def _config(config: Optional[Path], overrides: list[str]):
+    from slea.config import ConfigError, load_config
+
+    try:
+        return load_config(config, overrides)
+    except ConfigError as exc:
+        err.print(f"config error: {exc}", markup=False, highlight=False)
+        raise typer.Exit(2) from None
+
+
+@app.command()
+def train(
+    config: Optional[Path] = typer.Argument(None, help="YAML config (default: built-in defaults)"),
+    set_: list[str] = typer.Option([], "--set", help="override, e.g. --set rollout.groups=2"),
+    resume: Optional[Path] = typer.Option(None, "--resume", help="continue the run in this folder"),
+) -> None:
+    """Train a policy with RL; writes a run folder (metrics, curves, checkpoints, eval)."""
+    if resume is not None:
+        if not (resume / "config.yaml").is_file():
+            err.print(f"--resume: {resume} has no config.yaml")
+            raise typer.Exit(2)
+        cfg = _config(resume / "config.yaml", list(set_) + [f"run.dir={resume}"])
+    else:
+        cfg = _config(config, set_)
+    from slea.trainer.rl import Trainer
+
+    trainer = Trainer(cfg, console=console)
+    console.print(f"run folder: {trainer.dir}")
+    summary = trainer.fit(resume=resume is not None)
+    console.print(summary_table(summary))
+
+
+def summary_table(summary: dict) -> Table:
+    t = Table(title="held-out evaluation")
+    t.add_column("")
+    t.add_column("sampled success")
+    t.add_column("invalid rate")
+    t.add_column("greedy success")
+    for label in ("before", "after"):
+        res = summary.get(label)
+        if not res:
+            continue
+        g = res.get("greedy") or {}
+        t.add_row("untrained" if label == "before" else "trained", f"{res['sampled']['success']:.3f}",
+                  f"{res['sampled']['invalid_rate']:.3f}", f"{g.get('success', float('nan')):.3f}")
+    t.caption = f"episodes used: {summary['episodes']}   wall time: {summary['wall_s'] / 60:.1f} min"
+    return t
+
+
+@app.command("eval")
+def eval_(
+    target: str = typer.Argument(..., help="a run folder, a model folder, or 'embedded'"),
+    split: str = typer.Option("heldout", help="env split"),
+    episodes: Optional[int] = typer.Option(None, help="sampled episodes per game"),
+    seed: Optional[int] = typer.Option(None),
+    set_: list[str] = typer.Option([], "--set"),
+) -> None:
+    """Evaluate a trained run (its last checkpoint), a model folder, or the untrained embedded model."""
+    path = Path(target)
+    run = path if (path / "config.yaml").is_file() else None
+    over = list(set_)
+    if run is None:
+        over.append(f"model.name_or_path={target}")
+    if episodes is not None:
+        over.append(f"eval.episodes_per_game={episodes}")
+    if seed is not None:
+        over.append(f"eval.seed={seed}")
+    cfg = _config(run / "config.yaml" if run else None, over)
+    from slea.evaluation.evaluate import evaluate, write_eval
+    import torch
+
+    from slea.trainer.checkpoint import latest_checkpoint
+
+    torch.set_num_threads(cfg.run.threads)
+    from slea.policy.generation import HFGenerator
+    from slea.policy.model import load_policy
+    from slea.policy.prompts import PromptBuilder
+    from slea.rollout.collector import RolloutCollector
+
+    last = latest_checkpoint(run / "checkpoints") if run else None
+    model, tok = load_policy(cfg.model, adapter_dir=last)
+    builder = PromptBuilder(tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
+                            one_shot=cfg.rollout.one_shot)
+    collector = RolloutCollector(HFGenerator(model, tok, dtype=cfg.model.dtype), builder, cfg.rollout,
+                                 cfg.env.max_steps)
+    kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs, "split": split}
+    res = evaluate(collector, cfg.env.id, kwargs, cfg.eval)
+    res["checkpoint"] = last.name if last else None
+    if run:
+        write_eval(run, f"eval-{split}", res)
+    console.print_json(json.dumps(res))
+
+
+@app.command()
+def envs() -> None:
+    """List registered environments and whether their extra is installed."""
+    import slea.envs as E
+
+    t = Table(title="registered environments")
+    for col in ("id", "family", "extra", "installed", "description"):
+        t.add_column(col)
+    for spec in sorted(E.registered().values(), key=lambda s: s.id):
+        missing = spec.missing()
+        ok = "[green]yes[/]" if not missing else f"[red]no[/] (missing {', '.join(missing)})"
+        t.add_row(spec.id, spec.family, spec.extra or "-", ok, spec.description)
+    console.print(t)
+
+
+def _library_path(run: Path) -> Path:
+    path = run / "library.sqlite" if run.is_dir() else run
+    if not path.is_file():
+        err.print(f"no experience library at {path}")
+        raise typer.Exit(2)
+    return path
+
+
+@library_app.command("show")
+def library_show(run: Path, zone: Optional[str] = None, limit: int = 30) -> None:
+    """List library entries with zone, level, score, usage and linked clusters."""
+    from slea.experience.inspect import list_entries
+
+    rows = list_entries(_library_path(run), zone=zone, limit=limit)
+    t = Table(title=f"experience library ({len(rows)} shown)")
+    for col in ("id", "zone", "level", "score", "used", "succ", "clusters", "text"):
+        t.add_column(col)
+    for r in rows:
+        t.add_row(str(r.get("id")), str(r.get("zone")), str(r.get("level")), f"{r.get('score', 0):.2f}",
+                  str(r.get("usage", r.get("usage_count", ""))), str(r.get("success", r.get("success_count", ""))),
+                  ",".join(map(str, list(r.get("clusters", []))[:5])), str(r.get("text", ""))[:90])
+    console.print(t)
+
+
+@library_app.command("search")
+def library_search(run: Path, text: str, task_type: str = "") -> None:
+    """Show what an observation would retrieve from the library."""
+    from slea.experience.inspect import search
+
+    res = search(_library_path(run), text, task_type=task_type)
+    console.print(f"cluster {res.cluster_id}, entries {res.entry_ids}")
+    console.print(res.text or "(nothing retrieved)", markup=False)
+
+
+@library_app.command("export")
+def library_export(run: Path, out: Path) -> None:
+    """Export the library as JSONL."""
+    from slea.experience.inspect import export_jsonl
+
+    export_jsonl(_library_path(run), out)
+    console.print(f"wrote {out}")
+
+
+def main() -> None:  # pragma: no cover
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(app())

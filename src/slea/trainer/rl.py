@@ -1,0 +1,220 @@
+"""The on-policy training loop: rollout → advantages → (library evolution) → clipped update → log, checkpoint.
+
+One iteration, as a newcomer reads it:
+1. ``collector.collect``: N task groups × G copies play one episode each (slea/rollout/collector.py);
+2. ``compute_advantages``: one advantage per step row from the registry (slea/algorithms/advantages.py);
+3. ``experience.evolve``: the library learns from the batch, when SLEA-RL is on (slea/experience/manager.py);
+4. ``ppo_update``: clipped policy-gradient steps on the response tokens (slea/trainer/update.py);
+5. metrics.jsonl, TensorBoard, checkpoint (slea/trainer/runlog.py, checkpoint.py).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from slea.algorithms import compute_advantages
+from slea.config import RunConfig, dump_config
+from slea.envs.pool import EnvPool
+from slea.evaluation.evaluate import evaluate, summarize, write_eval
+from slea.policy.generation import HFGenerator
+from slea.policy.model import load_policy
+from slea.policy.prompts import PromptBuilder
+from slea.rollout.collector import RolloutCollector
+from slea.trainer import checkpoint as ckpt
+from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
+from slea.trainer.update import Sample, ppo_update, reference_logprobs
+from slea.types import Trajectory, columns, flatten
+
+
+def run_dir_for(cfg: RunConfig) -> Path:
+    if cfg.run.dir:
+        return Path(cfg.run.dir)
+    name = cfg.run.name or datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / name
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def iteration_seeds(run_seed: int, iteration: int, groups: int) -> list[int]:
+    """Env seeds of an iteration's task groups: a pure function of (run seed, iteration), so a resumed run
+    and a compared algorithm see the same tasks."""
+    rng = np.random.default_rng([run_seed, iteration])
+    return [int(s) for s in rng.integers(0, 2**31 - 1, size=groups)]
+
+
+def build_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sample], np.ndarray]:
+    rows = flatten(trajs)
+    if not rows:
+        return [], np.zeros(0)
+    col = columns(rows)
+    a = cfg.algorithm
+    adv = compute_advantages(a.name, col["group_ids"], col["traj_ids"], col["steps"], col["rewards"],
+                             anchors=col["anchors"], clusters=col["clusters"], gamma=a.gamma,
+                             step_weight=a.step_weight, std_norm=a.std_norm, eps=a.eps, **a.options)
+    samples = [Sample(r.prompt_ids, r.response_ids, r.old_logprobs, float(v))
+               for r, v in zip(rows, adv)
+               if r.response_ids and not (a.skip_zero_advantage and abs(v) < 1e-8)]
+    return samples, adv
+
+
+def _experience(cfg: RunConfig, run_dir: Path, generator):
+    if cfg.experience.mode == "off" and cfg.algorithm.name != "slea":
+        return None
+    from slea.experience.manager import ExperienceManager
+
+    generate_text = None
+    if cfg.experience.extractor == "llm":
+        def generate_text(prompts: list[str]) -> list[str]:
+            ids = [generator.tok(p, add_special_tokens=False).input_ids for p in prompts]
+            return [g.text for g in generator.generate(ids, max_new_tokens=96, temperature=0.7)]
+    return ExperienceManager(cfg.experience, run_dir / "library.sqlite", generate_text=generate_text)
+
+
+class Trainer:
+    """Wires config, policy, envs, collector, experience library and logs; :meth:`fit` runs the loop."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path | None = None, console=None):
+        self.cfg = cfg
+        self.dir = Path(run_dir) if run_dir else run_dir_for(cfg)
+        self.console = console
+        torch.set_num_threads(cfg.run.threads)
+        seed_everything(cfg.run.seed)
+        self.model, self.tok = load_policy(cfg.model)
+        self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype)
+        builder = PromptBuilder(self.tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
+                                one_shot=cfg.rollout.one_shot)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.experience = _experience(cfg, self.dir, self.generator)
+        self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
+                                          experience=self.experience, experience_mode=cfg.experience.mode)
+        self.pool = EnvPool(cfg.env.id, cfg.rollout.groups, cfg.rollout.group_size, dict(cfg.env.kwargs))
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
+                                           weight_decay=cfg.train.weight_decay)
+        self.log = RunLog(self.dir)
+        self.start_iteration = 0
+        self.episodes = 0
+
+    # -- helpers ---------------------------------------------------------------------------------------
+    def say(self, msg: str) -> None:
+        if self.console is not None:
+            self.console.print(msg)
+
+    def eval_kwargs(self) -> dict[str, Any]:
+        return {**self.cfg.env.kwargs, "split": "heldout", **self.cfg.env.eval_kwargs}
+
+    def evaluate(self, name: str, iteration: int) -> dict:
+        res = evaluate(self.collector, self.cfg.env.id, self.eval_kwargs(), self.cfg.eval, iteration=iteration)
+        write_eval(self.dir, name, res)
+        return res
+
+    def resume(self) -> bool:
+        last = ckpt.latest_checkpoint(self.dir / "checkpoints")
+        if last is None:
+            return False
+        state = ckpt.load_checkpoint(last, self.model, self.optimizer)
+        self.start_iteration = int(state["iteration"]) + 1
+        self.episodes = int(state.get("episodes", 0))
+        truncate_metrics(self.log.path, state["iteration"])
+        self.say(f"resumed from {last.name} (next iteration {self.start_iteration})")
+        return True
+
+    # -- one iteration ---------------------------------------------------------------------------------
+    def iteration(self, it: int) -> dict[str, float]:
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        seeds = iteration_seeds(cfg.run.seed, it, cfg.rollout.groups)
+        trajs, rstats = self.collector.collect(self.pool, seeds, iteration=it)
+        self.episodes += len(trajs)
+        samples, adv = build_samples(trajs, cfg)
+        metrics: dict[str, float] = {f"train/{k}": v for k, v in summarize(trajs).items()}
+        metrics["adv/abs_mean"] = float(np.abs(adv).mean()) if adv.size else 0.0
+        lib_metrics: dict[str, float] = {}
+        t_lib = time.perf_counter()
+        if self.experience is not None:
+            lib_metrics = {f"library/{k}": float(v) for k, v in self.experience.evolve(trajs, it).items()}
+        t_lib = time.perf_counter() - t_lib
+        t_train = time.perf_counter()
+        upd: dict[str, float] = {}
+        if samples:
+            if cfg.algorithm.kl_coef > 0:
+                reference_logprobs(self.model, samples, micro_batch=cfg.train.micro_batch,
+                                   temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
+            upd = ppo_update(self.model, self.optimizer, samples, cfg.algorithm, cfg.train,
+                             temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
+                             rng=random.Random(cfg.run.seed * 100_003 + it))
+        t_train = time.perf_counter() - t_train
+        metrics.update({f"update/{k}": v for k, v in upd.items()})
+        metrics.update(lib_metrics)
+        metrics.update({
+            "tokens/prompt": float(rstats.prompt_tokens), "tokens/generated": float(rstats.gen_tokens),
+            "tokens/trained": upd.get("trained_tokens", 0.0),
+            "time/generation_s": rstats.gen_s, "time/env_s": rstats.env_s, "time/retrieval_s": rstats.retrieval_s,
+            "time/library_s": t_lib, "time/train_s": t_train, "time/iteration_s": time.perf_counter() - t0,
+            "episodes": float(self.episodes),
+        })
+        return metrics
+
+    # -- the loop --------------------------------------------------------------------------------------
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        cfg = self.cfg
+        (self.dir / "config.yaml").write_text(dump_config(cfg))
+        if resume:
+            self.resume()
+        t_start = time.perf_counter()
+        before = None
+        if cfg.eval.before and self.start_iteration == 0:
+            before = self.evaluate("before", 0)
+            self.say(_eval_line("untrained", before))
+        for it in range(self.start_iteration, cfg.train.iterations):
+            if cfg.train.time_budget_s is not None and time.perf_counter() - t_start > cfg.train.time_budget_s:
+                self.say(f"time budget reached after {it} iterations")
+                break
+            m = self.iteration(it)
+            self.log.log(it, m)
+            self.say(_iter_line(it, cfg.train.iterations, m))
+            if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1:
+                if self.experience is not None:
+                    self.experience.save()
+                ckpt.save_checkpoint(self.dir / "checkpoints", it, self.model, self.optimizer,
+                                     extra={"episodes": self.episodes}, keep=cfg.train.keep_checkpoints)
+        after = self.evaluate("after", cfg.train.iterations)
+        self.say(_eval_line("trained", after))
+        rows = self.log.rows()
+        evals = {}
+        if before is not None:
+            evals["held-out before"] = before["sampled"]["success"]
+        evals["held-out after"] = after["sampled"]["success"]
+        plot_curves(rows, self.dir / "curves.png", evals)
+        self.log.close()
+        if self.experience is not None:
+            self.experience.close()
+        summary = {"run_dir": str(self.dir), "before": before, "after": after, "episodes": self.episodes,
+                   "iterations": len(rows), "wall_s": time.perf_counter() - t_start}
+        write_eval(self.dir, "summary", summary)
+        return summary
+
+
+def _iter_line(it: int, total: int, m: dict[str, float]) -> str:
+    return (f"iter {it + 1}/{total}  success {m['train/success']:.2f}  return {m['train/return']:+.2f}  "
+            f"invalid {m['train/invalid_rate']:.2f}  loss {m.get('update/loss', 0.0):+.4f}  "
+            f"gen {m['time/generation_s']:.0f}s train {m['time/train_s']:.0f}s")
+
+
+def _eval_line(label: str, res: dict) -> str:
+    s = res["sampled"]
+    g = res.get("greedy")
+    greedy = f", greedy {g['success']:.2f}" if g else ""
+    return (f"held-out ({label}): sampled success {s['success']:.2f} (invalid {s['invalid_rate']:.2f})"
+            f"{greedy}  [{res['wall_s']:.0f}s]")

@@ -1,0 +1,83 @@
+"""The run folder's logs: metrics.jsonl (one line per iteration), TensorBoard events, curves.png."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+
+class RunLog:
+    def __init__(self, run_dir: Path, tensorboard: bool = True):
+        self.dir = Path(run_dir)
+        self.path = self.dir / "metrics.jsonl"
+        self._tb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+
+                self._tb = SummaryWriter(str(self.dir / "events"))
+            except ImportError:  # tensorboard is a declared dependency; stay usable without it
+                self._tb = None
+
+    def log(self, iteration: int, metrics: dict[str, Any]) -> None:
+        row = {"iteration": iteration, **metrics}
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(row, default=float) + "\n")
+            fh.flush()
+        if self._tb is not None:
+            for key, val in metrics.items():
+                if isinstance(val, (int, float)) and math.isfinite(float(val)):
+                    self._tb.add_scalar(key.replace(".", "/"), float(val), iteration)
+            self._tb.flush()
+
+    def rows(self) -> list[dict[str, Any]]:
+        return read_metrics(self.path)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def read_metrics(path: Path) -> list[dict[str, Any]]:
+    if not Path(path).is_file():
+        return []
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:  # a line cut by a kill: everything before it stands
+            break
+    return rows
+
+
+def truncate_metrics(path: Path, last_iteration: int) -> None:
+    """Drop rows after ``last_iteration`` (a resumed run rewrites what the killed one logged past its
+    last checkpoint)."""
+    rows = [r for r in read_metrics(path) if r.get("iteration", 0) <= last_iteration]
+    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def plot_curves(rows: list[dict[str, Any]], out: Path, evals: dict[str, float] | None = None) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    its = [r["iteration"] for r in rows]
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
+    for ax, key, title in ((axes[0], "train/success", "train success"),
+                           (axes[1], "train/return", "mean return"),
+                           (axes[2], "train/invalid_rate", "invalid-action rate")):
+        ax.plot(its, [r.get(key, float("nan")) for r in rows], marker="o")
+        ax.set_title(title)
+        ax.set_xlabel("iteration")
+        ax.grid(alpha=0.3)
+    if evals:
+        for label, val in evals.items():
+            axes[0].axhline(val, linestyle="--", alpha=0.6, label=label)
+        axes[0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)

@@ -1,0 +1,58 @@
+import torch
+
+from slea.policy.generation import HFGenerator, left_pad
+from slea.trainer.update import Sample, response_logprobs
+
+
+def _prompts(tok):
+    texts = ["Goal: take the coin. Your command:", "You see a door. Your command:"]
+    return [tok(t, add_special_tokens=False).input_ids for t in texts]
+
+
+def test_left_pad():
+    ids, mask = left_pad([[5, 6], [7]], pad_id=0)
+    assert ids.tolist() == [[5, 6], [0, 7]]
+    assert mask.tolist() == [[1, 1], [0, 1]]
+
+
+def test_generation_rows_stop_and_logprobs_match_training_forward(tiny_policy):
+    model, tok = tiny_policy
+    gen = HFGenerator(model, tok, dtype="float32")
+    torch.manual_seed(1)
+    prompts = _prompts(tok)
+    outs = gen.generate(prompts, max_new_tokens=8, temperature=1.0)
+    assert gen.calls == 1 and len(outs) == 2
+    for o in outs:
+        assert 1 <= len(o.ids) <= 8 and len(o.ids) == len(o.logprobs)
+        # nothing is kept after a stop token
+        stops = set(gen.stop_ids) | {tok.eos_token_id}
+        assert not any(t in stops for t in o.ids[:-1])
+    samples = [Sample(p, o.ids, o.logprobs, 0.0) for p, o in zip(prompts, outs)]
+    logp, mask = response_logprobs(model, samples, temperature=1.0, dtype="float32")
+    for row, s in enumerate(samples):
+        k = len(s.response_ids)
+        got = logp[row, -k:]
+        assert mask[row].sum() == k
+        assert torch.allclose(got, torch.tensor(s.old_logprobs), atol=1e-4)
+
+
+def test_response_logprobs_equal_unpadded_full_forward(tiny_policy):
+    model, tok = tiny_policy
+    samples = [Sample([3, 4, 5, 6, 7], [8, 9], [0.0, 0.0], 1.0), Sample([10, 11], [12, 13, 14], [0.0] * 3, 1.0)]
+    logp, mask = response_logprobs(model, samples, temperature=0.7, dtype="float32")
+    for row, s in enumerate(samples):
+        ids = torch.tensor([s.prompt_ids + s.response_ids])
+        with torch.no_grad():
+            logits = model(input_ids=ids).logits[0].float() / 0.7
+        ref = torch.log_softmax(logits[:-1], -1).gather(-1, ids[0, 1:].unsqueeze(-1)).squeeze(-1)
+        k = len(s.response_ids)
+        assert torch.allclose(logp[row, -k:], ref[-k:], atol=1e-4)
+        assert mask[row, :-k].sum() == 0
+
+
+def test_greedy_is_deterministic(tiny_policy):
+    model, tok = tiny_policy
+    gen = HFGenerator(model, tok, dtype="float32")
+    a = gen.generate(_prompts(tok), max_new_tokens=6, temperature=0.0)
+    b = gen.generate(_prompts(tok), max_new_tokens=6, temperature=0.0)
+    assert [o.ids for o in a] == [o.ids for o in b]

@@ -1,0 +1,86 @@
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from slea.trainer import checkpoint as ckpt
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 3)
+        self.frozen = torch.nn.Linear(3, 2)
+        self.frozen.requires_grad_(False)
+
+
+def _step(net, opt):
+    loss = net.a(torch.randn(5, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+def test_round_trip_weights_optimizer_rng(tmp_path):
+    torch.manual_seed(0)
+    net = Net()
+    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-2)
+    _step(net, opt)
+    random.seed(3)
+    np.random.seed(4)
+    torch.manual_seed(5)
+    path = ckpt.save_checkpoint(tmp_path, 7, net, opt, extra={"episodes": 12})
+    _step(net, opt)  # continue uninterrupted: the reference
+    ref_w = net.a.weight.detach().clone()
+
+    def draws():
+        return random.random(), float(np.random.rand()), float(torch.rand(1))
+
+    net2 = Net()
+    opt2 = torch.optim.AdamW([p for p in net2.parameters() if p.requires_grad], lr=1e-2)
+    state = ckpt.load_checkpoint(path, net2, opt2)
+    assert state["iteration"] == 7 and state["episodes"] == 12
+    first = draws()
+    ckpt.load_checkpoint(path, net2, opt2)
+    assert draws() == first  # every RNG restored
+    # Restored weights, optimizer moments and RNG → the same next step as the uninterrupted run.
+    net3 = Net()
+    opt3 = torch.optim.AdamW([p for p in net3.parameters() if p.requires_grad], lr=1e-2)
+    ckpt.load_checkpoint(path, net3, opt3)
+    _step(net3, opt3)
+    assert torch.allclose(net3.a.weight, ref_w)
+
+
+def test_only_trainable_saved_and_no_pickle(tmp_path):
+    net = Net()
+    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad])
+    path = ckpt.save_checkpoint(tmp_path, 0, net, opt)
+    from safetensors.torch import load_file
+
+    names = set(load_file(str(path / "trainable.safetensors")))
+    assert names == {"a.weight", "a.bias"}
+    assert sorted(p.suffix for p in path.iterdir()) == [".json", ".json", ".safetensors", ".safetensors",
+                                                          ".safetensors"]
+
+
+def test_keep_last_k_and_latest_ignores_partial(tmp_path):
+    net = Net()
+    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad])
+    for it in range(4):
+        ckpt.save_checkpoint(tmp_path, it, net, opt, keep=2)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path)] == ["iter_000002", "iter_000003"]
+    (tmp_path / ".tmp-iter_000004").mkdir()  # a writer killed mid-way
+    (tmp_path / "iter_000005").mkdir()  # no state.json: not a checkpoint
+    assert ckpt.latest_checkpoint(tmp_path).name == "iter_000003"
+
+
+def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
+    net = Net()
+    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad])
+    path = ckpt.save_checkpoint(tmp_path, 0, net, opt)
+    (path / "state.json").write_text("{not json")
+    with pytest.raises(ValueError, match="unreadable"):
+        ckpt.load_checkpoint(path, net)
+    assert json.loads  # keep import used
