@@ -1,0 +1,127 @@
+"""The env contract and registry in slea.envs.base."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+import slea.envs  # noqa: F401  (registers the families)
+from slea.envs import base
+from slea.envs.base import MissingExtraError, TextEnv, make, register, registered
+
+
+class FakeEnv(TextEnv):
+    task_type = "fake"
+
+    def __init__(self, greeting: str = "hello") -> None:
+        super().__init__()
+        self.greeting = greeting
+
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        self._goal = "say ok"
+        self._admissible = ["ok", "boom"]
+        return f"{self.greeting} {seed}", {}
+
+    def _step(self, action: str):
+        if action == "boom":
+            raise RuntimeError("engine crashed")
+        return "fine", 1.0, True, False, {"won": True}
+
+    def _info_defaults(self) -> dict[str, Any]:
+        return {"lost": False}
+
+
+@pytest.fixture
+def fake_ids():
+    ids: list[str] = []
+    yield ids
+    for id_ in ids:
+        base._REGISTRY.pop(id_, None)
+        gym.registry.pop(id_, None)
+
+
+def test_unknown_id_raises_keyerror_listing_known_ids():
+    with pytest.raises(KeyError) as err:
+        make("slea/NoSuchEnv-v0")
+    assert "unknown env id 'slea/NoSuchEnv-v0'" in str(err.value)
+    assert "slea/Sokoban-v0" in str(err.value)
+
+
+def test_missing_extra_error_names_the_extra(fake_ids):
+    register(
+        "slea/FakeMissing-v0",
+        f"{__name__}:FakeEnv",
+        family="fake",
+        extra="fakeextra",
+        requires=("slea_module_that_does_not_exist_xyz",),
+    )
+    fake_ids.append("slea/FakeMissing-v0")
+    with pytest.raises(MissingExtraError) as err:
+        make("slea/FakeMissing-v0")
+    msg = str(err.value)
+    assert "slea_module_that_does_not_exist_xyz" in msg
+    assert "pip install 'slea[fakeextra]'" in msg
+    assert isinstance(err.value, ImportError)
+    assert registered()["slea/FakeMissing-v0"].missing() == ["slea_module_that_does_not_exist_xyz"]
+
+
+def test_missing_module_without_extra_says_what_to_install(fake_ids):
+    register(
+        "slea/FakeMissing2-v0", f"{__name__}:FakeEnv", family="fake", requires=("another_missing_module_xyz",)
+    )
+    fake_ids.append("slea/FakeMissing2-v0")
+    with pytest.raises(MissingExtraError, match="install another_missing_module_xyz"):
+        make("slea/FakeMissing2-v0")
+
+
+def test_contract_fills_info_and_never_raises(fake_ids):
+    register("slea/Fake-v0", f"{__name__}:FakeEnv", family="fake", greeting="hi")
+    fake_ids.append("slea/Fake-v0")
+    env = make("slea/Fake-v0")
+    obs, info = env.reset(seed=3)
+    assert obs == "hi 3"
+    assert info["goal"] == "say ok" and info["admissible_actions"] == ["ok", "boom"]
+    assert info["task_type"] == "fake" and info["won"] is False and info["lost"] is False
+
+    for bad in ["", "   ", None, 42]:
+        obs2, reward, term, trunc, info = env.step(bad)  # type: ignore[arg-type]
+        assert info["invalid"] is True and obs2 == obs and reward == 0.0 and not term and not trunc
+        assert info["goal"] == "say ok" and "lost" in info
+    obs2, reward, term, _, info = env.step("boom")  # the engine raises: an invalid step, not a crash
+    assert info["invalid"] is True and "RuntimeError" in info["error"] and obs2 == obs
+    obs2, reward, term, _, info = env.step("ok")
+    assert (obs2, reward, term, info["invalid"], info["won"]) == ("fine", 1.0, True, False, True)
+    with pytest.raises(NotImplementedError):
+        env.get_state()
+
+
+def test_gymnasium_make_works_for_registered_ids(fake_ids):
+    register("slea/Fake2-v0", f"{__name__}:FakeEnv", family="fake")
+    fake_ids.append("slea/Fake2-v0")
+    env = gym.make("slea/Fake2-v0", greeting="yo")
+    obs, info = env.reset(seed=1)
+    assert obs == "yo 1" and info["task_type"] == "fake"
+    assert env.step("ok")[1] == 1.0
+    assert isinstance(env.unwrapped, FakeEnv)
+
+
+def test_families_register_without_heavy_imports():
+    specs = registered()
+    assert specs["slea/TextWorld-v0"].family == "textworld"
+    assert specs["slea/TextWorld-v0"].extra == "textworld"
+    assert specs["slea/TextWorld-v0"].requires == ("textworld",)
+    assert specs["slea/Sokoban-v0"].family == "sokoban" and specs["slea/Sokoban-v0"].requires == ()
+
+
+def test_importing_slea_envs_does_not_import_engines():
+    src = str(Path(base.__file__).parents[2])
+    code = "import sys, slea.envs; print(sorted(m for m in ('textworld', 'jericho') if m in sys.modules))"
+    env = {**os.environ, "PYTHONPATH": src}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    assert out.stdout.strip() == "[]"
