@@ -284,7 +284,7 @@ def group_normalize(
 ) -> np.ndarray:
     """Group-relative advantage ``(v − mean_g) / (std_g + eps)``, or ``v − mean_g`` when ``std_norm`` is false.
 
-    GRPO (Shao et al. 2024, DeepSeekMath Eq. 3 outcome supervision); GiGPO Eq.3 (episode level, over the N
+    GRPO (Shao et al. 2024, DeepSeekMath §4.1.2 outcome supervision; objective Eq. 3); GiGPO Eq.3 (episode level, over the N
     trajectories of a task group) and Eq.7 (step level, over an anchor-state group), where ``F_norm ∈ {std, 1}``
     is ``std_norm``; SLEA-RL Eq.5 (over an observation cluster); Dr.GRPO (Liu et al. 2025) drops the std.
     ``std`` is the unbiased sample std (ddof=1, as ``torch.std``). A group of one member gets 0; a group whose
@@ -312,7 +312,7 @@ def leave_one_out(values: np.ndarray, codes: np.ndarray, n_codes: int | None = N
     """RLOO baseline: ``A_i = R_i − mean_{j≠i} R_j`` over the members of ``R_i``'s group.
 
     Kool et al. 2019, "Buy 4 REINFORCE samples, get a baseline for free!"; Ahmadian et al. 2024 (RLOO for
-    LLMs), Eq. 6. Equals ``G/(G−1)·(R_i − mean)`` (GiGPO App. C). A group of one member gets 0.
+    LLMs). Equals ``G/(G−1)·(R_i − mean)`` (GiGPO App. C). A group of one member gets 0.
     """
     v = np.asarray(values, dtype=np.float64)
     c = np.asarray(codes, dtype=np.int64)
@@ -327,7 +327,7 @@ def leave_one_out(values: np.ndarray, codes: np.ndarray, n_codes: int | None = N
 
 
 def batch_whiten(values: np.ndarray, *, std_norm: bool = True, eps: float = 1e-6) -> np.ndarray:
-    """``(v − mean(v)) / (std(v) + eps)`` over the whole batch (REINFORCE++, Hu 2025, §2: global advantage
+    """``(v − mean(v)) / (std(v) + eps)`` over the whole batch (REINFORCE++, Hu 2025: global advantage
     normalisation; verl ``masked_whiten``). Unbiased std; fewer than two values, or all equal, give 0."""
     v = np.asarray(values, dtype=np.float64)
     return group_normalize(v, np.zeros(len(v), np.int64), 1, std_norm=std_norm, eps=eps)
@@ -475,8 +475,8 @@ def _as_column(values: Any, n: int, what: str) -> Any:
 def grpo(
     rows: RowIndex, rewards: np.ndarray, anchors=None, clusters=None, *, gamma, step_weight, std_norm, eps
 ):
-    """GRPO outcome advantage (Shao et al. 2024, Eq. 3; GiGPO Eq.3): ``(R − mean)/(std + eps)`` over the task
-    group's trajectories; ``std_norm=False`` gives Dr.GRPO's ``R − mean`` (Liu et al. 2025, §3.2)."""
+    """GRPO outcome advantage (Shao et al. 2024, §4.1.2; GiGPO Eq.3): ``(R − mean)/(std + eps)`` over the task
+    group's trajectories; ``std_norm=False`` gives Dr.GRPO's ``R − mean`` (Liu et al. 2025)."""
     a = group_normalize(
         _episode_returns(rows, rewards), rows.traj_group, rows.n_groups, std_norm=std_norm, eps=eps
     )
@@ -487,7 +487,7 @@ def grpo(
 def rloo(
     rows: RowIndex, rewards: np.ndarray, anchors=None, clusters=None, *, gamma, step_weight, std_norm, eps
 ):
-    """RLOO (Ahmadian et al. 2024, Eq. 6): ``R_i − mean_{j≠i} R_j`` over the task group's trajectories."""
+    """RLOO (Kool et al. 2019; Ahmadian et al. 2024): ``R_i − mean_{j≠i} R_j`` over the task group's trajectories."""
     return leave_one_out(_episode_returns(rows, rewards), rows.traj_group, rows.n_groups)[rows.traj]
 
 
@@ -495,7 +495,7 @@ def rloo(
 def reinforce_pp(
     rows: RowIndex, rewards: np.ndarray, anchors=None, clusters=None, *, gamma, step_weight, std_norm, eps
 ):
-    """REINFORCE++ with a group baseline (Hu 2025, "REINFORCE++", §2; verl ``reinforce_plus_plus_baseline``):
+    """REINFORCE++ with a group baseline (Hu 2025, "REINFORCE++"; verl ``reinforce_plus_plus_baseline``):
     ``R − group mean``, then whitened over the whole batch's trajectories (unbiased std; ``std_norm=False``
     only centres)."""
     centred = group_normalize(_episode_returns(rows, rewards), rows.traj_group, rows.n_groups, std_norm=False)

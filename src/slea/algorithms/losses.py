@@ -48,7 +48,7 @@ def aggregate(
 ):
     """Reduce a per-token ``(B, T)`` loss to a scalar (verl ``agg_loss`` names).
 
-    * ``token-mean``: ``Σ_{i,t} m·l / Σ m`` — every token weighs the same (DAPO, Yu et al. 2025, Eq. 8
+    * ``token-mean``: ``Σ_{i,t} m·l / Σ m`` — every token weighs the same (DAPO, Yu et al. 2025, §3.3
       "token-level policy gradient loss"; also verl's default);
     * ``seq-mean-token-mean``: mean over sequences of each sequence's token mean — the GRPO paper's
       ``(1/G) Σ_i (1/|o_i|) Σ_t`` (Shao et al. 2024, Eq. 3; SLEA-RL Eq.7, GiGPO Eq.9 per trajectory);
@@ -89,8 +89,8 @@ def clipped_surrogate(
     """Per-token PPO surrogate *loss* and its clip indicators.
 
     ``−min(ρA, clip(ρ, 1−low, 1+high)·A)`` (Schulman et al. 2017, PPO Eq. 7; asymmetric bounds = DAPO
-    clip-higher, Yu et al. 2025, Eq. 10). With ``c`` (> 1), dual-clip (Ye et al. 2020, "Mastering Complex
-    Control in MOBA Games", Eq. 5; verl ``clip_ratio_c``): for ``A < 0`` the loss is further capped at
+    clip-higher, Yu et al. 2025, §3.1). With ``c`` (> 1), dual-clip (Ye et al. 2020, "Mastering Complex
+    Control in MOBA Games with Deep RL", AAAI; verl ``clip_ratio_c``): for ``A < 0`` the loss is further capped at
     ``−c·A``, i.e. the objective becomes ``max(min(ρA, clip(ρ)A), c·A)``.
     Returns ``(loss, clipped, clipped_lower)`` where the indicators are 0/1 tensors.
     """
@@ -154,7 +154,7 @@ def clip_higher(
     clip_ratio_high: float = 0.28,
     loss_agg_mode: str = "token-mean",
 ):
-    """DAPO clip-higher (Yu et al. 2025, Eq. 10): ``clip(ρ, 1−ε_low, 1+ε_high)`` with ``ε_high > ε_low``
+    """DAPO clip-higher (Yu et al. 2025, §3.1 "Clip-Higher"): ``clip(ρ, 1−ε_low, 1+ε_high)`` with ``ε_high > ε_low``
     (paper: 0.2 / 0.28) so low-probability tokens can rise; DAPO aggregates with ``token-mean``."""
     return _policy_loss(
         logprobs, old_logprobs, advantages, mask, clip_ratio_low, clip_ratio_high, None, loss_agg_mode
@@ -174,7 +174,7 @@ def dual_clip(
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
 ):
-    """Dual-clip PPO (Ye et al. 2020, Eq. 5; verl ``clip_ratio_c``, default 3): the PPO-clip objective, and for
+    """Dual-clip PPO (Ye et al. 2020; verl ``clip_ratio_c``, default 3): the PPO-clip objective, and for
     negative advantages a lower bound ``c·A`` so a huge ratio on a bad action cannot blow up the loss.
     ``clip_ratio_low``/``clip_ratio_high`` override ``clip_ratio`` (dual-clip with clip-higher)."""
     low = clip_ratio if clip_ratio_low is None else clip_ratio_low
