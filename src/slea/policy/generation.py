@@ -1,9 +1,16 @@
 """Batched generation with the log-probabilities the policy ratio needs.
 
-One call generates for every live env of a turn. Rows are left-padded; a row stops at EOS or at the first
-token that contains a newline (the answer is one command on one line). The returned log-probs are
-``log_softmax(logits / T)`` of the sampled tokens, the same quantity the training forward computes, so
-the PPO ratio starts near 1 (the remaining gap is generation vs. training numerics; it is reported).
+One call generates for every live env of a turn. On a 2-core CPU generation cost follows prompt tokens
+(prefill), so the engine prefills each distinct token sequence once:
+
+1. the longest prefix shared by all prompts (system message + example exchange) is run once, batch 1;
+2. each *distinct* remainder is run once on top of it (G copies of a task often have identical prompts,
+   always at the first turn);
+3. the KV cache is then fanned out to one row per prompt and rows are sampled independently.
+
+A row stops at EOS or at the first token containing a newline (an answer is one command on one line). The
+returned log-probs are ``log_softmax(logits / T)`` of the sampled tokens — the quantity the training forward
+computes — so the PPO ratio starts near 1 (the remaining gap is bf16 numerics; it is reported).
 """
 
 from __future__ import annotations
@@ -38,19 +45,6 @@ def _newline_ids(tokenizer) -> frozenset[int]:
     return frozenset(ids)
 
 
-class _StopAtLineEnd:
-    """Per-row stopping: a row is done once it emitted a newline-bearing token (EOS is handled by generate)."""
-
-    def __init__(self, stop_ids: frozenset[int], prompt_len: int):
-        self.stop = torch.tensor(sorted(stop_ids), dtype=torch.long)
-        self.prompt_len = prompt_len
-
-    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
-        if input_ids.shape[1] <= self.prompt_len:
-            return torch.zeros(input_ids.shape[0], dtype=torch.bool)
-        return torch.isin(input_ids[:, -1], self.stop)
-
-
 def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     width = max(len(s) for s in seqs)
     ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
@@ -63,7 +57,8 @@ def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Te
 
 
 class HFGenerator:
-    """Generation through ``transformers``' ``generate`` on the training model itself (no weight sync)."""
+    """Sampling engine over any HF causal LM (the training model itself: no weight sync), with shared-prefix
+    and duplicate-prompt prefill reuse. ``max_batch`` bounds the rows decoded together."""
 
     def __init__(self, model, tokenizer, *, dtype: str = "bfloat16", max_batch: int = 32,
                  stop_at_newline: bool = True):
@@ -79,46 +74,107 @@ class HFGenerator:
                  top_p: float = 1.0, top_k: int = 0) -> list[Generation]:
         self.calls += 1
         out: list[Generation | None] = [None] * len(prompts)
-        # Sort by length so each chunk pads little; order is restored on return.
-        order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]))
-        for start in range(0, len(order), self.max_batch):
-            chunk = order[start:start + self.max_batch]
-            gens = self._generate_chunk([prompts[i] for i in chunk], max_new_tokens, temperature, top_p, top_k)
-            for i, g in zip(chunk, gens):
+        for start in range(0, len(prompts), self.max_batch):
+            idx = list(range(start, min(start + self.max_batch, len(prompts))))
+            gens = self._generate_chunk([prompts[i] for i in idx], max_new_tokens, temperature, top_p, top_k)
+            for i, g in zip(idx, gens):
                 out[i] = g
         return out  # type: ignore[return-value]
 
-    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k) -> list[Generation]:
-        from transformers import StoppingCriteriaList
+    def _forward(self, ids, mask, pos, cache):
+        with autocast(self.dtype):
+            res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
+                             use_cache=True, logits_to_keep=1)
+        return res.logits[:, -1].float(), res.cache
 
-        pad = self.tok.pad_token_id
-        eos = self.tok.eos_token_id
-        ids, mask = left_pad(prompts, pad)
-        sample = temperature > 0
-        kwargs = dict(do_sample=sample, max_new_tokens=max_new_tokens, pad_token_id=pad, eos_token_id=eos,
-                      return_dict_in_generate=True, output_logits=True)
-        if sample:
-            kwargs.update(temperature=temperature, top_p=top_p, top_k=top_k)
-        stops = StoppingCriteriaList([_StopAtLineEnd(self.stop_ids, ids.shape[1])]) if self.stop_ids else None
+    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k) -> list[Generation]:
+        from transformers import DynamicCache
+
         was_training = self.model.training
         self.model.eval()
         try:
-            with autocast(self.dtype):
-                res = self.model.generate(input_ids=ids, attention_mask=mask, stopping_criteria=stops, **kwargs)
+            prefix = shared_prefix(prompts)
+            # Distinct remainders, each prefilled once.
+            uniq: dict[tuple[int, ...], int] = {}
+            row_to_u = [uniq.setdefault(tuple(p[prefix:]), len(uniq)) for p in prompts]
+            rests = [list(k) for k in uniq]
+            cache = DynamicCache(config=self.model.config)
+            p_mask = torch.ones(1, prefix, dtype=torch.long)
+            if prefix:
+                _, cache = self._forward(torch.tensor([prompts[0][:prefix]]), p_mask,
+                                         torch.arange(prefix).unsqueeze(0), cache)
+                cache.batch_select_indices(torch.zeros(len(rests), dtype=torch.long))
+            ids, r_mask = left_pad(rests, self.tok.pad_token_id)
+            mask = torch.cat([p_mask.expand(len(rests), -1), r_mask], dim=1)
+            pos = (prefix + r_mask.cumsum(-1) - 1).clamp(min=0)
+            logits, cache = self._forward(ids, mask, pos, cache)
+            # Fan out to one row per prompt.
+            sel = torch.tensor(row_to_u, dtype=torch.long)
+            cache.batch_select_indices(sel)
+            logits, mask, last_pos = logits[sel], mask[sel], pos[sel, -1]
+            return self._decode(logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k)
         finally:
             self.model.train(was_training)
-        new = res.sequences[:, ids.shape[1]:]
-        t = temperature if sample else 1.0
-        logits = torch.stack(res.logits, dim=1).float() / t  # (B, L, V)
-        logp = torch.log_softmax(logits, dim=-1).gather(-1, new.unsqueeze(-1)).squeeze(-1)
-        gens = []
-        for row in range(new.shape[0]):
-            toks, lps = [], []
-            for j, tid in enumerate(new[row].tolist()):
-                toks.append(tid)
-                lps.append(float(logp[row, j]))
-                if tid == eos or tid in self.stop_ids:
-                    break
-            text = self.tok.decode(toks, skip_special_tokens=True)
-            gens.append(Generation(toks, lps, text))
-        return gens
+
+    def _decode(self, logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k):
+        n = logits.shape[0]
+        eos = self.tok.eos_token_id
+        stops = torch.tensor(sorted(self.stop_ids | {eos}), dtype=torch.long)
+        toks: list[list[int]] = [[] for _ in range(n)]
+        lps: list[list[float]] = [[] for _ in range(n)]
+        live = torch.arange(n)  # rows still generating; the cache holds only these
+        for step in range(max_new_tokens):
+            nxt, logp = sample_next(logits, temperature, top_p, top_k)
+            for j, row in enumerate(live.tolist()):
+                toks[row].append(int(nxt[j]))
+                lps[row].append(float(logp[j]))
+            done = torch.isin(nxt, stops)
+            if step == max_new_tokens - 1 or bool(done.all()):
+                break
+            keep = (~done).nonzero().squeeze(1)
+            if len(keep) < len(live):
+                live, nxt, mask, last_pos = live[keep], nxt[keep], mask[keep], last_pos[keep]
+                cache.batch_select_indices(keep)
+            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=torch.long)], dim=1)
+            last_pos = last_pos + 1
+            logits, cache = self._forward(nxt.unsqueeze(1), mask, last_pos.unsqueeze(1), cache)
+        return [Generation(t, lp, self.tok.decode(t, skip_special_tokens=True)) for t, lp in zip(toks, lps)]
+
+
+def shared_prefix(prompts: list[list[int]]) -> int:
+    """Length of the longest token prefix common to all prompts, leaving every prompt ≥ 1 token of its own."""
+    if not prompts:
+        return 0
+    first = prompts[0]
+    limit = min(len(p) for p in prompts) - 1
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return max(n, 0)
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
+                top_k: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return ``(tokens, log_softmax(logits / T)[token])``.
+
+    ``temperature == 0`` is greedy (log-probs at T = 1). top-k / top-p truncate the sampling distribution
+    only; the recorded log-prob is of the untruncated tempered distribution, as the training forward sees it.
+    """
+    if temperature <= 0:
+        logp = torch.log_softmax(logits, -1)
+        tok = logits.argmax(-1)
+        return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+    scaled = logits / temperature
+    logp = torch.log_softmax(scaled, -1)
+    filt = scaled
+    if top_k and top_k < filt.shape[-1]:
+        kth = torch.topk(filt, top_k, dim=-1).values[:, -1:]
+        filt = filt.masked_fill(filt < kth, float("-inf"))
+    if top_p < 1.0:
+        srt, order = torch.sort(filt, descending=True, dim=-1)
+        cum = torch.softmax(srt, -1).cumsum(-1)
+        drop = cum - torch.softmax(srt, -1) > top_p  # keep the smallest set whose mass reaches top_p
+        srt = srt.masked_fill(drop, float("-inf"))
+        filt = torch.full_like(filt, float("-inf")).scatter(-1, order, srt)
+    tok = torch.multinomial(torch.softmax(filt, -1), 1).squeeze(-1)
+    return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)

@@ -6,6 +6,7 @@ layer dominates, so this roughly doubles training throughput on CPU (reference/p
 
 from __future__ import annotations
 
+import inspect
 import math
 import random
 from dataclasses import dataclass
@@ -72,11 +73,22 @@ def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temper
                 s.ref_logprobs = row[m.bool()].tolist()
 
 
+def loss_kwargs(loss_fn, algo_cfg) -> dict:
+    """Map the config's clip settings onto the keyword names a registered loss takes (verl's names)."""
+    offered = {"clip_ratio": algo_cfg.clip_eps, "clip_ratio_low": algo_cfg.clip_eps,
+               "clip_ratio_c": algo_cfg.dual_clip_c, "loss_agg_mode": algo_cfg.loss_agg}
+    if algo_cfg.clip_eps_high is not None:
+        offered["clip_ratio_high"] = algo_cfg.clip_eps_high
+    params = inspect.signature(loss_fn).parameters
+    return {k: v for k, v in offered.items() if k in params}
+
+
 def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, temperature: float,
                dtype: str, rng: random.Random) -> dict[str, float]:
     """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches, with gradient accumulation
     over micro-batches weighted so the aggregate equals one pass over the whole mini-batch."""
     loss_fn = get_policy_loss(algo_cfg.policy_loss)
+    kwargs = loss_kwargs(loss_fn, algo_cfg)
     order = list(range(len(samples)))
     rng.shuffle(order)
     n_mini = min(train_cfg.updates_per_iter, len(samples))
@@ -97,9 +109,7 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             k = mask.shape[1]
             old = _right_aligned([s.old_logprobs for s in chunk], k)
             adv = torch.tensor([s.advantage for s in chunk]).unsqueeze(1).expand(-1, k) * mask
-            loss, met = loss_fn(logp, old, adv, mask, clip_eps=algo_cfg.clip_eps,
-                                clip_eps_high=algo_cfg.clip_eps_high, dual_clip_c=algo_cfg.dual_clip_c,
-                                loss_agg=agg)
+            loss, met = loss_fn(logp, old, adv, mask, **kwargs)
             if algo_cfg.kl_coef > 0 and chunk[0].ref_logprobs is not None:
                 ref = _right_aligned([s.ref_logprobs or [] for s in chunk], k)
                 kl = kl_penalty(logp, ref, algo_cfg.kl_estimator)

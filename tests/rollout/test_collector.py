@@ -1,0 +1,113 @@
+"""The rollout loop with the tiny model on real TextWorld games: 2 task groups x 2 copies."""
+
+import pytest
+import torch
+
+from slea.config import RolloutSection
+from slea.envs.pool import EnvPool
+from slea.policy.generation import Generation, HFGenerator
+from slea.policy.prompts import PromptBuilder
+from slea.rollout.collector import RolloutCollector
+
+pytest.importorskip("textworld")
+ENV = "slea/TextWorld-v0"
+KW = {"tasks": ["coin_collector:1"], "num_games": 2}
+
+
+class Scripted:
+    """A generator stand-in that answers from a script (to test parsing and penalties deterministically)."""
+
+    def __init__(self, answers):
+        self.answers = answers
+        self.calls = 0
+
+    def generate(self, prompts, **kw):
+        self.calls += 1
+        return [Generation([7, 8], [-0.5, -0.5], self.answers(self.calls, i)) for i in range(len(prompts))]
+
+
+def test_tiny_model_rollout_one_generation_call_per_turn(tiny_policy):
+    model, tok = tiny_policy
+    gen = HFGenerator(model, tok, dtype="float32")
+    cfg = RolloutSection(max_new_tokens=6, history=1)
+    col = RolloutCollector(gen, PromptBuilder(tok, history=1), cfg, max_steps=3)
+    pool = EnvPool(ENV, 2, 2, KW)
+    torch.manual_seed(0)
+    trajs, stats = col.collect(pool, [0, 1])
+    assert len(trajs) == 4
+    turns = max(len(t.steps) for t in trajs)
+    assert gen.calls == turns == stats.gen_calls  # one batched call per turn across all live envs
+    assert [t.group_id for t in trajs] == [0, 0, 1, 1]
+    assert len({t.traj_id for t in trajs}) == 4
+    for t in trajs:
+        assert 1 <= len(t.steps) <= 3
+        assert [s.step for s in t.steps] == list(range(len(t.steps)))
+        assert t.steps[-1].done and not any(s.done for s in t.steps[:-1])
+        for s in t.steps:
+            assert s.prompt_ids and len(s.response_ids) == len(s.old_logprobs) >= 1
+            assert s.anchor and "Your command" not in s.anchor  # raw observation, not the prompt
+            if not s.valid:
+                assert s.reward == pytest.approx(-cfg.invalid_penalty)
+    # copies of one task group start from the same observation
+    assert trajs[0].steps[0].anchor == trajs[1].steps[0].anchor
+
+
+def test_invalid_answers_are_penalised_and_do_not_step(tiny_policy):
+    _, tok = tiny_policy
+    pool = EnvPool(ENV, 1, 2, KW)
+    # copy 0 babbles, copy 1 plays the walkthrough's first command via an admissible match
+    first_obs, info = pool.reset([0])[0]
+    walk = info["walkthrough"]
+
+    def answers(call, i):
+        return "blah blah ###" if i == 0 else walk[min(call - 1, len(walk) - 1)]
+
+    gen = Scripted(answers)
+    cfg = RolloutSection(invalid_penalty=0.25)
+    col = RolloutCollector(gen, PromptBuilder(tok), cfg, max_steps=len(walk) + 1)
+    trajs, stats = col.collect(pool, [0])
+    bad, good = trajs
+    assert all(not s.valid for s in bad.steps) and len(bad.steps) == len(walk) + 1
+    assert all(s.anchor == first_obs for s in bad.steps)  # the env was never stepped
+    assert sum(s.reward for s in bad.steps) == pytest.approx(-0.25 * len(bad.steps))
+    assert good.won and good.steps[-1].reward == pytest.approx(1.0) and len(good.steps) == len(walk)
+    assert stats.parse_kinds["invalid"] == len(bad.steps)
+
+
+class FakeExperience:
+    def __init__(self):
+        self.retrieved, self.clustered = 0, 0
+
+    def cluster(self, obs, task_type=""):
+        self.clustered += 1
+        return len(obs) % 5
+
+    def retrieve(self, obs, *, task_type="", goal="", iteration=0):
+        from types import SimpleNamespace
+
+        self.retrieved += 1
+        return SimpleNamespace(cluster_id=42, entry_ids=[1, 2], text="Strategy: take the coin.")
+
+
+@pytest.mark.parametrize("mode", ["step", "task", "off"])
+def test_experience_modes(tiny_policy, mode):
+    _, tok = tiny_policy
+    exp = FakeExperience()
+    seen_prompts = []
+
+    class Spy(Scripted):
+        def generate(self, prompts, **kw):
+            seen_prompts.extend(prompts)
+            return super().generate(prompts, **kw)
+
+    col = RolloutCollector(Spy(lambda c, i: "zzz"), PromptBuilder(tok), RolloutSection(), max_steps=2,
+                           experience=exp, experience_mode=mode)
+    trajs, _ = col.collect(EnvPool(ENV, 1, 2, KW), [0])
+    steps = [s for t in trajs for s in t.steps]
+    text_in_prompt = ["Strategy: take the coin." in tok.decode(p) for p in seen_prompts]
+    if mode == "off":
+        assert exp.retrieved == 0 and exp.clustered == len(steps) and not any(text_in_prompt)
+        assert all(s.experience_ids == [] for s in steps)
+    else:
+        assert all(text_in_prompt) and all(s.experience_ids == [1, 2] and s.cluster_id == 42 for s in steps)
+        assert exp.retrieved == (len(steps) if mode == "step" else 2)  # task mode: once per episode

@@ -1,0 +1,55 @@
+"""The CLI end to end on the smoke preset, and config errors."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def slea(*args, cwd=None):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    return subprocess.run([sys.executable, "-m", "slea.cli", *args], capture_output=True, text=True, cwd=cwd,
+                          env=env, timeout=600)
+
+
+def test_config_error_exit_code_2_names_the_key(tmp_path):
+    r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", "rollout.grups=3")
+    assert r.returncode == 2
+    assert "rollout.grups" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = slea("train", "--set", "train.lr=-1")
+    assert r.returncode == 2 and "train.lr" in r.stderr
+
+
+def test_envs_lists_textworld():
+    r = slea("envs")
+    assert r.returncode == 0 and "slea/TextWorld-v0" in r.stdout
+
+
+@pytest.mark.slow
+def test_smoke_preset_writes_the_run_folder(tmp_path):
+    pytest.importorskip("textworld")
+    run = tmp_path / "run"
+    r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", f"run.dir={run}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    for name in ("config.yaml", "metrics.jsonl", "curves.png", "eval/before.json", "eval/after.json",
+                 "eval/summary.json"):
+        assert (run / name).is_file(), name
+    assert list((run / "events").iterdir()), "TensorBoard events"
+    ck = sorted((run / "checkpoints").iterdir())
+    assert ck and (ck[-1] / "trainable.safetensors").is_file() and (ck[-1] / "optimizer.safetensors").is_file()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1]
+    for key in ("train/success", "train/return", "train/invalid_rate", "tokens/generated", "time/generation_s",
+                "time/env_s", "time/train_s"):
+        assert key in rows[0], key
+    after = json.loads((run / "eval/after.json").read_text())
+    assert 0.0 <= after["sampled"]["success"] <= 1.0
+    # eval of the finished run through the CLI
+    r = slea("eval", str(run), "--episodes", "1")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert (run / "eval/eval-heldout.json").is_file()
