@@ -224,7 +224,7 @@ def test_get_state_set_state_round_trip(tw_env, tw_cache):
     snap = tw_env.get_state()
     obs_snap = tw_env.render()
     tw_env.step(back)
-    assert snap == {"game": 1, "actions": [go]}
+    assert snap == {"game": 1, "game_seed": 1001, "spec": "treasure_hunter:1", "actions": [go]}
 
     fresh = tw.TextWorldEnv(tasks=tw_cache["tasks"], num_games=2, cache_dir=tw_cache["dir"])
     fresh.reset(seed=0)  # another game first: set_state must switch games
@@ -234,4 +234,67 @@ def test_get_state_set_state_round_trip(tw_env, tw_cache):
     for command in info["walkthrough"]:
         result = fresh.step(command)
     assert result[4]["won"] and result[1] == 1.0
+    with pytest.raises(ValueError):
+        fresh.set_state({**snap, "game_seed": 5001})
     fresh.close()
+
+
+def test_explicit_game_files(tw_cache):
+    env = tw.TextWorldEnv(game_files=tw_cache["heldout"])
+    _, info = env.reset(seed=3)
+    assert info["task_type"] == "textworld" and info["game"] == 0 and info["spec"].endswith("5000.z8")
+    result = None
+    for command in info["walkthrough"]:
+        result = env.step(command)
+    assert result is not None and result[4]["won"]
+    env.close()
+
+
+def test_prepare_modes_batch_missing_games(tw_cache, tmp_path, monkeypatch):
+    """``on_miss`` makes every missing game of the split in one generator call; ``lazy`` only the one needed.
+
+    The generator is replaced by a copy from the session cache, so nothing is really generated here.
+    """
+    calls: list[list[tuple[str, int]]] = []
+
+    def fake_generate(jobs):
+        calls.append([(spec.canonical, seed) for spec, seed, _ in jobs])
+        for spec, seed, out in jobs:
+            src = tw.game_path(spec, seed, tw_cache["dir"])
+            out.write_bytes(src.read_bytes())
+            out.with_suffix(".json").write_bytes(src.with_suffix(".json").read_bytes())
+
+    monkeypatch.setattr(tw, "_generate", fake_generate)
+    kwargs = {"tasks": tw_cache["tasks"], "num_games": 2}
+    lazy = tw.TextWorldEnv(cache_dir=tmp_path / "lazy", prepare="lazy", **kwargs)
+    assert calls == []  # nothing made in the constructor
+    lazy.reset(seed=1)
+    assert calls == [[("treasure_hunter:1", 1001)]]
+    calls.clear()
+    on_miss = tw.TextWorldEnv(cache_dir=tmp_path / "on_miss", **kwargs)
+    on_miss.reset(seed=1)
+    on_miss.reset(seed=0)
+    assert calls == [[("coin_collector:1", 1000), ("treasure_hunter:1", 1001)]]
+    calls.clear()
+    tw.TextWorldEnv(cache_dir=tmp_path / "all", prepare=True, **kwargs)
+    assert len(calls) == 1 and len(calls[0]) == 2
+    with pytest.raises(ValueError):
+        tw.TextWorldEnv(cache_dir=tmp_path, prepare="sometimes", **kwargs)
+    lazy.close()
+    on_miss.close()
+
+
+def test_taking_the_distractor_loses(tw_env):
+    """Treasure hunter: taking the wrong object ends the episode lost, with reward 0 (search depth <= 2)."""
+
+    def play(actions):
+        tw_env.set_state({"game": 1, "actions": actions[:-1]})
+        return tw_env.step(actions[-1])
+
+    _, info = tw_env.reset(seed=1)
+    paths = [[a] for a in info["admissible_actions"]]
+    paths += [[a, b] for a in info["admissible_actions"] for b in play([a])[4]["admissible_actions"]]
+    lost = next((r for r in map(play, paths) if r[4]["lost"]), None)
+    assert lost is not None, "no losing move found near the start"
+    obs, reward, terminated, truncated, info = lost
+    assert terminated and not truncated and reward == 0.0 and not info["won"] and "lost" in obs.lower()

@@ -54,9 +54,9 @@ reward 0 and ``info["invalid"] = True`` (the rollout collector applies any penal
 
 Snapshots
 ---------
-``get_state()`` returns ``{"game": index, "actions": [...]}`` (the game and the commands executed since
-reset); ``set_state(state)`` resets that game and replays the commands (TextWorld games are deterministic),
-at roughly 300 steps/s.
+``get_state()`` returns ``{"game": index, "game_seed": seed, "spec": spec, "actions": [...]}`` (the game and
+the commands executed since reset; a small JSON-able dict); ``set_state(state)`` resets that game and replays
+the commands (TextWorld games are deterministic): about 9 ms for the reset plus 3-4 ms per command.
 """
 
 from __future__ import annotations
@@ -466,7 +466,9 @@ class TextWorldEnv(TextEnv):
         cache_dir: game cache (default ``$SLEA_CACHE_DIR/textworld`` or ``~/.cache/slea/textworld``).
         reward: ``"win"`` (1 on a win) or ``"score"`` (score delta / max score).
         drop_meta: hide ``look``, ``inventory`` and ``examine ...`` (not ``examine cookbook``).
-        prepare: generate the whole split in the constructor (else each game on its first reset).
+        prepare: when to generate missing games: ``"on_miss"`` (default: the first reset that needs a missing
+            game generates every missing game of the split, in one child process), ``True``/``"all"`` (in
+            the constructor), ``False``/``"lazy"`` (only the game a reset needs).
         game_files: play these compiled games instead of generated ones (tasks/split are then ignored).
     """
 
@@ -478,7 +480,7 @@ class TextWorldEnv(TextEnv):
         cache_dir: str | Path | None = None,
         reward: str = "win",
         drop_meta: bool = True,
-        prepare: bool = False,
+        prepare: bool | str = "on_miss",
         game_files: Sequence[str | Path] | None = None,
     ) -> None:
         super().__init__()
@@ -499,7 +501,12 @@ class TextWorldEnv(TextEnv):
         else:
             self._games = list(split_games(tasks, split, num_games))
         self.num_games = len(self._games)
-        if prepare and self._files is None:
+        self._paths: dict[int, Path] = {}  # games known to be in the cache
+        modes = {True: "all", False: "lazy", "all": "all", "lazy": "lazy", "on_miss": "on_miss"}
+        if prepare not in modes:
+            raise ValueError(f"prepare must be one of 'on_miss', 'all', 'lazy' (or a bool), got {prepare!r}")
+        self.prepare = modes[prepare]
+        if self.prepare == "all" and self._files is None:
             ensure_games(self._games, self.cache_dir)  # type: ignore[arg-type]
         self._tw: Any = None  # the textworld environment, reused across resets
         self._loaded: Path | None = None
@@ -520,7 +527,13 @@ class TextWorldEnv(TextEnv):
             return self._files[index]
         spec, seed = self._games[index]
         assert spec is not None and seed is not None
-        return ensure_game(spec, seed, self.cache_dir)
+        if index in self._paths:
+            return self._paths[index]
+        path = game_path(spec, seed, self.cache_dir)
+        if not _is_complete(path) and self.prepare == "on_miss":
+            ensure_games(self._games, self.cache_dir)  # type: ignore[arg-type]
+        self._paths[index] = ensure_game(spec, seed, self.cache_dir)
+        return self._paths[index]
 
     def game_info(self, index: int) -> dict[str, Any]:
         spec, seed = self._games[index]
@@ -623,11 +636,24 @@ class TextWorldEnv(TextEnv):
         """A snapshot: the game index and the commands executed since reset (replayed by :meth:`set_state`)."""
         if self._game_index < 0:
             raise RuntimeError("get_state() before reset()")
-        return {"game": self._game_index, "actions": list(self._actions)}
+        return {**self.game_info(self._game_index), "actions": list(self._actions)}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore a :meth:`get_state` snapshot by resetting its game and replaying its commands."""
-        self.reset(options={"game": int(state["game"])})
+        """Restore a :meth:`get_state` snapshot by resetting its game and replaying its commands.
+
+        Only ``game`` and ``actions`` are required; ``spec``/``game_seed``, when present, must match this
+        env's game of that index (a snapshot taken with another task set is refused with ``ValueError``).
+        """
+        index = int(state["game"])
+        if not 0 <= index < self.num_games:
+            raise ValueError(f"snapshot game {index} outside this env's 0..{self.num_games - 1}")
+        mine = self.game_info(index)
+        for key in ("spec", "game_seed"):
+            if key in state and state[key] != mine[key]:
+                raise ValueError(
+                    f"snapshot {key}={state[key]!r} does not match this env's game {index} ({mine})"
+                )
+        self.reset(options={"game": index})
         for cmd in state.get("actions", []):
             _obs, _, _, _, info = self.step(cmd)
             if info.get("invalid"):
