@@ -18,8 +18,9 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import string
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
@@ -46,7 +47,7 @@ class TextEnv(gym.Env):
     ``walkthrough``...) to every info, the invalid-step infos included.
     """
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     task_type: str = ""
 
     def __init__(self) -> None:
@@ -79,7 +80,7 @@ class TextEnv(gym.Env):
             return self._invalid("Empty or non-text action.")
         try:
             obs, reward, terminated, truncated, info = self._step(action.strip())
-        except Exception as exc:  # an engine that chokes on an action must not end the run
+        except Exception as exc:  # noqa: BLE001  (an engine that chokes on an action must not end the run)
             return self._invalid(f"The action could not be executed ({type(exc).__name__}).")
         self._last_obs = obs
         info.setdefault("invalid", False)
