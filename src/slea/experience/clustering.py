@@ -1,0 +1,799 @@
+"""Observation clustering for SLEA-RL (paper §3.3): ``c(o) = c_i if sim(o, rep(c_i)) >= δ else new cluster``.
+
+Semantics (DESIGN.md, "Observation clustering"): an observation joins the *most similar* existing cluster of the
+same task type whose prototype (its first member) has ``difflib.SequenceMatcher(None, observation,
+prototype).ratio() >= δ``; ties go to the oldest cluster; if none qualifies a new cluster opens with the
+observation as prototype. An observation seen before keeps the cluster it got the first time (so identical
+anchors always share a cluster, which step grouping relies on), as long as that cluster is alive.
+
+The index never scans every cluster:
+
+1. exact-repeat fast path: a dict from (task type, observation) to cluster id;
+2. candidate filter: an inverted index from word unigrams/bigrams of the prototypes to cluster ids; a query
+   counts hits over its rarest features only (a fixed work budget; features shared by too many prototypes are
+   stop features), so the cost does not grow with the number of clusters;
+3. cheap upper bounds on the ratio, most selective last: the length bound ``2·min/(la+lb)`` (difflib's
+   ``real_quick_ratio``) and ``2·(P + S + min(middles))/(la+lb)`` with P, S the common prefix/suffix (the LCS, and
+   so difflib's match count, never exceeds it), which prunes almost every non-winner;
+4. exact ratio, in decreasing bound order, with early exit once a candidate cannot beat the best so far. The exact
+   ratio is :func:`fast_ratio`, an implementation of difflib's own matching-block algorithm (same junk/popular
+   heuristic, same tie-breaking, so bit-identical results — tested against difflib) that finds the longest
+   block with C-level ``str.find``/slice comparisons instead of difflib's per-character Python loop, caches the
+   prototype side (``b2j``), and stops early when the match count provably cannot reach what is needed.
+
+Bounded: at most ``max_clusters`` live clusters; the least recently used one is evicted when a new one opens.
+Evicted ids are never reused and never matched again (every candidate and memo hit is checked for liveness).
+State persists to SQLite tables (``obs_clusters``, ``obs_memo``, ``obs_meta``) or a plain dict.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+import sqlite3
+from collections import Counter
+from itertools import chain
+from typing import Any, Iterator
+
+__all__ = [
+    "ObservationIndex", "ExactScanIndex", "PreparedText", "difflib_ratio", "fast_ratio", "matching_count",
+    "rand_index",
+]
+
+
+def difflib_ratio(a: str, b: str) -> float:
+    """The reference similarity: ``SequenceMatcher(None, a, b).ratio()`` (a = observation, b = prototype)."""
+    return difflib.SequenceMatcher(None, a, b).ratio()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Exact difflib ratio, faster
+# ---------------------------------------------------------------------------------------------------------------
+_Q = 6  # anchor q-gram length
+_S = 6  # anchor stride: every common substring of length >= _S + _Q - 1 contains an anchor q-gram
+_DP_LIMIT = 1200  # rectangles with na*nb at most this use difflib's plain dynamic programme
+
+
+class PreparedText:
+    """The ``b`` side of a SequenceMatcher, computed once: positions of each non-popular element.
+
+    Mirrors ``SequenceMatcher.__chain_b`` with ``isjunk=None, autojunk=True``: for ``len(b) >= 200`` elements
+    occurring more than ``len(b)//100 + 1`` times are "popular" and cannot start a match.
+    """
+
+    __slots__ = ("s", "n", "b2j", "popular", "_seg")
+
+    def __init__(self, b: str) -> None:
+        b2j: dict[str, list[int]] = {}
+        for i, c in enumerate(b):
+            lst = b2j.get(c)
+            if lst is None:
+                b2j[c] = [i]
+            else:
+                lst.append(i)
+        n = len(b)
+        popular = False
+        if n >= 200:
+            ntest = n // 100 + 1
+            pop = [c for c, idx in b2j.items() if len(idx) > ntest]
+            for c in pop:
+                del b2j[c]
+            popular = bool(pop)
+        self.s = b
+        self.n = n
+        self.b2j = b2j
+        self.popular = popular
+        self._seg: re.Pattern[str] | None = None
+
+    def segments(self) -> re.Pattern[str]:
+        """A regex matching maximal runs of elements that may start a match (only used when some are popular)."""
+        if self._seg is None:
+            cls = "".join(re.escape(c) for c in self.b2j)
+            self._seg = re.compile("[" + cls + "]+") if cls else re.compile(r"(?!)")
+        return self._seg
+
+
+def _ext_right(a: str, b: str, i: int, j: int, amax: int, bmax: int) -> int:
+    """Largest t with a[i:i+t] == b[j:j+t], i+t <= amax, j+t <= bmax (binary search over C slice compares)."""
+    hi = min(amax - i, bmax - j)
+    if hi <= 0 or a[i] != b[j]:
+        return 0
+    if a[i:i + hi] == b[j:j + hi]:
+        return hi
+    lo = 1
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if a[i:i + mid] == b[j:j + mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _ext_left(a: str, b: str, i: int, j: int, amin: int, bmin: int) -> int:
+    """Largest t with a[i-t:i] == b[j-t:j], i-t >= amin, j-t >= bmin."""
+    hi = min(i - amin, j - bmin)
+    if hi <= 0 or a[i - 1] != b[j - 1]:
+        return 0
+    if a[i - hi:i] == b[j - hi:j]:
+        return hi
+    lo = 1
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if a[i - mid:i] == b[j - mid:j]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _anchor_longest(a: str, b: str, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int] | None:
+    """Longest common substring of a[alo:ahi], b[blo:bhi] (ties: smallest i, then j), when it is long.
+
+    Every common substring of length >= _S+_Q-1 contains one of the q-grams a[p:p+_Q], p = alo + k·_S; each
+    occurrence of such a q-gram in b is extended to its maximal diagonal run. If the longest run found reaches
+    _S+_Q-1, all runs of that length were found and the answer (with difflib's tie-break) is exact; otherwise
+    None (the caller falls back to the dynamic programme).
+    """
+    runs: dict[int, list[tuple[int, int]]] = {}
+    bk = 0
+    bi = alo
+    bj = blo
+    find = b.find
+    for p in range(alo, ahi - _Q + 1, _S):
+        g = a[p:p + _Q]
+        j = find(g, blo, bhi)
+        while j >= 0:
+            d = j - p
+            lst = runs.get(d)
+            covered = False
+            if lst is not None:
+                for x0, x1 in lst:
+                    if x0 <= p < x1:
+                        covered = True
+                        break
+            if not covered:
+                left = _ext_left(a, b, p, j, alo, blo)
+                k = left + _ext_right(a, b, p, j, ahi, bhi)
+                i0 = p - left
+                if lst is None:
+                    runs[d] = [(i0, i0 + k)]
+                else:
+                    lst.append((i0, i0 + k))
+                if k > bk or (k == bk and (i0 < bi or (i0 == bi and i0 + d < bj))):
+                    bk, bi, bj = k, i0, i0 + d
+            j = find(g, j + 1, bhi)
+    if bk >= _S + _Q - 1:
+        return bi, bj, bk
+    return None
+
+
+def _dp_longest(a: str, b2j: dict[str, list[int]], alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int]:
+    """difflib's find_longest_match main loop (before junk extension)."""
+    besti, bestj, bestsize = alo, blo, 0
+    j2len: dict[int, int] = {}
+    get = b2j.get
+    for i in range(alo, ahi):
+        js = get(a[i])
+        if js is None:
+            if j2len:
+                j2len = {}
+            continue
+        j2lenget = j2len.get
+        newj2len: dict[int, int] = {}
+        for j in js:
+            if j < blo:
+                continue
+            if j >= bhi:
+                break
+            k = newj2len[j] = j2lenget(j - 1, 0) + 1
+            if k > bestsize:
+                besti, bestj, bestsize = i - k + 1, j - k + 1, k
+        j2len = newj2len
+    return besti, bestj, bestsize
+
+
+def _dp_segments(a: str, p: PreparedText, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int]:
+    """The same loop, visiting only runs of a made of non-popular elements (the rest resets the DP anyway)."""
+    besti, bestj, bestsize = alo, blo, 0
+    b2j = p.b2j
+    for m in p.segments().finditer(a, alo, ahi):
+        j2len: dict[int, int] = {}
+        for i in range(m.start(), m.end()):
+            j2lenget = j2len.get
+            newj2len: dict[int, int] = {}
+            for j in b2j[a[i]]:
+                if j < blo:
+                    continue
+                if j >= bhi:
+                    break
+                k = newj2len[j] = j2lenget(j - 1, 0) + 1
+                if k > bestsize:
+                    besti, bestj, bestsize = i - k + 1, j - k + 1, k
+            j2len = newj2len
+    return besti, bestj, bestsize
+
+
+def _longest(a: str, p: PreparedText, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int]:
+    """``SequenceMatcher(None, a, p.s).find_longest_match(alo, ahi, blo, bhi)``, exactly."""
+    b = p.s
+    if p.popular:
+        i, j, k = _dp_segments(a, p, alo, ahi, blo, bhi)
+    else:
+        if (ahi - alo) * (bhi - blo) > _DP_LIMIT and ahi - alo >= _S + _Q - 1:
+            r = _anchor_longest(a, b, alo, ahi, blo, bhi)
+            if r is not None:
+                return r  # without popular elements the longest block is already maximal
+        i, j, k = _dp_longest(a, p.b2j, alo, ahi, blo, bhi)
+    # difflib then extends the block with equal elements on both sides (with isjunk=None, bjunk is empty, so
+    # popular elements extend too); with no block at all it still extends from (alo, blo).
+    if k:
+        t = _ext_left(a, b, i, j, alo, blo)
+        i -= t
+        j -= t
+        k += t
+        k += _ext_right(a, b, i + k, j + k, ahi, bhi)
+    else:
+        k = _ext_right(a, b, alo, blo, ahi, bhi)
+    return i, j, k
+
+
+def matching_count(a: str, p: PreparedText, floor: int = 0) -> int:
+    """Total size of ``SequenceMatcher(None, a, p.s).get_matching_blocks()``; -1 once it is proven < ``floor``."""
+    la = len(a)
+    lb = p.n
+    queue = [(0, la, 0, lb)]
+    total = 0
+    pot = la if la < lb else lb  # upper bound on what the pending rectangles can still add
+    while queue:
+        alo, ahi, blo, bhi = queue.pop()
+        na = ahi - alo
+        nb = bhi - blo
+        pot -= na if na < nb else nb
+        i, j, k = _longest(a, p, alo, ahi, blo, bhi)
+        if k:
+            total += k
+            if alo < i and blo < j:
+                queue.append((alo, i, blo, j))
+                x, y = i - alo, j - blo
+                pot += x if x < y else y
+            if i + k < ahi and j + k < bhi:
+                queue.append((i + k, ahi, j + k, bhi))
+                x, y = ahi - i - k, bhi - j - k
+                pot += x if x < y else y
+        if total + pot < floor:
+            return -1
+    return total
+
+
+def fast_ratio(a: str, b: str | PreparedText) -> float:
+    """``SequenceMatcher(None, a, b).ratio()``, bit-identical, several times faster on similar texts."""
+    p = b if isinstance(b, PreparedText) else PreparedText(b)
+    t = len(a) + p.n
+    return 2.0 * matching_count(a, p) / t if t else 1.0
+
+
+def _need(threshold: float, total: int) -> int:
+    """Smallest match count m with ``2.0*m/total >= threshold`` (the float expression difflib uses)."""
+    if total == 0:
+        return 0
+    m = max(0, int(threshold * total / 2.0) - 1)
+    while 2.0 * m / total < threshold:
+        m += 1
+    return m
+
+
+def _common_prefix(a: str, b: str, n: int) -> int:
+    if a[:n] == b[:n]:
+        return n
+    if not n or a[0] != b[0]:
+        return 0
+    lo, hi = 1, n
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def _common_suffix(a: str, b: str, n: int) -> int:
+    la, lb = len(a), len(b)
+    if not n or a[la - 1] != b[lb - 1]:
+        return 0
+    if a[la - n:] == b[lb - n:]:
+        return n
+    lo, hi = 1, n
+    while hi - lo > 1:
+        mid = (lo + hi) >> 1
+        if a[la - mid:] == b[lb - mid:]:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def match_upper_bound(a: str, b: str, need: int = 0) -> int:
+    """An upper bound on difflib's match count between a and b.
+
+    difflib's matches form a common subsequence, so they never exceed LCS(a, b) = P + S + LCS(middles) (P, S:
+    common prefix and suffix), which is at most P + S + the multiset intersection of the middles (difflib's
+    ``quick_ratio`` applied to the middles only). The multiset part is skipped when the cheaper length part
+    already falls below ``need``.
+    """
+    la, lb = len(a), len(b)
+    n = la if la < lb else lb
+    pre = _common_prefix(a, b, n)
+    suf = _common_suffix(a, b, n - pre)
+    fixed = pre + suf
+    if fixed >= n or n < need:
+        return n
+    ma = a[pre:la - suf]
+    mb = b[pre:lb - suf]
+    inter = sum((Counter(ma) & Counter(mb)).values())
+    return fixed + inter
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The index
+# ---------------------------------------------------------------------------------------------------------------
+def _gate(threshold: float, n_features: int) -> float:
+    """Least word-feature Dice a pair at difflib ratio >= threshold shows in practice (non-exact mode only).
+
+    Calibrated on TextWorld observations (bench/retrieval.py re-measures the agreement): a pair at ratio 0.85
+    differs in at most ~15% of its characters, i.e. a few words, which costs each changed word one unigram and
+    two bigrams; short texts lose a larger share. Pairs below this Dice are skipped without an exact ratio.
+    """
+    g = threshold - 0.1 - 13.0 * (1.0 - threshold) / (n_features ** 0.5 if n_features else 1.0)
+    return g if g > 0.0 else 0.0
+
+
+def _features(text: str) -> set:
+    toks = text.split()
+    f: set = set(toks)
+    f.update(zip(toks, toks[1:]))
+    return f
+
+
+class _Scope:
+    """Per-task-type candidate structures."""
+
+    __slots__ = ("postings", "stop", "bare")
+
+    def __init__(self) -> None:
+        self.postings: dict[Any, list[int]] = {}
+        self.stop: set = set()
+        self.bare: list[int] = []  # prototypes with no word feature (empty or whitespace-only)
+
+
+class ObservationIndex:
+    """Observation → cluster id, with difflib-ratio semantics at threshold δ, scoped by task type.
+
+    ``assign`` is the only mutating call the rollout needs; ``lookup`` answers without creating or touching.
+    Parameters beyond ``threshold`` and ``max_clusters`` tune speed vs. exhaustiveness of the candidate filter
+    (defaults measured in bench/retrieval.py).
+    """
+
+    def __init__(self, threshold: float = 0.85, max_clusters: int = 100_000, *, exact: bool = False,
+                 memo_size: int = 200_000, prepared_cache: int = 4096, feature_cache: int = 16384,
+                 max_candidates: int = 24, posting_cap: int = 1024, work_budget: int = 1024) -> None:
+        if not 0.0 < threshold <= 1.0:
+            raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+        if max_clusters < 1:
+            raise ValueError("max_clusters must be >= 1")
+        self.threshold = float(threshold)
+        self.max_clusters = int(max_clusters)
+        self.exact = bool(exact)
+        self.feature_cache = int(feature_cache)
+        self._feat: dict[int, set] = {}
+        self.memo_size = int(memo_size)
+        self.prepared_cache = int(prepared_cache)
+        self.max_candidates = int(max_candidates)
+        self.posting_cap = int(posting_cap)
+        self.work_budget = int(work_budget)
+        self._next_id = 0
+        self._proto: dict[int, str] = {}
+        self._scope_of: dict[int, str] = {}
+        self._size: dict[int, int] = {}
+        self._lru: dict[int, None] = {}  # insertion order = recency (oldest first)
+        self._tick: dict[int, int] = {}  # last use, on a counter (persisted: it restores the LRU order)
+        self._clock = 0
+        self._memo: dict[tuple[str, str], int] = {}
+        self._prep: dict[int, PreparedText] = {}
+        self._scopes: dict[str, _Scope] = {}
+        # persistence bookkeeping (what changed since the last save)
+        self._dirty: set[int] = set()
+        self._evicted: set[int] = set()
+        self._memo_added: dict[tuple[str, str], int] = {}
+        self._memo_dropped: set[tuple[str, str]] = set()
+        self.stats: Counter = Counter()
+
+    # -- public API --------------------------------------------------------------------------------------------
+    def __len__(self) -> int:
+        return len(self._proto)
+
+    def __contains__(self, cid: object) -> bool:
+        return cid in self._proto
+
+    def prototype(self, cid: int) -> str | None:
+        return self._proto.get(cid)
+
+    def task_type_of(self, cid: int) -> str | None:
+        return self._scope_of.get(cid)
+
+    def size(self, cid: int) -> int:
+        return self._size.get(cid, 0)
+
+    def clusters(self) -> Iterator[tuple[int, str, str, int]]:
+        """(cluster id, task type, prototype, member count), least recently used first."""
+        for cid in self._lru:
+            yield cid, self._scope_of[cid], self._proto[cid], self._size[cid]
+
+    def assign(self, observation: str, task_type: str = "") -> int:
+        """The cluster of ``observation`` (joining the best qualifying cluster or opening a new one)."""
+        key = (task_type, observation)
+        cid = self._memo.get(key)
+        if cid is not None and cid in self._proto:
+            self.stats["memo"] += 1
+            self._touch(cid)
+            return cid
+        cid = self._search(observation, task_type)
+        if cid < 0:
+            cid = self._create(observation, task_type)
+        else:
+            self._size[cid] += 1
+            self._touch(cid)
+        self._remember(key, cid)
+        return cid
+
+    def lookup(self, observation: str, task_type: str = "") -> int:
+        """The cluster ``assign`` would join, or -1 where it would open a new one; changes nothing."""
+        cid = self._memo.get((task_type, observation))
+        if cid is not None and cid in self._proto:
+            return cid
+        return self._search(observation, task_type, record=False)
+
+    # -- internals ---------------------------------------------------------------------------------------------
+    def _touch(self, cid: int) -> None:
+        lru = self._lru
+        del lru[cid]
+        lru[cid] = None
+        self._clock += 1
+        self._tick[cid] = self._clock
+        self._dirty.add(cid)
+
+    def _remember(self, key: tuple[str, str], cid: int) -> None:
+        memo = self._memo
+        memo[key] = cid
+        self._memo_added[key] = cid
+        self._memo_dropped.discard(key)
+        if len(memo) > self.memo_size:
+            old = next(iter(memo))
+            del memo[old]
+            self._memo_added.pop(old, None)
+            self._memo_dropped.add(old)
+
+    def _prepared(self, cid: int) -> PreparedText:
+        p = self._prep.get(cid)
+        if p is None:
+            p = PreparedText(self._proto[cid])
+            if len(self._prep) >= self.prepared_cache:
+                del self._prep[next(iter(self._prep))]
+            self._prep[cid] = p
+        return p
+
+    def _features_of(self, cid: int) -> set:
+        f = self._feat.get(cid)
+        if f is None:
+            f = _features(self._proto[cid])
+            if len(self._feat) >= self.feature_cache:
+                del self._feat[next(iter(self._feat))]
+            self._feat[cid] = f
+        return f
+
+    def _candidates(self, feats: set, scope: _Scope) -> list[int]:
+        post = scope.postings
+        cap = self.posting_cap
+        lists = []
+        for f in feats:
+            lst = post.get(f)
+            if lst is not None and len(lst) < cap:
+                lists.append(lst)
+        if len(feats) <= 2 and scope.bare:
+            lists.append(scope.bare)
+        if not lists:
+            return []
+        lists.sort(key=len)
+        budget = self.work_budget
+        take = 0
+        for lst in lists:
+            if budget <= 0:
+                break
+            budget -= len(lst)
+            take += 1
+        counts = Counter(chain.from_iterable(lists[:take]))
+        if len(counts) <= self.max_candidates:
+            return list(counts)
+        return [c for c, _ in counts.most_common(self.max_candidates)]
+
+    def _search(self, observation: str, task_type: str, record: bool = True) -> int:
+        scope = self._scopes.get(task_type)
+        if scope is None:
+            return -1
+        feats = _features(observation)
+        cands = self._candidates(feats, scope)
+        if not cands:
+            return -1
+        a = observation
+        la = len(a)
+        nf = len(feats)
+        thr = self.threshold
+        proto = self._proto
+        gate = not self.exact
+        ranked = []
+        for cid in cands:
+            b = proto.get(cid)
+            if b is None:  # evicted
+                continue
+            lb = len(b)
+            if 2.0 * (la if la < lb else lb) / (la + lb) < thr:  # length bound (difflib's real_quick_ratio)
+                continue
+            fp = self._features_of(cid)
+            tot = nf + len(fp)
+            dice = 2.0 * len(feats & fp) / tot if tot else 1.0
+            if gate and dice < _gate(thr, tot):
+                continue
+            ranked.append((-dice, cid))
+        if not ranked:
+            return -1
+        ranked.sort()
+        best = -1
+        best_r = -1.0
+        exact = 0
+        for _, cid in ranked:
+            b = proto[cid]
+            lb = len(b)
+            total = la + lb
+            floor = _need(max(thr, best_r), total)
+            if (la if la < lb else lb) < floor:
+                continue
+            exact += 1
+            m = matching_count(a, self._prepared(cid), floor)
+            if m < 0:
+                continue
+            r = 2.0 * m / total if total else 1.0
+            if r >= thr and (r > best_r or (r == best_r and cid < best)):
+                best, best_r = cid, r
+        if record:
+            self.stats["searched"] += 1
+            self.stats["exact_ratios"] += exact
+        return best
+
+    def _create(self, observation: str, task_type: str) -> int:
+        cid = self._next_id
+        self._next_id += 1
+        self.stats["created"] += 1
+        self._add_cluster(cid, task_type, observation, 1)
+        while len(self._proto) > self.max_clusters:
+            self._evict(next(iter(self._lru)))
+        return cid
+
+    def _add_cluster(self, cid: int, task_type: str, prototype: str, size: int, tick: int | None = None) -> None:
+        self._proto[cid] = prototype
+        self._scope_of[cid] = task_type
+        self._size[cid] = size
+        self._lru[cid] = None
+        if tick is None:
+            self._clock += 1
+            tick = self._clock
+        self._tick[cid] = tick
+        self._dirty.add(cid)
+        self._evicted.discard(cid)
+        scope = self._scopes.get(task_type)
+        if scope is None:
+            scope = self._scopes[task_type] = _Scope()
+        feats = _features(prototype)
+        if not feats:
+            scope.bare.append(cid)
+            return
+        post = scope.postings
+        stop = scope.stop
+        cap = self.posting_cap
+        alive = self._proto
+        for f in feats:
+            lst = post.get(f)
+            if lst is None:
+                post[f] = [cid]
+            elif len(lst) < cap:
+                lst.append(cid)
+            elif f not in stop:  # full: drop evicted ids once; if still full it becomes a stop feature
+                lst[:] = [c for c in lst if c in alive]
+                if len(lst) < cap:
+                    lst.append(cid)
+                else:
+                    stop.add(f)
+
+    def _evict(self, cid: int) -> None:
+        self.stats["evicted"] += 1
+        del self._lru[cid]
+        del self._proto[cid]
+        scope = self._scopes[self._scope_of.pop(cid)]
+        del self._size[cid]
+        del self._tick[cid]
+        self._prep.pop(cid, None)
+        self._feat.pop(cid, None)
+        self._dirty.discard(cid)
+        self._evicted.add(cid)
+        if scope.bare and cid in scope.bare:
+            scope.bare.remove(cid)
+        # postings and memo entries keep the dead id lazily: every read checks liveness, ids are never reused
+
+    # -- persistence -------------------------------------------------------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """A JSON-able snapshot (clusters in recency order, memo, counters)."""
+        return {
+            "threshold": self.threshold, "max_clusters": self.max_clusters, "next_id": self._next_id,
+            "clock": self._clock,
+            "clusters": [[cid, t, p, n, self._tick[cid]] for cid, t, p, n in self.clusters()],
+            "memo": [[t, o, c] for (t, o), c in self._memo.items() if c in self._proto],
+        }
+
+    @classmethod
+    def from_state_dict(cls, state: dict[str, Any], **kwargs: Any) -> ObservationIndex:
+        kwargs.setdefault("threshold", state.get("threshold", 0.85))
+        kwargs.setdefault("max_clusters", state.get("max_clusters", 100_000))
+        idx = cls(**kwargs)
+        idx._load(state.get("next_id", 0), state.get("clusters", []), state.get("memo", []),
+                  state.get("clock", 0))
+        return idx
+
+    def _load(self, next_id: int, clusters: list, memo: list, clock: int = 0) -> None:
+        for row in sorted(clusters, key=lambda r: (r[4], r[0]) if len(r) > 4 else (0, r[0])):  # oldest first
+            tick = int(row[4]) if len(row) > 4 else None
+            self._add_cluster(int(row[0]), row[1], row[2], int(row[3]), tick)
+        self._clock = max([self._clock, int(clock)] + list(self._tick.values()))
+        while len(self._proto) > self.max_clusters:
+            self._evict(next(iter(self._lru)))
+        self._next_id = max([int(next_id)] + [c + 1 for c in self._proto])
+        for t, o, c in memo:
+            if c in self._proto:
+                self._memo[(t, o)] = int(c)
+        self._mark_clean()
+
+    def _mark_clean(self) -> None:
+        self._dirty.clear()
+        self._evicted.clear()
+        self._memo_added.clear()
+        self._memo_dropped.clear()
+
+    _SCHEMA = """
+    CREATE TABLE IF NOT EXISTS obs_meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+    CREATE TABLE IF NOT EXISTS obs_clusters (
+        cid INTEGER PRIMARY KEY, task_type TEXT NOT NULL, prototype TEXT NOT NULL,
+        size INTEGER NOT NULL, recency INTEGER NOT NULL);
+    CREATE TABLE IF NOT EXISTS obs_memo (
+        task_type TEXT NOT NULL, observation TEXT NOT NULL, cid INTEGER NOT NULL,
+        PRIMARY KEY (task_type, observation));
+    """
+
+    @classmethod
+    def create_tables(cls, conn: sqlite3.Connection) -> None:
+        conn.executescript(cls._SCHEMA)
+
+    def save_sqlite(self, conn: sqlite3.Connection) -> None:
+        """Write what changed since the last save/load. The caller owns the transaction (commit)."""
+        for stmt in self._SCHEMA.split(";"):
+            if stmt.strip():
+                conn.execute(stmt)
+        meta = {"threshold": self.threshold, "max_clusters": self.max_clusters, "next_id": self._next_id,
+                "clock": self._clock}
+        conn.executemany("INSERT OR REPLACE INTO obs_meta(key, value) VALUES (?, ?)",
+                         [(k, json.dumps(v)) for k, v in meta.items()])
+        if self._evicted:
+            conn.executemany("DELETE FROM obs_clusters WHERE cid = ?", [(c,) for c in self._evicted])
+            conn.executemany("DELETE FROM obs_memo WHERE cid = ?", [(c,) for c in self._evicted])
+        if self._dirty:
+            rows = [(cid, self._scope_of[cid], self._proto[cid], self._size[cid], self._tick[cid])
+                    for cid in self._dirty if cid in self._proto]
+            conn.executemany("INSERT OR REPLACE INTO obs_clusters(cid, task_type, prototype, size, recency) "
+                             "VALUES (?, ?, ?, ?, ?)", rows)
+        if self._memo_dropped:
+            conn.executemany("DELETE FROM obs_memo WHERE task_type = ? AND observation = ?",
+                             list(self._memo_dropped))
+        if self._memo_added:
+            conn.executemany("INSERT OR REPLACE INTO obs_memo(task_type, observation, cid) VALUES (?, ?, ?)",
+                             [(t, o, c) for (t, o), c in self._memo_added.items() if c in self._proto])
+        self._mark_clean()
+
+    @classmethod
+    def load_sqlite(cls, conn: sqlite3.Connection, **kwargs: Any) -> ObservationIndex:
+        """Rebuild an index from the tables written by :meth:`save_sqlite` (empty index if there are none)."""
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        if "obs_clusters" not in have:
+            return cls(**kwargs)
+        meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM obs_meta")}
+        kwargs.setdefault("threshold", meta.get("threshold", 0.85))
+        kwargs.setdefault("max_clusters", meta.get("max_clusters", 100_000))
+        idx = cls(**kwargs)
+        clusters = conn.execute("SELECT cid, task_type, prototype, size, recency FROM obs_clusters").fetchall()
+        memo = conn.execute("SELECT task_type, observation, cid FROM obs_memo").fetchall()
+        idx._load(meta.get("next_id", 0), clusters, memo, meta.get("clock", 0))
+        return idx
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Reference: the plain scan (tests and benchmarks)
+# ---------------------------------------------------------------------------------------------------------------
+class ExactScanIndex:
+    """The semantics by brute force: every prototype of the task type, in creation order.
+
+    ``fast=False, bounds=False`` is the plain difflib scan; ``bounds`` adds the exact-preserving quick bounds;
+    ``memo`` keeps the first assignment of repeated observations (as :class:`ObservationIndex` does).
+    """
+
+    def __init__(self, threshold: float = 0.85, *, memo: bool = True, bounds: bool = True, fast: bool = True):
+        self.threshold = threshold
+        self.memo = memo
+        self.bounds = bounds
+        self.fast = fast
+        self._protos: dict[str, list[tuple[int, str, Any]]] = {}
+        self._memo: dict[tuple[str, str], int] = {}
+        self._n = 0
+
+    def __len__(self) -> int:
+        return self._n
+
+    def add_prototype(self, observation: str, task_type: str = "") -> int:
+        cid = self._n
+        self._n += 1
+        self._protos.setdefault(task_type, []).append(
+            (cid, observation, PreparedText(observation) if self.fast else None))
+        return cid
+
+    def lookup(self, observation: str, task_type: str = "") -> int:
+        if self.memo:
+            cid = self._memo.get((task_type, observation))
+            if cid is not None:
+                return cid
+        a = observation
+        la = len(a)
+        thr = self.threshold
+        best, best_r = -1, -1.0
+        for cid, b, prep in self._protos.get(task_type, ()):
+            if self.bounds:
+                total = la + len(b)
+                need = _need(max(thr, best_r), total)
+                if min(la, len(b)) < need or match_upper_bound(a, b, need) < need:
+                    continue
+            r = fast_ratio(a, prep) if self.fast else difflib.SequenceMatcher(None, a, b).ratio()
+            if r >= thr and r > best_r:
+                best, best_r = cid, r
+        return best
+
+    def assign(self, observation: str, task_type: str = "") -> int:
+        cid = self.lookup(observation, task_type)
+        if cid < 0:
+            cid = self.add_prototype(observation, task_type)
+        if self.memo:
+            self._memo.setdefault((task_type, observation), cid)
+        return cid
+
+
+def rand_index(labels_a: list, labels_b: list) -> float:
+    """Pairwise agreement of two clusterings of the same items: (pairs together in both + apart in both) / pairs."""
+    n = len(labels_a)
+    if n != len(labels_b):
+        raise ValueError("label lists differ in length")
+    if n < 2:
+        return 1.0
+
+    def pairs(counter: Counter) -> int:
+        return sum(c * (c - 1) // 2 for c in counter.values())
+
+    same_a = pairs(Counter(labels_a))
+    same_b = pairs(Counter(labels_b))
+    same_both = pairs(Counter(zip(labels_a, labels_b)))
+    total = n * (n - 1) // 2
+    return (total - same_a - same_b + 2 * same_both) / total
