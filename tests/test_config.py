@@ -16,7 +16,7 @@ def test_defaults_and_overrides():
     ("rollout.groupz=2", "rollout.groupz: unknown key"),
     ("rollout.groups=two", "rollout.groups:"),
     ("rollout.groups=0", "rollout.groups:"),
-    ("algorithm.name=nope", "algorithm.name: unknown 'nope'"),
+    ("algorithm.name=nope", "algorithm.name: unknown advantage 'nope'"),
     ("algorithm.policy_loss=nope", "algorithm.policy_loss: unknown"),
     ("model.dtype=float16", "model.dtype:"),
     ("nokey", "nokey: expected key=value"),

@@ -138,12 +138,13 @@ class RunConfig(_Section):
     def _known_algorithm(self) -> "RunConfig":
         from slea.algorithms import registry  # late: algorithms never import config
 
-        if self.algorithm.name not in registry.advantage_names():
-            raise ValueError(f"algorithm.name: unknown {self.algorithm.name!r}; "
-                             f"expected one of {', '.join(registry.advantage_names())}")
-        if self.algorithm.policy_loss not in registry.policy_loss_names():
-            raise ValueError(f"algorithm.policy_loss: unknown {self.algorithm.policy_loss!r}; "
-                             f"expected one of {', '.join(registry.policy_loss_names())}")
+        for key, get in (("algorithm.name", registry.get_advantage),
+                         ("algorithm.policy_loss", registry.get_policy_loss)):
+            value = getattr(self.algorithm, key.split(".")[1])
+            try:
+                get(value)
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"{key}: {str(exc).strip(chr(34) + chr(39))}") from None
         return self
 
 

@@ -56,3 +56,32 @@ def test_greedy_is_deterministic(tiny_policy):
     a = gen.generate(_prompts(tok), max_new_tokens=6, temperature=0.0)
     b = gen.generate(_prompts(tok), max_new_tokens=6, temperature=0.0)
     assert [o.ids for o in a] == [o.ids for o in b]
+
+
+def test_shared_prefix_forward_equals_plain_forward_with_gradients():
+    from slea.config import ModelSection
+    from slea.policy.model import load_policy
+
+    torch.manual_seed(0)
+    model, _ = load_policy(ModelSection(name_or_path="tiny", lora=True, lora_r=4, dtype="float32"))
+    # make the adapters non-zero so the prefix KV depends on trainable weights
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_B" in n:
+                p.normal_(0, 0.05)
+    common = [1, 5, 9, 14, 22, 30, 31, 40]
+    samples = [Sample(common + [50, 51], [60, 61, 62], [0.0] * 3, 1.0),
+               Sample(common + [52], [63], [0.0], 1.0),
+               Sample(common + [53, 54, 55], [64, 65], [0.0] * 2, 1.0)]
+    results = []
+    for share in (False, True):
+        model.zero_grad()
+        logp, mask = response_logprobs(model, samples, temperature=1.0, dtype="float32", share_prefix=share)
+        (logp * mask).sum().backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+        results.append((logp.detach(), mask, grads))
+    (a, ma, ga), (b, mb, gb) = results
+    assert torch.equal(ma, mb)
+    assert torch.allclose(a, b, atol=1e-5)
+    for n in ga:
+        assert torch.allclose(ga[n], gb[n], atol=1e-5), n

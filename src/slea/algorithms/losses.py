@@ -127,6 +127,7 @@ def _policy_loss(logprobs, old_logprobs, advantages, mask, low, high, c, loss_ag
             "clip_frac": float(masked_mean(clipped, m)),
             "approx_kl": float(masked_mean(-lr, m)),
             "ratio_mean": float(masked_mean(ratio, m)),
+            "ratio_dev_mean": float(masked_mean(dev, m)),
             "ratio_max_dev": float(dev[present].max()) if present.any() else 0.0,
         }
         if c is not None:

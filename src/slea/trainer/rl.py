@@ -111,6 +111,13 @@ class Trainer:
         if self.console is not None:
             self.console.print(msg)
 
+    def progress(self):
+        """A transient rich progress bar (a silent one without a console)."""
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=self.console, transient=True, disable=self.console is None)
+
     def eval_kwargs(self) -> dict[str, Any]:
         return {**self.cfg.env.kwargs, "split": "heldout", **self.cfg.env.eval_kwargs}
 
@@ -135,7 +142,11 @@ class Trainer:
         cfg = self.cfg
         t0 = time.perf_counter()
         seeds = iteration_seeds(cfg.run.seed, it, cfg.rollout.groups)
-        trajs, rstats = self.collector.collect(self.pool, seeds, iteration=it)
+        with self.progress() as bar:
+            task = bar.add_task("rollout", total=cfg.env.max_steps)
+            trajs, rstats = self.collector.collect(
+                self.pool, seeds, iteration=it,
+                progress=lambda turn, live: bar.update(task, completed=turn, description=f"rollout ({live} live)"))
         self.episodes += len(trajs)
         samples, adv = build_samples(trajs, cfg)
         metrics: dict[str, float] = {f"train/{k}": v for k, v in summarize(trajs).items()}
@@ -151,9 +162,12 @@ class Trainer:
             if cfg.algorithm.kl_coef > 0:
                 reference_logprobs(self.model, samples, micro_batch=cfg.train.micro_batch,
                                    temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
-            upd = ppo_update(self.model, self.optimizer, samples, cfg.algorithm, cfg.train,
-                             temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
-                             rng=random.Random(cfg.run.seed * 100_003 + it))
+            with self.progress() as bar:
+                task = bar.add_task(f"update ({len(samples)} samples)", total=cfg.train.updates_per_iter)
+                upd = ppo_update(self.model, self.optimizer, samples, cfg.algorithm, cfg.train,
+                                 temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
+                                 rng=random.Random(cfg.run.seed * 100_003 + it),
+                                 progress=lambda done, total: bar.update(task, completed=done, total=total))
         t_train = time.perf_counter() - t_train
         metrics.update({f"update/{k}": v for k, v in upd.items()})
         metrics.update(lib_metrics)
@@ -162,6 +176,7 @@ class Trainer:
             "tokens/trained": upd.get("trained_tokens", 0.0),
             "time/generation_s": rstats.gen_s, "time/env_s": rstats.env_s, "time/retrieval_s": rstats.retrieval_s,
             "time/library_s": t_lib, "time/train_s": t_train, "time/iteration_s": time.perf_counter() - t0,
+            "throughput/train_tokens_per_s": upd.get("trained_tokens", 0.0) / max(t_train, 1e-9),
             "episodes": float(self.episodes),
         })
         return metrics
@@ -201,7 +216,9 @@ class Trainer:
         if self.experience is not None:
             self.experience.close()
         summary = {"run_dir": str(self.dir), "before": before, "after": after, "episodes": self.episodes,
-                   "iterations": len(rows), "wall_s": time.perf_counter() - t_start}
+                   "iterations": len(rows), "wall_s": time.perf_counter() - t_start,
+                   # log-probs are recorded at generation and recomputed in training, both under this precision
+                   "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
         write_eval(self.dir, "summary", summary)
         return summary
 

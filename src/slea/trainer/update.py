@@ -15,7 +15,7 @@ import torch
 
 from slea.algorithms.kl import kl_penalty
 from slea.algorithms.registry import get_policy_loss
-from slea.policy.generation import autocast, left_pad
+from slea.policy.generation import autocast, left_pad, shared_prefix
 
 
 @dataclass
@@ -29,20 +29,38 @@ class Sample:
     ref_logprobs: list[float] | None = None
 
 
-def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
-                      dtype: str = "bfloat16") -> tuple[torch.Tensor, torch.Tensor]:
+def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0, dtype: str = "bfloat16",
+                      share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs of each sample's response, right-aligned: ``(logp, mask)`` of shape (B, K).
 
     Rows are left-padded prompt+response, so every response ends at the last column; column j of the
     result is the (K−j)-th token from the end, and ``mask`` marks the row's real response tokens.
+
+    With ``share_prefix`` the token prefix common to all rows (system message and example exchange, about
+    a third of a prompt) runs once at batch 1 and its KV cache is fanned out to the rows; gradients flow
+    through the shared prefix, so the result and its gradient equal the plain forward.
     """
-    seqs = [s.prompt_ids + s.response_ids for s in samples]
     k = max(len(s.response_ids) for s in samples)
-    pad = 0
-    ids, attn = left_pad(seqs, pad)
-    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    prefix = shared_prefix([s.prompt_ids for s in samples]) if share_prefix and len(samples) > 1 else 0
+    rest = [s.prompt_ids[prefix:] + s.response_ids for s in samples]
+    ids, attn = left_pad(rest, 0)
     with autocast(dtype):
-        out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=k + 1, use_cache=False)
+        if prefix:
+            from transformers import DynamicCache
+
+            pre = model(input_ids=torch.tensor([samples[0].prompt_ids[:prefix]]),
+                        position_ids=torch.arange(prefix).unsqueeze(0),
+                        cache=DynamicCache(config=_base_config(model)), use_cache=True)
+            cache = pre.cache
+            cache.batch_select_indices(torch.zeros(len(samples), dtype=torch.long))
+            full = torch.cat([torch.ones(len(samples), prefix, dtype=attn.dtype), attn], dim=1)
+            pos = (prefix + attn.cumsum(-1) - 1).clamp(min=0)
+            out = model(input_ids=ids, attention_mask=full, position_ids=pos, cache=cache, use_cache=True,
+                        logits_to_keep=k + 1)
+        else:
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)
+            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=k + 1,
+                        use_cache=False)
     logits = out.logits[:, :-1].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
@@ -51,6 +69,10 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
     lens = torch.tensor([len(s.response_ids) for s in samples])
     mask = (torch.arange(k).unsqueeze(0) >= (k - lens).unsqueeze(1)).float()
     return logp * mask, mask
+
+
+def _base_config(model):
+    return getattr(model, "config", None) or model.get_base_model().config
 
 
 def _right_aligned(rows: list[list[float]], k: int) -> torch.Tensor:
@@ -84,7 +106,7 @@ def loss_kwargs(loss_fn, algo_cfg) -> dict:
 
 
 def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, temperature: float,
-               dtype: str, rng: random.Random) -> dict[str, float]:
+               dtype: str, rng: random.Random, progress=None) -> dict[str, float]:
     """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches, with gradient accumulation
     over micro-batches weighted so the aggregate equals one pass over the whole mini-batch."""
     loss_fn = get_policy_loss(algo_cfg.policy_loss)
@@ -98,7 +120,9 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
     totals: dict[str, float] = {}
     skipped = 0
     model.train()
-    for mini in minis:
+    for done, mini in enumerate(minis):
+        if progress is not None:
+            progress(done, n_mini)
         rows = [samples[i] for i in mini]
         mini_tokens = sum(len(s.response_ids) for s in rows)
         optimizer.zero_grad(set_to_none=True)
@@ -115,12 +139,15 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
                 kl = kl_penalty(logp, ref, algo_cfg.kl_estimator)
                 kl_mean = (kl * mask).sum() / mask.sum().clamp(min=1)
                 loss = loss + algo_cfg.kl_coef * kl_mean
-                met = dict(met, kl=float(kl_mean))
+                met = dict(met, kl=float(kl_mean.detach()))
             weight = (mask.sum().item() / max(mini_tokens, 1)) if agg == "token-mean" else len(chunk) / len(rows)
             (loss * weight).backward()
-            met = dict(met, loss=float(loss))
+            met = dict(met, loss=float(loss.detach()))
             for key, v in met.items():
-                metrics_acc[key] = metrics_acc.get(key, 0.0) + float(v) * weight
+                if key.endswith("_max_dev"):  # a max stays a max across micro-batches
+                    metrics_acc[key] = max(metrics_acc.get(key, 0.0), float(v))
+                else:
+                    metrics_acc[key] = metrics_acc.get(key, 0.0) + float(v) * weight
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, train_cfg.grad_clip))
         if not math.isfinite(grad_norm) or any(not math.isfinite(v) for v in metrics_acc.values()):
             optimizer.zero_grad(set_to_none=True)  # numerical guard: skip this step, keep the weights
@@ -128,8 +155,14 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             continue
         optimizer.step()
         metrics_acc["grad_norm"] = grad_norm
+        if "ratio_dev_onpolicy" not in totals and "ratio_dev_mean" in metrics_acc:
+            # The first mini-batch is on-policy: its |ratio − 1| is the generation-vs-training numerics gap.
+            totals["ratio_dev_onpolicy"] = metrics_acc["ratio_dev_mean"]
         for key, v in metrics_acc.items():
-            totals[key] = totals.get(key, 0.0) + v / n_mini
+            if key.endswith("_max_dev"):
+                totals[key] = max(totals.get(key, 0.0), v)
+            else:
+                totals[key] = totals.get(key, 0.0) + v / n_mini
     totals["skipped_updates"] = float(skipped)
     totals["trained_tokens"] = float(sum(len(s.prompt_ids) + len(s.response_ids) for s in samples))
     totals["trained_samples"] = float(len(samples))
