@@ -192,11 +192,15 @@ class Trainer:
         if cfg.eval.before and self.start_iteration == 0:
             before = self.evaluate("before", 0)
             self.say(_eval_line("untrained", before))
+        t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
+        last_iter_s = 0.0
         for it in range(self.start_iteration, cfg.train.iterations):
-            if cfg.train.time_budget_s is not None and time.perf_counter() - t_start > cfg.train.time_budget_s:
-                self.say(f"time budget reached after {it} iterations")
+            budget = cfg.train.time_budget_s
+            if budget is not None and time.perf_counter() - t_train + 0.5 * last_iter_s > budget:
+                self.say(f"time budget of {budget:.0f}s reached after {it} iterations")
                 break
             m = self.iteration(it)
+            last_iter_s = m["time/iteration_s"]
             self.log.log(it, m)
             self.say(_iter_line(it, cfg.train.iterations, m))
             if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1:
