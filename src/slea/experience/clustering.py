@@ -351,9 +351,16 @@ def _gate(threshold: float, n_features: int) -> float:
 
 
 def _features(text: str) -> set:
+    """Word unigrams and bigrams; texts of a few words also get character trigrams (a one-word edit there is
+    a large share of the text); every text gets its first and last 6 characters."""
     toks = text.split()
     f: set = set(toks)
     f.update(zip(toks, toks[1:]))
+    if len(toks) <= 4:
+        f.update([text[i:i + 3] for i in range(len(text) - 2)])
+    if text:
+        f.add(("^", text[:6]))
+        f.add(("$", text[-6:]))
     return f
 
 

@@ -1,0 +1,71 @@
+"""Read-mostly helpers over a run's ``library.sqlite`` (the CLI's ``slea library show|search|export``)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from slea.experience.clustering import ObservationIndex
+from slea.experience.library import ZONES, ExperienceLibrary
+from slea.experience.manager import RetrievalResult
+from slea.experience.retrieval import Retriever
+
+
+def _settings(path: Path) -> dict[str, Any]:
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        meta = dict(conn.execute("SELECT key, value FROM obs_meta")) if "obs_meta" in have else {}
+    finally:
+        conn.close()
+    return {k: json.loads(v) for k, v in meta.items()}
+
+
+def list_entries(path: str | Path, zone: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
+    """Entries (best score first) as dicts: id, zone, level, score, usage, success, clusters, text, ..."""
+    if zone is not None and zone not in ZONES:
+        raise ValueError(f"zone must be one of {ZONES}, got {zone!r}")
+    lib = ExperienceLibrary(path)
+    try:
+        rows = sorted(lib.entries(zone), key=lambda e: (-e.score, -e.last_used_iter, e.id))
+        return [e.to_dict() for e in rows[: max(0, int(limit))]]
+    finally:
+        lib.close()
+
+
+def search(path: str | Path, text: str, task_type: str = "", *, top_k_pos: int = 2, top_k_neg: int = 1,
+           max_tokens: int = 200, fallback_threshold: float = 0.5) -> RetrievalResult:
+    """What an observation would retrieve (Eq.1, else Eq.2), ignoring the warm-up gate; changes nothing.
+
+    ``cluster_id`` is the cluster it would join, or -1 if it would open a new one.
+    """
+    path = Path(path)
+    meta = _settings(path)
+    lib = ExperienceLibrary(path)
+    try:
+        index = ObservationIndex.load_sqlite(lib.conn, threshold=float(meta.get("threshold", 0.85)))
+        cid = index.lookup(text, task_type)
+        r = Retriever(lib, top_k_pos=top_k_pos, top_k_neg=top_k_neg, max_tokens=max_tokens,
+                      fallback_threshold=fallback_threshold)
+        got = r.retrieve(text, cid, task_type=task_type, link=False)
+        return RetrievalResult(cid, got.entry_ids, got.text)
+    finally:
+        lib.conn.close()  # no checkpoint/flush: a read-only look
+
+
+def export_jsonl(path: str | Path, out: str | Path) -> int:
+    lib = ExperienceLibrary(path)
+    try:
+        return lib.export_jsonl(out)
+    finally:
+        lib.close()
+
+
+def import_jsonl(path: str | Path, src: str | Path) -> dict[str, int]:
+    lib = ExperienceLibrary(path)
+    try:
+        return lib.import_jsonl(src)
+    finally:
+        lib.close()

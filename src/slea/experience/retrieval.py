@@ -1,0 +1,197 @@
+"""Per-step retrieval (SLEA-RL Eq.1 / Eq.2) and rendering for the system message (App. A Eq.8).
+
+Eq.1 — the observation's cluster has experiences: ``TopK(E+_c, k+) ∪ TopK(E−_c, k−)``, ranked by quality z, then
+recency (last iteration used, then created), then id.
+
+Eq.2 — it has none: entries over the whole library whose similarity with the observation exceeds a threshold,
+top k+ strategies and k− warnings by similarity (then z); they are then linked to the cluster so the next visit is
+an Eq.1 hit. ``sim(o, e)`` (unspecified in the paper, §1.6) is the IDF-weighted share of the entry's content
+tokens (its text plus the observation summary it was distilled from) that occur in the observation (and goal).
+Candidates come from the library's token index, rarest tokens first under a fixed work budget, so the cost does
+not grow with the library.
+
+Nothing is cached across calls: every retrieval reads the current library.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+from itertools import chain
+from typing import Callable
+
+from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
+
+HEADER = "Lessons from earlier episodes (hints; use them only if they fit):"
+POS_HEAD = "Do:"
+NEG_HEAD = "Avoid:"
+
+
+def approx_tokens(text: str) -> int:
+    """chars/4, rounded up: the token estimate used when no tokenizer is given."""
+    return (len(text) + 3) // 4
+
+
+@dataclass
+class Retrieved:
+    entry_ids: list[int]
+    text: str
+    fallback: bool = False  # Eq.2 was used
+
+
+class Retriever:
+    def __init__(self, library: ExperienceLibrary, *, top_k_pos: int = 2, top_k_neg: int = 1,
+                 max_tokens: int = 200, fallback_threshold: float = 0.5,
+                 count_tokens: Callable[[str], int] | None = None, max_candidates: int = 64,
+                 work_budget: int = 4096) -> None:
+        self.lib = library
+        self.top_k = {"pos": int(top_k_pos), "neg": int(top_k_neg)}
+        self.max_tokens = int(max_tokens)
+        self.fallback_threshold = float(fallback_threshold)
+        self.count_tokens = count_tokens or approx_tokens
+        self.max_candidates = int(max_candidates)
+        self.work_budget = int(work_budget)
+
+    # -- Eq.1 ------------------------------------------------------------------------------------------------
+    def _rank_key(self, eid: int) -> tuple:
+        e = self.lib.get(eid)
+        return (e.score, e.last_used_iter, e.created_iter, eid)
+
+    def from_cluster(self, cluster_id: int, zone: str, k: int) -> list[int]:
+        if k <= 0 or cluster_id < 0:
+            return []
+        ids = self.lib.linked(cluster_id, zone)
+        if not ids:
+            return []
+        if len(ids) <= k:
+            return sorted(ids, key=self._rank_key, reverse=True)
+        import heapq
+
+        return heapq.nlargest(k, ids, key=self._rank_key)
+
+    # -- Eq.2 ------------------------------------------------------------------------------------------------
+    def similar(self, text: str, task_type: str = "") -> list[tuple[float, int]]:
+        """(sim, entry id) for entries with sim > threshold, best first (candidate filter + exact scoring)."""
+        lib = self.lib
+        n = len(lib)
+        if n == 0:
+            return []
+        q = content_tokens(text)
+        lists = []
+        for t in q:
+            s = lib.postings(t)
+            if s:
+                lists.append(s)
+        if not lists:
+            return []
+        lists.sort(key=len)
+        budget = self.work_budget
+        take = 0
+        for s in lists:
+            if budget <= 0:
+                break
+            budget -= len(s)
+            take += 1
+        counts = Counter(chain.from_iterable(lists[:take]))
+        cands = [e for e, _ in counts.most_common(self.max_candidates)]
+        idf_cache: dict[str, float] = {}
+
+        def idf(t: str) -> float:
+            v = idf_cache.get(t)
+            if v is None:
+                df = len(lib.postings(t) or ())
+                v = idf_cache[t] = math.log(1.0 + n / (1 + df))
+            return v
+
+        out = []
+        thr = self.fallback_threshold
+        for eid in cands:
+            e = lib.get(eid)
+            if e is None or (e.task_type and task_type and e.task_type != task_type):
+                continue
+            toks = lib.tokens(eid)
+            if not toks:
+                continue
+            tot = 0.0
+            hit = 0.0
+            for t in toks:
+                w = idf(t)
+                tot += w
+                if t in q:
+                    hit += w
+            sim = hit / tot if tot else 0.0
+            if sim > thr:
+                out.append((sim, eid))
+        out.sort(key=lambda x: (x[0], lib.get(x[1]).score, x[1]), reverse=True)
+        return out
+
+    def fallback(self, text: str, task_type: str = "") -> list[int]:
+        ranked = self.similar(text, task_type)
+        got = {"pos": [], "neg": []}
+        for _, eid in ranked:
+            z = self.lib.get(eid).zone
+            if len(got[z]) < self.top_k[z]:
+                got[z].append(eid)
+            if all(len(got[zz]) >= self.top_k[zz] for zz in got):
+                break
+        return got["pos"] + got["neg"]
+
+    # -- both ------------------------------------------------------------------------------------------------
+    def retrieve(self, observation: str, cluster_id: int, *, task_type: str = "", goal: str = "",
+                 link: bool = True) -> Retrieved:
+        ids = self.from_cluster(cluster_id, "pos", self.top_k["pos"]) + \
+            self.from_cluster(cluster_id, "neg", self.top_k["neg"])
+        used_fallback = False
+        if not ids:
+            ids = self.fallback(f"{observation}\n{goal}" if goal else observation, task_type)
+            used_fallback = bool(ids)
+            if link and cluster_id >= 0:
+                for eid in ids:
+                    self.lib.link_deferred(eid, cluster_id)
+        text, kept = self.render(ids)
+        return Retrieved(kept, text, used_fallback)
+
+    def render(self, ids: list[int]) -> tuple[str, list[int]]:
+        """System-message text for the entries within the token budget B_max; returns (text, ids included).
+
+        Strategies first, then warnings, each in rank order; an entry that does not fit is skipped (a later,
+        shorter one may still fit); if not even the first fits, it is shortened to fit.
+        """
+        lib = self.lib
+        items = [(i, lib.get(i)) for i in ids]
+        items = [(i, e) for i, e in items if e is not None]
+        items = [x for x in items if x[1].zone == "pos"] + [x for x in items if x[1].zone == "neg"]
+        if not items:
+            return "", []
+        count = self.count_tokens
+        budget = self.max_tokens
+        sel: list[tuple[int, str, str]] = []  # (id, zone, text)
+
+        def build(chosen: list[tuple[int, str, str]]) -> str:
+            lines = [HEADER]
+            for zone, head in (("pos", POS_HEAD), ("neg", NEG_HEAD)):
+                group = [t for _, z, t in chosen if z == zone]
+                if group:
+                    lines.append(head)
+                    lines += ["- " + t for t in group]
+            return "\n".join(lines)
+
+        for eid, e in items:
+            t = sanitize(e.text, 400)
+            trial = sel + [(eid, e.zone, t)]
+            if count(build(trial)) <= budget:
+                sel = trial
+            elif not sel:
+                lo, hi = 0, len(t)  # longest prefix (+ ellipsis) that fits
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if count(build([(eid, e.zone, t[:mid].rstrip() + "…")])) <= budget:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                if lo >= 8:
+                    sel = [(eid, e.zone, t[:lo].rstrip() + "…")]
+        if not sel:
+            return "", []
+        return build(sel), [eid for eid, _, _ in sel]
