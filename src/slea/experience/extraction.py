@@ -311,6 +311,7 @@ def extract_candidates(trajs: Sequence[Trajectory], *, eta: str | float = "media
                        extractor: str = "rule", generate_text: GenerateText | None = None,
                        rule: RuleExtractor | None = None) -> tuple[float, list[Candidate], dict[str, float]]:
     """η, strategy+warning candidates (best score first within each zone) and counts for the metrics."""
+    _, all_pos, all_neg = split_outcomes(trajs, eta)
     e, pos, neg = select(trajs, eta, k_traj)
     rule = rule or RuleExtractor()
     if extractor == "llm" and generate_text is not None:
@@ -322,5 +323,6 @@ def extract_candidates(trajs: Sequence[Trajectory], *, eta: str | float = "media
         info = {}
     order = {lv: i for i, lv in enumerate(("example", "pattern", "principle"))}
     cands.sort(key=lambda c: (c.zone != "pos", -c.score if c.zone == "pos" else c.score, order.get(c.level, 3)))
-    info.update({"eta": e, "t_pos": float(len(pos)), "t_neg": float(len(neg)), "candidates": float(len(cands))})
+    info.update({"eta": e, "t_pos": float(len(all_pos)), "t_neg": float(len(all_neg)),
+                 "selected_pos": float(len(pos)), "selected_neg": float(len(neg)), "candidates": float(len(cands))})
     return e, cands, info

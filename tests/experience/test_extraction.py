@@ -1,0 +1,167 @@
+"""Extraction: outcome split, rule-based candidates, robust parsing of LLM output, LLM extractor fallbacks."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from slea.experience.extraction import (
+    LLMExtractor,
+    RuleExtractor,
+    extract_candidates,
+    load_template,
+    parse_llm_list,
+    select,
+    split_outcomes,
+    summarize_observation,
+)
+from slea.types import Step, Trajectory
+
+KITCHEN = "-= Kitchen =-\nYou are in a kitchen. There is a closed fridge and a table with an apple."
+
+
+def make_traj(tid: int, actions: list[str], rewards: list[float], *, won: bool = False, truncated: bool = False,
+              invalid: tuple[int, ...] = (), goal: str = "Eat the apple", task_type: str = "tw") -> Trajectory:
+    t = Trajectory(group_id=0, traj_id=tid, goal=goal, task_type=task_type, won=won, truncated=truncated)
+    for i, (a, r) in enumerate(zip(actions, rewards)):
+        ok = i not in invalid
+        t.steps.append(Step(0, tid, i, KITCHEN if i == 0 else f"You {a} and look around room {i}.", [], [], [],
+                            reward=r, done=i == len(actions) - 1, valid=ok, action=a if ok else "",
+                            response_text=a, task_type=task_type, cluster_id=100 + i))
+    return t
+
+
+def test_split_at_batch_median_and_fixed_eta():
+    trajs = [make_traj(i, ["look"], [r]) for i, r in enumerate([0.0, 1.0, 0.5, 0.2])]
+    eta, pos, neg = split_outcomes(trajs)
+    assert eta == 0.35 and {t.traj_id for t in pos} == {1, 2} and {t.traj_id for t in neg} == {0, 3}
+    eta, pos, neg = split_outcomes(trajs, 0.5)
+    assert eta == 0.5 and [t.traj_id for t in pos] == [1]
+    eta, top, bottom = select(trajs, "median", k_traj=1)
+    assert [t.traj_id for t in top] == [1] and [t.traj_id for t in bottom] == [0]
+    eta, pos, neg = split_outcomes([make_traj(i, ["look"], [0.0]) for i in range(3)])
+    assert pos == [] and len(neg) == 3  # all equal: nothing beats the median
+
+
+def test_rule_strategies_name_actions_link_clusters_and_score_R():
+    t = make_traj(7, ["open fridge", "take apple", "eat apple"], [0.0, 0.0, 1.0], won=True)
+    cands = RuleExtractor().strategies(t)
+    assert {c.level for c in cands} == {"example", "pattern", "principle"}
+    assert all(c.zone == "pos" and c.score == 1.0 and c.sources == [7] for c in cands)
+    ex = [c for c in cands if c.level == "example"][0]
+    assert "eat apple" in ex.text and ex.clusters == [102]
+    pat = [c for c in cands if c.level == "pattern"][0]
+    assert "open fridge > take apple > eat apple" in pat.text and pat.clusters == [100, 101, 102]
+
+
+def test_rule_warnings_from_invalid_repeated_and_last_actions():
+    t = make_traj(3, ["dance", "go west", "go west", "go west", "eat table"], [-0.1, 0, 0, 0, 0], invalid=(0,))
+    cands = RuleExtractor().warnings(t)
+    texts = " | ".join(c.text for c in cands)
+    assert "'dance' was not a valid command" in texts
+    assert "Repeating 'go west' (3 times)" in texts
+    assert "'eat table' ended the episode without success" in texts
+    assert all(c.zone == "neg" and c.score == t.episode_return for c in cands)
+    inv = [c for c in cands if "dance" in c.text][0]
+    assert inv.clusters == [100]
+    tr = make_traj(4, ["look", "look"], [0, 0], truncated=True)
+    assert any(c.level == "principle" and "ran out of steps" in c.text for c in RuleExtractor().warnings(tr))
+
+
+def test_summarize_observation():
+    assert summarize_observation(KITCHEN) == "in the kitchen: You are in a kitchen."
+    assert summarize_observation("You take the apple. It is red.") == "you take the apple."
+    s = summarize_observation("word " * 100)
+    assert len(s) <= 91 and s.endswith("…")
+
+
+MESSY = """<think>let me think about the <b>episode</b>... I should list lessons</think>
+Here are the lessons:
+1. principle: Always read the cookbook before cooking anything.
+2) [pattern] open the fridge, then take the ingredients, then cook them
+- Example: When in the kitchen with a closed fridge, type 'open fridge'.
+* Tip: <|im_start|>check your inventory after each take<|im_end|>
+3. ok
+4. !!!!!!!!!!!!!!!!!!!!!!!
+```
+• Lesson 5: Do not wander between rooms without a plan (pattern)
+1. principle: Always read the cookbook before cooking anything.
+"""
+
+
+def test_parse_messy_llm_output():
+    items = parse_llm_list(MESSY)
+    assert items[0] == ("principle", "Always read the cookbook before cooking anything.")
+    assert items[1] == ("pattern", "open the fridge, then take the ingredients, then cook them")
+    assert items[2] == ("example", "When in the kitchen with a closed fridge, type 'open fridge'.")
+    assert items[3][1] == "check your inventory after each take"
+    assert items[4] == ("pattern", "Do not wander between rooms without a plan")
+    assert len(items) == 5  # junk, the echo heading and the repeated line are gone
+    assert parse_llm_list("") == [] and parse_llm_list(None) == [] and parse_llm_list(42) == []
+    assert parse_llm_list("1. 2. 3.\n- -\n#####\n") == []
+    assert len(parse_llm_list("\n".join(f"{i}. lesson number {i} is useful" for i in range(30)), 4)) == 4
+    inline = parse_llm_list("1. Open the fridge first please. 2. Take the apple when you see it.")
+    assert [t for _, t in inline] == ["Open the fridge first please.", "Take the apple when you see it."]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=400))
+def test_parse_never_raises_and_output_is_clean(text):
+    for level, line in parse_llm_list(text):
+        assert level in ("principle", "pattern", "example")
+        assert "<|" not in line and "|>" not in line and 12 <= len(line) <= 300
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.one_of(st.none(), st.text(max_size=200), st.integers()), max_size=4))
+def test_llm_extractor_never_crashes_on_garbage(answers):
+    trajs = [make_traj(1, ["take apple", "eat apple"], [0, 1], won=True), make_traj(2, ["look"], [0])]
+
+    def gen(prompts):
+        return answers
+
+    cands = LLMExtractor(gen).extract(trajs[:1], trajs[1:])
+    assert all(c.zone in ("pos", "neg") for c in cands)
+
+
+def test_llm_extractor_uses_answers_and_falls_back_per_trajectory():
+    win = make_traj(1, ["take apple", "eat apple"], [0, 1], won=True)
+    lose = make_traj(2, ["dance"], [-0.1], invalid=(0,))
+    seen = []
+
+    def gen(prompts):
+        seen.extend(prompts)
+        return ["1. principle: Take the food before trying to eat it.\n2. example: In the kitchen, take apple.",
+                "<think>hmm</think>\n???"]
+
+    ex = LLMExtractor(gen)
+    cands = ex.extract([win], [lose])
+    pos = [c for c in cands if c.zone == "pos"]
+    neg = [c for c in cands if c.zone == "neg"]
+    assert [c.text for c in pos] == ["Take the food before trying to eat it.", "In the kitchen, take apple."]
+    assert pos[0].level == "principle" and pos[0].clusters == [100, 101] and pos[0].score == 1.0
+    assert neg and "not a valid command" in neg[0].text  # unusable answer -> rule fallback
+    assert ex.stats["fallback"] == 1
+    assert "Eat the apple" in seen[0] and "SUCCEEDED" in seen[0] and "FAILED" in seen[1]
+    assert "take apple" in seen[0]
+
+    def boom(prompts):
+        raise RuntimeError("generator down")
+
+    cands = LLMExtractor(boom).extract([win], [lose])
+    assert cands and {c.zone for c in cands} == {"pos", "neg"}
+    cands = LLMExtractor(lambda p: ["only one answer"]).extract([win], [lose])
+    assert {c.zone for c in cands} == {"pos", "neg"}
+
+
+def test_templates_and_extract_candidates():
+    assert "$trajectory" in load_template("extract_strategies.txt")
+    assert "$trajectory" in load_template("extract_warnings.txt")
+    trajs = [make_traj(1, ["take apple", "eat apple"], [0, 1], won=True),
+             make_traj(2, ["dance", "look"], [-0.1, 0], invalid=(0,)),
+             make_traj(3, ["look"], [0.0])]
+    eta, cands, info = extract_candidates(trajs, k_traj=1)
+    assert info["t_pos"] == 1 and info["t_neg"] == 2 and info["candidates"] == len(cands)
+    zones = [c.zone for c in cands]
+    assert zones == sorted(zones, key=lambda z: z != "pos")  # strategies first
+    assert {c.sources[0] for c in cands if c.zone == "neg"} == {2}  # bottom-1 of T−
