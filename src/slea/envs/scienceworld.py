@@ -1,0 +1,533 @@
+"""ScienceWorld: the 30 elementary-science tasks of Wang et al. (2022), id ``slea/ScienceWorld-v0``.
+
+The engine is the ``scienceworld`` package (a Scala simulator in a bundled jar, driven over py4j; it needs Java
+>= 11 on the PATH). Each env instance starts **one JVM**, lazily on its first reset, and stops it in
+:meth:`ScienceWorldEnv.close`.
+
+Tasks and splits
+----------------
+``tasks`` names ScienceWorld tasks by name (``"boil"``, ``"find-living-thing"``), by id (``"1-1"``, ``"4-1"``),
+or by the names of ETO's data files (``"task-1-boil"``, ``"task-10-measure-melting-point-(known-substance)"``);
+``None`` means all 30, ``"eto"`` the 24 tasks ETO and tlm-DRE evaluate (all but the three inclined-plane, the
+two Mendelian-genetics tasks and measure-melting-point-unknown-substance).
+
+Every task has numbered *variations* (10 to 1386), which ScienceWorld itself splits into contiguous
+train / dev / test ranges (table :data:`SPLIT_SIZES`, read from the engine). ``split`` picks one range:
+``"train"``; ``"dev"`` (aliases ``"heldout"``, ``"valid"``, ``"seen"``); ``"test"`` (alias ``"unseen"``). ETO
+and tlm-DRE report "seen" on a sample of the dev variations (194 episodes over the 24 tasks) and "unseen" on
+a sample of the test variations (211), so ``split="seen"``/``"unseen"`` with ``tasks="eto"`` is that protocol
+over the full ranges; ``variations_per_task=k`` keeps the first ``k`` variations of each task (a balanced,
+smaller set).
+
+The episodes of a split interleave the tasks round-robin (variation 0 of every task, then variation 1...), so
+``reset(seed=k)`` plays episode ``k % num_episodes`` and consecutive seeds cover different tasks.
+``reset(options={"task": name, "variation": v})`` or ``options={"episode": i}`` picks one directly.
+
+Observation, info, reward
+-------------------------
+The first observation is the engine's ``look around``; later ones are the engine's answers. The engine lists
+the objects of a room in an order that changes from one load to the next, so each block of tab-indented
+lines is sorted (``canonical_obs=True``): identical states give identical anchors.
+
+``info``: ``goal`` (the task description), ``admissible_actions`` (the engine's valid action-object
+combinations, sorted; 300-3,000 of them; ``max_admissible=n`` keeps ``n``, round-robin over the action verbs
+so every kind of action stays represented; ``admissible=False`` skips them: ~10x faster steps),
+``task_type`` (the task name), ``won``, ``lost``, ``walkthrough`` (the engine's gold action sequence from the
+initial state, when ``walkthrough=True``), ``score`` (0-100), ``raw_score`` (the engine's, -100 on a failed
+task), ``max_score`` (100), ``task``, ``task_id``, ``variation``, ``episode``, ``moves``, and on steps
+``invalid`` (the parser did not understand the action) and ``ambiguous``.
+
+``reward`` is the change of ``score / 100``, so an episode's rewards sum to its final score / 100 (0 for a
+failed task: the score is clipped at 0). Some initial states already earn points (the agent starts in the
+room of the target box): ``info["score"]`` shows them at reset, and the first step's reward includes them. The episode terminates when the task is completed (``won``) or
+failed (``lost``: e.g. focusing on the wrong object).
+
+Actions are free text: the admissible list is a help, not a filter. An action the parser does not know gets
+the engine's answer ("No known action matches that input.") and ``invalid=True``. An ambiguous one gets the
+engine's numbered choices and ``ambiguous=True``; the next action should be the chosen number (``"0"``).
+
+Walkthroughs
+------------
+The gold path generator picks at random between equivalent targets (which of several animals to focus on),
+so it is generated once per (task, variation, simplifications) in a process and cached: every reset of that
+episode in this process reports the same walkthrough. Another process may report another, equally valid one.
+
+Snapshots
+---------
+``get_state()`` returns ``{"task", "variation", "simplifications", "actions"}``; ``set_state`` reloads the
+variation and replays the actions (ScienceWorld is deterministic given the actions): ~10-20 ms per action.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shutil
+import time
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from slea.envs.base import MissingExtraError, StepResult, TextEnv, register
+
+# (task id, task name) of the 30 tasks, in the engine's ``tasks.json`` order.
+TASKS: tuple[tuple[str, str], ...] = (
+    ("1-1", "boil"),
+    ("1-2", "melt"),
+    ("1-3", "freeze"),
+    ("1-4", "change-the-state-of-matter-of"),
+    ("2-1", "use-thermometer"),
+    ("2-2", "measure-melting-point-known-substance"),
+    ("2-3", "measure-melting-point-unknown-substance"),
+    ("3-1", "power-component"),
+    ("3-2", "power-component-renewable-vs-nonrenewable-energy"),
+    ("3-3", "test-conductivity"),
+    ("3-4", "test-conductivity-of-unknown-substances"),
+    ("4-1", "find-living-thing"),
+    ("4-2", "find-non-living-thing"),
+    ("4-3", "find-plant"),
+    ("4-4", "find-animal"),
+    ("5-1", "grow-plant"),
+    ("5-2", "grow-fruit"),
+    ("6-1", "chemistry-mix"),
+    ("6-2", "chemistry-mix-paint-secondary-color"),
+    ("6-3", "chemistry-mix-paint-tertiary-color"),
+    ("7-1", "lifespan-longest-lived"),
+    ("7-2", "lifespan-shortest-lived"),
+    ("7-3", "lifespan-longest-lived-then-shortest-lived"),
+    ("8-1", "identify-life-stages-1"),
+    ("8-2", "identify-life-stages-2"),
+    ("9-1", "inclined-plane-determine-angle"),
+    ("9-2", "inclined-plane-friction-named-surfaces"),
+    ("9-3", "inclined-plane-friction-unnamed-surfaces"),
+    ("10-1", "mendelian-genetics-known-plant"),
+    ("10-2", "mendelian-genetics-unknown-plant"),
+)
+TASK_NAMES: tuple[str, ...] = tuple(name for _, name in TASKS)
+TASK_IDS: dict[str, str] = {name: tid for tid, name in TASKS}
+
+# Number of (train, dev, test) variations of each task; the ranges are contiguous in that order (read from
+# scienceworld 1.2.3's get_variations_train/dev/test; tests/envs/test_scienceworld.py checks a few).
+SPLIT_SIZES: dict[str, tuple[int, int, int]] = {
+    "boil": (14, 7, 9),
+    "melt": (14, 7, 9),
+    "freeze": (14, 7, 9),
+    "change-the-state-of-matter-of": (14, 7, 9),
+    "use-thermometer": (270, 135, 135),
+    "measure-melting-point-known-substance": (218, 109, 109),
+    "measure-melting-point-unknown-substance": (150, 75, 75),
+    "power-component": (10, 5, 5),
+    "power-component-renewable-vs-nonrenewable-energy": (10, 5, 5),
+    "test-conductivity": (450, 225, 225),
+    "test-conductivity-of-unknown-substances": (300, 150, 150),
+    "find-living-thing": (150, 75, 75),
+    "find-non-living-thing": (150, 75, 75),
+    "find-plant": (150, 75, 75),
+    "find-animal": (150, 75, 75),
+    "grow-plant": (62, 31, 33),
+    "grow-fruit": (62, 31, 33),
+    "chemistry-mix": (16, 8, 8),
+    "chemistry-mix-paint-secondary-color": (18, 9, 9),
+    "chemistry-mix-paint-tertiary-color": (18, 9, 9),
+    "lifespan-longest-lived": (62, 31, 32),
+    "lifespan-shortest-lived": (62, 31, 32),
+    "lifespan-longest-lived-then-shortest-lived": (62, 31, 32),
+    "identify-life-stages-1": (6, 3, 5),
+    "identify-life-stages-2": (4, 2, 4),
+    "inclined-plane-determine-angle": (84, 42, 42),
+    "inclined-plane-friction-named-surfaces": (692, 346, 348),
+    "inclined-plane-friction-unnamed-surfaces": (80, 40, 42),
+    "mendelian-genetics-known-plant": (60, 30, 30),
+    "mendelian-genetics-unknown-plant": (240, 120, 120),
+}
+# The 24 tasks of ETO / tlm-DRE (their data files leave out these six).
+_ETO_EXCLUDED = {
+    "measure-melting-point-unknown-substance",
+    "inclined-plane-determine-angle",
+    "inclined-plane-friction-named-surfaces",
+    "inclined-plane-friction-unnamed-surfaces",
+    "mendelian-genetics-known-plant",
+    "mendelian-genetics-unknown-plant",
+}
+ETO_TASKS: tuple[str, ...] = tuple(n for n in TASK_NAMES if n not in _ETO_EXCLUDED)
+
+SPLITS = ("train", "dev", "test")
+SPLIT_ALIASES = {
+    "train": "train",
+    "dev": "dev",
+    "heldout": "dev",
+    "valid": "dev",
+    "seen": "dev",
+    "test": "test",
+    "unseen": "test",
+}
+SIMPLIFICATIONS = (
+    "easy",
+    "teleportAction",
+    "selfWateringFlowerPots",
+    "openContainers",
+    "openDoors",
+    "noElectricalAction",
+)
+MAX_SCORE = 100
+
+_UNKNOWN = ("No known action matches that input", "Unknown action")
+_AMBIGUOUS = "Ambiguous request"
+
+
+# ------------------------------------------------------------------------------------------------------
+# Task names, splits, episodes (no engine needed)
+# ------------------------------------------------------------------------------------------------------
+def canonical_task(name: str) -> str:
+    """The engine's name of a task given by name, id (``"4-1"``) or ETO file name (``"task-3-find-plant"``)."""
+    raw = str(name).strip()
+    for tid, task in TASKS:
+        if raw == tid:
+            return task
+    low = raw.lower().replace("_", "-").replace(" ", "-")
+    low = re.sub(r"^task-\d+[a-z]?-", "", low)  # ETO: "task-2a-test-conductivity"
+    low = low.replace("(", "").replace(")", "")
+    if low in TASK_IDS:
+        return low
+    raise ValueError(f"unknown ScienceWorld task {name!r}; known: {', '.join(TASK_NAMES)}")
+
+
+def resolve_tasks(tasks: str | Sequence[str] | None) -> list[str]:
+    """``None`` -> all 30; ``"eto"`` -> the 24 of ETO; a name or a list of names/ids -> canonical names."""
+    if tasks is None or (isinstance(tasks, str) and tasks.lower() == "all"):
+        return list(TASK_NAMES)
+    if isinstance(tasks, str) and tasks.lower() == "eto":
+        return list(ETO_TASKS)
+    if isinstance(tasks, str):
+        tasks = [tasks]
+    names = [canonical_task(t) for t in tasks]
+    if not names:
+        raise ValueError("tasks must name at least one task")
+    return list(dict.fromkeys(names))  # drop duplicates, keep order
+
+
+def canonical_split(split: str) -> str:
+    key = str(split).lower()
+    if key not in SPLIT_ALIASES:
+        raise ValueError(f"split must be one of {sorted(SPLIT_ALIASES)}, got {split!r}")
+    return SPLIT_ALIASES[key]
+
+
+def variations(task: str, split: str) -> range:
+    """The variation indices of ``task`` in ``split`` (ScienceWorld's own train/dev/test ranges)."""
+    n_train, n_dev, n_test = SPLIT_SIZES[canonical_task(task)]
+    start = {"train": 0, "dev": n_train, "test": n_train + n_dev}[canonical_split(split)]
+    size = {"train": n_train, "dev": n_dev, "test": n_test}[canonical_split(split)]
+    return range(start, start + size)
+
+
+def split_episodes(
+    tasks: str | Sequence[str] | None, split: str, variations_per_task: int | None = None
+) -> list[tuple[str, int]]:
+    """The (task, variation) of every episode of a split, tasks interleaved round-robin."""
+    names = resolve_tasks(tasks)
+    if variations_per_task is not None and variations_per_task < 1:
+        raise ValueError("variations_per_task must be >= 1 (or None for all)")
+    per = {t: list(variations(t, split))[:variations_per_task] for t in names}
+    longest = max(len(v) for v in per.values())
+    return [(t, per[t][i]) for i in range(longest) for t in names if i < len(per[t])]
+
+
+def canonical_simplifications(simplifications: str | Sequence[str] | None) -> str:
+    """A comma-separated simplification string the engine accepts (validated, order kept)."""
+    if not simplifications:
+        return ""
+    items = simplifications.split(",") if isinstance(simplifications, str) else list(simplifications)
+    out = [s.strip() for s in items if s and s.strip()]
+    for s in out:
+        if s not in SIMPLIFICATIONS:
+            raise ValueError(f"unknown simplification {s!r}; known: {', '.join(SIMPLIFICATIONS)}")
+    return ",".join(dict.fromkeys(out))
+
+
+# ------------------------------------------------------------------------------------------------------
+# Text helpers
+# ------------------------------------------------------------------------------------------------------
+def canonical_observation(text: str) -> str:
+    """Sort each block of tab-indented lines (the engine lists objects in an unstable order); strip ends."""
+    out: list[str] = []
+    block: list[str] = []
+    for line in (text or "").split("\n"):
+        if line.startswith("\t"):
+            block.append(line.rstrip())
+            continue
+        out.extend(sorted(block))
+        block = []
+        out.append(line.rstrip())
+    out.extend(sorted(block))
+    return "\n".join(out).strip()
+
+
+def cap_actions(actions: Sequence[str], limit: int | None) -> list[str]:
+    """At most ``limit`` actions, taken round-robin over the first words (verbs) of the sorted list."""
+    actions = list(actions)
+    if limit is None or len(actions) <= limit:
+        return actions
+    groups: dict[str, list[str]] = {}
+    for action in actions:
+        groups.setdefault(action.split(" ", 1)[0], []).append(action)
+    out: list[str] = []
+    queues = [list(reversed(g)) for g in groups.values()]
+    while len(out) < limit:
+        for q in queues:
+            if q and len(out) < limit:
+                out.append(q.pop())
+    return sorted(out)
+
+
+def _goal_text(task_desc: str) -> str:
+    return re.sub(r"^\s*Task Description:\s*", "", task_desc or "").strip()
+
+
+# ------------------------------------------------------------------------------------------------------
+# The environment
+# ------------------------------------------------------------------------------------------------------
+class ScienceWorldEnv(TextEnv):
+    """ScienceWorld as a slea text env (see the module docstring for tasks, splits, info and reward).
+
+    Args:
+        tasks: task names/ids; ``None`` (all 30) or ``"eto"`` (the 24 of ETO / tlm-DRE).
+        split: ``"train"``, ``"dev"`` (``"heldout"``, ``"valid"``, ``"seen"``), ``"test"`` (``"unseen"``).
+        simplifications: ``""``, ``"easy"`` or any of :data:`SIMPLIFICATIONS` (a list or comma-separated).
+        variations_per_task: keep the first ``k`` variations of each task of the split (``None``: all).
+        admissible: compute the valid action list for every info (~100-300 ms per step on 2 cores).
+        max_admissible: keep at most this many admissible actions (round-robin over verbs).
+        walkthrough: generate the gold action sequence (cached per episode and process).
+        canonical_obs: sort the engine's object lists so identical states read the same.
+    """
+
+    # (task, variation, simplifications) -> gold actions; one per process, so resets agree (module doc).
+    _GOLD: ClassVar[dict[tuple[str, int, str], list[str]]] = {}
+
+    def __init__(
+        self,
+        tasks: str | Sequence[str] | None = None,
+        split: str = "train",
+        simplifications: str | Sequence[str] | None = "",
+        variations_per_task: int | None = None,
+        admissible: bool = True,
+        max_admissible: int | None = None,
+        walkthrough: bool = True,
+        canonical_obs: bool = True,
+    ) -> None:
+        super().__init__()
+        if max_admissible is not None and max_admissible < 1:
+            raise ValueError("max_admissible must be >= 1 (or None)")
+        self.tasks = resolve_tasks(tasks)
+        self.split = canonical_split(split)
+        self.simplifications = canonical_simplifications(simplifications)
+        self.episodes = split_episodes(self.tasks, self.split, variations_per_task)
+        self.num_episodes = len(self.episodes)
+        self.admissible = admissible
+        self.max_admissible = max_admissible
+        self.want_walkthrough = walkthrough
+        self.canonical_obs = canonical_obs
+        self._engine: Any = None  # scienceworld.ScienceWorldEnv (owns the JVM)
+        self.jvm_start_s: float | None = None
+        self._episode = -1
+        self._task = ""
+        self._variation = -1
+        self._actions: list[str] = []
+        self._walkthrough: list[str] = []
+        self._score = 0
+        self._raw_score = 0
+        self._credited = 0
+        self._won = False
+        self._lost = False
+        self._done = False
+        self._moves = 0
+
+    # -- the engine ----------------------------------------------------------------------------------
+    def _server(self) -> Any:
+        if self._engine is None:
+            if shutil.which("java") is None:
+                raise MissingExtraError(
+                    "ScienceWorld needs a Java runtime >= 11 on the PATH (e.g. apt-get install default-jre-headless)"
+                )
+            from scienceworld import ScienceWorldEnv as Engine
+
+            start = time.perf_counter()
+            self._engine = Engine("", envStepLimit=10**9)
+            self.jvm_start_s = time.perf_counter() - start
+        return self._engine.server
+
+    def _load(self, task: str, variation: int) -> None:
+        """Load a variation (the engine's ``load``; ~50 ms warm) and record its walkthrough once."""
+        self._server()
+        key = (task, variation, self.simplifications)
+        server = self._engine.server
+        if self.want_walkthrough and key not in self._GOLD:
+            self._engine.load(task, variation, self.simplifications, generateGoldPath=True)
+            gold = [str(a) for a in server.getGoldActionSequence()]
+            # Replay it on a fresh load and cut it where the task completes (some end with a spare "wait1").
+            self._engine.load(task, variation, self.simplifications, generateGoldPath=False)
+            server.step("look around")
+            for i, action in enumerate(gold):
+                server.step(action)
+                if server.getCompleted() or server.getScore() < 0:
+                    gold = gold[: i + 1]
+                    break
+            self._GOLD[key] = gold
+        self._engine.load(task, variation, self.simplifications, generateGoldPath=False)
+        self._walkthrough = list(self._GOLD.get(key, []))
+
+    def _valid_actions(self) -> list[str] | None:
+        if not self.admissible:
+            return None
+        # One string over the gateway instead of a py4j round trip per list element (~2x faster).
+        joined = self._engine._gateway.jvm.java.lang.String.join(
+            "\n", self._engine.server.getValidActionObjectCombinations()
+        )
+        actions = sorted({a for a in str(joined).split("\n") if a})
+        return cap_actions(actions, self.max_admissible)
+
+    def _obs(self, text: str) -> str:
+        text = str(text or "")
+        return canonical_observation(text) if self.canonical_obs else text.strip()
+
+    # -- the contract ---------------------------------------------------------------------------------
+    def _pick(self, seed: int | None, options: dict[str, Any]) -> int:
+        if options.get("task") is not None:
+            task = canonical_task(options["task"])
+            if options.get("variation") is None:
+                raise ValueError("options['task'] needs options['variation'] too")
+            pair = (task, int(options["variation"]))
+            if pair not in self.episodes:
+                raise ValueError(f"{pair} is not an episode of this env's {self.split} split")
+            return self.episodes.index(pair)
+        if options.get("episode") is not None:
+            return int(options["episode"]) % self.num_episodes
+        if seed is not None:
+            return int(seed) % self.num_episodes
+        return int(self.np_random.integers(self.num_episodes))
+
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        index = self._pick(seed, options)
+        task, variation = self.episodes[index]
+        self._load(task, variation)
+        server = self._engine.server
+        obs = server.step("look around")
+        self._episode, self._task, self._variation = index, task, variation
+        self.task_type = task
+        self._actions = []
+        self._raw_score = round(100 * float(server.getScore()))
+        self._score = max(0, min(MAX_SCORE, self._raw_score))
+        self._credited = 0  # score already paid out as reward (the start's own score goes to the first step)
+        self._won = self._lost = self._done = False
+        self._moves = int(server.getNumMoves())
+        self._goal = _goal_text(str(server.freeActionTaskDesc()))
+        self._admissible = self._valid_actions()
+        return self._obs(obs), {}
+
+    def _step(self, action: str) -> StepResult:
+        if self._episode < 0:
+            return (
+                self._last_obs,
+                0.0,
+                False,
+                False,
+                {"invalid": True, "error": "Call reset() before step()."},
+            )
+        if self._done:
+            return self._last_obs, 0.0, False, False, {"invalid": True, "error": "The episode is over."}
+        server = self._engine.server
+        raw = str(server.step(action))
+        self._actions.append(action)
+        raw_score = round(100 * float(server.getScore()))
+        completed = bool(server.getCompleted())
+        score = max(0, min(MAX_SCORE, raw_score))
+        reward = (score - self._credited) / MAX_SCORE
+        self._score, self._raw_score, self._credited = score, raw_score, score
+        self._lost = raw_score < 0
+        self._won = completed and not self._lost and raw_score >= MAX_SCORE
+        self._done = completed or self._lost
+        self._moves = int(server.getNumMoves())
+        self._admissible = None if self._done else self._valid_actions()
+        info = {
+            "invalid": raw.lstrip().startswith(_UNKNOWN),
+            "ambiguous": raw.lstrip().startswith(_AMBIGUOUS),
+        }
+        return self._obs(raw), reward, self._done, False, info
+
+    def _info_defaults(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "won": self._won,
+            "lost": self._lost,
+            "walkthrough": list(self._walkthrough),
+            "score": self._score,
+            "raw_score": self._raw_score,
+            "max_score": MAX_SCORE,
+            "moves": self._moves,
+            "ambiguous": False,
+        }
+        if self._episode >= 0:
+            info.update(
+                task=self._task,
+                task_id=TASK_IDS[self._task],
+                variation=self._variation,
+                episode=self._episode,
+                split=self.split,
+            )
+        return info
+
+    # -- snapshots (replay) -------------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """The episode and the actions since reset (replayed by :meth:`set_state`)."""
+        if self._episode < 0:
+            raise RuntimeError("get_state() before reset()")
+        return {
+            "task": self._task,
+            "variation": self._variation,
+            "simplifications": self.simplifications,
+            "actions": list(self._actions),
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Reload the snapshot's variation and replay its actions (only the last step lists actions)."""
+        if state.get("simplifications", self.simplifications) != self.simplifications:
+            raise ValueError("snapshot taken with other simplifications")
+        actions = list(state.get("actions", []))
+        keep = self.admissible
+        self.admissible = False  # no valid-action lists while replaying
+        try:
+            self.reset(options={"task": state["task"], "variation": int(state["variation"])})
+            for action in actions:
+                self.step(action)
+        finally:
+            self.admissible = keep
+        self._admissible = None if self._done else self._valid_actions()
+
+    def render(self) -> str:
+        return self._last_obs
+
+    def close(self) -> None:
+        if self._engine is not None:
+            engine, self._engine = self._engine, None
+            with contextlib.suppress(Exception):
+                engine.close()
+        super().close()
+
+
+# ------------------------------------------------------------------------------------------------------
+# Registration (cheap: nothing of scienceworld is imported here)
+# ------------------------------------------------------------------------------------------------------
+_ENTRY = "slea.envs.scienceworld:ScienceWorldEnv"
+_COMMON = {"family": "scienceworld", "extra": "scienceworld", "requires": ("scienceworld", "py4j")}
+
+register(
+    "slea/ScienceWorld-v0",
+    _ENTRY,
+    description="ScienceWorld: the 30 tasks, ScienceWorld's train/dev/test variations (needs Java >= 11)",
+    **_COMMON,
+)
+register(
+    "slea/ScienceWorld-ETO-v0",
+    _ENTRY,
+    description="ScienceWorld: the 24 tasks of ETO / tlm-DRE (seen = dev, unseen = test variations)",
+    tasks="eto",
+    **_COMMON,
+)
