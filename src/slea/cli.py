@@ -48,11 +48,16 @@ def train(
         cfg = _config(resume / "config.yaml", list(set_) + [f"run.dir={resume}"])
     else:
         cfg = _config(config, set_)
+    from slea.trainer.guards import RunHalted
     from slea.trainer.rl import Trainer
 
     trainer = Trainer(cfg, console=console)
     console.print(f"run folder: {trainer.dir}")
-    summary = trainer.fit(resume=resume is not None)
+    try:
+        summary = trainer.fit(resume=resume is not None)
+    except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
+        err.print(f"run halted: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(3) from None
     console.print(summary_table(summary))
 
 

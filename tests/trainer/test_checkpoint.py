@@ -61,8 +61,8 @@ def test_only_trainable_saved_and_no_pickle(tmp_path):
 
     names = set(load_file(str(path / "trainable.safetensors")))
     assert names == {"a.weight", "a.bias"}
-    assert sorted(p.suffix for p in path.iterdir()) == [".json", ".json", ".safetensors", ".safetensors",
-                                                          ".safetensors"]
+    assert sorted(p.suffix for p in path.iterdir()) == [".json", ".json", ".json", ".safetensors",
+                                                          ".safetensors", ".safetensors"]  # + manifest.json
 
 
 def test_keep_last_k_and_latest_ignores_partial(tmp_path):

@@ -68,7 +68,10 @@ class RolloutCollector:
         trajs = [Trajectory(group_id=pool.group_of(i), traj_id=traj_offset + i, seed=seeds[pool.group_of(i)],
                             goal=str(info.get("goal", "")), task_type=str(info.get("task_type", "")))
                  for i, (_, info) in enumerate(first)]
-        live = {i: _Live(obs, info) for i, (obs, info) in enumerate(first)}
+        live = {i: _Live(obs, info) for i, (obs, info) in enumerate(first) if "fault" not in info}
+        for i, (_, info) in enumerate(first):
+            if "fault" in info:  # the env could not be reset (EnvPool rebuilt it): it sits this episode out
+                trajs[i].truncated = True
         if self.mode == "task":
             for i, st in live.items():
                 st.task_exp = self._retrieve(st, trajs[i], iteration, stats)
@@ -123,7 +126,7 @@ class RolloutCollector:
                     reward=float(reward), done=bool(last), valid=valid, action=act or "",
                     response_text=out.text, task_type=tr.task_type, cluster_id=int(clusters[k]),
                     experience_ids=list(exp.entry_ids) if exp is not None else [],
-                    info={"parse": kind},
+                    info={"parse": kind, "fault": info["fault"]} if "fault" in info else {"parse": kind},
                 ))
                 st.past.append((st.obs, act if act is not None else f"{out.text.strip()[:40]} (invalid)"))
                 if valid:

@@ -1,17 +1,34 @@
-"""Checkpoints: trainable weights, optimizer, RNG states and the iteration, written atomically.
+"""Checkpoints: trainable weights, optimizer, RNG states, the experience library and the iteration, written
+atomically and validated on load.
 
-Only safetensors and JSON are written and read, never pickles, so loading a run folder cannot execute code.
-Layout of ``checkpoints/iter_000012/``: ``trainable.safetensors`` (LoRA adapters, or all weights),
-``optimizer.safetensors`` + ``optimizer.json``, ``rng.safetensors`` + ``state.json`` (iteration, RNG states of
-python and numpy, and whatever the trainer adds). A checkpoint folder is built under a temporary name and
-renamed into place, so a killed writer never leaves a half checkpoint; the last ``keep`` are kept.
+Only safetensors, JSON and SQLite are written and read, never pickles, so loading a run folder cannot execute
+code (files with other names in a checkpoint folder, a planted ``*.pt`` or ``*.pkl``, are never opened).
+Layout of ``checkpoints/iter_000012/``:
+
+* ``trainable.safetensors`` — LoRA adapters, or all weights;
+* ``optimizer.safetensors`` + ``optimizer.json`` — moments and step counts, param groups;
+* ``rng.safetensors`` + ``state.json`` — iteration, RNG states of python and numpy (torch's in the
+  safetensors), and whatever the trainer adds (episodes, env seeds, guard counters);
+* ``library.sqlite`` — a consistent snapshot (SQLite online backup) of the run's experience library, when
+  the run has one;
+* ``manifest.json`` — written last: size and SHA-256 of every file above.
+
+A checkpoint folder is built under a temporary name, every file fsynced, and renamed into place, so a killed
+writer never leaves a half checkpoint; the last ``keep`` are kept. :func:`load_checkpoint` checks the manifest
+and reads every file into memory *before* touching the model, so a damaged checkpoint raises
+:class:`CheckpointError` and changes nothing; :func:`load_latest` walks back from the newest checkpoint to the
+first one that loads, warning about each one it skips.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import random
 import shutil
+import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,8 +37,19 @@ import torch
 from safetensors.torch import load_file, save_file
 
 PREFIX = "iter_"
+MANIFEST = "manifest.json"
+LIBRARY = "library.sqlite"
+CRITIC = "critic.safetensors"  # the PPO / Turn-PPO value head and its optimizer (slea/trainer/critic.py)
+# The only files a checkpoint is made of, and so the only ones ever read from it.
+FILES = ("trainable.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json",
+         LIBRARY, CRITIC)
 
 
+class CheckpointError(ValueError):
+    """A checkpoint folder is missing files, damaged, or does not fit the model."""
+
+
+# -- optimizer and RNG as tensors + JSON ------------------------------------------------------------------
 def _flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     sd = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
@@ -58,28 +86,113 @@ def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Non
     np.random.set_state(meta["numpy"])
 
 
+# -- weights --------------------------------------------------------------------------------------------
 def save_trainable(model, path: Path) -> None:
     state = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
     save_file(state, str(path))
 
 
-def load_trainable(model, folder: str | Path) -> None:
-    """Load ``trainable.safetensors`` into the model's trainable parameters (names must match)."""
-    path = Path(folder)
-    if path.is_dir():
-        path = path / "trainable.safetensors"
-    state = load_file(str(path))
+def _check_trainable(model, state: dict[str, torch.Tensor], path: Path) -> None:
     params = dict(model.named_parameters())
     missing = [n for n in state if n not in params]
     if missing:
-        raise ValueError(f"checkpoint {path} has weights this model lacks, e.g. {missing[0]}")
+        raise CheckpointError(f"checkpoint {path} has weights this model lacks, e.g. {missing[0]}")
+    for name, t in state.items():
+        if tuple(t.shape) != tuple(params[name].shape):
+            raise CheckpointError(f"checkpoint {path}: {name} has shape {tuple(t.shape)}, the model "
+                                  f"{tuple(params[name].shape)}")
+        if t.is_floating_point() and not bool(torch.isfinite(t).all()):
+            raise CheckpointError(f"checkpoint {path}: {name} holds non-finite values")
+
+
+def _copy_trainable(model, state: dict[str, torch.Tensor]) -> None:
+    params = dict(model.named_parameters())
     with torch.no_grad():
         for name, t in state.items():
             params[name].copy_(t)
 
 
+def load_trainable(model, folder: str | Path) -> None:
+    """Load ``trainable.safetensors`` into the model's trainable parameters (names and shapes must match)."""
+    path = Path(folder)
+    if path.is_dir():
+        path = path / "trainable.safetensors"
+    state = _read_safetensors(path)
+    _check_trainable(model, state, path)
+    _copy_trainable(model, state)
+
+
+def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        return load_file(str(path))
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file {path} is unreadable: it is missing") from None
+    except Exception as exc:  # noqa: BLE001  (safetensors raises its own error types on a damaged header)
+        raise CheckpointError(f"checkpoint file {path} is unreadable: {type(exc).__name__}: {exc}") from None
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise CheckpointError(f"checkpoint file {path} is unreadable: it is missing") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {path.parent} is unreadable: {path.name}: {exc}") from None
+
+
+# -- files ------------------------------------------------------------------------------------------------
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    except OSError:  # some filesystems refuse fsync on directories
+        pass
+    finally:
+        os.close(fd)
+
+
+def snapshot_sqlite(src: str | Path, dst: str | Path) -> None:
+    """A consistent copy of an SQLite database (committed state, WAL included) via the online backup API."""
+    source = sqlite3.connect(f"file:{Path(src).resolve()}?mode=ro", uri=True)
+    target = sqlite3.connect(str(dst))
+    try:
+        source.backup(target)
+    finally:
+        target.close()
+        source.close()
+
+
+def restore_library(checkpoint: str | Path | None, dst: str | Path) -> bool:
+    """Make ``dst`` the library as of ``checkpoint`` (its ``library.sqlite``), or remove it when the checkpoint
+    has none or is ``None`` (a run resumed from scratch starts with an empty library). The stale ``-wal`` and
+    ``-shm`` files go first, so SQLite never replays a newer journal onto the restored file. The database must
+    not be open. Returns whether a library was restored."""
+    dst = Path(dst)
+    for suffix in ("-wal", "-shm", "-journal"):
+        Path(f"{dst}{suffix}").unlink(missing_ok=True)
+    src = Path(checkpoint) / LIBRARY if checkpoint is not None else None
+    if src is None or not src.is_file():
+        dst.unlink(missing_ok=True)
+        return False
+    tmp = dst.with_name(f".{dst.name}.restore")
+    shutil.copyfile(src, tmp)
+    os.replace(tmp, dst)
+    return True
+
+
+# -- save -------------------------------------------------------------------------------------------------
 def save_checkpoint(root: str | Path, iteration: int, model, optimizer, extra: dict[str, Any] | None = None,
-                    keep: int = 2) -> Path:
+                    keep: int = 2, library: str | Path | None = None,
+                    critic: dict[str, torch.Tensor] | None = None) -> Path:
+    """Write ``root/iter_<iteration>`` atomically; ``library``: the run's SQLite library file to snapshot."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{iteration:06d}"
@@ -94,10 +207,29 @@ def save_checkpoint(root: str | Path, iteration: int, model, optimizer, extra: d
     save_file(rng_t, str(tmp / "rng.safetensors"))
     state = {"iteration": iteration, "rng": rng_meta, **(extra or {})}
     (tmp / "state.json").write_text(json.dumps(state, default=_jsonable))
-    shutil.rmtree(final, ignore_errors=True)
-    tmp.rename(final)
-    for old in list_checkpoints(root)[:-keep]:
+    if library is not None and Path(library).is_file():
+        snapshot_sqlite(library, tmp / LIBRARY)
+    if critic is not None:
+        save_file(critic, str(tmp / CRITIC))
+    files = {p.name: {"bytes": p.stat().st_size, "sha256": _sha256(p)} for p in sorted(tmp.iterdir())}
+    (tmp / MANIFEST).write_text(json.dumps({"iteration": iteration, "files": files}))
+    for p in tmp.iterdir():
+        _fsync(p)
+    _fsync(tmp)
+    old = None
+    if final.exists():  # re-saving an iteration (a resumed run redoes it): keep the old until the new is in
+        old = root / f".old-{final.name}"
         shutil.rmtree(old, ignore_errors=True)
+        final.rename(old)
+    tmp.rename(final)
+    _fsync(root)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in list_checkpoints(root)[:-keep]:
+        gone = root / f".del-{stale.name}"  # renamed first: a killed pruning never leaves a half checkpoint
+        shutil.rmtree(gone, ignore_errors=True)
+        stale.rename(gone)
+        shutil.rmtree(gone, ignore_errors=True)
     return final
 
 
@@ -109,6 +241,7 @@ def _jsonable(obj: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
 
 
+# -- find and validate -------------------------------------------------------------------------------------
 def list_checkpoints(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.is_dir():
@@ -118,21 +251,99 @@ def list_checkpoints(root: str | Path) -> list[Path]:
 
 
 def latest_checkpoint(root: str | Path) -> Path | None:
-    found = list_checkpoints(root)
-    return found[-1] if found else None
+    """The newest checkpoint that passes :func:`verify_checkpoint` (damaged ones are skipped)."""
+    for path in reversed(list_checkpoints(root)):
+        try:
+            verify_checkpoint(path)
+        except CheckpointError:
+            continue
+        return path
+    return None
+
+
+def verify_checkpoint(folder: str | Path) -> dict[str, Any]:
+    """Check a checkpoint's files against its manifest (sizes and SHA-256); returns the manifest.
+
+    A checkpoint written before manifests existed is accepted when its required files are present (they are
+    fully parsed by :func:`load_checkpoint` anyway)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise CheckpointError(f"checkpoint {folder} does not exist")
+    required = ("trainable.safetensors", "state.json", "rng.safetensors")
+    if not (folder / MANIFEST).is_file():
+        missing = [f for f in required if not (folder / f).is_file()]
+        if missing:
+            raise CheckpointError(f"checkpoint {folder} is unreadable: it lacks {', '.join(missing)}")
+        return {"files": {}}
+    manifest = _read_json(folder / MANIFEST)
+    files = manifest.get("files") if isinstance(manifest, dict) else None
+    if not isinstance(files, dict):
+        raise CheckpointError(f"checkpoint {folder} is unreadable: {MANIFEST} has no file list")
+    for name in required:
+        if name not in files:
+            raise CheckpointError(f"checkpoint {folder} is unreadable: {MANIFEST} does not list {name}")
+    for name, meta in files.items():
+        if name not in FILES:
+            raise CheckpointError(f"checkpoint {folder} is unreadable: {MANIFEST} lists an unexpected file "
+                                  f"{name!r}")
+        path = folder / name
+        if not path.is_file():
+            raise CheckpointError(f"checkpoint {folder} is unreadable: {name} is missing")
+        if path.stat().st_size != meta.get("bytes"):
+            raise CheckpointError(f"checkpoint {folder} is unreadable: {name} has {path.stat().st_size} bytes, "
+                                  f"the manifest says {meta.get('bytes')} (truncated or overwritten)")
+        if _sha256(path) != meta.get("sha256"):
+            raise CheckpointError(f"checkpoint {folder} is unreadable: {name} does not match its checksum")
+    return manifest
 
 
 def load_checkpoint(folder: str | Path, model, optimizer=None, restore_rng: bool = True) -> dict[str, Any]:
-    """Restore weights (and optimizer, RNG) from a checkpoint folder; returns its ``state.json``."""
+    """Restore weights (and optimizer, RNG) from a checkpoint folder; returns its ``state.json``.
+
+    Every file is verified and parsed before anything is applied, so a damaged checkpoint raises
+    :class:`CheckpointError` (a ``ValueError``) and leaves model, optimizer and RNG untouched."""
     folder = Path(folder)
-    try:
-        state = json.loads((folder / "state.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise ValueError(f"checkpoint {folder} is unreadable: {exc}") from None
-    load_trainable(model, folder)
+    verify_checkpoint(folder)
+    state = _read_json(folder / "state.json")
+    if not isinstance(state, dict) or "iteration" not in state:
+        raise CheckpointError(f"checkpoint {folder} is unreadable: state.json has no iteration")
+    weights = _read_safetensors(folder / "trainable.safetensors")
+    _check_trainable(model, weights, folder / "trainable.safetensors")
+    opt_sd = None
     if optimizer is not None:
-        meta = json.loads((folder / "optimizer.json").read_text())
-        optimizer.load_state_dict(_unflatten_optimizer(load_file(str(folder / "optimizer.safetensors")), meta))
+        meta = _read_json(folder / "optimizer.json")
+        opt_sd = _unflatten_optimizer(_read_safetensors(folder / "optimizer.safetensors"), meta)
+        groups = optimizer.state_dict()["param_groups"]
+        if len(opt_sd["param_groups"]) != len(groups) or any(
+                len(a["params"]) != len(b["params"]) for a, b in zip(opt_sd["param_groups"], groups)):
+            raise CheckpointError(f"checkpoint {folder}: the optimizer state does not fit this model")
+    rng_t = _read_safetensors(folder / "rng.safetensors") if restore_rng else None
+    if restore_rng and ("torch" not in rng_t or "rng" not in state):
+        raise CheckpointError(f"checkpoint {folder}: RNG state incomplete")
+    # Everything parsed: apply.
+    _copy_trainable(model, weights)
+    if opt_sd is not None:
+        optimizer.load_state_dict(opt_sd)
     if restore_rng:
-        set_rng_state(load_file(str(folder / "rng.safetensors")), state["rng"])
+        set_rng_state(rng_t, state["rng"])
     return state
+
+
+def load_critic(folder: str | Path) -> dict[str, torch.Tensor] | None:
+    """The critic tensors of a checkpoint (``critic.safetensors``), or ``None`` when it has none."""
+    path = Path(folder) / CRITIC
+    return _read_safetensors(path) if path.is_file() else None
+
+
+def load_latest(root: str | Path, model, optimizer=None, restore_rng: bool = True,
+                warn: Callable[[str], None] | None = None) -> tuple[Path | None, dict[str, Any] | None]:
+    """Load the newest checkpoint under ``root`` that is intact; a damaged one (missing or corrupt files, a
+    half-written folder) is skipped with a warning and the previous one tried. ``(None, None)`` when none
+    loads."""
+    for path in reversed(list_checkpoints(root)):
+        try:
+            return path, load_checkpoint(path, model, optimizer, restore_rng=restore_rng)
+        except CheckpointError as exc:
+            if warn is not None:
+                warn(f"warning: skipping damaged checkpoint {path.name}: {exc}")
+    return None, None

@@ -28,7 +28,10 @@ from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.rollout.collector import RolloutCollector
 from slea.trainer import checkpoint as ckpt
+from slea.trainer.critic import make_critic
+from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
+from slea.trainer.sampling import collect_batch
 from slea.trainer.update import Sample, ppo_update, reference_logprobs
 from slea.types import Trajectory, columns, flatten
 
@@ -98,13 +101,19 @@ class Trainer:
         self.experience = _experience(cfg, self.dir, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
-        self.pool = EnvPool(cfg.env.id, cfg.rollout.groups, cfg.rollout.group_size, dict(cfg.env.kwargs))
+        self.pool = EnvPool(cfg.env.id, cfg.rollout.groups, cfg.rollout.group_size, dict(cfg.env.kwargs),
+                            step_timeout_s=cfg.env.step_timeout_s, reset_timeout_s=cfg.env.reset_timeout_s)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                            weight_decay=cfg.train.weight_decay)
         self.log = RunLog(self.dir)
         self.start_iteration = 0
         self.episodes = 0
+        self.env_steps = 0
+        # ppo / turn_ppo: a value head on the policy backbone (trainer/critic.py); None for critic-free ones
+        self.critic = make_critic(cfg, self.model, pad_id=self.tok.pad_token_id or 0)
+        self.bad_updates = BadUpdateGuard(cfg.train.max_bad_updates)
+        self.last_checkpoint: str | None = None
 
     # -- helpers ---------------------------------------------------------------------------------------
     def say(self, msg: str) -> None:
@@ -127,13 +136,27 @@ class Trainer:
         return res
 
     def resume(self) -> bool:
-        last = ckpt.latest_checkpoint(self.dir / "checkpoints")
-        if last is None:
+        """Continue from the newest intact checkpoint (damaged ones are skipped with a warning): weights,
+        optimizer, RNGs, counters, and the experience library as of that checkpoint; metrics rows logged after
+        it are dropped (the iterations are redone). Without a checkpoint the run restarts from scratch."""
+        last, state = ckpt.load_latest(self.dir / "checkpoints", self.model, self.optimizer, warn=self.say)
+        it = int(state["iteration"]) if state is not None else -1
+        if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
+            self.experience.close()
+            ckpt.restore_library(last, self.dir / "library.sqlite")
+            self.experience = _experience(self.cfg, self.dir, self.generator)
+            self.collector.experience = self.experience
+        truncate_metrics(self.log.path, it)
+        self.log.purge_after(it)
+        if state is None:
             return False
-        state = ckpt.load_checkpoint(last, self.model, self.optimizer)
-        self.start_iteration = int(state["iteration"]) + 1
+        self.start_iteration = it + 1
         self.episodes = int(state.get("episodes", 0))
-        truncate_metrics(self.log.path, state["iteration"])
+        self.env_steps = int(state.get("env_steps", 0))
+        if self.critic is not None:
+            self.critic.restore(last, state, warn=self.say)
+        self.bad_updates.streak = int(state.get("bad_update_streak", 0))
+        self.last_checkpoint = last.name
         self.say(f"resumed from {last.name} (next iteration {self.start_iteration})")
         return True
 
@@ -144,21 +167,35 @@ class Trainer:
         seeds = iteration_seeds(cfg.run.seed, it, cfg.rollout.groups)
         with self.progress() as bar:
             task = bar.add_task("rollout", total=cfg.env.max_steps)
-            trajs, rstats = self.collector.collect(
-                self.pool, seeds, iteration=it,
+            batch = collect_batch(  # algorithm.dynamic_sampling: groups with equal returns dropped, refilled
+                self.collector, self.pool, seeds, iteration=it, run_seed=cfg.run.seed,
+                dynamic=cfg.algorithm.dynamic_sampling, max_refill_rounds=cfg.algorithm.max_refill_rounds,
                 progress=lambda turn, live: bar.update(task, completed=turn, description=f"rollout ({live} live)"))
+        trajs, rstats = batch.collected, batch.stats
         self.episodes += len(trajs)
-        samples, adv = build_samples(trajs, cfg)
+        self.env_steps += batch.env_steps
+        faults = self.pool.take_fault_stats()
+        # An episode an env fault cut short says nothing about the policy: it is reported, not learned from.
+        clean = [t for t in trajs if not _faulted(t)]
+        train_set = [t for t in batch.trajs if not _faulted(t)]
+        samples, adv = (build_samples(train_set, cfg) if self.critic is None
+                        else self.critic.build_samples(self.model, train_set))
         metrics: dict[str, float] = {f"train/{k}": v for k, v in summarize(trajs).items()}
-        metrics["adv/abs_mean"] = float(np.abs(adv).mean()) if adv.size else 0.0
+        bad_adv = nonfinite_count(adv)
+        metrics["adv/abs_mean"] = float(np.abs(adv[np.isfinite(adv)]).mean()) if adv.size > bad_adv else 0.0
+        metrics.update({f"faults/{k}": float(v) for k, v in faults.items()})
+        metrics["faults/dropped_episodes"] = float(len(trajs) - len(clean))
+        metrics["guard/nonfinite_advantages"] = float(bad_adv)
         lib_metrics: dict[str, float] = {}
         t_lib = time.perf_counter()
-        if self.experience is not None:
-            lib_metrics = {f"library/{k}": float(v) for k, v in self.experience.evolve(trajs, it).items()}
+        if self.experience is not None and not bad_adv:
+            lib_metrics = {f"library/{k}": float(v) for k, v in self.experience.evolve(clean, it).items()}
         t_lib = time.perf_counter() - t_lib
         t_train = time.perf_counter()
         upd: dict[str, float] = {}
-        if samples:
+        if samples and bad_adv:  # numerical guard: NaN/inf advantages (rewards) → skip the whole update
+            upd = {"skipped_updates": float(min(cfg.train.updates_per_iter, len(samples)))}
+        elif samples:
             if cfg.algorithm.kl_coef > 0:
                 reference_logprobs(self.model, samples, micro_batch=cfg.train.micro_batch,
                                    temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
@@ -168,8 +205,12 @@ class Trainer:
                                  temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
                                  rng=random.Random(cfg.run.seed * 100_003 + it),
                                  progress=lambda done, total: bar.update(task, completed=done, total=total))
+        if self.critic is not None and not bad_adv:
+            metrics.update({f"critic/{k}": v for k, v in self.critic.update().items()})
         t_train = time.perf_counter() - t_train
         metrics.update({f"update/{k}": v for k, v in upd.items()})
+        metrics.update(batch.metrics)
+        metrics["guard/bad_update_streak"] = float(self.bad_updates.observe(bool(upd.get("skipped_updates", 0))))
         metrics.update(lib_metrics)
         metrics.update({
             "tokens/prompt": float(rstats.prompt_tokens), "tokens/generated": float(rstats.gen_tokens),
@@ -177,14 +218,16 @@ class Trainer:
             "time/generation_s": rstats.gen_s, "time/env_s": rstats.env_s, "time/retrieval_s": rstats.retrieval_s,
             "time/library_s": t_lib, "time/train_s": t_train, "time/iteration_s": time.perf_counter() - t0,
             "throughput/train_tokens_per_s": upd.get("trained_tokens", 0.0) / max(t_train, 1e-9),
-            "episodes": float(self.episodes),
+            "episodes": float(self.episodes), "env_steps": float(self.env_steps),
         })
         return metrics
 
     # -- the loop --------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
         cfg = self.cfg
-        (self.dir / "config.yaml").write_text(dump_config(cfg))
+        tmp = self.dir / ".config.yaml.tmp"  # atomic: a kill here must not cost the run its config
+        tmp.write_text(dump_config(cfg))
+        tmp.replace(self.dir / "config.yaml")
         if resume:
             self.resume()
         t_start = time.perf_counter()
@@ -203,11 +246,25 @@ class Trainer:
             last_iter_s = m["time/iteration_s"]
             self.log.log(it, m)
             self.say(_iter_line(it, cfg.train.iterations, m))
+            # Guards stop the run before this iteration's checkpoint: the last one stays the last good one.
+            self.bad_updates.check(it, self.last_checkpoint)
+            check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
+                             cfg.env.max_fault_rate, it, self.pool.last_error, self.last_checkpoint)
             if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1:
+                if not finite_weights(self.model):
+                    raise RunHalted(f"stopped at iteration {it}: the weights hold NaN/inf, so no checkpoint was "
+                                    f"written; the last good checkpoint is {self.last_checkpoint}")
                 if self.experience is not None:
                     self.experience.save()
-                ckpt.save_checkpoint(self.dir / "checkpoints", it, self.model, self.optimizer,
-                                     extra={"episodes": self.episodes}, keep=cfg.train.keep_checkpoints)
+                critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
+                path = ckpt.save_checkpoint(
+                    self.dir / "checkpoints", it, self.model, self.optimizer, critic=critic_t,
+                    extra={"episodes": self.episodes, "env_steps": self.env_steps, "critic": critic_meta,
+                           "bad_update_streak": self.bad_updates.streak,
+                           "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
+                    keep=cfg.train.keep_checkpoints,
+                    library=self.dir / "library.sqlite" if self.experience is not None else None)
+                self.last_checkpoint = path.name
         after = self.evaluate("after", cfg.train.iterations)
         self.say(_eval_line("trained", after))
         rows = self.log.rows()
@@ -225,6 +282,11 @@ class Trainer:
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
         write_eval(self.dir, "summary", summary)
         return summary
+
+
+def _faulted(t: Trajectory) -> bool:
+    """An episode ended by an env fault (a step or its reset raised or hung)."""
+    return (t.truncated and not t.steps) or any("fault" in s.info for s in t.steps)
 
 
 def _iter_line(it: int, total: int, m: dict[str, float]) -> str:

@@ -32,6 +32,15 @@ class RunLog:
                     self._tb.add_scalar(key.replace(".", "/"), float(val), iteration)
             self._tb.flush()
 
+    def purge_after(self, iteration: int) -> None:
+        """A resumed run redoes the iterations after ``iteration``: reopen TensorBoard with ``purge_step`` so
+        the points the killed run logged for them are dropped, not shown twice."""
+        if self._tb is not None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb.close()
+            self._tb = SummaryWriter(str(self.dir / "events"), purge_step=iteration + 1)
+
     def rows(self) -> list[dict[str, Any]]:
         return read_metrics(self.path)
 
@@ -56,7 +65,9 @@ def truncate_metrics(path: Path, last_iteration: int) -> None:
     """Drop rows after ``last_iteration`` (a resumed run rewrites what the killed one logged past its
     last checkpoint)."""
     rows = [r for r in read_metrics(path) if r.get("iteration", 0) <= last_iteration]
-    Path(path).write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp = Path(path).with_name(f".{Path(path).name}.tmp")  # atomic: a kill mid-rewrite keeps the old file
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tmp.replace(path)
 
 
 def plot_curves(rows: list[dict[str, Any]], out: Path, evals: dict[str, float] | None = None) -> None:

@@ -1,0 +1,76 @@
+"""Run-level reliability guards: when a run must stop, and why, in one clear sentence.
+
+* Numerical guard: ``ppo_update`` skips an optimizer step whose gradient norm or loss metrics are non-finite;
+  the trainer skips the whole update when an advantage is non-finite. :class:`BadUpdateGuard` counts
+  iterations in a row whose update hit a non-finite value and stops the run after ``train.max_bad_updates``
+  of them — before that iteration's checkpoint is written, so the last checkpoint is the last good one.
+* Env fault guard: :func:`check_fault_rate` stops the run when, in one iteration, more than
+  ``env.max_fault_rate`` of the env calls faulted (raised, hung, or could not be rebuilt).
+* :func:`finite_weights` keeps a checkpoint of non-finite weights from ever being written.
+
+Stopping raises :class:`RunHalted`; the CLI prints its message and exits with code 3.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+import numpy as np
+import torch
+
+
+class RunHalted(RuntimeError):
+    """A reliability guard stopped the run; the message says why and which checkpoint is the last good one."""
+
+
+def nonfinite_count(values: np.ndarray | Iterable[float]) -> int:
+    arr = np.asarray(values, dtype=np.float64)
+    return int(arr.size - np.isfinite(arr).sum())
+
+
+def finite_weights(model) -> bool:
+    """Whether every trainable parameter is finite."""
+    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
+
+
+class BadUpdateGuard:
+    """Counts consecutive bad updates (an iteration whose update skipped at least one optimizer step, or was
+    skipped whole, because of a non-finite value). ``max_bad`` in a row → :class:`RunHalted`."""
+
+    def __init__(self, max_bad: int, streak: int = 0) -> None:
+        self.max_bad = int(max_bad)
+        self.streak = int(streak)
+
+    def observe(self, bad: bool) -> int:
+        """Record one iteration's update; returns the current streak."""
+        self.streak = self.streak + 1 if bad else 0
+        return self.streak
+
+    def check(self, iteration: int, last_checkpoint: str | None = None) -> None:
+        """:class:`RunHalted` when the streak reached ``max_bad`` (0 disables the guard)."""
+        if self.max_bad > 0 and self.streak >= self.max_bad:
+            where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint yet"
+            raise RunHalted(f"stopped at iteration {iteration}: {self.streak} updates in a row hit NaN/inf "
+                            f"(loss, advantages or gradients; train.max_bad_updates={self.max_bad}); {where}. "
+                            f"Lower train.lr, check rewards, or raise train.max_bad_updates.")
+
+
+def fault_rate(stats: Mapping[str, float]) -> float:
+    calls = float(stats.get("calls", 0))
+    return float(stats.get("faults", 0)) / calls if calls else 0.0
+
+
+def check_fault_rate(stats: Mapping[str, float], max_rate: float, iteration: int, last_error: str = "",
+                     last_checkpoint: str | None = None) -> float:
+    """The iteration's env fault rate; :class:`RunHalted` when it exceeds ``max_rate`` (``max_rate >= 1``
+    never stops)."""
+    rate = fault_rate(stats)
+    if rate > max_rate and not math.isclose(rate, max_rate):
+        where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint yet"
+        detail = ", ".join(f"{k} {int(v)}" for k, v in stats.items() if v and k not in ("calls", "faults"))
+        raise RunHalted(f"stopped at iteration {iteration}: {int(stats.get('faults', 0))} of "
+                        f"{int(stats.get('calls', 0))} env calls faulted ({rate:.0%} > env.max_fault_rate="
+                        f"{max_rate:g}; {detail}); last error: {last_error or 'n/a'}; {where}. Resume with "
+                        f"`slea train --resume RUN` once the environment is fixed.")
+    return rate
