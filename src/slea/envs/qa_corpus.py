@@ -16,6 +16,7 @@ so the many env copies of a pool share one index.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -34,11 +35,14 @@ import numpy as np
 
 from slea.envs.base import MissingExtraError
 
-STOPWORDS = frozenset(
-    "a an and are as at be but by for from has have he her his i if in into is it its me my no not of on or "
-    "our she so such that the their them then there these they this to was we were what when where which "
-    "who whom will with you your".split()
-)
+# fmt: off
+STOPWORDS = frozenset((
+    "a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he", "her", "his", "i",
+    "if", "in", "into", "is", "it", "its", "me", "my", "no", "not", "of", "on", "or", "our", "she", "so", "such",
+    "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "were", "what",
+    "when", "where", "which", "who", "whom", "will", "with", "you", "your",
+))
+# fmt: on
 _WORD = re.compile(r"\w+")
 
 
@@ -129,7 +133,9 @@ class Corpus:
         if not self._fingerprint:
             h = hashlib.sha1()
             for title, text in zip(self.titles, self.texts, strict=True):
-                h.update(title.encode("utf-8", "replace") + b"\x00" + text.encode("utf-8", "replace") + b"\x01")
+                h.update(
+                    title.encode("utf-8", "replace") + b"\x00" + text.encode("utf-8", "replace") + b"\x01"
+                )
             self._fingerprint = h.hexdigest()[:16]
         return self._fingerprint
 
@@ -142,7 +148,7 @@ def package_data_dir(package: str) -> Path | None:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0])
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def load_wiki_offline(lang: str = "en-us") -> Corpus:
@@ -253,19 +259,19 @@ class DenseRetriever:
     ) -> None:
         if importlib.util.find_spec("faiss") is None:
             raise MissingExtraError("dense retrieval needs faiss-cpu: pip install 'slea[qa]'")
-        os.environ.setdefault("HF_HUB_OFFLINE", "1")
         import faiss
-        from sentence_transformers import SentenceTransformer
 
         self.corpus = corpus
-        self.model = SentenceTransformer(model_path or minilm_path(), device="cpu")
+        self.model = _sentence_model(model_path or minilm_path())
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self.cache_path = self.cache_dir / f"{corpus.fingerprint}-minilm.npy"
         self.embedded_now = False
         emb = self._load_cached(len(corpus))
         if emb is None:
             docs = [f"{t}. {x}"[:max_chars] for t, x in zip(corpus.titles, corpus.texts, strict=True)]
-            emb = self.model.encode(docs, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True)
+            emb = self.model.encode(
+                docs, batch_size=batch_size, normalize_embeddings=True, convert_to_numpy=True
+            )
             emb = np.ascontiguousarray(emb, dtype=np.float32)
             self._save(emb)
             self.embedded_now = True
@@ -293,6 +299,15 @@ class DenseRetriever:
         q = self.model.encode([query], normalize_embeddings=True, convert_to_numpy=True)
         _, idx = self.index.search(np.ascontiguousarray(q, dtype=np.float32), min(k, len(self.corpus)))
         return [int(i) for i in idx[0] if i >= 0]
+
+
+@functools.lru_cache(maxsize=2)
+def _sentence_model(path: str) -> Any:
+    """A SentenceTransformer on CPU, loaded once per process (offline: nothing is downloaded)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(path, device="cpu")
 
 
 _RETRIEVERS: dict[tuple[str, str, str], Any] = {}

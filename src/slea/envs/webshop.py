@@ -38,7 +38,6 @@ held out (200 of the 1,000 goals of the default catalog). Server: the official g
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import string
@@ -49,12 +48,11 @@ from html.parser import HTMLParser
 from typing import Any
 
 from slea.envs.base import StepResult, TextEnv, register
-from slea.envs.webshop_catalog import Catalog, Goal, Product, build_catalog, get_reward
+from slea.envs.webshop_catalog import Catalog, Goal, Product, build_catalog, expert_actions, get_reward
 
 SEP = " [SEP] "
 TABS = ("description", "features", "reviews")
-_ACTION = re.compile(r"\s*(search|click)\s*\[(.*)\]\s*[.!]?\s*", re.I | re.S)
-_PRICE_CLAUSE = re.compile(r",?\s*and price lower than [\d.]+ dollars\s*$")
+_ACTION = re.compile(r"\s*(search|click)\s*\[(.*)\]\s*[.!]?\s*", re.IGNORECASE | re.DOTALL)
 _HINT = "Actions are search[<query>] on the search page and click[<button>] with a button of the page."
 
 
@@ -64,26 +62,6 @@ def parse_action(action: str) -> tuple[str, str] | None:
     if m is None:
         return None
     return m.group(1).lower(), " ".join(m.group(2).split()).lower()
-
-
-@functools.lru_cache(maxsize=20_000)
-def expert_actions(seed: int, num_products: int, goal_index: int, page_size: int, max_results: int) -> tuple[str, ...]:
-    """The expert demonstration of a goal: search with the instruction (without its price clause), page to
-    the first result that earns reward 1 with the goal's options, click it, choose the options, buy."""
-    cat = build_catalog(seed, num_products)
-    goal = cat.goals[goal_index]
-    for query in (_PRICE_CLAUSE.sub("", goal.instruction), cat.by_asin[goal.asin].title.lower()):
-        results = cat.search(query, max_results)
-        for pos, product in enumerate(results):
-            chosen = _goal_options_of(product, goal)
-            if get_reward(product, goal, chosen)[0] >= 1.0 - 1e-9:
-                return (f"search[{query}]", *["click[next >]"] * (pos // page_size), f"click[{product.asin.lower()}]",
-                        *[f"click[{v}]" for v in chosen.values()], "click[buy now]")
-    raise RuntimeError(f"goal {goal_index} has no expert demonstration")  # the target always qualifies
-
-
-def _goal_options_of(product: Product, goal: Goal) -> dict[str, str]:
-    return {n: v for n, v in goal.options.items() if v in product.options.get(n, [])}
 
 
 class WebShopEnv(TextEnv):
@@ -100,8 +78,15 @@ class WebShopEnv(TextEnv):
 
     task_type = "webshop"
 
-    def __init__(self, split: str = "train", num_products: int = 1000, catalog_seed: int = 0,
-                 num_goals: int | None = None, page_size: int = 10, max_results: int = 50) -> None:
+    def __init__(
+        self,
+        split: str = "train",
+        num_products: int = 1000,
+        catalog_seed: int = 0,
+        num_goals: int | None = None,
+        page_size: int = 10,
+        max_results: int = 50,
+    ) -> None:
         super().__init__()
         self.catalog: Catalog = build_catalog(int(catalog_seed), int(num_products))
         self.goal_ids = self.catalog.split_goals(split)
@@ -123,15 +108,30 @@ class WebShopEnv(TextEnv):
             k = int(self.np_random.integers(len(self.goal_ids)))
         self._task = self.catalog.goals[self.goal_ids[k % len(self.goal_ids)]]
         self._goal, self.task_type = self._task.instruction, self._task.category
-        self._s = {"page": "search", "query": "", "results": [], "page_no": 1, "asin": None, "options": {},
-                   "tab": None, "done": False, "reward": 0.0, "reward_info": {}}
+        self._s = {
+            "page": "search",
+            "query": "",
+            "results": [],
+            "page_no": 1,
+            "asin": None,
+            "options": {},
+            "tab": None,
+            "done": False,
+            "reward": 0.0,
+            "reward_info": {},
+        }
         return self._render(), {}
 
     def get_state(self) -> dict[str, Any]:
         if self._task is None:
             raise RuntimeError("get_state() before reset()")
-        return {**self._s, "goal_index": self._task.index, "results": list(self._s["results"]),
-                "options": dict(self._s["options"]), "reward_info": dict(self._s["reward_info"])}
+        return {
+            **self._s,
+            "goal_index": self._task.index,
+            "results": list(self._s["results"]),
+            "options": dict(self._s["options"]),
+            "reward_info": dict(self._s["reward_info"]),
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._task = self.catalog.goals[int(state["goal_index"])]
@@ -146,7 +146,7 @@ class WebShopEnv(TextEnv):
 
     def _page_items(self) -> list[Product]:
         start = (self._s["page_no"] - 1) * self.page_size
-        return [self.catalog.by_asin[a] for a in self._s["results"][start:start + self.page_size]]
+        return [self.catalog.by_asin[a] for a in self._s["results"][start : start + self.page_size]]
 
     def clickables(self) -> list[str]:
         """The clickable names of the current page (lowercase), WebShop's ``text_to_clickable`` keys."""
@@ -187,8 +187,15 @@ class WebShopEnv(TextEnv):
                 parts = [f"You have clicked {v}." for v in s["options"].values()] + parts
                 for name, values in p.options.items():
                     parts += [name, *values]
-                parts += [p.title, f"Price: ${p.price:.2f}", f"Rating: {p.rating}", "Description", "Features",
-                          "Reviews", "Buy Now"]
+                parts += [
+                    p.title,
+                    f"Price: ${p.price:.2f}",
+                    f"Rating: {p.rating}",
+                    "Description",
+                    "Features",
+                    "Reviews",
+                    "Buy Now",
+                ]
             elif s["tab"] == "description":
                 parts.append(p.description)
             elif s["tab"] == "features":
@@ -218,8 +225,15 @@ class WebShopEnv(TextEnv):
                 return self._bad("There is no search bar on this page: click[back to search] first.")
             if not arg:
                 return self._bad("Empty search: write search[<query>].")
-            s.update(page="results", query=arg, page_no=1, asin=None, options={}, tab=None,
-                     results=[p.asin for p in self.catalog.search(arg, self.max_results)])
+            s.update(
+                page="results",
+                query=arg,
+                page_no=1,
+                asin=None,
+                options={},
+                tab=None,
+                results=[p.asin for p in self.catalog.search(arg, self.max_results)],
+            )
             return self._render(), 0.0, False, False, {}
         if arg not in self.clickables() or arg == "search":
             return self._bad(f"'{arg}' is not clickable on this page. " + _HINT)
@@ -250,7 +264,9 @@ class WebShopEnv(TextEnv):
 
     def _fill(self, info: dict[str, Any]) -> dict[str, Any]:
         if self._task is not None:
-            self._admissible = None if self._s["page"] == "search" else [f"click[{c}]" for c in self.clickables()]
+            self._admissible = (
+                None if self._s["page"] == "search" else [f"click[{c}]" for c in self.clickables()]
+            )
         return super()._fill(info)
 
     def _info_defaults(self) -> dict[str, Any]:
@@ -270,8 +286,11 @@ class WebShopEnv(TextEnv):
             "price_upper": g.price_upper,
             "purchased": {"asin": s["asin"], "options": dict(s["options"])} if s["done"] else None,
             "reward_info": dict(s["reward_info"]),
-            "walkthrough": list(expert_actions(self.catalog.seed, len(self.catalog.products), g.index,
-                                               self.page_size, self.max_results)),
+            "walkthrough": list(
+                expert_actions(
+                    self.catalog.seed, len(self.catalog.products), g.index, self.page_size, self.max_results
+                )
+            ),
         }
 
     def render(self) -> str:
@@ -284,14 +303,18 @@ class WebShopEnv(TextEnv):
 class _PageParser(HTMLParser):
     """Visible texts and clickables of a WebShop page (what BeautifulSoup gives WebShop's text env)."""
 
-    VOID = frozenset("area base br col embed hr img input link meta source track wbr".split())
-    SKIP = frozenset("style script head title meta noscript template".split())
+    VOID = frozenset(
+        ["area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"]
+    )
+    SKIP = frozenset(["style", "script", "head", "title", "meta", "noscript", "template"])
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.stack: list[tuple[str, dict[str, str], bool]] = []  # (tag, attrs, hidden)
         self.texts: list[str] = []
-        self.clicks: dict[str, tuple[str, str, dict[str, str] | None]] = {}  # name -> (method, url, form data)
+        self.clicks: dict[
+            str, tuple[str, str, dict[str, str] | None]
+        ] = {}  # name -> (method, url, form data)
         self.forms: list[dict[str, Any]] = []
         self.search: dict[str, Any] | None = None
         self.instruction: str | None = None
@@ -306,14 +329,19 @@ class _PageParser(HTMLParser):
         hidden = "hidden" in a or "display:none" in a.get("style", "").replace(" ", "")
         classes = a.get("class", "").split()
         if tag == "form":
-            self.forms.append({"action": a.get("action", ""), "method": a.get("method", "get").upper(), "data": {}})
+            self.forms.append(
+                {"action": a.get("action", ""), "method": a.get("method", "get").upper(), "data": {}}
+            )
         if tag == "input":
             form = self.forms[-1] if self.forms else None
             kind = a.get("type", "text").lower()
             if a.get("id") == "search_input" or a.get("name") == "search_query":
                 self.search = {"form": form, "name": a.get("name", "search_query")}
             elif kind == "radio" and a.get("value"):
-                url = a.get("data-url") or (re.findall(r"href\s*=\s*['\"]([^'\"]+)", a.get("onclick", "")) or [""])[0]
+                url = (
+                    a.get("data-url")
+                    or (re.findall(r"href\s*=\s*['\"]([^'\"]+)", a.get("onclick", "")) or [""])[0]
+                )
                 if url:
                     self.clicks.setdefault(a["value"].strip().lower(), ("GET", url, None))
             elif kind == "hidden" and form is not None and a.get("name"):
@@ -322,7 +350,9 @@ class _PageParser(HTMLParser):
         if tag in self.VOID:
             return
         self.stack.append((tag, a, hidden))
-        if a.get("id") == "instruction-text" or (tag == "h4" and self._open and self._open[-1]["kind"] == "instr"):
+        if a.get("id") == "instruction-text" or (
+            tag == "h4" and self._open and self._open[-1]["kind"] == "instr"
+        ):
             self._open.append({"kind": "instr", "depth": len(self.stack), "text": []})
         elif a.get("id") == "reward":
             self._open.append({"kind": "reward", "depth": len(self.stack), "text": []})
@@ -354,7 +384,7 @@ class _PageParser(HTMLParser):
         if el["kind"] == "click" and el["target"] is not None and text:
             self.clicks.setdefault(text.lower(), el["target"])
         elif el["kind"] == "instr" and self.instruction is None and text:
-            self.instruction = re.sub(r"^instruction:\s*", "", text, flags=re.I)
+            self.instruction = re.sub(r"^instruction:\s*", "", text, flags=re.IGNORECASE)
         elif el["kind"] == "reward":
             self.reward_text = text
 
@@ -399,8 +429,14 @@ class WebShopServerEnv(TextEnv):
 
     task_type = "webshop"
 
-    def __init__(self, base_url: str | None = None, split: str = "train", session_prefix: str = "fixed_",
-                 num_goals: int | None = None, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        split: str = "train",
+        session_prefix: str = "fixed_",
+        num_goals: int | None = None,
+        timeout: float = 10.0,
+    ) -> None:
         super().__init__()
         if split not in SERVER_SPLITS:
             raise ValueError(f"split must be one of {sorted(SERVER_SPLITS)}, got {split!r}")
@@ -465,12 +501,17 @@ class WebShopServerEnv(TextEnv):
         try:
             if kind == "search":
                 if page.search is None or not arg:
-                    return self._bad("There is no search bar on this page: click[back to search] first."
-                                     if page.search is None else "Empty search: write search[<query>].")
+                    return self._bad(
+                        "There is no search bar on this page: click[back to search] first."
+                        if page.search is None
+                        else "Empty search: write search[<query>]."
+                    )
                 form = page.search["form"]
                 self._fetch(form["method"], form["action"], {**form["data"], page.search["name"]: arg})
             else:
-                if arg == "< prev" and arg not in page.clicks:  # newer templates: "< back to results"/"...item page"
+                if (
+                    arg == "< prev" and arg not in page.clicks
+                ):  # newer templates: "< back to results"/"...item page"
                     arg = next((c for c in page.clicks if c.startswith("<")), arg)
                 if arg not in page.clicks or arg == "search":
                     return self._bad(f"'{arg}' is not clickable on this page. " + _HINT)
@@ -487,7 +528,9 @@ class WebShopServerEnv(TextEnv):
 
     def _fill(self, info: dict[str, Any]) -> dict[str, Any]:
         if self._page is not None:
-            self._admissible = None if self._page.search is not None else [f"click[{c}]" for c in self.clickables()]
+            self._admissible = (
+                None if self._page.search is not None else [f"click[{c}]" for c in self.clickables()]
+            )
         return super()._fill(info)
 
     def _info_defaults(self) -> dict[str, Any]:
@@ -497,15 +540,25 @@ class WebShopServerEnv(TextEnv):
             "score": 100.0 * self._reward if self._done else 0.0,
             "url": self.url,
             "session": self.session,
-            "available_actions": {"has_search_bar": bool(page and page.search is not None),
-                                  "clickables": list(page.clicks) if page else []},
+            "available_actions": {
+                "has_search_bar": bool(page and page.search is not None),
+                "clickables": list(page.clicks) if page else [],
+            },
         }
 
     def render(self) -> str:
         return self._last_obs
 
 
-register("slea/WebShop-v0", "slea.envs.webshop:WebShopEnv", family="webshop",
-         description="WebShop-style shop, offline: generated 1k-product catalog, BM25 search, WebShop reward")
-register("slea/WebShopServer-v0", "slea.envs.webshop:WebShopServerEnv", family="webshop",
-         description="client for a running WebShop server ($WEBSHOP_URL, default http://127.0.0.1:3000)")
+register(
+    "slea/WebShop-v0",
+    "slea.envs.webshop:WebShopEnv",
+    family="webshop",
+    description="WebShop-style shop, offline: generated 1k-product catalog, BM25 search, WebShop reward",
+)
+register(
+    "slea/WebShopServer-v0",
+    "slea.envs.webshop:WebShopServerEnv",
+    family="webshop",
+    description="client for a running WebShop server ($WEBSHOP_URL, default http://127.0.0.1:3000)",
+)

@@ -53,6 +53,7 @@ SIZES = ("small", "medium", "large", "x-large", "xx-large")
 COLORS = ("black", "white", "navy blue", "grey", "red", "olive green", "pink", "beige")
 
 # key, category, path, nouns, title noun phrase, singular?, attributes, options, price range
+# fmt: off
 _TYPES: tuple[tuple[Any, ...], ...] = (
     ("men's shirt", "fashion", "clothing › men › shirts", ("shirt",), "Men's Shirt", True,
      ("long sleeve", "short sleeve", "button down", "slim fit", "wrinkle free", "machine wash", "cotton"),
@@ -137,6 +138,7 @@ _TYPES: tuple[tuple[Any, ...], ...] = (
      (("size", ("52 x 63 inch", "52 x 84 inch", "52 x 95 inch")), ("color", ("grey", "navy", "beige", "black", "white"))),
      (15, 70)),
 )
+# fmt: on
 
 
 @dataclass(frozen=True)
@@ -197,7 +199,7 @@ def _process(text: str) -> str:
 def _ratio(a: str, b: str) -> int:
     if not a or not b:
         return 0
-    return int(round(100 * difflib.SequenceMatcher(None, a, b).ratio()))
+    return round(100 * difflib.SequenceMatcher(None, a, b).ratio())
 
 
 def token_set_ratio(s1: str, s2: str) -> int:
@@ -230,20 +232,29 @@ def type_reward(product: Product, goal: Goal) -> dict[str, Any]:
         r_type = 0.1
     if title_score == 0.0:
         r_type = 0.0
-    return {"r_type": r_type, "query_match": query_match, "category_match": category_match,
-            "title_score": title_score}
+    return {
+        "r_type": r_type,
+        "query_match": query_match,
+        "category_match": category_match,
+        "title_score": title_score,
+    }
 
 
 def _in_text(phrase: str, product: Product) -> bool:
     phrase = phrase.lower()
-    return (phrase in product.title.lower() or phrase in " ".join(product.features).lower()
-            or phrase in product.description.lower())
+    return (
+        phrase in product.title.lower()
+        or phrase in " ".join(product.features).lower()
+        or phrase in product.description.lower()
+    )
 
 
 def attribute_matches(product: Product, goal: Goal) -> int:
     n = 0
     for g_attr in goal.attributes:
-        if any(token_set_ratio(p_attr, g_attr) > 85 for p_attr in product.attributes) or _in_text(g_attr, product):
+        if any(token_set_ratio(p_attr, g_attr) > 85 for p_attr in product.attributes) or _in_text(
+            g_attr, product
+        ):
             n += 1
     return n
 
@@ -261,7 +272,9 @@ def option_matches(goal: Goal, chosen: dict[str, str]) -> int:
     return n
 
 
-def get_reward(product: Product, goal: Goal, chosen: dict[str, str], price: float | None = None) -> tuple[float, dict]:
+def get_reward(
+    product: Product, goal: Goal, chosen: dict[str, str], price: float | None = None
+) -> tuple[float, dict]:
     """WebShop's reward in [0, 1] for buying ``product`` with options ``chosen`` against ``goal``."""
     rt = type_reward(product, goal)
     price = product.price if price is None else price
@@ -270,24 +283,64 @@ def get_reward(product: Product, goal: Goal, chosen: dict[str, str], price: floa
     n_opt = option_matches(goal, chosen)
     denom = len(goal.attributes) + len(goal.options) + 1
     reward = rt["r_type"] * (n_att + n_opt + int(r_price)) / denom
-    info = {**rt, "r_att": n_att / len(goal.attributes) if goal.attributes else None,
-            "r_option": n_opt / len(goal.options) if goal.options else None, "r_price": r_price,
-            "n_att": n_att, "n_opt": n_opt, "denominator": denom}
+    info = {
+        **rt,
+        "r_att": n_att / len(goal.attributes) if goal.attributes else None,
+        "r_option": n_opt / len(goal.options) if goal.options else None,
+        "r_price": r_price,
+        "n_att": n_att,
+        "n_opt": n_opt,
+        "denominator": denom,
+    }
     return reward, info
 
 
 # ------------------------------------------------------------------------------------------------------
 # Generation
 # ------------------------------------------------------------------------------------------------------
-_SYLL = ("ka", "lo", "mi", "ra", "ven", "zo", "tri", "no", "sa", "bel", "qu", "ix", "dor", "fi", "len", "po", "ta", "vy")
-_FEATURE = ("{A}: a customer favourite", "{A}, quality checked before shipping", "Product feature: {a}",
-            "{A} - see the description for details")
+_SYLL = (
+    "ka",
+    "lo",
+    "mi",
+    "ra",
+    "ven",
+    "zo",
+    "tri",
+    "no",
+    "sa",
+    "bel",
+    "qu",
+    "ix",
+    "dor",
+    "fi",
+    "len",
+    "po",
+    "ta",
+    "vy",
+)
+_FEATURE = (
+    "{A}: a customer favourite",
+    "{A}, quality checked before shipping",
+    "Product feature: {a}",
+    "{A} - see the description for details",
+)
 # Attributes that no product has together.
-EXCLUSIVE = (frozenset({"long sleeve", "short sleeve"}), frozenset({"dark roast", "medium roast"}),
-             frozenset({"whole bean", "ground"}), frozenset({"skinny", "bootcut"}), frozenset({"straight", "wavy"}),
-             frozenset({"pullover", "zip up"}), frozenset({"loose leaf", "tea bags"}))
-_REVIEWS = ((5, "Exactly as described, would buy again."), (4, "Good value for the price."),
-            (3, "It is okay, nothing special."), (2, "Quality could be better."), (5, "Love it!"))
+EXCLUSIVE = (
+    frozenset({"long sleeve", "short sleeve"}),
+    frozenset({"dark roast", "medium roast"}),
+    frozenset({"whole bean", "ground"}),
+    frozenset({"skinny", "bootcut"}),
+    frozenset({"straight", "wavy"}),
+    frozenset({"pullover", "zip up"}),
+    frozenset({"loose leaf", "tea bags"}),
+)
+_REVIEWS = (
+    (5, "Exactly as described, would buy again."),
+    (4, "Good value for the price."),
+    (3, "It is okay, nothing special."),
+    (2, "Quality could be better."),
+    (5, "Love it!"),
+)
 
 
 def _brand(rng: random.Random) -> str:
@@ -316,12 +369,27 @@ def _product(rng: random.Random, ptype: ProductType, brands: list[str], asins: s
     price = int(rng.uniform(*ptype.price)) + 0.99
     title = f"{brand} {' '.join(a.title() for a in attrs)} {ptype.title}"
     features = [rng.choice(_FEATURE).format(A=a.capitalize(), a=a) for a in attrs]
-    description = (f"This {ptype.key} by {brand} is {', '.join(attrs[:-1])} and {attrs[-1]}. "
-                   f"A great choice in {ptype.path.split(' › ')[-1]}.")
+    description = (
+        f"This {ptype.key} by {brand} is {', '.join(attrs[:-1])} and {attrs[-1]}. "
+        f"A great choice in {ptype.path.split(' › ')[-1]}."
+    )
     rating = rng.choice(("N.A.", "3.5", "4.0", "4.5", "5.0"))
     reviews = [rng.choice(_REVIEWS) for _ in range(rng.randint(0, 2))]
-    return Product(asin, title, ptype.key, ptype.category, ptype.path, (brand.lower(),) + ptype.nouns, attrs,
-                   options, price, features, description, rating, reviews)
+    return Product(
+        asin,
+        title,
+        ptype.key,
+        ptype.category,
+        ptype.path,
+        (brand.lower(),) + ptype.nouns,
+        attrs,
+        options,
+        price,
+        features,
+        description,
+        rating,
+        reviews,
+    )
 
 
 def _join(items: list[str]) -> str:
@@ -362,8 +430,18 @@ def _goal(rng: random.Random, product: Product, ptype: ProductType, index: int) 
         text = f"i want to buy {noun}, {a}, {opts}"
     if price_text:
         text += f", and {price_text}"
-    return Goal(product.asin, text, product.query, product.category, product.product_category, product.nouns,
-                attrs, options, price_upper, index)
+    return Goal(
+        product.asin,
+        text,
+        product.query,
+        product.category,
+        product.product_category,
+        product.nouns,
+        attrs,
+        options,
+        price_upper,
+        index,
+    )
 
 
 @dataclass
@@ -401,3 +479,33 @@ def build_catalog(seed: int = 0, num_products: int = 1000) -> Catalog:
     goals = [_goal(rng, p, t, i) for i, (p, t) in enumerate(zip(products, types, strict=True))]
     docs = [f"{p.title} {' '.join(p.features)} {p.description}" for p in products]
     return Catalog(seed, products, goals, {p.asin: p for p in products}, BM25(docs))
+
+
+_PRICE_CLAUSE = re.compile(r",?\s*and price lower than [\d.]+ dollars\s*$")
+
+
+@functools.lru_cache(maxsize=20_000)
+def expert_actions(
+    seed: int, num_products: int, goal_index: int, page_size: int, max_results: int
+) -> tuple[str, ...]:
+    """The expert demonstration of a goal: search with the instruction (without its price clause), page to
+    the first result that earns reward 1 with the goal's options, click it, choose the options, buy."""
+    cat = build_catalog(seed, num_products)
+    goal = cat.goals[goal_index]
+    for query in (_PRICE_CLAUSE.sub("", goal.instruction), cat.by_asin[goal.asin].title.lower()):
+        results = cat.search(query, max_results)
+        for pos, product in enumerate(results):
+            chosen = _goal_options_of(product, goal)
+            if get_reward(product, goal, chosen)[0] >= 1.0 - 1e-9:
+                return (
+                    f"search[{query}]",
+                    *["click[next >]"] * (pos // page_size),
+                    f"click[{product.asin.lower()}]",
+                    *[f"click[{v}]" for v in chosen.values()],
+                    "click[buy now]",
+                )
+    raise RuntimeError(f"goal {goal_index} has no expert demonstration")  # the target always qualifies
+
+
+def _goal_options_of(product: Product, goal: Goal) -> dict[str, str]:
+    return {n: v for n, v in goal.options.items() if v in product.options.get(n, [])}
