@@ -10,8 +10,9 @@ The index never scans every cluster:
 
 1. exact-repeat fast path: a dict from (task type, observation) to cluster id;
 2. candidate filter: an inverted index from word unigrams/bigrams of the prototypes to cluster ids; a query
-   counts hits over its rarest features only (a fixed work budget; features shared by too many prototypes are
-   stop features), so the cost does not grow with the number of clusters;
+   counts hits over its rarest features only (a fixed work budget; a feature shared by more than
+   ``posting_cap`` prototypes keeps only the most recent ones and is used only when nothing rarer is shared),
+   so the cost does not grow with the number of clusters;
 3. cheap upper bounds on the ratio, most selective last: the length bound ``2·min/(la+lb)`` (difflib's
    ``real_quick_ratio``) and ``2·(P + S + min(middles))/(la+lb)`` with P, S the common prefix/suffix (the LCS, and
    so difflib's match count, never exceeds it), which prunes almost every non-winner;
@@ -29,6 +30,7 @@ State persists to SQLite tables (``obs_clusters``, ``obs_memo``, ``obs_meta``) o
 from __future__ import annotations
 
 import difflib
+from bisect import bisect_right
 import json
 import re
 import sqlite3
@@ -53,6 +55,8 @@ def difflib_ratio(a: str, b: str) -> float:
 _Q = 6  # anchor q-gram length
 _S = 6  # anchor stride: every common substring of length >= _S + _Q - 1 contains an anchor q-gram
 _DP_LIMIT = 1200  # rectangles with na*nb at most this use difflib's plain dynamic programme
+_LCS_MAX = 400
+_RUNS = re.compile(r"[^\x00]+")  # runs of elements that may seed a match, once the others are masked to NUL  # prototypes up to this length get the LCS bound before the exact ratio
 
 
 class PreparedText:
@@ -62,36 +66,48 @@ class PreparedText:
     occurring more than ``len(b)//100 + 1`` times are "popular" and cannot start a match.
     """
 
-    __slots__ = ("s", "n", "b2j", "popular", "_seg")
+    __slots__ = ("s", "n", "seeds", "popular", "_b2j", "_masks")
 
     def __init__(self, b: str) -> None:
-        b2j: dict[str, list[int]] = {}
-        for i, c in enumerate(b):
-            lst = b2j.get(c)
-            if lst is None:
-                b2j[c] = [i]
-            else:
-                lst.append(i)
         n = len(b)
-        popular = False
-        if n >= 200:
-            ntest = n // 100 + 1
-            pop = [c for c, idx in b2j.items() if len(idx) > ntest]
-            for c in pop:
-                del b2j[c]
-            popular = bool(pop)
         self.s = b
         self.n = n
-        self.b2j = b2j
-        self.popular = popular
-        self._seg: re.Pattern[str] | None = None
+        self.popular = False
+        self._b2j: dict[str, list[int]] | None = None
+        self._masks: dict[str, int] | None = None
+        if n >= 200:
+            counts = Counter(b)
+            ntest = n // 100 + 1
+            seeds = {c for c, k in counts.items() if k <= ntest}
+            self.popular = len(seeds) < len(counts)
+            self.seeds = seeds  # the elements that may start a match (b2j's keys)
+        else:
+            self.seeds = self.b2j.keys()
 
-    def segments(self) -> re.Pattern[str]:
-        """A regex matching maximal runs of elements that may start a match (only used when some are popular)."""
-        if self._seg is None:
-            cls = "".join(re.escape(c) for c in self.b2j)
-            self._seg = re.compile("[" + cls + "]+") if cls else re.compile(r"(?!)")
-        return self._seg
+    @property
+    def b2j(self) -> dict[str, list[int]]:
+        """Positions of each non-popular element (difflib's b2j), built on first use."""
+        if self._b2j is None:
+            b2j: dict[str, list[int]] = {}
+            seeds = self.seeds if self.n >= 200 else None
+            for i, c in enumerate(self.s):
+                if seeds is None or c in seeds:
+                    lst = b2j.get(c)
+                    if lst is None:
+                        b2j[c] = [i]
+                    else:
+                        lst.append(i)
+            self._b2j = b2j
+        return self._b2j
+
+    def masks(self) -> dict[str, int]:
+        """Bit mask of the positions of each character in b (for the bit-parallel LCS bound)."""
+        if self._masks is None:
+            m: dict[str, int] = {}
+            for j, c in enumerate(self.s):
+                m[c] = m.get(c, 0) | (1 << j)
+            self._masks = m
+        return self._masks
 
 
 def _ext_right(a: str, b: str, i: int, j: int, amax: int, bmax: int) -> int:
@@ -194,32 +210,51 @@ def _dp_longest(a: str, b2j: dict[str, list[int]], alo: int, ahi: int, blo: int,
     return besti, bestj, bestsize
 
 
-def _dp_segments(a: str, p: PreparedText, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int]:
-    """The same loop, visiting only runs of a made of non-popular elements (the rest resets the DP anyway)."""
-    besti, bestj, bestsize = alo, blo, 0
-    b2j = p.b2j
-    for m in p.segments().finditer(a, alo, ahi):
-        j2len: dict[int, int] = {}
-        for i in range(m.start(), m.end()):
-            j2lenget = j2len.get
-            newj2len: dict[int, int] = {}
-            for j in b2j[a[i]]:
-                if j < blo:
-                    continue
-                if j >= bhi:
-                    break
-                k = newj2len[j] = j2lenget(j - 1, 0) + 1
-                if k > bestsize:
-                    besti, bestj, bestsize = i - k + 1, j - k + 1, k
-            j2len = newj2len
-    return besti, bestj, bestsize
+def _seed_longest(a: str, b: str, runs: list[tuple[int, int]], starts: list[int], alo: int, ahi: int, blo: int,
+                  bhi: int) -> tuple[int, int, int]:
+    """The popular case of difflib's main loop, by C-level search instead of dynamic programming.
+
+    A seed is a run of equal non-popular elements; difflib keeps the longest, then the one starting first in a,
+    then in b. ``runs`` are the maximal runs of a made of b's non-popular elements (found once per pair); any
+    occurrence in b of a substring of such a run is itself made of non-popular elements, so ``b.find`` within
+    the rectangle, longest substrings first, a-positions in order, yields exactly difflib's choice.
+    """
+    k = bisect_right(starts, alo) - 1
+    if k < 0:
+        k = 0
+    segs = []
+    top = 0
+    nruns = len(runs)
+    while k < nruns:
+        st, en = runs[k]
+        if st >= ahi:
+            break
+        if en > alo:
+            cs = st if st > alo else alo
+            ce = en if en < ahi else ahi
+            segs.append((cs, ce))
+            if ce - cs > top:
+                top = ce - cs
+        k += 1
+    find = b.find
+    for size in range(min(top, bhi - blo), 0, -1):
+        for cs, ce in segs:
+            for off in range(cs, ce - size + 1):
+                j = find(a[off:off + size], blo, bhi)
+                if j >= 0:
+                    return off, j, size
+    return alo, blo, 0
 
 
-def _longest(a: str, p: PreparedText, alo: int, ahi: int, blo: int, bhi: int) -> tuple[int, int, int]:
-    """``SequenceMatcher(None, a, p.s).find_longest_match(alo, ahi, blo, bhi)``, exactly."""
+def _longest(a: str, p: PreparedText, alo: int, ahi: int, blo: int, bhi: int,
+             runs: tuple[list[tuple[int, int]], list[int]] | None = None) -> tuple[int, int, int]:
+    """``SequenceMatcher(None, a, p.s).find_longest_match(alo, ahi, blo, bhi)``, exactly.
+
+    ``runs`` (popular case only): a's maximal runs of non-popular elements and their starts.
+    """
     b = p.s
     if p.popular:
-        i, j, k = _dp_segments(a, p, alo, ahi, blo, bhi)
+        i, j, k = _seed_longest(a, b, runs[0], runs[1], alo, ahi, blo, bhi)
     else:
         if (ahi - alo) * (bhi - blo) > _DP_LIMIT and ahi - alo >= _S + _Q - 1:
             r = _anchor_longest(a, b, alo, ahi, blo, bhi)
@@ -239,10 +274,19 @@ def _longest(a: str, p: PreparedText, alo: int, ahi: int, blo: int, bhi: int) ->
     return i, j, k
 
 
-def matching_count(a: str, p: PreparedText, floor: int = 0) -> int:
-    """Total size of ``SequenceMatcher(None, a, p.s).get_matching_blocks()``; -1 once it is proven < ``floor``."""
+def matching_count(a: str, p: PreparedText, floor: int = 0, stop: int | None = None) -> int:
+    """Total size of ``SequenceMatcher(None, a, p.s).get_matching_blocks()``; -1 once it is proven < ``floor``.
+
+    With ``stop``, returns a partial total (a lower bound) as soon as it reaches ``stop``.
+    """
     la = len(a)
     lb = p.n
+    runs = None
+    if p.popular:
+        seeds = p.seeds
+        masked = a.translate({ord(c): 0 for c in set(a) if c not in seeds})
+        spans = [m.span() for m in _RUNS.finditer(masked)]
+        runs = (spans, [x for x, _ in spans])
     queue = [(0, la, 0, lb)]
     total = 0
     pot = la if la < lb else lb  # upper bound on what the pending rectangles can still add
@@ -251,7 +295,7 @@ def matching_count(a: str, p: PreparedText, floor: int = 0) -> int:
         na = ahi - alo
         nb = bhi - blo
         pot -= na if na < nb else nb
-        i, j, k = _longest(a, p, alo, ahi, blo, bhi)
+        i, j, k = _longest(a, p, alo, ahi, blo, bhi, runs)
         if k:
             total += k
             if alo < i and blo < j:
@@ -264,7 +308,27 @@ def matching_count(a: str, p: PreparedText, floor: int = 0) -> int:
                 pot += x if x < y else y
         if total + pot < floor:
             return -1
+        if stop is not None and total >= stop:
+            return total
     return total
+
+
+def lcs_length(a: str, p: PreparedText) -> int:
+    """Length of the longest common subsequence of a and b (Allison–Dix bit-parallel, big-int columns).
+
+    difflib's matching blocks form a common subsequence, so this bounds its match count from above; it is
+    tight where difflib is (texts without popular characters) and costs a few big-int operations per char.
+    """
+    lb = p.n
+    full = (1 << lb) - 1
+    s = full
+    get = p.masks().get
+    for c in a:
+        m = get(c)
+        if m:
+            u = s & m
+            s = (s + u) | (s - u)
+    return lb - bin(s & full).count("1")
 
 
 def fast_ratio(a: str, b: str | PreparedText) -> float:
@@ -280,6 +344,16 @@ def _need(threshold: float, total: int) -> int:
         return 0
     m = max(0, int(threshold * total / 2.0) - 1)
     while 2.0 * m / total < threshold:
+        m += 1
+    return m
+
+
+def _need_above(ratio: float, total: int) -> int:
+    """Smallest match count m with ``2.0*m/total > ratio``."""
+    if total == 0:
+        return 1
+    m = max(0, int(ratio * total / 2.0) - 1)
+    while 2.0 * m / total <= ratio:
         m += 1
     return m
 
@@ -367,11 +441,10 @@ def _features(text: str) -> set:
 class _Scope:
     """Per-task-type candidate structures."""
 
-    __slots__ = ("postings", "stop", "bare")
+    __slots__ = ("postings", "bare")
 
     def __init__(self) -> None:
         self.postings: dict[Any, list[int]] = {}
-        self.stop: set = set()
         self.bare: list[int] = []  # prototypes with no word feature (empty or whitespace-only)
 
 
@@ -385,7 +458,7 @@ class ObservationIndex:
 
     def __init__(self, threshold: float = 0.85, max_clusters: int = 100_000, *, exact: bool = False,
                  memo_size: int = 200_000, prepared_cache: int = 4096, feature_cache: int = 16384,
-                 max_candidates: int = 24, posting_cap: int = 1024, work_budget: int = 1024) -> None:
+                 max_candidates: int = 12, posting_cap: int = 256, work_budget: int = 256) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
         if max_clusters < 1:
@@ -504,14 +577,19 @@ class ObservationIndex:
         post = scope.postings
         cap = self.posting_cap
         lists = []
+        full = None
         for f in feats:
             lst = post.get(f)
-            if lst is not None and len(lst) < cap:
-                lists.append(lst)
+            if lst is not None:
+                if len(lst) < cap:
+                    lists.append(lst)
+                elif full is None:
+                    full = lst
         if len(feats) <= 2 and scope.bare:
             lists.append(scope.bare)
         if not lists:
-            return []
+            # every shared feature is saturated (many clusters alike): the most recent clusters sharing one
+            return full[-self.max_candidates:] if full is not None else []
         lists.sort(key=len)
         budget = self.work_budget
         take = 0
@@ -555,21 +633,39 @@ class ObservationIndex:
             ranked.append((-dice, cid))
         if not ranked:
             return -1
-        ranked.sort()
+        # upper bound on each candidate's ratio: the LCS where affordable, else the length bound
+        bounded = []
+        for _, cid in ranked:
+            lb = len(proto[cid])
+            total = la + lb
+            p = self._prepared(cid)
+            if lb <= _LCS_MAX and not p.popular:
+                ub = lcs_length(a, p)  # rigorous: LCS >= difflib's matches (and tight without popular elements)
+                if ub < _need(thr, total):
+                    continue
+            else:
+                ub = la if la < lb else lb
+            bounded.append((-2.0 * ub / total, cid, total))
+        bounded.sort()
+        rival = [0.0] * (len(bounded) + 1)  # rival[i]: best bound among candidates i.. (a winner must beat it)
+        for i in range(len(bounded) - 1, -1, -1):
+            rival[i] = max(rival[i + 1], -bounded[i][0])
         best = -1
         best_r = -1.0
         exact = 0
-        for _, cid in ranked:
-            b = proto[cid]
-            lb = len(b)
-            total = la + lb
+        for i, (neg_ub, cid, total) in enumerate(bounded):
+            if -neg_ub < best_r or (-neg_ub == best_r and cid > best):
+                break  # nothing further down can beat the best
             floor = _need(max(thr, best_r), total)
-            if (la if la < lb else lb) < floor:
-                continue
+            # with no winner yet, stop as soon as this one provably beats every later candidate
+            stop = _need_above(max(thr, rival[i + 1]), total) if best < 0 else None
             exact += 1
-            m = matching_count(a, self._prepared(cid), floor)
+            m = matching_count(a, self._prepared(cid), floor, stop)
             if m < 0:
                 continue
+            if stop is not None and m >= stop:
+                best = cid
+                break
             r = 2.0 * m / total if total else 1.0
             if r >= thr and (r > best_r or (r == best_r and cid < best)):
                 best, best_r = cid, r
@@ -606,21 +702,15 @@ class ObservationIndex:
             scope.bare.append(cid)
             return
         post = scope.postings
-        stop = scope.stop
         cap = self.posting_cap
-        alive = self._proto
         for f in feats:
             lst = post.get(f)
             if lst is None:
                 post[f] = [cid]
-            elif len(lst) < cap:
+            else:
+                if len(lst) >= cap:  # a saturated feature keeps the most recent `cap` clusters
+                    del lst[0]
                 lst.append(cid)
-            elif f not in stop:  # full: drop evicted ids once; if still full it becomes a stop feature
-                lst[:] = [c for c in lst if c in alive]
-                if len(lst) < cap:
-                    lst.append(cid)
-                else:
-                    stop.add(f)
 
     def _evict(self, cid: int) -> None:
         self.stats["evicted"] += 1
@@ -774,6 +864,8 @@ class ExactScanIndex:
                 need = _need(max(thr, best_r), total)
                 if min(la, len(b)) < need or match_upper_bound(a, b, need) < need:
                     continue
+            if self.bounds and self.fast and len(b) <= _LCS_MAX and not prep.popular and lcs_length(a, prep) < need:
+                continue
             r = fast_ratio(a, prep) if self.fast else difflib.SequenceMatcher(None, a, b).ratio()
             if r >= thr and r > best_r:
                 best, best_r = cid, r
