@@ -78,6 +78,36 @@ def summary_table(summary: dict) -> Table:
     return t
 
 
+@app.command()
+def compare(
+    config: Optional[Path] = typer.Argument(None, help="YAML config shared by every run"),
+    algorithms: str = typer.Option("grpo,rloo,gigpo", "--algorithms", help="comma-separated algorithm names"),
+    seeds: str = typer.Option("0", "--seeds", help="comma-separated run seeds, e.g. 0,1,2"),
+    set_: list[str] = typer.Option([], "--set", help="override for every run, e.g. --set train.iterations=4"),
+    out: Optional[Path] = typer.Option(None, "--out", help="output folder (default runs/compare-<config>)"),
+) -> None:
+    """Train several algorithms × seeds with identical env seeds and budget; writes table.md/json and
+    curves.png. Finished sub-runs are reused, unfinished ones resumed."""
+    from slea.config import ConfigError
+    from slea.trainer import compare as cmp
+
+    algos = [a.strip() for a in algorithms.split(",") if a.strip()]
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        err.print(f"--seeds: expected comma-separated integers, got {seeds!r}")
+        raise typer.Exit(2) from None
+    out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
+    try:
+        plan = cmp.plan(config, algos, seed_list, out, overrides=list(set_))
+    except (ConfigError, ValueError) as exc:
+        err.print(f"compare: {exc}", markup=False, highlight=False)
+        raise typer.Exit(2) from None
+    cmp.run(plan, say=console.print, console=console)
+    console.print((out / "table.md").read_text(), markup=False, highlight=False)
+    console.print(f"wrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")
+
+
 @app.command("eval")
 def eval_(
     target: str = typer.Argument(..., help="a run folder, a model folder, or 'embedded'"),
@@ -112,7 +142,8 @@ def eval_(
     model, tok = load_policy(cfg.model, adapter_dir=last)
     builder = PromptBuilder(tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
                             one_shot=cfg.rollout.one_shot)
-    collector = RolloutCollector(HFGenerator(model, tok, dtype=cfg.model.dtype), builder, cfg.rollout,
+    collector = RolloutCollector(HFGenerator(model, tok, dtype=cfg.model.dtype,
+                                             stop_at_newline=cfg.rollout.stop_at_newline), builder, cfg.rollout,
                                  cfg.env.max_steps)
     kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs, "split": split}
     res = evaluate(collector, cfg.env.id, kwargs, cfg.eval)

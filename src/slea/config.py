@@ -60,6 +60,7 @@ class RolloutSection(_Section):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     max_new_tokens: int = Field(12, ge=1)
+    stop_at_newline: bool = True  # one-line commands; turn off for multi-line answers (search tags, reasoning)
     history: int = Field(2, ge=0)  # last-k (observation, action) pairs in the prompt
     obs_max_chars: int = Field(400, ge=20)
     invalid_penalty: float = Field(0.1, ge=0)  # subtracted from the reward of an invalid step
@@ -83,6 +84,17 @@ class AlgorithmSection(_Section):
     # Rows whose advantage is 0 (e.g. groups with equal returns under GRPO) add no policy gradient: skip them.
     skip_zero_advantage: bool = True
     options: dict[str, Any] = Field(default_factory=dict)  # estimator-specific extras
+    # PPO with a learned critic (name ppo | turn_ppo; slea/trainer/critic.py, docs/algorithms/ppo.md)
+    gae_gamma: float = Field(1.0, ge=0, le=1)  # ppo: token-level GAE γ
+    gae_lambda: float = Field(0.95, ge=0, le=1)  # ppo: token-level GAE λ
+    turn_gamma: float = Field(0.99, ge=0, le=1)  # turn_ppo: turn-level GAE γ (Turn-PPO's suggestion)
+    turn_lambda: float = Field(0.9, ge=0, le=1)  # turn_ppo: turn-level GAE λ
+    value_clip: float | None = Field(0.2, gt=0)  # critic value clipping (None: unclipped)
+    vf_coef: float = Field(1.0, gt=0)  # critic loss coefficient
+    adv_whiten: bool = True  # whiten GAE advantages over the batch
+    # DAPO dynamic sampling: drop task groups with equal returns, refill with new ones (slea/trainer/sampling.py)
+    dynamic_sampling: bool = False
+    max_refill_rounds: int = Field(3, ge=0)
 
 
 class TrainSection(_Section):
@@ -97,6 +109,8 @@ class TrainSection(_Section):
     keep_checkpoints: int = Field(2, ge=1)
     time_budget_s: float | None = None  # stop starting new iterations after this many seconds
     max_bad_updates: int = Field(3, ge=0)  # stop after this many NaN/inf-hit updates in a row (0: never)
+    critic_lr: float = Field(1e-3, gt=0)  # ppo/turn_ppo value head (its own AdamW)
+    critic_updates: int = Field(8, ge=1)  # critic optimizer steps per iteration
 
 
 class EvalSection(_Section):

@@ -28,7 +28,9 @@ def test_fuzzy_and_invalid():
 
 
 def test_open_action_space_takes_first_line():
-    assert parse_action("search[red shoes]\nthen buy", None) == ("search[red shoes]", "free")
+    text = "<think>hmm</think>\n<search>Red Shoes</search>"
+    assert parse_action(text, None) == (text, "free")  # the env parses tags; case is kept
+    assert parse_action("  \n ", None) == (None, "invalid")
 
 
 @settings(max_examples=300, deadline=None)

@@ -53,12 +53,15 @@ from slea.envs.webshop_catalog import Catalog, Goal, Product, build_catalog, exp
 SEP = " [SEP] "
 TABS = ("description", "features", "reviews")
 _ACTION = re.compile(r"\s*(search|click)\s*\[(.*)\]\s*[.!]?\s*", re.IGNORECASE | re.DOTALL)
+_ACTION_IN_TEXT = re.compile(r"(search|click)\s*\[([^\]\n]*)\]", re.IGNORECASE)
 _HINT = "Actions are search[<query>] on the search page and click[<button>] with a button of the page."
 
 
 def parse_action(action: str) -> tuple[str, str] | None:
     """``("search"|"click", argument)`` from ``search[...]`` / ``click[...]`` (lowercased), else ``None``."""
     m = _ACTION.fullmatch(str(action))
+    if m is None:  # a model's answer may wrap the action in prose or reasoning: take the first one in it
+        m = _ACTION_IN_TEXT.search(str(action))
     if m is None:
         return None
     return m.group(1).lower(), " ".join(m.group(2).split()).lower()

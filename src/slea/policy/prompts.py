@@ -70,17 +70,19 @@ def parse_action(text: str, admissible: list[str] | None, fuzzy_cutoff: float = 
 
     Never raises. With an admissible list, the first non-empty line is matched exactly (case-insensitive),
     then by containment (longest admissible command found inside it), then by difflib closeness; otherwise
-    the answer is invalid. Without a list (open action space) the cleaned first line is the action.
+    the answer is invalid. Without a list (open action space: search tags, ``search[...]``) the stripped raw
+    answer is the action and the env parses it.
     """
     if not isinstance(text, str):
         return None, "invalid"
+    if admissible is None:  # open action space: the env parses the raw answer (tags, search[...], ...)
+        raw = text.strip()[:4000]
+        return (raw, "free") if raw else (None, "invalid")
     line = next((ln for ln in text.splitlines() if ln.strip()), "")
     line = _PREFIX.sub("", _STRIP.sub("", line)).strip()
     line = _STRIP.sub("", line).lower()
     if not line:
         return None, "invalid"
-    if admissible is None:
-        return line[:200], "free"
     lowered = {a.lower().strip(): a for a in admissible}
     if line in lowered:
         return lowered[line], "exact"

@@ -28,8 +28,10 @@ from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.rollout.collector import RolloutCollector
 from slea.trainer import checkpoint as ckpt
+from slea.trainer.critic import make_critic
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
+from slea.trainer.sampling import collect_batch
 from slea.trainer.update import Sample, ppo_update, reference_logprobs
 from slea.types import Trajectory, columns, flatten
 
@@ -92,7 +94,8 @@ class Trainer:
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
-        self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype)
+        self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype,
+                                     stop_at_newline=cfg.rollout.stop_at_newline)
         builder = PromptBuilder(self.tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
                                 one_shot=cfg.rollout.one_shot)
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -107,6 +110,9 @@ class Trainer:
         self.log = RunLog(self.dir)
         self.start_iteration = 0
         self.episodes = 0
+        self.env_steps = 0
+        # ppo / turn_ppo: a value head on the policy backbone (trainer/critic.py); None for critic-free ones
+        self.critic = make_critic(cfg, self.model, pad_id=self.tok.pad_token_id or 0)
         self.bad_updates = BadUpdateGuard(cfg.train.max_bad_updates)
         self.last_checkpoint: str | None = None
 
@@ -147,6 +153,9 @@ class Trainer:
             return False
         self.start_iteration = it + 1
         self.episodes = int(state.get("episodes", 0))
+        self.env_steps = int(state.get("env_steps", 0))
+        if self.critic is not None:
+            self.critic.restore(last, state, warn=self.say)
         self.bad_updates.streak = int(state.get("bad_update_streak", 0))
         self.last_checkpoint = last.name
         self.say(f"resumed from {last.name} (next iteration {self.start_iteration})")
@@ -159,14 +168,19 @@ class Trainer:
         seeds = iteration_seeds(cfg.run.seed, it, cfg.rollout.groups)
         with self.progress() as bar:
             task = bar.add_task("rollout", total=cfg.env.max_steps)
-            trajs, rstats = self.collector.collect(
-                self.pool, seeds, iteration=it,
+            batch = collect_batch(  # algorithm.dynamic_sampling: groups with equal returns dropped, refilled
+                self.collector, self.pool, seeds, iteration=it, run_seed=cfg.run.seed,
+                dynamic=cfg.algorithm.dynamic_sampling, max_refill_rounds=cfg.algorithm.max_refill_rounds,
                 progress=lambda turn, live: bar.update(task, completed=turn, description=f"rollout ({live} live)"))
+        trajs, rstats = batch.collected, batch.stats
         self.episodes += len(trajs)
+        self.env_steps += batch.env_steps
         faults = self.pool.take_fault_stats()
         # An episode an env fault cut short says nothing about the policy: it is reported, not learned from.
         clean = [t for t in trajs if not _faulted(t)]
-        samples, adv = build_samples(clean, cfg)
+        train_set = [t for t in batch.trajs if not _faulted(t)]
+        samples, adv = (build_samples(train_set, cfg) if self.critic is None
+                        else self.critic.build_samples(self.model, train_set))
         metrics: dict[str, float] = {f"train/{k}": v for k, v in summarize(trajs).items()}
         bad_adv = nonfinite_count(adv)
         metrics["adv/abs_mean"] = float(np.abs(adv[np.isfinite(adv)]).mean()) if adv.size > bad_adv else 0.0
@@ -192,8 +206,11 @@ class Trainer:
                                  temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
                                  rng=random.Random(cfg.run.seed * 100_003 + it),
                                  progress=lambda done, total: bar.update(task, completed=done, total=total))
+        if self.critic is not None and not bad_adv:
+            metrics.update({f"critic/{k}": v for k, v in self.critic.update().items()})
         t_train = time.perf_counter() - t_train
         metrics.update({f"update/{k}": v for k, v in upd.items()})
+        metrics.update(batch.metrics)
         metrics["guard/bad_update_streak"] = float(self.bad_updates.observe(bool(upd.get("skipped_updates", 0))))
         metrics.update(lib_metrics)
         metrics.update({
@@ -202,7 +219,7 @@ class Trainer:
             "time/generation_s": rstats.gen_s, "time/env_s": rstats.env_s, "time/retrieval_s": rstats.retrieval_s,
             "time/library_s": t_lib, "time/train_s": t_train, "time/iteration_s": time.perf_counter() - t0,
             "throughput/train_tokens_per_s": upd.get("trained_tokens", 0.0) / max(t_train, 1e-9),
-            "episodes": float(self.episodes),
+            "episodes": float(self.episodes), "env_steps": float(self.env_steps),
         })
         return metrics
 
@@ -240,9 +257,11 @@ class Trainer:
                                     f"written; the last good checkpoint is {self.last_checkpoint}")
                 if self.experience is not None:
                     self.experience.save()
+                critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
                 path = ckpt.save_checkpoint(
-                    self.dir / "checkpoints", it, self.model, self.optimizer,
-                    extra={"episodes": self.episodes, "bad_update_streak": self.bad_updates.streak,
+                    self.dir / "checkpoints", it, self.model, self.optimizer, critic=critic_t,
+                    extra={"episodes": self.episodes, "env_steps": self.env_steps, "critic": critic_meta,
+                           "bad_update_streak": self.bad_updates.streak,
                            "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
                     keep=cfg.train.keep_checkpoints,
                     library=self.dir / "library.sqlite" if self.experience is not None else None)
