@@ -1,0 +1,526 @@
+"""ALFWorld: household tasks in the ALFRED domain, played as text (ids ``slea/ALFWorld-v0`` and friends).
+
+Games
+-----
+Three sources, one engine (textworld's PDDL engine + alfworld's ``AlfredDemangler`` / ``AlfredInfos`` /
+``AlfredExpert``, the stack ALFWorld itself plays its ``.tw-pddl`` games with):
+
+* ``game_files=[...]``: any ``game.tw-pddl`` files (each with its ``traj_data.json`` beside it).
+* ``source="official"``: the official game set, when you have it (it is a download: ``alfworld-download``).
+  Its root is ``data_path`` or ``$ALFWORLD_DATA``; the split folders are looked up as ``<root>/json_2.1.1/<split>``
+  or ``<root>/<split>``. As ALFWorld's own loader does, games under ``movable``/``Sliced`` folders and games not
+  marked solvable are skipped. Splits: ``train`` (3,553 games), ``seen`` = ``valid_seen`` (140; aliases
+  ``dev``, ``eval_in_distribution``), ``unseen`` = ``valid_unseen`` (134; aliases ``heldout``, ``test``,
+  ``eval_out_of_distribution``: the set GiGPO and SLEA-RL report).
+* ``source="generated"``: games made offline by :mod:`slea.envs.alfworld_gen` (no download), cached under
+  ``cache_dir`` (default ``$SLEA_CACHE_DIR/alfworld`` or ``~/.cache/slea/alfworld``) as
+  ``v<GEN_VERSION>/<task type>/seed-<seed>/{game.tw-pddl,traj_data.json}``. Game ``i`` of a split has task type
+  ``tasks[i % len(tasks)]`` and seed ``base + i`` (train 1000+, seen 9000+, heldout/unseen 5000+; at most
+  4000 games per split, so the splits never share a game). Generation is deterministic and safe under
+  concurrency (file lock, build in a private folder, atomic rename); ~0.5-2 s per game.
+
+``source="auto"`` (default) uses the official set when ``data_path`` is given or ``$ALFWORLD_DATA`` holds it,
+else generated games. ``tasks`` filters/chooses the task types, by short name: ``pick``, ``look``, ``clean``,
+``heat``, ``cool``, ``pick_two`` (the papers' table columns), or by ALFRED name (``pick_and_place_simple``...).
+
+``reset(seed=k)`` plays game ``k % num_games``; ``reset(options={"game": i})`` picks game ``i``.
+
+Observation, info, reward
+-------------------------
+The first observation is the room and the task ("You are in the middle of a room... Your task is to: put a
+clean mug in cabinet."; the "-= Welcome to TextWorld, ALFRED! =-" banner is dropped), then the engine's
+feedback. ``info``: ``goal`` (the task text), ``admissible_actions`` (the engine's, sorted, without ``help``),
+``task_type`` (short name), ``task`` (ALFRED task type), ``won``, ``walkthrough`` (the expert commands stored
+in the game: for generated games the hand-coded expert's winning run), ``expert_action`` (the expert's next
+command from the current state, with ``expert="handcoded"`` or ``"planner"``; None with ``expert=None``),
+``game`` (index), ``game_file``, ``moves``, ``invalid``. Reward 1 on the winning step, else 0; the episode
+terminates on a win. Episode length is the trainer's (``env.max_steps``; GiGPO's protocol: 50).
+
+A command outside the admissible list does not reach the engine: the observation is the engine's own answer
+to such commands, "Nothing happens.", with ``invalid=True``. ``put X in/on Y`` (the older ALFWorld verb that
+prompts often use) is read as ``move X to Y``.
+
+Snapshots: ``get_state()`` -> ``{"game", "game_file", "actions"}``; ``set_state`` resets the game and replays
+the actions (the engine is deterministic): ~10 ms per action.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import random
+import re
+import shutil
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from slea.envs.base import StepResult, TextEnv, register
+
+# Task types: short name -> ALFRED name (kept here too, so listing splits needs no engine import).
+TASK_TYPES: dict[str, str] = {
+    "pick": "pick_and_place_simple",
+    "look": "look_at_obj_in_light",
+    "clean": "pick_clean_then_place_in_recep",
+    "heat": "pick_heat_then_place_in_recep",
+    "cool": "pick_cool_then_place_in_recep",
+    "pick_two": "pick_two_obj_and_place",
+}
+SHORT_NAMES = {full: short for short, full in TASK_TYPES.items()}
+GEN_SPLIT_SEED_BASE = {"train": 1000, "heldout": 5000, "seen": 9000}
+MAX_GAMES_PER_SPLIT = 4000
+_GEN_SPLITS = {
+    "train": "train",
+    "heldout": "heldout",
+    "unseen": "heldout",
+    "test": "heldout",
+    "eval_out_of_distribution": "heldout",
+    "valid_unseen": "heldout",
+    "seen": "seen",
+    "dev": "seen",
+    "valid": "seen",
+    "valid_seen": "seen",
+    "eval_in_distribution": "seen",
+}
+_OFFICIAL_SPLITS = {
+    "train": "train",
+    "seen": "valid_seen",
+    "valid_seen": "valid_seen",
+    "dev": "valid_seen",
+    "eval_in_distribution": "valid_seen",
+    "unseen": "valid_unseen",
+    "valid_unseen": "valid_unseen",
+    "heldout": "valid_unseen",
+    "test": "valid_unseen",
+    "eval_out_of_distribution": "valid_unseen",
+}
+_BANNER = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*")
+_GOAL = re.compile(r"Your task is to:\s*(.*?)\s*$", re.DOTALL)
+_PUT = re.compile(r"^put (.+?) (?:in|on|in/on|into|onto) (.+)$")
+NOTHING = "Nothing happens."
+
+
+# ------------------------------------------------------------------------------------------------------
+# Task types and splits
+# ------------------------------------------------------------------------------------------------------
+def canonical_task(name: str) -> str:
+    """The short task-type name (``pick``...) of a short or ALFRED name."""
+    key = str(name).strip().lower().replace("-", "_")
+    if key in TASK_TYPES:
+        return key
+    if key in SHORT_NAMES:
+        return SHORT_NAMES[key]
+    raise ValueError(f"unknown ALFWorld task type {name!r}; known: {', '.join(TASK_TYPES)}")
+
+
+def resolve_tasks(tasks: str | Sequence[str] | None) -> list[str]:
+    if tasks is None:
+        return list(TASK_TYPES)
+    if isinstance(tasks, str):
+        tasks = [tasks]
+    names = list(dict.fromkeys(canonical_task(t) for t in tasks))
+    if not names:
+        raise ValueError("tasks must name at least one task type")
+    return names
+
+
+def task_type_of(game_file: str | Path) -> str:
+    """Short task type of a game, from its folder names (ALFWorld's layout), else its traj_data.json."""
+    for part in reversed(Path(game_file).parts):
+        for full, short in sorted(SHORT_NAMES.items(), key=lambda kv: -len(kv[0])):
+            if part.startswith(full):
+                return short
+    traj = Path(game_file).with_name("traj_data.json")
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        return SHORT_NAMES.get(json.loads(traj.read_text(encoding="utf-8"))["task_type"], "alfworld")
+    return "alfworld"
+
+
+def gen_split(split: str) -> str:
+    key = str(split).lower()
+    if key not in _GEN_SPLITS:
+        raise ValueError(f"split must be one of {sorted(_GEN_SPLITS)}, got {split!r}")
+    return _GEN_SPLITS[key]
+
+
+def official_split(split: str) -> str:
+    key = str(split).lower()
+    if key not in _OFFICIAL_SPLITS:
+        raise ValueError(f"split must be one of {sorted(_OFFICIAL_SPLITS)}, got {split!r}")
+    return _OFFICIAL_SPLITS[key]
+
+
+def split_games(tasks: str | Sequence[str] | None, split: str, num_games: int) -> list[tuple[str, int]]:
+    """The (task type, seed) of every generated game of a split, in game-index order."""
+    names = resolve_tasks(tasks)
+    if not 1 <= num_games <= MAX_GAMES_PER_SPLIT:
+        raise ValueError(f"num_games must be in 1..{MAX_GAMES_PER_SPLIT}")
+    base = GEN_SPLIT_SEED_BASE[gen_split(split)]
+    return [(names[i % len(names)], base + i) for i in range(num_games)]
+
+
+# ------------------------------------------------------------------------------------------------------
+# Official games
+# ------------------------------------------------------------------------------------------------------
+def official_root(data_path: str | Path | None = None) -> Path | None:
+    """``data_path`` or ``$ALFWORLD_DATA`` if it holds ALFWorld's json_2.1.1 (or split) folders, else None."""
+    raw = data_path if data_path is not None else os.environ.get("ALFWORLD_DATA")
+    if not raw:
+        return None
+    root = Path(raw).expanduser()
+    for cand in (root / "json_2.1.1", root):
+        if any((cand / s).is_dir() for s in ("train", "valid_seen", "valid_unseen")):
+            return cand
+    return None
+
+
+@lru_cache(maxsize=16)
+def _scan(folder: str) -> tuple[str, ...]:
+    games = []
+    for traj in sorted(Path(folder).rglob("traj_data.json")):
+        game = traj.with_name("game.tw-pddl")
+        if "movable" in str(traj.parent) or "Sliced" in str(traj.parent) or not game.is_file():
+            continue
+        with contextlib.suppress(OSError, ValueError):
+            if json.loads(game.read_text(encoding="utf-8")).get("solvable"):
+                games.append(str(game))
+    return tuple(games)
+
+
+def official_games(
+    split: str, data_path: str | Path | None = None, tasks: str | Sequence[str] | None = None
+) -> list[Path]:
+    """The solvable official games of a split (sorted paths), filtered by task type."""
+    root = official_root(data_path)
+    if root is None:
+        where = data_path or os.environ.get("ALFWORLD_DATA") or "(ALFWORLD_DATA is not set)"
+        raise FileNotFoundError(
+            f"no official ALFWorld games under {where}: run alfworld-download (needs network) and set "
+            "ALFWORLD_DATA, or use source='generated'"
+        )
+    folder = root / official_split(split)
+    wanted = set(resolve_tasks(tasks))
+    games = [Path(g) for g in _scan(str(folder)) if task_type_of(g) in wanted]
+    if not games:
+        raise FileNotFoundError(f"no solvable ALFWorld games of {sorted(wanted)} under {folder}")
+    return games
+
+
+# ------------------------------------------------------------------------------------------------------
+# Generated games: the on-disk cache
+# ------------------------------------------------------------------------------------------------------
+def default_cache_dir() -> Path:
+    """``$SLEA_CACHE_DIR/alfworld`` if set, else ``~/.cache/slea/alfworld``."""
+    root = os.environ.get("SLEA_CACHE_DIR")
+    return (Path(root).expanduser() if root else Path.home() / ".cache" / "slea") / "alfworld"
+
+
+def game_path(task: str, seed: int, cache_dir: str | Path | None = None) -> Path:
+    from slea.envs.alfworld_gen import GEN_VERSION
+
+    root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+    return root / f"v{GEN_VERSION}" / TASK_TYPES[canonical_task(task)] / f"seed-{int(seed)}" / "game.tw-pddl"
+
+
+@contextlib.contextmanager
+def _file_lock(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as fh:
+        try:
+            import fcntl
+        except ImportError:  # not POSIX: rely on the atomic rename alone
+            yield
+            return
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def _complete(game: Path) -> bool:
+    return game.is_file() and game.with_name("traj_data.json").is_file()
+
+
+_GEN_LOCK = threading.Lock()
+_GEN_ENGINE: list[Any] = []
+GENERATION_STATS: dict[str, int] = {"generated": 0, "reused": 0}
+
+
+def ensure_game(task: str, seed: int, cache_dir: str | Path | None = None) -> Path:
+    """The path of generated game (task, seed), generating and caching it first if needed."""
+    path = game_path(task, seed, cache_dir)
+    if _complete(path):
+        GENERATION_STATS["reused"] += 1
+        return path
+    from slea.envs import alfworld_gen
+
+    folder = path.parent
+    with _GEN_LOCK, _file_lock(folder.parent / ".lock"):
+        if _complete(path):  # made by another process meanwhile
+            GENERATION_STATS["reused"] += 1
+            return path
+        if not _GEN_ENGINE:
+            _GEN_ENGINE.append(alfworld_gen.make_engine("handcoded"))
+        tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder.parent))
+        try:
+            made, _traj = alfworld_gen.generate(canonical_task(task), int(seed), tmp, _GEN_ENGINE[0])
+            if folder.exists():  # a half-made folder from a crash: replace it
+                shutil.rmtree(folder)
+            os.replace(made, folder)  # atomic: the folder appears with both files
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        GENERATION_STATS["generated"] += 1
+    return path
+
+
+def prepare_games(
+    tasks: str | Sequence[str] | None = None,
+    split: str = "train",
+    num_games: int = 12,
+    cache_dir: str | Path | None = None,
+) -> list[Path]:
+    """Generate (or reuse) every game of a generated split; their paths in game-index order."""
+    return [ensure_game(t, s, cache_dir) for t, s in split_games(tasks, split, num_games)]
+
+
+# ------------------------------------------------------------------------------------------------------
+# The environment
+# ------------------------------------------------------------------------------------------------------
+def normalize_command(action: str) -> str:
+    """Lower-case, collapse spaces, drop surrounding quotes and a trailing period."""
+    cmd = " ".join(str(action).lower().split()).strip("\"'`")
+    return cmd.rstrip(".!").strip()
+
+
+class ALFWorldEnv(TextEnv):
+    """ALFWorld games as a slea text env (see the module docstring for sources, splits, info and reward).
+
+    Args:
+        tasks: task types (short or ALFRED names); default all six.
+        split: ``train``; ``seen`` / ``unseen`` (official ``valid_seen`` / ``valid_unseen``); ``heldout``
+            (= ``unseen``). Generated games have the same three, from disjoint seed ranges.
+        source: ``"auto"``, ``"official"`` or ``"generated"``.
+        data_path: root of the official games (default ``$ALFWORLD_DATA``).
+        num_games: generated games in the split (default 12); for official games, keep the first
+            ``num_games`` (default all).
+        cache_dir: generated-game cache (default ``$SLEA_CACHE_DIR/alfworld`` or ``~/.cache/slea/alfworld``).
+        prepare: generate a generated split's games in the constructor (``True``) or when first played.
+        expert: ``"handcoded"``, ``"planner"`` or None: which expert gives ``info["expert_action"]``.
+        game_files: play these ``.tw-pddl`` files (everything above except ``expert`` is ignored).
+    """
+
+    def __init__(
+        self,
+        tasks: str | Sequence[str] | None = None,
+        split: str = "train",
+        source: str = "auto",
+        data_path: str | Path | None = None,
+        num_games: int | None = None,
+        cache_dir: str | Path | None = None,
+        prepare: bool = False,
+        expert: str | None = "handcoded",
+        game_files: Sequence[str | Path] | None = None,
+    ) -> None:
+        super().__init__()
+        if expert not in ("handcoded", "planner", None):
+            raise ValueError(f"expert must be 'handcoded', 'planner' or None, got {expert!r}")
+        if source not in ("auto", "official", "generated"):
+            raise ValueError(f"source must be 'auto', 'official' or 'generated', got {source!r}")
+        self.tasks = resolve_tasks(tasks)
+        self.expert = expert
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self._gen: list[tuple[str, int]] | None = None
+        self._files: list[Path] | None = None
+        if game_files is not None:
+            self.source = "files"
+            self._files = [
+                Path(f) for f in ([game_files] if isinstance(game_files, (str, Path)) else game_files)
+            ]
+            if not self._files:
+                raise ValueError("game_files is empty")
+            self.split = "files"
+        else:
+            if source == "auto":
+                source = "official" if official_root(data_path) is not None else "generated"
+            self.source = source
+            if source == "official":
+                self.split = official_split(split)
+                self._files = official_games(split, data_path, self.tasks)[:num_games]
+            else:
+                self.split = gen_split(split)
+                self._gen = split_games(self.tasks, self.split, num_games or 12)
+                if prepare:
+                    self._files = [ensure_game(t, s, self.cache_dir) for t, s in self._gen]
+        self.num_games = len(self._files) if self._files is not None else len(self._gen or [])
+        self._engine: Any = None
+        self._loaded: Path | None = None
+        self._rng_state: Any = None  # the hand-coded expert's random state (it breaks ties at random)
+        self._game = -1
+        self._game_file: Path | None = None
+        self._actions: list[str] = []
+        self._walkthrough: list[str] = []
+        self._expert_action: str | None = None
+        self._won = False
+        self._moves = 0
+
+    # -- games -----------------------------------------------------------------------------------------
+    def game_file(self, index: int) -> Path:
+        """The ``game.tw-pddl`` of game ``index`` (generated on first use)."""
+        if self._files is not None:
+            return self._files[index]
+        task, seed = self._gen[index]  # type: ignore[index]
+        return ensure_game(task, seed, self.cache_dir)
+
+    def _engine_call(self, fn: Any, *args: Any) -> Any:
+        """Run an engine call with the env's own random state (for the expert) and ``sys.argv`` kept."""
+        from slea.envs.alfworld_gen import engine_guard, seeded_random
+
+        with engine_guard(), seeded_random(self._rng_state) as box:
+            result = fn(*args)
+        self._rng_state = box[0]
+        return result
+
+    def _read(self, state: Any) -> None:
+        self._won = bool(state.get("won"))
+        commands = [c for c in (state.get("admissible_commands") or []) if c != "help"]
+        self._admissible = sorted(commands)
+        plan = state.get("extra.expert_plan") if self.expert else None
+        self._expert_action = plan[0] if plan else None
+
+    # -- the contract ---------------------------------------------------------------------------------
+    def _pick(self, seed: int | None, options: dict[str, Any]) -> int:
+        if options.get("game") is not None:
+            return int(options["game"]) % self.num_games
+        if seed is not None:
+            return int(seed) % self.num_games
+        return int(self.np_random.integers(self.num_games))
+
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        from slea.envs.alfworld_gen import make_engine
+
+        index = self._pick(seed, options)
+        path = self.game_file(index)
+        if self._engine is None:
+            self._engine = make_engine(self.expert)
+        self._rng_state = random.Random(f"alfworld-expert:{path.parent.name}").getstate()
+        if self._loaded != path:
+            self._engine_call(self._engine.load, str(path))
+            self._loaded = path
+        state = self._engine_call(self._engine.reset)
+        self._game, self._game_file = index, path
+        self.task_type = task_type_of(path)
+        self._actions, self._moves = [], 0
+        self._walkthrough = [str(c) for c in (state.get("extra.walkthrough") or [])]
+        self._read(state)
+        text = _BANNER.sub("", str(state.get("feedback") or "")).strip()
+        match = _GOAL.search(text)
+        self._goal = match.group(1).rstrip(".") if match else ""
+        return text, {}
+
+    def _step(self, action: str) -> StepResult:
+        if self._game < 0:
+            return (
+                self._last_obs,
+                0.0,
+                False,
+                False,
+                {"invalid": True, "error": "Call reset() before step()."},
+            )
+        if self._won:
+            return self._last_obs, 0.0, False, False, {"invalid": True, "error": "The episode is over."}
+        cmd = normalize_command(action)
+        admissible = self._admissible or []
+        if cmd not in admissible:
+            put = _PUT.match(cmd)
+            if put and f"move {put.group(1)} to {put.group(2)}" in admissible:
+                cmd = f"move {put.group(1)} to {put.group(2)}"
+            else:
+                return NOTHING, 0.0, False, False, {"invalid": True}
+        state, _score, _done = self._engine_call(self._engine.step, cmd)
+        self._actions.append(cmd)
+        self._moves += 1
+        self._read(state)
+        obs = str(state.get("feedback") or "").strip()
+        return obs, 1.0 if self._won else 0.0, self._won, False, {"invalid": False}
+
+    def _info_defaults(self) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "won": self._won,
+            "walkthrough": list(self._walkthrough),
+            "expert_action": self._expert_action,
+            "task": TASK_TYPES.get(self.task_type, self.task_type),
+            "moves": self._moves,
+        }
+        if self._game >= 0:
+            info.update(game=self._game, game_file=str(self._game_file))
+        return info
+
+    # -- snapshots (replay) -------------------------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        if self._game < 0:
+            raise RuntimeError("get_state() before reset()")
+        return {"game": self._game, "game_file": str(self._game_file), "actions": list(self._actions)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        index = int(state["game"])
+        if not 0 <= index < self.num_games:
+            raise ValueError(f"snapshot game {index} outside this env's 0..{self.num_games - 1}")
+        if "game_file" in state and Path(state["game_file"]) != self.game_file(index):
+            raise ValueError(f"snapshot game file {state['game_file']} is not this env's game {index}")
+        self.reset(options={"game": index})
+        for cmd in state.get("actions", []):
+            if self.step(cmd)[4].get("invalid"):
+                raise RuntimeError(f"replaying {cmd!r} failed: the snapshot does not match this game")
+
+    def render(self) -> str:
+        return self._last_obs
+
+    def close(self) -> None:
+        if self._engine is not None:
+            from slea.envs.alfworld_gen import pddl_env
+
+            inner = pddl_env(self._engine)
+            with contextlib.suppress(Exception):
+                import fast_downward
+
+                fast_downward.close_lib(inner.downward_lib)  # each engine loads its own copy of the planner
+            self._engine = None
+            self._loaded = None
+        super().close()
+
+
+# ------------------------------------------------------------------------------------------------------
+# Registration (cheap: nothing of alfworld is imported here)
+# ------------------------------------------------------------------------------------------------------
+_ENTRY = "slea.envs.alfworld:ALFWorldEnv"
+_COMMON = {
+    "family": "alfworld",
+    "extra": "alfworld",
+    "requires": ("alfworld", "textworld", "fast_downward"),
+}
+
+register(
+    "slea/ALFWorld-v0",
+    _ENTRY,
+    description="ALFWorld: official games if ALFWORLD_DATA holds them, else offline-generated ones",
+    **_COMMON,
+)
+register(
+    "slea/ALFWorld-Gen-v0",
+    _ENTRY,
+    description="ALFWorld: games generated offline (all six task types)",
+    source="generated",
+    **_COMMON,
+)
+register(
+    "slea/ALFWorld-Official-v0",
+    _ENTRY,
+    description="ALFWorld: the official game set (download; path from data_path or ALFWORLD_DATA)",
+    source="official",
+    **_COMMON,
+)
