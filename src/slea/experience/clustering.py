@@ -34,6 +34,7 @@ from bisect import bisect_right
 import json
 import re
 import sqlite3
+from array import array
 from collections import Counter
 from itertools import chain
 from typing import Any, Iterator
@@ -424,18 +425,30 @@ def _gate(threshold: float, n_features: int) -> float:
     return g if g > 0.0 else 0.0
 
 
-def _features(text: str) -> set:
-    """Word unigrams and bigrams; texts of a few words also get character trigrams (a one-word edit there is
-    a large share of the text); every text gets its first and last 6 characters."""
+def _features(text: str) -> set[int]:
+    """Hashes of word unigrams and bigrams; texts of a few words also get character trigrams (a one-word edit
+    there is a large share of the text); every text gets its first and last 6 characters. Ints keep the
+    postings small and out of the garbage collector's way."""
     toks = text.split()
-    f: set = set(toks)
-    f.update(zip(toks, toks[1:]))
+    f = set(map(hash, toks))
+    f.update(map(hash, zip(toks, toks[1:])))
     if len(toks) <= 4:
-        f.update([text[i:i + 3] for i in range(len(text) - 2)])
+        f.update(map(hash, [text[i:i + 3] for i in range(len(text) - 2)]))
     if text:
-        f.add(("^", text[:6]))
-        f.add(("$", text[-6:]))
+        f.add(hash(("^", text[:6])))
+        f.add(hash(("$", text[-6:])))
     return f
+
+
+_SMALL = 48  # texts with more features are represented (indexed, looked up, compared) by a 1-in-8 sample
+
+
+def _sketch(feats: set[int]) -> set[int]:
+    """The features a text is indexed and looked up by: all of them for small texts, else the content-defined
+    1-in-8 sample (hash & 7 == 0), which near-duplicates share in proportion to what they share overall."""
+    if len(feats) <= _SMALL:
+        return feats
+    return {h for h in feats if not h & 7}
 
 
 class _Scope:
@@ -444,7 +457,7 @@ class _Scope:
     __slots__ = ("postings", "bare")
 
     def __init__(self) -> None:
-        self.postings: dict[Any, list[int]] = {}
+        self.postings: dict[int, int | list[int]] = {}  # feature -> cluster id, or ids (oldest first)
         self.bare: list[int] = []  # prototypes with no word feature (empty or whitespace-only)
 
 
@@ -457,7 +470,7 @@ class ObservationIndex:
     """
 
     def __init__(self, threshold: float = 0.85, max_clusters: int = 100_000, *, exact: bool = False,
-                 memo_size: int = 200_000, prepared_cache: int = 4096, feature_cache: int = 16384,
+                 memo_size: int = 200_000, prepared_cache: int = 4096,
                  max_candidates: int = 12, posting_cap: int = 256, work_budget: int = 256) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
@@ -466,8 +479,7 @@ class ObservationIndex:
         self.threshold = float(threshold)
         self.max_clusters = int(max_clusters)
         self.exact = bool(exact)
-        self.feature_cache = int(feature_cache)
-        self._feat: dict[int, set] = {}
+        self._sketch: dict[int, tuple[int, array]] = {}  # cid -> (feature count, sketch)
         self.memo_size = int(memo_size)
         self.prepared_cache = int(prepared_cache)
         self.max_candidates = int(max_candidates)
@@ -564,41 +576,36 @@ class ObservationIndex:
             self._prep[cid] = p
         return p
 
-    def _features_of(self, cid: int) -> set:
-        f = self._feat.get(cid)
-        if f is None:
-            f = _features(self._proto[cid])
-            if len(self._feat) >= self.feature_cache:
-                del self._feat[next(iter(self._feat))]
-            self._feat[cid] = f
-        return f
-
-    def _candidates(self, feats: set, scope: _Scope) -> list[int]:
+    def _candidates(self, feats: set[int], n_features: int, scope: _Scope) -> list[int]:
         post = scope.postings
         cap = self.posting_cap
+        singles: list[int] = []  # features held by one cluster: the rarest of all
         lists = []
         full = None
         for f in feats:
-            lst = post.get(f)
-            if lst is not None:
-                if len(lst) < cap:
-                    lists.append(lst)
-                elif full is None:
-                    full = lst
-        if len(feats) <= 2 and scope.bare:
+            v = post.get(f)
+            if v is None:
+                continue
+            if v.__class__ is int:
+                singles.append(v)
+            elif len(v) < cap:
+                lists.append(v)
+            elif full is None:
+                full = v
+        if n_features <= 2 and scope.bare:
             lists.append(scope.bare)
-        if not lists:
+        if not lists and not singles:
             # every shared feature is saturated (many clusters alike): the most recent clusters sharing one
             return full[-self.max_candidates:] if full is not None else []
         lists.sort(key=len)
-        budget = self.work_budget
+        budget = self.work_budget - len(singles)
         take = 0
         for lst in lists:
             if budget <= 0:
                 break
             budget -= len(lst)
             take += 1
-        counts = Counter(chain.from_iterable(lists[:take]))
+        counts = Counter(chain(singles, chain.from_iterable(lists[:take])))
         if len(counts) <= self.max_candidates:
             return list(counts)
         return [c for c, _ in counts.most_common(self.max_candidates)]
@@ -608,12 +615,14 @@ class ObservationIndex:
         if scope is None:
             return -1
         feats = _features(observation)
-        cands = self._candidates(feats, scope)
+        nf = len(feats)
+        qs = _sketch(feats)
+        cands = self._candidates(qs, nf, scope)
         if not cands:
             return -1
+        q8 = qs if nf > _SMALL else None  # the query's 1-in-8 sample, made on demand
         a = observation
         la = len(a)
-        nf = len(feats)
         thr = self.threshold
         proto = self._proto
         gate = not self.exact
@@ -625,9 +634,16 @@ class ObservationIndex:
             lb = len(b)
             if 2.0 * (la if la < lb else lb) / (la + lb) < thr:  # length bound (difflib's real_quick_ratio)
                 continue
-            fp = self._features_of(cid)
-            tot = nf + len(fp)
-            dice = 2.0 * len(feats & fp) / tot if tot else 1.0
+            n_p, sk = self._sketch[cid]
+            tot = nf + n_p
+            if nf <= _SMALL and n_p <= _SMALL:  # both sketches are the full feature sets: exact Dice
+                dice = 2.0 * len(feats.intersection(sk)) / tot if tot else 1.0
+            else:  # estimate on the common 1-in-8 sample
+                if q8 is None:
+                    q8 = {h for h in feats if not h & 7}
+                p8 = sk if n_p > _SMALL else [h for h in sk if not h & 7]
+                den = len(q8) + len(p8)
+                dice = 2.0 * len(q8.intersection(p8)) / den if den else 0.0
             if gate and dice < _gate(thr, tot):
                 continue
             ranked.append((-dice, cid))
@@ -697,20 +713,24 @@ class ObservationIndex:
         scope = self._scopes.get(task_type)
         if scope is None:
             scope = self._scopes[task_type] = _Scope()
-        feats = _features(prototype)
+        full = _features(prototype)
+        feats = _sketch(full)
+        self._sketch[cid] = (len(full), array("q", feats))
         if not feats:
             scope.bare.append(cid)
             return
         post = scope.postings
         cap = self.posting_cap
         for f in feats:
-            lst = post.get(f)
-            if lst is None:
-                post[f] = [cid]
+            v = post.get(f)
+            if v is None:
+                post[f] = cid
+            elif v.__class__ is int:
+                post[f] = [v, cid]
             else:
-                if len(lst) >= cap:  # a saturated feature keeps the most recent `cap` clusters
-                    del lst[0]
-                lst.append(cid)
+                if len(v) >= cap:  # a saturated feature keeps the most recent `cap` clusters
+                    del v[0]
+                v.append(cid)
 
     def _evict(self, cid: int) -> None:
         self.stats["evicted"] += 1
@@ -720,7 +740,7 @@ class ObservationIndex:
         del self._size[cid]
         del self._tick[cid]
         self._prep.pop(cid, None)
-        self._feat.pop(cid, None)
+        del self._sketch[cid]
         self._dirty.discard(cid)
         self._evicted.add(cid)
         if scope.bare and cid in scope.bare:
