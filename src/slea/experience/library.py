@@ -177,6 +177,7 @@ class ExperienceLibrary:
         self.conn.executescript(_SCHEMA)
         self._depth = 0  # transaction nesting
         self.version = 0  # bumped by every mutation (retrieval may memoise per version, never longer)
+        self.content_version = 0  # bumped when entries are added, removed or rewritten (token statistics)
         self._entries: dict[int, Entry] = {}
         self._by_cluster: dict[int, dict[str, list[int]]] = {}
         self._by_level: dict[tuple[str, str], set[int]] = {(z, lv): set() for z in ZONES for lv in LEVELS}
@@ -252,6 +253,7 @@ class ExperienceLibrary:
 
     # -- in-memory indexes -----------------------------------------------------------------------------------
     def _index(self, e: Entry) -> None:
+        self.content_version += 1
         self._entries[e.id] = e
         self._by_level[(e.zone, e.level)].add(e.id)
         for cid in e.clusters:
@@ -263,6 +265,7 @@ class ExperienceLibrary:
             self._postings.setdefault(t, set()).add(e.id)
 
     def _unindex(self, e: Entry) -> None:
+        self.content_version += 1
         del self._entries[e.id]
         self._by_level[(e.zone, e.level)].discard(e.id)
         for cid in e.clusters:

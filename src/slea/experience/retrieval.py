@@ -10,7 +10,9 @@ tokens (its text plus the observation summary it was distilled from) that occur 
 Candidates come from the library's token index, rarest tokens first under a fixed work budget, so the cost does
 not grow with the library.
 
-Nothing is cached across calls: every retrieval reads the current library.
+Nothing outlives a change of the library: an Eq.1 result (a function of the cluster alone) is memoised only
+until the library's next mutation (any admission, link, usage update), so every call answers from the current
+library — unlike the released code's permanent per-observation cache.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import math
 from collections import Counter
 from dataclasses import dataclass
 from itertools import chain
+from operator import itemgetter
 from typing import Callable
 
 from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
@@ -43,8 +46,8 @@ class Retrieved:
 class Retriever:
     def __init__(self, library: ExperienceLibrary, *, top_k_pos: int = 2, top_k_neg: int = 1,
                  max_tokens: int = 200, fallback_threshold: float = 0.5,
-                 count_tokens: Callable[[str], int] | None = None, max_candidates: int = 64,
-                 work_budget: int = 4096) -> None:
+                 count_tokens: Callable[[str], int] | None = None, max_candidates: int = 32,
+                 work_budget: int = 512) -> None:
         self.lib = library
         self.top_k = {"pos": int(top_k_pos), "neg": int(top_k_neg)}
         self.max_tokens = int(max_tokens)
@@ -52,6 +55,11 @@ class Retriever:
         self.count_tokens = count_tokens or approx_tokens
         self.max_candidates = int(max_candidates)
         self.work_budget = int(work_budget)
+        self._idf: dict[str, float] = {}
+        self._weight: dict[int, float] = {}
+        self._idf_version = -1
+        self._eq1: dict[int, Retrieved] = {}  # cluster -> Eq.1 result, valid for one library version only
+        self._eq1_version = -1
 
     # -- Eq.1 ------------------------------------------------------------------------------------------------
     def _rank_key(self, eid: int) -> tuple:
@@ -71,6 +79,15 @@ class Retriever:
         return heapq.nlargest(k, ids, key=self._rank_key)
 
     # -- Eq.2 ------------------------------------------------------------------------------------------------
+    def _idf_tables(self) -> tuple[dict[str, float], dict[int, float]]:
+        """idf per token and total idf per entry, rebuilt lazily when the library's content changes."""
+        lib = self.lib
+        if self._idf_version != lib.content_version:
+            self._idf = {}
+            self._weight = {}
+            self._idf_version = lib.content_version
+        return self._idf, self._weight
+
     def similar(self, text: str, task_type: str = "") -> list[tuple[float, int]]:
         """(sim, entry id) for entries with sim > threshold, best first (candidate filter + exact scoring)."""
         lib = self.lib
@@ -94,14 +111,16 @@ class Retriever:
             budget -= len(s)
             take += 1
         counts = Counter(chain.from_iterable(lists[:take]))
-        cands = [e for e, _ in counts.most_common(self.max_candidates)]
-        idf_cache: dict[str, float] = {}
+        if len(counts) > self.max_candidates:
+            cands = [e for e, _ in sorted(counts.items(), key=itemgetter(1), reverse=True)[: self.max_candidates]]
+        else:
+            cands = list(counts)
+        idf_tab, weight = self._idf_tables()
 
         def idf(t: str) -> float:
-            v = idf_cache.get(t)
+            v = idf_tab.get(t)
             if v is None:
-                df = len(lib.postings(t) or ())
-                v = idf_cache[t] = math.log(1.0 + n / (1 + df))
+                v = idf_tab[t] = math.log(1.0 + n / (1 + len(lib.postings(t) or ())))
             return v
 
         out = []
@@ -113,18 +132,15 @@ class Retriever:
             toks = lib.tokens(eid)
             if not toks:
                 continue
-            tot = 0.0
-            hit = 0.0
-            for t in toks:
-                w = idf(t)
-                tot += w
-                if t in q:
-                    hit += w
+            tot = weight.get(eid)
+            if tot is None:
+                tot = weight[eid] = sum(idf(t) for t in toks)
+            hit = sum(idf(t) for t in toks.intersection(q))
             sim = hit / tot if tot else 0.0
             if sim > thr:
-                out.append((sim, eid))
-        out.sort(key=lambda x: (x[0], lib.get(x[1]).score, x[1]), reverse=True)
-        return out
+                out.append((sim, e.score, eid))
+        out.sort(reverse=True)
+        return [(sim, eid) for sim, _, eid in out]
 
     def fallback(self, text: str, task_type: str = "") -> list[int]:
         ranked = self.similar(text, task_type)
@@ -140,6 +156,13 @@ class Retriever:
     # -- both ------------------------------------------------------------------------------------------------
     def retrieve(self, observation: str, cluster_id: int, *, task_type: str = "", goal: str = "",
                  link: bool = True) -> Retrieved:
+        lib = self.lib
+        if self._eq1_version != lib.version:  # any change to the library invalidates every memoised result
+            self._eq1.clear()
+            self._eq1_version = lib.version
+        hit = self._eq1.get(cluster_id)
+        if hit is not None:
+            return Retrieved(list(hit.entry_ids), hit.text, False)
         ids = self.from_cluster(cluster_id, "pos", self.top_k["pos"]) + \
             self.from_cluster(cluster_id, "neg", self.top_k["neg"])
         used_fallback = False
@@ -150,7 +173,10 @@ class Retriever:
                 for eid in ids:
                     self.lib.link_deferred(eid, cluster_id)
         text, kept = self.render(ids)
-        return Retrieved(kept, text, used_fallback)
+        res = Retrieved(kept, text, used_fallback)
+        if ids and not used_fallback and cluster_id >= 0:
+            self._eq1[cluster_id] = Retrieved(list(kept), text, False)
+        return res
 
     def render(self, ids: list[int]) -> tuple[str, list[int]]:
         """System-message text for the entries within the token budget B_max; returns (text, ids included).
