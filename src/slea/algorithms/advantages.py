@@ -6,7 +6,7 @@ broadcasts it to that row's response tokens. Entry point::
     compute_advantages(name, group_ids, traj_ids, steps, rewards, anchors=None, clusters=None,
                        *, gamma=0.95, step_weight=1.0, std_norm=True, eps=1e-6, **options)
 
-Semantics (docs/algorithms.md has one section per estimator):
+Semantics (docs/algorithms.md is the index; docs/algorithms/<name>.md has one page per estimator):
 
 * a *trajectory* is a ``(group_id, traj_id)`` pair; its rows are ordered by ``steps``; rows may come in any
   order and the result is in the input row order;
@@ -588,6 +588,75 @@ def slea(
         eps=eps,
         cross_step_stats=cross_step_stats,
     )
+
+
+# --------------------------------------------------------------------------------------------------------- #
+# Critic-based estimators (PPO, Turn-PPO): they need the learned values; the trainer computes those         #
+# (slea/trainer/critic.py). ``value_level`` tells it where the critic reads them.                           #
+# --------------------------------------------------------------------------------------------------------- #
+
+
+def _values(name: str, values: Any, n: int) -> np.ndarray:
+    if values is None:
+        raise ValueError(
+            f"advantage {name!r} needs a learned critic: pass values= (one per step row); the trainer "
+            f"computes them with its value head (slea.trainer.critic)"
+        )
+    v = np.asarray(values, dtype=np.float64)
+    if v.shape != (n,):
+        raise ValueError(f"values must have shape ({n},), got {v.shape}")
+    return v
+
+
+@register_advantage("turn_ppo")
+def turn_ppo(
+    rows: RowIndex,
+    rewards: np.ndarray,
+    anchors=None,
+    clusters=None,
+    *,
+    gamma,
+    step_weight,
+    std_norm,
+    eps,
+    values=None,
+    lam: float = 0.9,
+):
+    """Turn-PPO (Li et al. 2025, arXiv 2512.17008): turn-level GAE (Schulman et al. 2016, Eq. 16) with one
+    state per turn: ``δ_t = r_t + γ V_{t+1} − V_t`` (``V`` = 0 after the last turn), ``Â_t = δ_t + γλ Â_{t+1}``.
+    ``values``: the critic's value at each row's turn boundary (the last prompt token). The trainer calls it
+    with ``gamma = algorithm.turn_gamma``, ``lam = algorithm.turn_lambda``."""
+    _check_gamma(gamma)
+    if not 0.0 <= float(lam) <= 1.0:
+        raise ValueError(f"lam must be in [0, 1], got {lam}")
+    v = _values("turn_ppo", values, rows.n)
+    delta = rewards + float(gamma) * rows.next_in_traj(v, 0.0) - v
+    return rows.reverse_scan(delta, float(gamma) * float(lam))
+
+
+turn_ppo.value_level = "turn"
+
+
+@register_advantage("ppo")
+def ppo(rows: RowIndex, rewards: np.ndarray, anchors=None, clusters=None, *, gamma, step_weight, std_norm, eps,
+        values=None):
+    """PPO with token-level GAE (Schulman et al. 2017; GAE 2016 Eq. 16; Ouyang et al. 2022 for LLMs): one
+    advantage per response *token*, so there is no per-row form here; the trainer computes it from the
+    critic's values at every response token (:func:`slea.trainer.critic.token_advantages`)."""
+    _values("ppo", values, rows.n)
+    raise ValueError(
+        "advantage 'ppo' is token-level GAE: it has one advantage per response token, not per step row; use "
+        "slea.trainer.critic.token_advantages (the trainer does when algorithm.name is ppo)"
+    )
+
+
+ppo.value_level = "token"
+
+
+def value_level(name: str) -> str | None:
+    """``"token"`` / ``"turn"`` when the estimator registered as ``name`` needs a learned critic (where the
+    critic reads its values), else ``None``."""
+    return getattr(get_advantage(name), "value_level", None)
 
 
 # --------------------------------------------------------------------------------------------------------- #

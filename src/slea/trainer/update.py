@@ -20,13 +20,15 @@ from slea.policy.generation import autocast, left_pad, shared_prefix
 
 @dataclass
 class Sample:
-    """One training row: a step's prompt and response with its advantage (broadcast to every token)."""
+    """One training row: a step's prompt and response with its advantage (broadcast to every token), or one
+    advantage per response token (``token_advantages``: token-level GAE, slea/trainer/critic.py)."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     old_logprobs: list[float]
     advantage: float
     ref_logprobs: list[float] | None = None
+    token_advantages: list[float] | None = None
 
 
 def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0, dtype: str = "bfloat16",
@@ -83,6 +85,14 @@ def _right_aligned(rows: list[list[float]], k: int) -> torch.Tensor:
     return out
 
 
+def _advantages(chunk: list[Sample], k: int) -> torch.Tensor:
+    """``(B, K)`` right-aligned advantages: a sample's per-token ones where it has them, else its scalar."""
+    if all(s.token_advantages is None for s in chunk):
+        return torch.tensor([s.advantage for s in chunk]).unsqueeze(1).expand(-1, k)
+    return _right_aligned([s.token_advantages if s.token_advantages is not None
+                           else [s.advantage] * len(s.response_ids) for s in chunk], k)
+
+
 @torch.no_grad()
 def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temperature: float, dtype: str) -> None:
     """Fill ``ref_logprobs``: the base model with LoRA adapters disabled (or the model itself otherwise)."""
@@ -132,7 +142,7 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype)
             k = mask.shape[1]
             old = _right_aligned([s.old_logprobs for s in chunk], k)
-            adv = torch.tensor([s.advantage for s in chunk]).unsqueeze(1).expand(-1, k) * mask
+            adv = _advantages(chunk, k) * mask
             loss, met = loss_fn(logp, old, adv, mask, **kwargs)
             if algo_cfg.kl_coef > 0 and chunk[0].ref_logprobs is not None:
                 ref = _right_aligned([s.ref_logprobs or [] for s in chunk], k)

@@ -1,0 +1,122 @@
+"""One iteration's rollout batch, with DAPO dynamic sampling when ``algorithm.dynamic_sampling`` is on.
+
+DAPO (Yu et al. 2025, §3.2 "Dynamic Sampling"): a task group whose G episodes all got the same return gives
+every one of them a zero group-relative advantage, so it carries no policy gradient and only shrinks the
+effective batch. With dynamic sampling such groups are dropped and more groups are collected (fresh env seeds:
+:func:`refill_seeds`, a pure function of (run seed, iteration, round), so runs stay reproducible) until the
+batch again holds ``rollout.groups`` groups with signal, or ``algorithm.max_refill_rounds`` extra collection
+rounds are spent (then the batch trains short, and ``sampling/short_groups`` says by how much). Groups with
+signal beyond the target are not trained on (``sampling/surplus_groups``), as DAPO truncates to its batch.
+
+Every episode played is still counted: train metrics, ``episodes``/``env_steps`` and the experience library
+see all of them (:attr:`Batch.collected`); only the advantage estimator and the update see
+:attr:`Batch.trajs`. Group ids are made unique across rounds (round ``r``'s group ``g`` becomes
+``r·groups + g``) and trajectory ids by the collector's ``traj_offset``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+import numpy as np
+
+from slea.rollout.collector import RolloutStats
+from slea.types import Trajectory
+
+__all__ = ["Batch", "collect_batch", "merge_stats", "refill_seeds", "zero_variance_groups"]
+
+
+@dataclass
+class Batch:
+    trajs: list[Trajectory]  # what the advantage estimator and the update see
+    collected: list[Trajectory]  # every episode played this iteration (metrics, env steps, library)
+    stats: RolloutStats
+    metrics: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def env_steps(self) -> int:
+        return sum(len(t.steps) for t in self.collected)
+
+
+def refill_seeds(run_seed: int, iteration: int, round_: int, groups: int) -> list[int]:
+    """Env seeds of refill round ``round_ ≥ 1`` of an iteration (round 0 is ``rl.iteration_seeds``)."""
+    if round_ < 1:
+        raise ValueError("refill rounds count from 1")
+    rng = np.random.default_rng([run_seed, iteration, round_])
+    return [int(s) for s in rng.integers(0, 2**31 - 1, size=groups)]
+
+
+def zero_variance_groups(trajs: list[Trajectory], tol: float = 1e-9) -> set[int]:
+    """Group ids whose episode returns are all equal (within ``tol``), including single-episode groups."""
+    by: dict[int, list[float]] = {}
+    for t in trajs:
+        by.setdefault(t.group_id, []).append(t.episode_return)
+    return {g for g, r in by.items() if len(r) < 2 or max(r) - min(r) <= tol}
+
+
+def merge_stats(a: RolloutStats, b: RolloutStats) -> RolloutStats:
+    """The sum of two collections' rollout statistics."""
+    out = RolloutStats()
+    for f in fields(RolloutStats):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, dict):
+            merged = dict(x)
+            for k, v in y.items():
+                merged[k] = merged.get(k, 0) + v
+            setattr(out, f.name, merged)
+        else:
+            setattr(out, f.name, x + y)
+    return out
+
+
+def _relabel(trajs: list[Trajectory], offset: int) -> None:
+    if not offset:
+        return
+    for t in trajs:
+        t.group_id += offset
+        for s in t.steps:
+            s.group_id = t.group_id
+
+
+def collect_batch(collector, pool, seeds: list[int], *, iteration: int, run_seed: int, dynamic: bool,
+                  max_refill_rounds: int, progress=None) -> Batch:
+    """Collect one episode per env of ``pool`` for ``seeds`` and, when ``dynamic``, drop the groups with
+    zero return variance and refill (see the module docstring). Without ``dynamic`` this is exactly one
+    ``collector.collect`` call."""
+    trajs, stats = collector.collect(pool, seeds, iteration=iteration, progress=progress)
+    if not dynamic:
+        return Batch(trajs, trajs, stats)
+    target = len(seeds)
+    collected = list(trajs)
+    kept: list[Trajectory] = []
+    n_kept = dropped = surplus = refilled = 0
+
+    def take(batch: list[Trajectory], round_: int) -> None:
+        nonlocal n_kept, dropped, surplus, refilled
+        flat = zero_variance_groups(batch)
+        order = list(dict.fromkeys(t.group_id for t in batch))
+        for g in order:
+            if g in flat:
+                dropped += 1
+            elif n_kept < target:
+                kept.extend(t for t in batch if t.group_id == g)
+                n_kept += 1
+                refilled += round_ > 0
+            else:
+                surplus += 1
+
+    take(trajs, 0)
+    rounds = 0
+    while n_kept < target and rounds < max_refill_rounds:
+        rounds += 1
+        more, st = collector.collect(pool, refill_seeds(run_seed, iteration, rounds, len(seeds)),
+                                     iteration=iteration, traj_offset=rounds * len(pool), progress=progress)
+        _relabel(more, rounds * len(seeds))
+        stats = merge_stats(stats, st)
+        collected.extend(more)
+        take(more, rounds)
+    metrics = {"sampling/dropped_groups": float(dropped), "sampling/refill_rounds": float(rounds),
+               "sampling/refilled_groups": float(refilled), "sampling/kept_groups": float(n_kept),
+               "sampling/short_groups": float(target - n_kept), "sampling/surplus_groups": float(surplus),
+               "sampling/collected_groups": float(target * (rounds + 1))}
+    return Batch(kept, collected, stats, metrics)

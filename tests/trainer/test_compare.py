@@ -1,0 +1,106 @@
+"""``slea compare``: sub-runs, table, curves, reuse of finished runs, and the table's arithmetic."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from slea.trainer.compare import SubRun, env_step_curve, plan, summarize_runs, table_markdown
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = str(ROOT / "configs" / "smoke.yaml")
+FAST = ["train.iterations=1", "eval.before=false", "eval.greedy=false", "eval.games=1", "eval.episodes_per_game=1",
+        "env.max_steps=2"]
+
+
+def slea(*args):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    return subprocess.run([sys.executable, "-m", "slea.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=600)
+
+
+@pytest.mark.slow
+def test_compare_two_algorithms_then_reuse(tmp_path):
+    pytest.importorskip("textworld")
+    out = tmp_path / "cmp"
+    args = ["compare", SMOKE, "--algorithms", "grpo,rloo", "--seeds", "0", "--out", str(out)]
+    for s in FAST:
+        args += ["--set", s]
+    r = slea(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    for name in ("table.md", "table.json", "curves.png", "compare.json", "runs/grpo-s0/eval/summary.json",
+                 "runs/rloo-s0/eval/summary.json"):
+        assert (out / name).is_file(), name
+    table = json.loads((out / "table.json").read_text())
+    assert set(table["algorithms"]) == {"grpo", "rloo"}
+    for a in table["algorithms"].values():
+        assert a["heldout_success"]["n"] == 1 and a["env_steps"]["mean"] > 0
+        assert a["status"] == {"0": "trained"}
+    # identical env seeds: both algorithms played the same tasks in iteration 0
+    seeds = [json.loads((out / f"runs/{a}-s0/checkpoints").joinpath(p, "state.json").read_text())["next_env_seeds"]
+             for a in ("grpo", "rloo") for p in os.listdir(out / f"runs/{a}-s0/checkpoints")]
+    assert seeds[0] == seeds[1]
+    md = (out / "table.md").read_text()
+    assert "| grpo |" in md and "| rloo |" in md
+    # second invocation: everything reused, fast
+    t0 = time.perf_counter()
+    r = slea(*args)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert time.perf_counter() - t0 < 20
+    assert r.stdout.count("finished, reused") == 2
+    table = json.loads((out / "table.json").read_text())
+    assert all(a["status"] == {"0": "reused"} for a in table["algorithms"].values())
+    # a different setting for the same folder is refused (exit 2), not silently mixed
+    r = slea(*args, "--set", "rollout.group_size=3")
+    assert r.returncode == 2 and "another config" in r.stderr
+
+
+def _fake_run(root: Path, algo: str, seed: int, succ: list[float], steps: list[float], heldout: float) -> SubRun:
+    d = root / "runs" / f"{algo}-s{seed}"
+    (d / "eval").mkdir(parents=True)
+    rows = [{"iteration": i, "train/success": s, "train/return": s, "env_steps": e}
+            for i, (s, e) in enumerate(zip(succ, steps))]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "eval/summary.json").write_text(json.dumps({"after": {"sampled": {"success": heldout}}, "wall_s": 60}))
+    return SubRun(algo, seed, d, "reused")
+
+
+def test_table_statistics_and_interpolation(tmp_path):
+    runs = [_fake_run(tmp_path, "a", 0, [0.0, 0.5, 1.0], [10, 20, 30], 0.4),
+            _fake_run(tmp_path, "a", 1, [0.0, 1.0], [20, 40], 0.6),
+            _fake_run(tmp_path, "b", 0, [0.2, 0.2, 0.2], [10, 20, 40], 0.1)]
+    t = summarize_runs(runs)
+    assert t["budgets"] == [8, 15, 22, 30]  # fractions of the shortest run (30 env steps)
+    a = t["algorithms"]["a"]
+    assert a["heldout_success"]["mean"] == pytest.approx(0.5)
+    assert a["heldout_success"]["std"] == pytest.approx(np.std([0.4, 0.6], ddof=1))
+    # at 30 steps: seed 0 → 1.0; seed 1 → halfway between (20, 0) and (40, 1) = 0.5
+    assert a["train_success_at_env_steps"]["30"]["values"] == pytest.approx([1.0, 0.5])
+    assert a["train_success_at_env_steps"]["15"]["values"] == pytest.approx([0.25, 0.0])
+    assert t["algorithms"]["b"]["heldout_success"]["std"] == 0.0
+    md = table_markdown(t)
+    assert "0.500 ± 0.141" in md and "| b | 1 | 0.100 |" in md
+
+
+def test_env_steps_fallback_for_old_runs():
+    x, ys = env_step_curve([{"train/episode_len": 2.0, "train/episodes": 4.0, "train/success": 0.5},
+                            {"train/episode_len": 3.0, "train/episodes": 4.0, "train/success": 1.0}])
+    assert x.tolist() == [8.0, 20.0] and ys["train/success"].tolist() == [0.5, 1.0]
+
+
+def test_plan_validates_every_sub_config_first(tmp_path):
+    from slea.config import ConfigError
+
+    p = plan(SMOKE, ["grpo", "slea", "turn_ppo"], [0, 1], tmp_path, overrides=["train.iterations=3"])
+    cfgs = {(s.algorithm, s.seed): c for s, c in p.items}
+    assert len(cfgs) == 6 and cfgs[("slea", 1)].experience.mode == "step"  # the algorithm's preset
+    assert cfgs[("grpo", 1)].run.seed == 1 and cfgs[("turn_ppo", 0)].train.iterations == 3
+    assert str(cfgs[("grpo", 0)].run.dir).endswith("runs/grpo-s0")
+    with pytest.raises(ConfigError, match="algorithm.name"):
+        plan(SMOKE, ["grpo", "nope"], [0], tmp_path)
+    assert not (tmp_path / "runs").exists()
