@@ -238,13 +238,28 @@ def _seed_longest(a: str, b: str, runs: list[tuple[int, int]], starts: list[int]
                 top = ce - cs
         k += 1
     find = b.find
-    for size in range(min(top, bhi - blo), 0, -1):
+
+    def first(size: int) -> tuple[int, int] | None:  # the first a-position with a seed of this size
         for cs, ce in segs:
             for off in range(cs, ce - size + 1):
                 j = find(a[off:off + size], blo, bhi)
                 if j >= 0:
-                    return off, j, size
-    return alo, blo, 0
+                    return off, j
+        return None
+
+    # having a common run of length s implies one of every shorter length: binary search the longest
+    lo, hi = 0, min(top, bhi - blo)
+    best = None
+    while lo < hi:
+        mid = (lo + hi + 1) >> 1
+        hit = first(mid)
+        if hit is not None:
+            lo, best = mid, hit
+        else:
+            hi = mid - 1
+    if best is None or lo == 0:
+        return alo, blo, 0
+    return best[0], best[1], lo
 
 
 def _longest(a: str, p: PreparedText, alo: int, ahi: int, blo: int, bhi: int,
@@ -320,16 +335,25 @@ def lcs_length(a: str, p: PreparedText) -> int:
     difflib's matching blocks form a common subsequence, so this bounds its match count from above; it is
     tight where difflib is (texts without popular characters) and costs a few big-int operations per char.
     """
-    lb = p.n
-    full = (1 << lb) - 1
+    b = p.s
+    la, lb = len(a), p.n
+    n = la if la < lb else lb
+    pre = _common_prefix(a, b, n)  # a common prefix/suffix is always part of some LCS: strip them
+    suf = _common_suffix(a, b, n - pre)
+    if pre + suf >= n:
+        return n
+    mb = lb - pre - suf
+    full = (1 << mb) - 1
     s = full
     get = p.masks().get
-    for c in a:
+    for c in a[pre:la - suf]:
         m = get(c)
         if m:
-            u = s & m
-            s = (s + u) | (s - u)
-    return lb - bin(s & full).count("1")
+            m = (m >> pre) & full
+            if m:
+                u = s & m
+                s = (s + u) | (s - u)
+    return pre + suf + mb - bin(s & full).count("1")
 
 
 def fast_ratio(a: str, b: str | PreparedText) -> float:
