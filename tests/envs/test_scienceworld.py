@@ -103,6 +103,28 @@ def test_constructor_validation():
     env = sw_mod.ScienceWorldEnv(tasks="eto", split="unseen", variations_per_task=1)
     assert env.num_episodes == 24 and env.split == "test" and env._engine is None  # no JVM before reset
     env.close()
+    # an explicit episode list, e.g. ETO's dev_indices.json (its own task names)
+    eto = [["task-1-boil", 14], ["task-3-find-plant", 175], ["task-1-boil", 15]]
+    env = sw_mod.ScienceWorldEnv(episodes=eto)
+    assert env.episodes == [("boil", 14), ("find-plant", 175), ("boil", 15)] and env.tasks == [
+        "boil",
+        "find-plant",
+    ]
+    with pytest.raises(ValueError):
+        sw_mod.ScienceWorldEnv(episodes=[("boil", 30)])
+    with pytest.raises(ValueError):
+        sw_mod.ScienceWorldEnv(episodes=[])
+
+
+def test_java_options_are_set_only_while_the_jvm_starts(monkeypatch):
+    monkeypatch.setenv("JAVA_TOOL_OPTIONS", "-Dfoo=1")
+    with sw_mod._java_tool_options("-Xmx1g"):
+        assert sw_mod.os.environ["JAVA_TOOL_OPTIONS"] == "-Dfoo=1 -Xmx1g"
+    assert sw_mod.os.environ["JAVA_TOOL_OPTIONS"] == "-Dfoo=1"
+    monkeypatch.delenv("JAVA_TOOL_OPTIONS")
+    with sw_mod._java_tool_options(sw_mod.DEFAULT_JAVA_OPTS):
+        assert "-Xmx" in sw_mod.os.environ["JAVA_TOOL_OPTIONS"]
+    assert "JAVA_TOOL_OPTIONS" not in sw_mod.os.environ
 
 
 # -- the engine --------------------------------------------------------------------------------------------

@@ -11,7 +11,8 @@ Three sources, one engine (textworld's PDDL engine + alfworld's ``AlfredDemangle
   or ``<root>/<split>``. As ALFWorld's own loader does, games under ``movable``/``Sliced`` folders and games not
   marked solvable are skipped. Splits: ``train`` (3,553 games), ``seen`` = ``valid_seen`` (140; aliases
   ``dev``, ``eval_in_distribution``), ``unseen`` = ``valid_unseen`` (134; aliases ``heldout``, ``test``,
-  ``eval_out_of_distribution``: the set GiGPO and SLEA-RL report).
+  ``eval_out_of_distribution``: ALFWorld's out-of-distribution set; GiGPO evaluates on a 120-game sample
+  of the six categories, with 50 steps per episode).
 * ``source="generated"``: games made offline by :mod:`slea.envs.alfworld_gen` (no download), cached under
   ``cache_dir`` (default ``$SLEA_CACHE_DIR/alfworld`` or ``~/.cache/slea/alfworld``) as
   ``v<GEN_VERSION>/<task type>/seed-<seed>/{game.tw-pddl,traj_data.json}``. Game ``i`` of a split has task type
@@ -481,16 +482,10 @@ class ALFWorldEnv(TextEnv):
         return self._last_obs
 
     def close(self) -> None:
-        if self._engine is not None:
-            from slea.envs.alfworld_gen import pddl_env
-
-            inner = pddl_env(self._engine)
-            with contextlib.suppress(Exception):
-                import fast_downward
-
-                fast_downward.close_lib(inner.downward_lib)  # each engine loads its own copy of the planner
-            self._engine = None
-            self._loaded = None
+        # The engine's planner library copy is not unloaded: dlclose-ing it (fast_downward.close_lib) makes the
+        # interpreter crash at exit. Dropping the engine frees its Python state.
+        self._engine = None
+        self._loaded = None
         super().close()
 
 

@@ -269,13 +269,6 @@ def make_engine(expert: str | None = "handcoded", facts: bool = False, accelerat
     return env
 
 
-def pddl_env(engine: Any) -> Any:
-    """The innermost textworld ``PddlEnv`` of a wrapped engine."""
-    while hasattr(engine, "_wrapped_env") and engine.__dict__.get("_wrapped_env") is not None:
-        engine = engine.__dict__["_wrapped_env"]
-    return engine
-
-
 @contextlib.contextmanager
 def seeded_random(state: Any) -> Iterator[list[Any]]:
     """Run with the global ``random`` in ``state`` (the hand-coded expert uses it); yield a box with the new

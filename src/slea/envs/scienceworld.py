@@ -61,10 +61,12 @@ variation and replays the actions (ScienceWorld is deterministic given the actio
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import shutil
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from slea.envs.base import MissingExtraError, StepResult, TextEnv, register
@@ -169,6 +171,7 @@ SIMPLIFICATIONS = (
     "noElectricalAction",
 )
 MAX_SCORE = 100
+DEFAULT_JAVA_OPTS = "-Xmx1g -XX:+UseSerialGC"
 
 _UNKNOWN = ("No known action matches that input", "Unknown action")
 _AMBIGUOUS = "Ambiguous request"
@@ -230,6 +233,34 @@ def split_episodes(
     per = {t: list(variations(t, split))[:variations_per_task] for t in names}
     longest = max(len(v) for v in per.values())
     return [(t, per[t][i]) for i in range(longest) for t in names if i < len(per[t])]
+
+
+def _check_episode(task: str, variation: int) -> tuple[str, int]:
+    name = canonical_task(task)
+    if not 0 <= int(variation) < sum(SPLIT_SIZES[name]):
+        raise ValueError(f"{name} has variations 0..{sum(SPLIT_SIZES[name]) - 1}, not {variation}")
+    return name, int(variation)
+
+
+_LAUNCH_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _java_tool_options(opts: str | None) -> Iterator[None]:
+    """Set ``JAVA_TOOL_OPTIONS`` for a JVM launched inside the block (the JVM reads it at start-up)."""
+    if not opts:
+        yield
+        return
+    with _LAUNCH_LOCK:
+        before = os.environ.get("JAVA_TOOL_OPTIONS")
+        os.environ["JAVA_TOOL_OPTIONS"] = f"{before} {opts}" if before else opts
+        try:
+            yield
+        finally:
+            if before is None:
+                os.environ.pop("JAVA_TOOL_OPTIONS", None)
+            else:
+                os.environ["JAVA_TOOL_OPTIONS"] = before
 
 
 def canonical_simplifications(simplifications: str | Sequence[str] | None) -> str:
@@ -298,6 +329,11 @@ class ScienceWorldEnv(TextEnv):
         max_admissible: keep at most this many admissible actions (round-robin over verbs).
         walkthrough: generate the gold action sequence (cached per episode and process).
         canonical_obs: sort the engine's object lists so identical states read the same.
+        java_opts: JVM options (passed as ``JAVA_TOOL_OPTIONS`` when the JVM starts). The default caps the
+            heap: a JVM left to its defaults grows to ~1 GB resident within a few episodes; with these,
+            ~300 MB, at the same speed.
+        episodes: play exactly these (task, variation) pairs (e.g. ETO's ``dev_indices.json``), in this
+            order, instead of a split (``split`` and ``variations_per_task`` are then ignored).
     """
 
     # (task, variation, simplifications) -> gold actions; one per process, so resets agree (module doc).
@@ -313,6 +349,8 @@ class ScienceWorldEnv(TextEnv):
         max_admissible: int | None = None,
         walkthrough: bool = True,
         canonical_obs: bool = True,
+        java_opts: str | None = DEFAULT_JAVA_OPTS,
+        episodes: Sequence[tuple[str, int]] | None = None,
     ) -> None:
         super().__init__()
         if max_admissible is not None and max_admissible < 1:
@@ -320,12 +358,19 @@ class ScienceWorldEnv(TextEnv):
         self.tasks = resolve_tasks(tasks)
         self.split = canonical_split(split)
         self.simplifications = canonical_simplifications(simplifications)
-        self.episodes = split_episodes(self.tasks, self.split, variations_per_task)
+        if episodes is not None:
+            self.episodes = [_check_episode(task, variation) for task, variation in episodes]
+            if not self.episodes:
+                raise ValueError("episodes is empty")
+            self.tasks = list(dict.fromkeys(task for task, _ in self.episodes))
+        else:
+            self.episodes = split_episodes(self.tasks, self.split, variations_per_task)
         self.num_episodes = len(self.episodes)
         self.admissible = admissible
         self.max_admissible = max_admissible
         self.want_walkthrough = walkthrough
         self.canonical_obs = canonical_obs
+        self.java_opts = java_opts
         self._engine: Any = None  # scienceworld.ScienceWorldEnv (owns the JVM)
         self.jvm_start_s: float | None = None
         self._episode = -1
@@ -351,7 +396,8 @@ class ScienceWorldEnv(TextEnv):
             from scienceworld import ScienceWorldEnv as Engine
 
             start = time.perf_counter()
-            self._engine = Engine("", envStepLimit=10**9)
+            with _java_tool_options(self.java_opts):
+                self._engine = Engine("", envStepLimit=10**9)
             self.jvm_start_s = time.perf_counter() - start
         return self._engine.server
 
