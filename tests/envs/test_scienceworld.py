@@ -216,6 +216,16 @@ def test_bad_actions_get_an_engine_answer(sw, bad):
 
 
 @needs_engine
+def test_commands_are_normalised(sw):
+    assert sw_mod.normalize_command('  "Open  door to outside."  ') == "Open door to outside"
+    assert sw_mod.normalize_command("0") == "0" and sw_mod.normalize_command("...") == "..."
+    _, info = sw.reset(seed=0)
+    first = info["walkthrough"][0]
+    _obs, _r, _t, _tr, info = sw.step(f"`{first.upper()}.`")
+    assert not info["invalid"]
+
+
+@needs_engine
 def test_empty_and_ambiguous_actions(sw):
     sw.reset(seed=0)
     assert sw.step("")[4]["invalid"] is True

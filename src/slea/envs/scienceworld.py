@@ -42,7 +42,8 @@ failed task: the score is clipped at 0). Some initial states already earn points
 room of the target box): ``info["score"]`` shows them at reset, and the first step's reward includes them. The episode terminates when the task is completed (``won``) or
 failed (``lost``: e.g. focusing on the wrong object).
 
-Actions are free text: the admissible list is a help, not a filter. An action the parser does not know gets
+Actions are free text: the admissible list is a help, not a filter (spaces are collapsed and surrounding quotes
+and a final period dropped, which the parser would reject). An action the parser does not know gets
 the engine's answer ("No known action matches that input.") and ``invalid=True``. An ambiguous one gets the
 engine's numbered choices and ``ambiguous=True``; the next action should be the chosen number (``"0"``).
 
@@ -310,6 +311,12 @@ def cap_actions(actions: Sequence[str], limit: int | None) -> list[str]:
     return sorted(out)
 
 
+def normalize_command(action: str) -> str:
+    """Collapse spaces, drop surrounding quotes/backticks and a final period (the parser rejects them)."""
+    cmd = " ".join(str(action).split()).strip("\"'`").strip()
+    return cmd.rstrip(".!").strip() or cmd
+
+
 def _goal_text(task_desc: str) -> str:
     return re.sub(r"^\s*Task Description:\s*", "", task_desc or "").strip()
 
@@ -481,6 +488,7 @@ class ScienceWorldEnv(TextEnv):
         if self._done:
             return self._last_obs, 0.0, False, False, {"invalid": True, "error": "The episode is over."}
         server = self._engine.server
+        action = normalize_command(action)
         raw = str(server.step(action))
         self._actions.append(action)
         raw_score = round(100 * float(server.getScore()))
