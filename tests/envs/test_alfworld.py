@@ -295,6 +295,7 @@ def test_official_layout_adapter(alf_cache, tmp_path, monkeypatch):
     bad.write_text(json.dumps({**json.loads(bad.read_text()), "solvable": False}))
     (root / "json_2.1.1" / "train").mkdir()
 
+    monkeypatch.setattr(alf.Path, "home", lambda: tmp_path / "home")  # no official data in ~/.cache/alfworld
     monkeypatch.setenv("ALFWORLD_DATA", str(root))
     env = make("slea/ALFWorld-v0", split="heldout")
     try:
@@ -315,6 +316,10 @@ def test_official_layout_adapter(alf_cache, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="alfworld-download"):
         make("slea/ALFWorld-Official-v0")
     assert make("slea/ALFWorld-v0", cache_dir=alf_cache["dir"], num_games=1).source == "generated"
+    # alfworld-download's default folder is found without ALFWORLD_DATA
+    monkeypatch.delenv("ALFWORLD_DATA")
+    shutil.copytree(root, tmp_path / "home" / ".cache" / "alfworld")
+    assert make("slea/ALFWorld-v0", split="unseen", expert=None).num_games == 2
 
 
 def test_constructor_validation():

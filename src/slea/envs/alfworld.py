@@ -7,7 +7,8 @@ Three sources, one engine (textworld's PDDL engine + alfworld's ``AlfredDemangle
 
 * ``game_files=[...]``: any ``game.tw-pddl`` files (each with its ``traj_data.json`` beside it).
 * ``source="official"``: the official game set, when you have it (it is a download: ``alfworld-download``).
-  Its root is ``data_path`` or ``$ALFWORLD_DATA``; the split folders are looked up as ``<root>/json_2.1.1/<split>``
+  Its root is ``data_path``, ``$ALFWORLD_DATA`` or ``~/.cache/alfworld`` (where ``alfworld-download`` puts
+  it by default); the split folders are looked up as ``<root>/json_2.1.1/<split>``
   or ``<root>/<split>``. As ALFWorld's own loader does, games under ``movable``/``Sliced`` folders and games not
   marked solvable are skipped. Splits: ``train`` (3,553 games), ``seen`` = ``valid_seen`` (140; aliases
   ``dev``, ``eval_in_distribution``), ``unseen`` = ``valid_unseen`` (134; aliases ``heldout``, ``test``,
@@ -20,9 +21,10 @@ Three sources, one engine (textworld's PDDL engine + alfworld's ``AlfredDemangle
   4000 games per split, so the splits never share a game). Generation is deterministic and safe under
   concurrency (file lock, build in a private folder, atomic rename); ~0.5-2 s per game.
 
-``source="auto"`` (default) uses the official set when ``data_path`` is given or ``$ALFWORLD_DATA`` holds it,
-else generated games. ``tasks`` filters/chooses the task types, by short name: ``pick``, ``look``, ``clean``,
-``heat``, ``cool``, ``pick_two`` (the papers' table columns), or by ALFRED name (``pick_and_place_simple``...).
+``source="auto"`` (default) uses the official set when one of those roots holds it, else generated games.
+(Importing ``alfworld`` sets ``$ALFWORLD_DATA`` to ``~/.cache/alfworld`` when unset and creates that folder.)
+``tasks`` filters/chooses the task types, by short name: ``pick``, ``look``, ``clean``, ``heat``, ``cool``,
+``pick_two`` (the papers' table columns), or by ALFRED name (``pick_and_place_simple``...).
 
 ``reset(seed=k)`` plays game ``k % num_games``; ``reset(options={"game": i})`` picks game ``i``.
 
@@ -168,14 +170,18 @@ def split_games(tasks: str | Sequence[str] | None, split: str, num_games: int) -
 # Official games
 # ------------------------------------------------------------------------------------------------------
 def official_root(data_path: str | Path | None = None) -> Path | None:
-    """``data_path`` or ``$ALFWORLD_DATA`` if it holds ALFWorld's json_2.1.1 (or split) folders, else None."""
-    raw = data_path if data_path is not None else os.environ.get("ALFWORLD_DATA")
-    if not raw:
-        return None
-    root = Path(raw).expanduser()
-    for cand in (root / "json_2.1.1", root):
-        if any((cand / s).is_dir() for s in ("train", "valid_seen", "valid_unseen")):
-            return cand
+    """Where the official games are: ``data_path``, else ``$ALFWORLD_DATA``, else alfworld's default download
+    folder ``~/.cache/alfworld``; the first that holds json_2.1.1 (or split) folders. None if none does."""
+    if data_path is not None:
+        candidates = [Path(data_path)]
+    else:
+        env = os.environ.get("ALFWORLD_DATA")
+        candidates = ([Path(env)] if env else []) + [Path.home() / ".cache" / "alfworld"]
+    for root in candidates:
+        root = root.expanduser()
+        for cand in (root / "json_2.1.1", root):
+            if any((cand / s).is_dir() for s in ("train", "valid_seen", "valid_unseen")):
+                return cand
     return None
 
 
