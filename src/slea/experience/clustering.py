@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import difflib
 from bisect import bisect_right
+from heapq import heappop, heappush
 import json
 import re
 import sqlite3
@@ -290,43 +291,68 @@ def _longest(a: str, p: PreparedText, alo: int, ahi: int, blo: int, bhi: int,
     return i, j, k
 
 
+class _Match:
+    """difflib's matching-block recursion for (a, b), run one rectangle at a time, largest rectangle first.
+
+    The total is order-independent; largest-first makes the bounds converge fastest. At any point
+    ``total <= final <= total + pot`` (pot: what the pending rectangles could still add, at most the shorter
+    side of each), optionally capped by a precomputed bound (the LCS). The search races candidates on these
+    bounds and stops refining as soon as the winner is certain.
+    """
+
+    __slots__ = ("a", "p", "runs", "heap", "total", "pot", "cap")
+
+    def __init__(self, a: str, p: PreparedText, cap: int | None = None) -> None:
+        la, lb = len(a), p.n
+        self.a = a
+        self.p = p
+        self.runs = None
+        if p.popular:
+            seeds = p.seeds
+            masked = a.translate({ord(c): 0 for c in set(a) if c not in seeds})
+            spans = [m.span() for m in _RUNS.finditer(masked)]
+            self.runs = (spans, [x for x, _ in spans])
+        n = la if la < lb else lb
+        self.heap = [(-n, 0, la, 0, lb)] if n else []
+        self.total = 0
+        self.pot = n
+        self.cap = cap
+
+    def ub(self) -> int:
+        u = self.total + self.pot
+        return u if self.cap is None or u < self.cap else self.cap
+
+    def step(self) -> None:
+        neg, alo, ahi, blo, bhi = heappop(self.heap)
+        self.pot += neg
+        i, j, k = _longest(self.a, self.p, alo, ahi, blo, bhi, self.runs)
+        if k:
+            self.total += k
+            if alo < i and blo < j:
+                x, y = i - alo, j - blo
+                m = x if x < y else y
+                heappush(self.heap, (-m, alo, i, blo, j))
+                self.pot += m
+            if i + k < ahi and j + k < bhi:
+                x, y = ahi - i - k, bhi - j - k
+                m = x if x < y else y
+                heappush(self.heap, (-m, i + k, ahi, j + k, bhi))
+                self.pot += m
+
+
 def matching_count(a: str, p: PreparedText, floor: int = 0, stop: int | None = None) -> int:
     """Total size of ``SequenceMatcher(None, a, p.s).get_matching_blocks()``; -1 once it is proven < ``floor``.
 
     With ``stop``, returns a partial total (a lower bound) as soon as it reaches ``stop``.
     """
-    la = len(a)
-    lb = p.n
-    runs = None
-    if p.popular:
-        seeds = p.seeds
-        masked = a.translate({ord(c): 0 for c in set(a) if c not in seeds})
-        spans = [m.span() for m in _RUNS.finditer(masked)]
-        runs = (spans, [x for x, _ in spans])
-    queue = [(0, la, 0, lb)]
-    total = 0
-    pot = la if la < lb else lb  # upper bound on what the pending rectangles can still add
-    while queue:
-        alo, ahi, blo, bhi = queue.pop()
-        na = ahi - alo
-        nb = bhi - blo
-        pot -= na if na < nb else nb
-        i, j, k = _longest(a, p, alo, ahi, blo, bhi, runs)
-        if k:
-            total += k
-            if alo < i and blo < j:
-                queue.append((alo, i, blo, j))
-                x, y = i - alo, j - blo
-                pot += x if x < y else y
-            if i + k < ahi and j + k < bhi:
-                queue.append((i + k, ahi, j + k, bhi))
-                x, y = ahi - i - k, bhi - j - k
-                pot += x if x < y else y
-        if total + pot < floor:
+    m = _Match(a, p)
+    while m.heap:
+        m.step()
+        if m.total + m.pot < floor:
             return -1
-        if stop is not None and total >= stop:
-            return total
-    return total
+        if stop is not None and m.total >= stop:
+            return m.total
+    return m.total
 
 
 def lcs_length(a: str, p: PreparedText) -> int:
@@ -673,45 +699,48 @@ class ObservationIndex:
             ranked.append((-dice, cid))
         if not ranked:
             return -1
-        # upper bound on each candidate's ratio: the LCS where affordable, else the length bound
-        bounded = []
+        # race the candidates on rigorous bounds of their match counts: refine the one with the highest upper
+        # bound until one is certainly the most similar (or none can reach δ)
+        race: dict[int, tuple[_Match, int, int]] = {}  # cid -> (matcher, a+b length, matches needed for δ)
         for _, cid in ranked:
             lb = len(proto[cid])
             total = la + lb
+            need = _need(thr, total)
             p = self._prepared(cid)
+            cap = None
             if lb <= _LCS_MAX and not p.popular:
-                ub = lcs_length(a, p)  # rigorous: LCS >= difflib's matches (and tight without popular elements)
-                if ub < _need(thr, total):
+                cap = lcs_length(a, p)  # rigorous: LCS >= difflib's matches (tight without popular elements)
+                if cap < need:
                     continue
-            else:
-                ub = la if la < lb else lb
-            bounded.append((-2.0 * ub / total, cid, total))
-        bounded.sort()
-        rival = [0.0] * (len(bounded) + 1)  # rival[i]: best bound among candidates i.. (a winner must beat it)
-        for i in range(len(bounded) - 1, -1, -1):
-            rival[i] = max(rival[i + 1], -bounded[i][0])
+            race[cid] = (_Match(a, p, cap), total, need)
+        steps = 0
         best = -1
-        best_r = -1.0
-        exact = 0
-        for i, (neg_ub, cid, total) in enumerate(bounded):
-            if -neg_ub < best_r or (-neg_ub == best_r and cid > best):
-                break  # nothing further down can beat the best
-            floor = _need(max(thr, best_r), total)
-            # with no winner yet, stop as soon as this one provably beats every later candidate
-            stop = _need_above(max(thr, rival[i + 1]), total) if best < 0 else None
-            exact += 1
-            m = matching_count(a, self._prepared(cid), floor, stop)
-            if m < 0:
-                continue
-            if stop is not None and m >= stop:
-                best = cid
+        while race:
+            lead, lead_ub, lead_lb, rival = -1, -1.0, -1.0, -1.0
+            for cid in sorted(race):
+                m, total, need = race[cid]
+                u = m.ub()
+                if u < need:
+                    del race[cid]
+                    continue
+                ur = 2.0 * u / total if total else 1.0
+                if ur > lead_ub:
+                    if lead >= 0:
+                        rival = max(rival, lead_ub)
+                    lead, lead_ub, lead_lb = cid, ur, 2.0 * m.total / total if total else 1.0
+                else:
+                    rival = max(rival, ur)
+            if lead < 0:
                 break
-            r = 2.0 * m / total if total else 1.0
-            if r >= thr and (r > best_r or (r == best_r and cid < best)):
-                best, best_r = cid, r
+            m, total, need = race[lead]
+            if not m.heap or (lead_lb > rival and m.total >= need):
+                best = lead  # exact and >= every other bound, or already provably above all of them
+                break
+            m.step()
+            steps += 1
         if record:
             self.stats["searched"] += 1
-            self.stats["exact_ratios"] += exact
+            self.stats["exact_steps"] += steps
         return best
 
     def _create(self, observation: str, task_type: str) -> int:
