@@ -306,12 +306,7 @@ class _Match:
         la, lb = len(a), p.n
         self.a = a
         self.p = p
-        self.runs = None
-        if p.popular:
-            seeds = p.seeds
-            masked = a.translate({ord(c): 0 for c in set(a) if c not in seeds})
-            spans = [m.span() for m in _RUNS.finditer(masked)]
-            self.runs = (spans, [x for x, _ in spans])
+        self.runs = None  # popular case: a's runs of non-popular elements, found at the first step
         n = la if la < lb else lb
         self.heap = [(-n, 0, la, 0, lb)] if n else []
         self.total = 0
@@ -323,6 +318,11 @@ class _Match:
         return u if self.cap is None or u < self.cap else self.cap
 
     def step(self) -> None:
+        if self.runs is None and self.p.popular:
+            seeds = self.p.seeds
+            masked = self.a.translate({ord(c): 0 for c in set(self.a) if c not in seeds})
+            spans = [m.span() for m in _RUNS.finditer(masked)]
+            self.runs = (spans, [x for x, _ in spans])
         neg, alo, ahi, blo, bhi = heappop(self.heap)
         self.pot += neg
         i, j, k = _longest(self.a, self.p, alo, ahi, blo, bhi, self.runs)
@@ -355,11 +355,12 @@ def matching_count(a: str, p: PreparedText, floor: int = 0, stop: int | None = N
     return m.total
 
 
-def lcs_length(a: str, p: PreparedText) -> int:
+def lcs_length(a: str, p: PreparedText, max_middle: int | None = None) -> int | None:
     """Length of the longest common subsequence of a and b (Allison–Dix bit-parallel, big-int columns).
 
     difflib's matching blocks form a common subsequence, so this bounds its match count from above; it is
-    tight where difflib is (texts without popular characters) and costs a few big-int operations per char.
+    tight where difflib is (texts without popular characters) and costs a few big-int operations per char of
+    a's middle (after the common prefix and suffix); with ``max_middle``, returns None when that is longer.
     """
     b = p.s
     la, lb = len(a), p.n
@@ -368,6 +369,8 @@ def lcs_length(a: str, p: PreparedText) -> int:
     suf = _common_suffix(a, b, n - pre)
     if pre + suf >= n:
         return n
+    if max_middle is not None and la - pre - suf > max_middle:
+        return None  # too costly to be worth it
     mb = lb - pre - suf
     full = (1 << mb) - 1
     s = full
@@ -520,7 +523,7 @@ class ObservationIndex:
     """
 
     def __init__(self, threshold: float = 0.85, max_clusters: int = 100_000, *, exact: bool = False,
-                 memo_size: int = 200_000, prepared_cache: int = 4096,
+                 memo_size: int = 200_000, prepared_cache: int = 16384,
                  max_candidates: int = 12, posting_cap: int = 256, work_budget: int = 256) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
@@ -707,11 +710,10 @@ class ObservationIndex:
             total = la + lb
             need = _need(thr, total)
             p = self._prepared(cid)
-            cap = None
-            if lb <= _LCS_MAX and not p.popular:
-                cap = lcs_length(a, p)  # rigorous: LCS >= difflib's matches (tight without popular elements)
-                if cap < need:
-                    continue
+            # rigorous: LCS >= difflib's matches (tight without popular elements; with them it rarely prunes)
+            cap = lcs_length(a, p) if (lb <= _LCS_MAX and not p.popular) else None
+            if cap is not None and cap < need:
+                continue
             race[cid] = (_Match(a, p, cap), total, need)
         steps = 0
         best = -1
