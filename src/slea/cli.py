@@ -110,23 +110,31 @@ def compare(
 
 @app.command("eval")
 def eval_(
-    target: str = typer.Argument(..., help="a run folder, a model folder, or 'embedded'"),
+    target: str = typer.Argument(..., help="a run folder, a model folder, 'embedded', or a YAML config"),
     split: str = typer.Option("heldout", help="env split"),
     episodes: Optional[int] = typer.Option(None, help="sampled episodes per game"),
     seed: Optional[int] = typer.Option(None),
+    env: Optional[str] = typer.Option(None, "--env", help="another env id than the config's (its kwargs "
+                                      "then come only from --set env.kwargs.x=...)"),
+    out: Optional[Path] = typer.Option(None, "--out", help="folder for eval/<name>.json|.md (default: the "
+                                       "run folder, else runs/eval-<target>)"),
     set_: list[str] = typer.Option([], "--set"),
 ) -> None:
-    """Evaluate a trained run (its last checkpoint), a model folder, or the untrained embedded model."""
+    """Evaluate a trained run (its last checkpoint), a model folder, or the untrained embedded model; prints
+    and saves the env family's paper-style table."""
     path = Path(target)
     run = path if (path / "config.yaml").is_file() else None
-    over = list(set_)
-    if run is None:
-        over.append(f"model.name_or_path={target}")
+    config_file = run / "config.yaml" if run else path if path.suffix in (".yaml", ".yml") and path.is_file() \
+        else None
+    over = [f"model.name_or_path={target}"] if config_file is None else []
+    over += list(set_)
     if episodes is not None:
         over.append(f"eval.episodes_per_game={episodes}")
     if seed is not None:
         over.append(f"eval.seed={seed}")
-    cfg = _config(run / "config.yaml" if run else None, over)
+    cfg = _config(config_file, over)
+    if env is not None and env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
+        cfg = _config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over])
     from slea.evaluation.evaluate import evaluate, write_eval
     import torch
 
@@ -148,9 +156,14 @@ def eval_(
     kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs, "split": split}
     res = evaluate(collector, cfg.env.id, kwargs, cfg.eval)
     res["checkpoint"] = last.name if last else None
-    if run:
-        write_eval(run, f"eval-{split}", res)
-    console.print_json(json.dumps(res))
+    from slea.evaluation.report import PaperTable
+
+    name = f"eval-{split}" if env is None else f"eval-{split}-{cfg.env.id.rsplit('/', 1)[-1]}"
+    saved = write_eval(out or run or Path("runs") / f"eval-{path.stem or 'model'}", name, res)
+    console.print_json(json.dumps({k: v for k, v in res.items() if k != "table"}))
+    console.print(PaperTable.from_dict(res["table"]).to_rich(first=cfg.model.name_or_path if run is None
+                                                              else run.name))
+    console.print(f"wrote {saved} and {saved.with_suffix('.md')}")
 
 
 @app.command()
@@ -166,6 +179,19 @@ def envs() -> None:
         ok = "[green]yes[/]" if not missing else f"[red]no[/] (missing {', '.join(missing)})"
         t.add_row(spec.id, spec.family, spec.extra or "-", ok, spec.description)
     console.print(t)
+    from slea.envs.status import data_status  # files and env variables only: no engine starts
+
+    d = Table(title="data found, per family")
+    for col in ("family", "ids", "extra installed", "data"):
+        d.add_column(col)
+    fams: dict[str, list] = {}
+    for spec in sorted(E.registered().values(), key=lambda s: s.id):
+        fams.setdefault(spec.family, []).append(spec)
+    for fam, specs in sorted(fams.items()):
+        missing = sorted({m for s in specs for m in s.missing()})
+        ok = "[green]yes[/]" if not missing else f"[red]no[/] (missing {', '.join(missing)})"
+        d.add_row(fam, "\n".join(s.id for s in specs), ok, data_status(fam) or "-")
+    console.print(d)
 
 
 def _library_path(run: Path) -> Path:

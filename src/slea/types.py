@@ -53,6 +53,9 @@ class Trajectory:
     steps: list[Step] = field(default_factory=list)
     won: bool = False
     truncated: bool = False
+    # The env's info at the episode's end, numbers and short strings only (``score``, ``em``, ``f1``, ``split``,
+    # ``task``...): what evaluation tables need beyond ``won`` (slea.evaluation.report).
+    final_info: dict[str, Any] = field(default_factory=dict)
 
     @property
     def episode_return(self) -> float:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from slea.envs.pool import EnvPool
+from slea.evaluation.report import new_table
 from slea.types import Trajectory
 
 
@@ -24,9 +25,14 @@ def summarize(trajs: list[Trajectory]) -> dict[str, float]:
     }
 
 
-def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, iteration: int = 0) -> dict:
+def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, iteration: int = 0,
+             label: str = "", keep_trajectories: bool = False) -> dict:
     """Play ``eval_cfg.games`` held-out games: ``episodes_per_game`` sampled episodes at
-    ``eval_cfg.temperature`` (each game a group) and, if ``greedy``, one greedy episode per game."""
+    ``eval_cfg.temperature`` (each game a group) and, if ``greedy``, one greedy episode per game.
+
+    The result's ``table`` is the env family's paper-style table (:mod:`slea.evaluation.report`) with a row
+    for the sampled and one for the greedy episodes (``label`` goes before the row names). With
+    ``keep_trajectories`` the trajectories themselves come back under ``trajectories`` (not JSON-able)."""
     t0 = time.perf_counter()
     seeds = [eval_cfg.seed + g for g in range(eval_cfg.games)]
     out: dict[str, Any] = {"env": env_id, "games": eval_cfg.games}
@@ -35,10 +41,19 @@ def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, it
     out["sampled"] = summarize(trajs)
     out["sampled"]["temperature"] = eval_cfg.temperature
     out["per_game_wins"] = [sum(t.won for t in trajs if t.group_id == g) for g in range(eval_cfg.games)]
+    table = new_table(env_id)
+    pre = f"{label} " if label else ""
+    table.add(f"{pre}sampled T={eval_cfg.temperature:g}", trajs)
+    kept = {"sampled": trajs}
     if eval_cfg.greedy:
         gpool = EnvPool(env_id, eval_cfg.games, 1, env_kwargs)
         gtrajs, _ = collector.collect(gpool, seeds, iteration=iteration, temperature=0.0)
         out["greedy"] = summarize(gtrajs)
+        table.add(f"{pre}greedy", gtrajs)
+        kept["greedy"] = gtrajs
+    out["table"] = table.to_dict()
+    if keep_trajectories:
+        out["trajectories"] = kept
     out["wall_s"] = time.perf_counter() - t0
     return out
 
@@ -48,6 +63,8 @@ def write_eval(run_dir: Path, name: str, result: dict) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.json"
     tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(result, indent=2))
+    tmp.write_text(json.dumps({k: v for k, v in result.items() if k != "trajectories"}, indent=2))
     tmp.replace(path)
+    if isinstance(result.get("table"), dict) and result["table"].get("markdown"):
+        (folder / f"{name}.md").write_text(result["table"]["markdown"])
     return path

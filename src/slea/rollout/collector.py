@@ -21,6 +21,13 @@ from slea.policy.prompts import PromptBuilder, parse_action
 from slea.types import Step, Trajectory
 
 
+def final_info(info: dict[str, Any], max_chars: int = 200) -> dict[str, Any]:
+    """The numbers, flags and short strings of an env's last info (``score``, ``em``, ``split``...): what a
+    trajectory keeps for evaluation tables (lists such as admissible actions and long texts are dropped)."""
+    return {k: v for k, v in info.items()
+            if isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= max_chars)}
+
+
 class ExperienceSource(Protocol):
     def cluster(self, observation: str, task_type: str = "") -> int: ...
 
@@ -133,12 +140,14 @@ class RolloutCollector:
                     st.obs, st.info = obs, {**st.info, **info}
                 if term or trunc:
                     tr.won = bool(info.get("won", False))
+                    tr.final_info = final_info(info)
                     tr.truncated = bool(trunc and not term)
                     del live[i]
             if progress is not None:
                 progress(turn + 1, len(live))
-        for i in live:  # ran out of steps
+        for i, st in live.items():  # ran out of steps
             trajs[i].truncated = True
+            trajs[i].final_info = final_info(st.info)
         return trajs, stats
 
     def _retrieve(self, st: _Live, tr: Trajectory, iteration: int, stats: RolloutStats):
