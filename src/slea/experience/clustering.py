@@ -30,15 +30,17 @@ State persists to SQLite tables (``obs_clusters``, ``obs_memo``, ``obs_meta``) o
 from __future__ import annotations
 
 import difflib
-from bisect import bisect_right
-from heapq import heappop, heappush
 import json
 import re
 import sqlite3
 from array import array
+from bisect import bisect_right
 from collections import Counter
-from itertools import chain
+from heapq import heappop, heappush
+from itertools import chain, repeat
+from operator import mul, xor
 from typing import Any, Iterator
+from zlib import crc32
 
 __all__ = [
     "ObservationIndex", "ExactScanIndex", "PreparedText", "difflib_ratio", "fast_ratio", "matching_count",
@@ -479,20 +481,24 @@ def _gate(threshold: float, n_features: int) -> float:
 
 
 def _features(text: str) -> set[int]:
-    """Hashes of word unigrams and bigrams; texts of a few words also get character trigrams (a one-word edit
-    there is a large share of the text); every text gets its first and last 6 characters. Ints keep the
-    postings small and out of the garbage collector's way."""
-    toks = text.split()
-    f = set(map(hash, toks))
-    f.update(map(hash, zip(toks, toks[1:])))
+    """Word unigrams and bigrams; texts of a few words also get character trigrams (a one-word edit there is
+    a large share of the text); every text gets its first and last 6 characters. Features are CRC-32 based
+    ints — deterministic across processes (Python's str hash is salted per process), small in the postings
+    and invisible to the garbage collector — computed with C-level maps only."""
+    b = text.encode("utf-8", "surrogatepass")
+    toks = b.split()
+    h = list(map(crc32, toks))
+    f = set(h)
+    f.update(map(xor, map(mul, h, repeat(_MIX)), h[1:]))
     if len(toks) <= 4:
-        f.update(map(hash, [text[i:i + 3] for i in range(len(text) - 2)]))
-    if text:
-        f.add(hash(("^", text[:6])))
-        f.add(hash(("$", text[-6:])))
+        f.update([crc32(b[i:i + 3], 0x5BD1E995) for i in range(len(b) - 2)])
+    if b:
+        f.add(crc32(b[:6], 1) | (1 << 33))
+        f.add(crc32(b[-6:], 2) | (1 << 34))
     return f
 
 
+_MIX = 0x9E3779B1  # odd 32-bit multiplier: mixes a bigram's first word into the low bits, stays below 2**64
 _SMALL = 48  # texts with more features are represented (indexed, looked up, compared) by a 1-in-8 sample
 
 
@@ -770,7 +776,7 @@ class ObservationIndex:
             scope = self._scopes[task_type] = _Scope()
         full = _features(prototype)
         feats = _sketch(full)
-        self._sketch[cid] = (len(full), array("q", feats))
+        self._sketch[cid] = (len(full), array("Q", feats))
         if not feats:
             scope.bare.append(cid)
             return
