@@ -37,10 +37,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
-from slea.envs.textworld import clean_observation  # noqa: E402
-from slea.experience.clustering import ExactScanIndex, ObservationIndex, rand_index  # noqa: E402
-from slea.experience.library import Entry, ExperienceLibrary  # noqa: E402
-from slea.experience.retrieval import Retriever  # noqa: E402
+from slea.envs.textworld import clean_observation
+from slea.experience.clustering import ExactScanIndex, ObservationIndex, rand_index
+from slea.experience.library import Entry, ExperienceLibrary
+from slea.experience.retrieval import Retriever
 
 CORPUS = ROOT / "bench" / "data" / "textworld_obs.jsonl.gz"
 DELTA = 0.85
@@ -49,7 +49,8 @@ _STATUS = re.compile(r"-=\s*(.+?)\s*=-\s*(\d+/\d+)\s*$")
 
 # ---------------------------------------------------------------------------------------------------------------
 def load_streams() -> dict[str, list[tuple[str, str]]]:
-    rows = [json.loads(line) for line in gzip.open(CORPUS, "rt", encoding="utf-8")]
+    with gzip.open(CORPUS, "rt", encoding="utf-8") as f:
+        rows = [json.loads(line) for line in f]
     clean, status = [], []
     for r in rows:
         c = clean_observation(r["obs"])
@@ -119,9 +120,7 @@ def signature_clusters(stream: list[tuple[str, str]]) -> list[int]:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-VOCAB = ("apple door north south east west key table chest lamp box fridge oven knife carrot coin shelf "
-         "sofa bed counter cellar attic garden kitchen pantry hall study closet red blue green wooden iron "
-         "small large dusty shiny open closed locked empty full old new strange heavy light").split()
+VOCAB = ["apple", "door", "north", "south", "east", "west", "key", "table", "chest", "lamp", "box", "fridge", "oven", "knife", "carrot", "coin", "shelf", "sofa", "bed", "counter", "cellar", "attic", "garden", "kitchen", "pantry", "hall", "study", "closet", "red", "blue", "green", "wooden", "iron", "small", "large", "dusty", "shiny", "open", "closed", "locked", "empty", "full", "old", "new", "strange", "heavy", "light"]
 
 
 def perturb(rng: random.Random, text: str, frac: float, prefix: bool = False) -> str:
@@ -151,7 +150,7 @@ def part_agreement(streams, quick: bool) -> dict:
             protos.setdefault(t, []).append(o)
         rng = random.Random(0)
         sample = rng.sample(stream, 20 if quick else 60)
-        _, swall, scpu = timed(lambda o, t: plain_scan(protos, o, t), [(o, t) for t, o in sample])
+        _, swall, scpu = timed(lambda o, t, protos=protos: plain_scan(protos, o, t), [(o, t) for t, o in sample])
         out[name] = {
             "observations": len(stream), "distinct": len(set(stream)),
             "clusters_exact_scan": len(ref), "clusters_index": len(idx), "clusters_index_exact_mode": len(ex),
@@ -204,7 +203,7 @@ def part_scale(streams, quick: bool) -> dict:
                 o = perturb(rng, o, 0.4, prefix=True)
             queries.append((kind, t, o))
         gc.collect()
-        res, wall, cpu = timed(idx.assign, [(o, t) for _, t, o in queries])
+        _, wall, cpu = timed(idx.assign, [(o, t) for _, t, o in queries])
         entry = {"clusters_at_start": start_clusters, "clusters_at_end": len(idx), "build_s": round(build_s, 1),
                  "assign": both(wall, cpu)}
         for kind in ("join", "new", "repeat"):
@@ -276,12 +275,12 @@ def part_retrieval(streams, quick: bool) -> dict:
         r = Retriever(lib, top_k_pos=2, top_k_neg=1, max_tokens=200)
         queries = [(o, t, idx.lookup(o, t)) for t, o in stream]
         gc.collect()
-        res, wall, cpu = timed(lambda o, t, c: r.retrieve(o, c, task_type=t, link=False), queries)
+        res, wall, cpu = timed(lambda o, t, c, r=r: r.retrieve(o, c, task_type=t, link=False), queries)
         eq1 = [i for i, x in enumerate(res) if x.entry_ids and not x.fallback]
         eq2 = [i for i, x in enumerate(res) if x.fallback]
-        _, fwall, fcpu = timed(lambda o, t: r.retrieve(o, -1, task_type=t, link=False),
+        _, fwall, fcpu = timed(lambda o, t, r=r: r.retrieve(o, -1, task_type=t, link=False),
                                [(o, t) for o, t, _ in queries[:: (3 if quick else 1)]])
-        _, awall, acpu = timed(lambda o, t: r.retrieve(o, idx.assign(o, t), task_type=t, link=False),
+        _, awall, acpu = timed(lambda o, t, r=r, idx=idx: r.retrieve(o, idx.assign(o, t), task_type=t, link=False),
                                [(o, t) for o, t, _ in queries])
         out[str(n)] = {
             "entries": len(lib), "build_s": round(time.perf_counter() - t0, 1),

@@ -30,7 +30,7 @@ def _games(n: int, seed: int):
         try:
             yield _one(kind, rng)
             i += 1
-        except Exception as exc:  # some seeds cannot host the requested quest: draw another
+        except Exception as exc:  # noqa: BLE001 - some seeds cannot host the requested quest: draw another
             print(f"skip {kind}: {type(exc).__name__}", flush=True)
 
 
@@ -93,7 +93,7 @@ def textworld_rows(n_games: int, steps: int, episodes: int, seed: int) -> list[d
 def scienceworld_rows(n_tasks: int, steps: int, seed: int) -> list[dict]:
     try:
         from scienceworld import ScienceWorldEnv
-    except Exception:  # optional
+    except Exception:  # noqa: BLE001 - optional (package or Java missing)
         return []
     rng = random.Random(seed)
     env = ScienceWorldEnv("", envStepLimit=steps)

@@ -48,9 +48,9 @@ def test_rule_strategies_name_actions_link_clusters_and_score_R():
     cands = RuleExtractor().strategies(t)
     assert {c.level for c in cands} == {"example", "pattern", "principle"}
     assert all(c.zone == "pos" and c.score == 1.0 and c.sources == [7] for c in cands)
-    ex = [c for c in cands if c.level == "example"][0]
+    ex = next(c for c in cands if c.level == "example")
     assert "eat apple" in ex.text and ex.clusters == [102]
-    pat = [c for c in cands if c.level == "pattern"][0]
+    pat = next(c for c in cands if c.level == "pattern")
     assert "open fridge > take apple > eat apple" in pat.text and pat.clusters == [100, 101, 102]
 
 
@@ -62,7 +62,7 @@ def test_rule_warnings_from_invalid_repeated_and_last_actions():
     assert "Repeating 'go west' (3 times)" in texts
     assert "'eat table' ended the episode without success" in texts
     assert all(c.zone == "neg" and c.score == t.episode_return for c in cands)
-    inv = [c for c in cands if "dance" in c.text][0]
+    inv = next(c for c in cands if "dance" in c.text)
     assert inv.clusters == [100]
     tr = make_traj(4, ["look", "look"], [0, 0], truncated=True)
     assert any(c.level == "principle" and "ran out of steps" in c.text for c in RuleExtractor().warnings(tr))
@@ -160,7 +160,7 @@ def test_templates_and_extract_candidates():
     trajs = [make_traj(1, ["take apple", "eat apple"], [0, 1], won=True),
              make_traj(2, ["dance", "look"], [-0.1, 0], invalid=(0,)),
              make_traj(3, ["look"], [0.0])]
-    eta, cands, info = extract_candidates(trajs, k_traj=1)
+    _eta, cands, info = extract_candidates(trajs, k_traj=1)
     assert info["t_pos"] == 1 and info["t_neg"] == 2 and info["candidates"] == len(cands)
     zones = [c.zone for c in cands]
     assert zones == sorted(zones, key=lambda z: z != "pos")  # strategies first

@@ -109,10 +109,9 @@ def test_jsonl_export_import_round_trip(tmp_path):
 def test_failed_transaction_rolls_back_disk_and_memory(tmp_path):
     lib = _lib(tmp_path)
     lib.add("Keep this lesson about the blue door.", "pos", "example", 1.0)
-    with pytest.raises(RuntimeError):
-        with lib.transaction():
-            lib.add("A lesson that must vanish with the rollback.", "pos", "example", 2.0)
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), lib.transaction():
+        lib.add("A lesson that must vanish with the rollback.", "pos", "example", 2.0)
+        raise RuntimeError("boom")
     assert len(lib) == 1 and [e.text for e in lib.entries()] == ["Keep this lesson about the blue door."]
     lib.close()
     assert len(_lib(tmp_path)) == 1
@@ -135,7 +134,7 @@ def test_writer_killed_mid_update_leaves_a_consistent_library(tmp_path, how):
             lib.conn.execute("SELECT 1")
             {'os._exit(3)' if how == 'exit' else 'os.kill(os.getpid(), signal.SIGKILL)'}
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, timeout=60, check=False)
     assert proc.returncode != 0
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA integrity_check").fetchone()[0] == "ok"

@@ -15,7 +15,7 @@ HALL = "-= Hall =-\nA long hall with a coat rack. Exits lead north and west."
 
 
 def cfg(**kw) -> ExperienceSection:
-    base = dict(mode="step", warmup_iters=1, min_entries=2, k_strat=10, k_warn=5, k_traj=5)
+    base = {"mode": "step", "warmup_iters": 1, "min_entries": 2, "k_strat": 10, "k_warn": 5, "k_traj": 5}
     base.update(kw)
     return ExperienceSection(**base)
 
@@ -107,8 +107,8 @@ def test_llm_extractor_path(tmp_path):
 
     def gen(prompts):
         calls.append(len(prompts))
-        return ["1. principle: Open containers before looking for food in them.\n"
-                "2. example: In the kitchen, open the fridge first."] + ["garbage ###"] * (len(prompts) - 1)
+        return [("1. principle: Open containers before looking for food in them.\n"
+                 "2. example: In the kitchen, open the fridge first.")] + ["garbage ###"] * (len(prompts) - 1)
 
     m = ExperienceManager(cfg(extractor="llm"), tmp_path / "lib.sqlite", generate_text=gen)
     met = m.evolve(batch(m), 0)

@@ -36,14 +36,20 @@ import sqlite3
 from array import array
 from bisect import bisect_right
 from collections import Counter
+from collections.abc import Iterator
 from heapq import heappop, heappush
 from itertools import chain, repeat
 from operator import mul, xor
-from typing import Any, Iterator
+from typing import Any
 from zlib import crc32
 
 __all__ = [
-    "ObservationIndex", "ExactScanIndex", "PreparedText", "difflib_ratio", "fast_ratio", "matching_count",
+    "ExactScanIndex",
+    "ObservationIndex",
+    "PreparedText",
+    "difflib_ratio",
+    "fast_ratio",
+    "matching_count",
     "rand_index",
 ]
 
@@ -70,7 +76,7 @@ class PreparedText:
     occurring more than ``len(b)//100 + 1`` times are "popular" and cannot start a match.
     """
 
-    __slots__ = ("s", "n", "seeds", "popular", "_b2j", "_masks")
+    __slots__ = ("_b2j", "_masks", "n", "popular", "s", "seeds")
 
     def __init__(self, b: str) -> None:
         n = len(b)
@@ -224,8 +230,7 @@ def _seed_longest(a: str, b: str, runs: list[tuple[int, int]], starts: list[int]
     the rectangle, longest substrings first, a-positions in order, yields exactly difflib's choice.
     """
     k = bisect_right(starts, alo) - 1
-    if k < 0:
-        k = 0
+    k = max(k, 0)
     segs = []
     top = 0
     nruns = len(runs)
@@ -234,11 +239,10 @@ def _seed_longest(a: str, b: str, runs: list[tuple[int, int]], starts: list[int]
         if st >= ahi:
             break
         if en > alo:
-            cs = st if st > alo else alo
-            ce = en if en < ahi else ahi
+            cs = max(alo, st)
+            ce = min(ahi, en)
             segs.append((cs, ce))
-            if ce - cs > top:
-                top = ce - cs
+            top = max(top, ce - cs)
         k += 1
     find = b.find
 
@@ -302,14 +306,14 @@ class _Match:
     bounds and stops refining as soon as the winner is certain.
     """
 
-    __slots__ = ("a", "p", "runs", "heap", "total", "pot", "cap")
+    __slots__ = ("a", "cap", "heap", "p", "pot", "runs", "total")
 
     def __init__(self, a: str, p: PreparedText, cap: int | None = None) -> None:
         la, lb = len(a), p.n
         self.a = a
         self.p = p
         self.runs = None  # popular case: a's runs of non-popular elements, found at the first step
-        n = la if la < lb else lb
+        n = min(lb, la)
         self.heap = [(-n, 0, la, 0, lb)] if n else []
         self.total = 0
         self.pot = n
@@ -332,12 +336,12 @@ class _Match:
             self.total += k
             if alo < i and blo < j:
                 x, y = i - alo, j - blo
-                m = x if x < y else y
+                m = min(y, x)
                 heappush(self.heap, (-m, alo, i, blo, j))
                 self.pot += m
             if i + k < ahi and j + k < bhi:
                 x, y = ahi - i - k, bhi - j - k
-                m = x if x < y else y
+                m = min(y, x)
                 heappush(self.heap, (-m, i + k, ahi, j + k, bhi))
                 self.pot += m
 
@@ -366,7 +370,7 @@ def lcs_length(a: str, p: PreparedText, max_middle: int | None = None) -> int | 
     """
     b = p.s
     la, lb = len(a), p.n
-    n = la if la < lb else lb
+    n = min(lb, la)
     pre = _common_prefix(a, b, n)  # a common prefix/suffix is always part of some LCS: strip them
     suf = _common_suffix(a, b, n - pre)
     if pre + suf >= n:
@@ -384,7 +388,7 @@ def lcs_length(a: str, p: PreparedText, max_middle: int | None = None) -> int | 
             if m:
                 u = s & m
                 s = (s + u) | (s - u)
-    return pre + suf + mb - bin(s & full).count("1")
+    return pre + suf + mb - (s & full).bit_count()
 
 
 def fast_ratio(a: str, b: str | PreparedText) -> float:
@@ -454,7 +458,7 @@ def match_upper_bound(a: str, b: str, need: int = 0) -> int:
     already falls below ``need``.
     """
     la, lb = len(a), len(b)
-    n = la if la < lb else lb
+    n = min(lb, la)
     pre = _common_prefix(a, b, n)
     suf = _common_suffix(a, b, n - pre)
     fixed = pre + suf
@@ -477,7 +481,7 @@ def _gate(threshold: float, n_features: int) -> float:
     two bigrams; short texts lose a larger share. Pairs below this Dice are skipped without an exact ratio.
     """
     g = threshold - 0.1 - 13.0 * (1.0 - threshold) / (n_features ** 0.5 if n_features else 1.0)
-    return g if g > 0.0 else 0.0
+    return max(0.0, g)
 
 
 def _features(text: str) -> set[int]:
@@ -513,7 +517,7 @@ def _sketch(feats: set[int]) -> set[int]:
 class _Scope:
     """Per-task-type candidate structures."""
 
-    __slots__ = ("postings", "bare")
+    __slots__ = ("bare", "postings")
 
     def __init__(self) -> None:
         self.postings: dict[int, int | list[int]] = {}  # feature -> cluster id, or ids (oldest first)
@@ -691,7 +695,7 @@ class ObservationIndex:
             if b is None:  # evicted
                 continue
             lb = len(b)
-            if 2.0 * (la if la < lb else lb) / (la + lb) < thr:  # length bound (difflib's real_quick_ratio)
+            if 2.0 * (min(lb, la)) / (la + lb) < thr:  # length bound (difflib's real_quick_ratio)
                 continue
             n_p, sk = self._sketch[cid]
             tot = nf + n_p

@@ -19,10 +19,10 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from string import Template
-from typing import Callable, Sequence
 
 from slea.experience.library import LEVELS, sanitize
 from slea.types import Trajectory
@@ -121,7 +121,7 @@ class RuleExtractor:
         if not valid:
             return []
         goal = _short(t.goal or "the task", 60)
-        base = dict(zone="pos", score=R, task_type=t.task_type, sources=[t.traj_id])
+        base = {"zone": "pos", "score": R, "task_type": t.task_type, "sources": [t.traj_id]}
         out: list[Candidate] = []
         key = [s for s in valid if s.reward > 0] or [valid[-1]]
         for s in key[-self.max_examples:]:
@@ -144,7 +144,7 @@ class RuleExtractor:
     def warnings(self, t: Trajectory) -> list[Candidate]:
         R = t.episode_return
         goal = _short(t.goal or "the task", 60)
-        base = dict(zone="neg", score=R, task_type=t.task_type, sources=[t.traj_id])
+        base = {"zone": "neg", "score": R, "task_type": t.task_type, "sources": [t.traj_id]}
         out: list[Candidate] = []
         seen: set[str] = set()
         for s in t.steps:
@@ -202,14 +202,14 @@ def render_trajectory(t: Trajectory, max_steps: int = 12, obs_chars: int = 160) 
     return "\n".join(lines)
 
 
-_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.S | re.I)
+_THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
 _TAG = re.compile(r"</?[A-Za-z_|][^<>\n]{0,40}>")
 _FENCE = re.compile(r"```[a-zA-Z]*")
 _BULLET = re.compile(r"^\s*(?:[-*•·+>]+|\(?\d{1,3}[.):]|\(?[a-hA-H][.)]|#+)\s*")
-_LEVEL = re.compile(r"^[\[(*_\s]*(principle|pattern|example)s?[\])*_\s]*[:\-–—.]?\s*", re.I)
+_LEVEL = re.compile(r"^[\[(*_\s]*(principle|pattern|example)s?[\])*_\s]*[:\-–—.]?\s*", re.IGNORECASE)
 _PREFIX = re.compile(r"^(?:strategy|strategies|warning|warnings|tip|tips|lesson|lessons|rule|avoid|do)\s*"
-                     r"(?:\d+)?\s*[:\-–—]\s*", re.I)
-_JUNK = re.compile(r"^(?:here (?:are|is)|sure\b|okay\b|as an ai|i (?:cannot|can't)|note:|output:|answer:)", re.I)
+                     r"(?:\d+)?\s*[:\-–—]\s*", re.IGNORECASE)
+_JUNK = re.compile(r"^(?:here (?:are|is)|sure\b|okay\b|as an ai|i (?:cannot|can't)|note:|output:|answer:)", re.IGNORECASE)
 
 
 def parse_llm_list(text: object, max_items: int = 10, default_level: str = "pattern"
@@ -233,7 +233,7 @@ def parse_llm_list(text: object, max_items: int = 10, default_level: str = "patt
             line = line[m.end():]
         line = _PREFIX.sub("", line).strip().strip("\"'`*_ ").strip()
         if m is None:
-            m2 = re.search(r"[\[(](principle|pattern|example)s?[\])]\s*$", line, re.I)
+            m2 = re.search(r"[\[(](principle|pattern|example)s?[\])]\s*$", line, re.IGNORECASE)
             if m2:
                 level = m2.group(1).lower()
                 line = line[: m2.start()].strip()
@@ -256,9 +256,7 @@ def _usable(line: str) -> bool:
     letters = sum(c.isalpha() for c in line)
     if letters < 0.5 * len(line) or len(line.split()) < 3:
         return False
-    if max(Counter(line.lower()).values()) > 0.5 * len(line):  # "aaaaaaa", "!!!!!!"
-        return False
-    return True
+    return max(Counter(line.lower()).values()) <= 0.5 * len(line)  # not "aaaaaaa", "!!!!!!"
 
 
 class LLMExtractor:
@@ -286,7 +284,7 @@ class LLMExtractor:
         answers: list[object] = []
         try:
             answers = list(self.generate_text([self.prompt(t, z) for t, z in jobs]))
-        except Exception:  # a failing generator must not stop training: use the rules
+        except Exception:  # noqa: BLE001 - a failing generator must not stop training: use the rules
             self.stats["generate_errors"] += 1
         if len(answers) != len(jobs):
             answers = [None] * len(jobs)

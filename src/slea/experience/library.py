@@ -19,11 +19,12 @@ import re
 import sqlite3
 import threading
 from collections import Counter
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from itertools import chain
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from slea.experience.clustering import fast_ratio
 
@@ -59,10 +60,7 @@ def sanitize(text: str, max_chars: int = 600) -> str:
 
 _TOKEN = re.compile(r"[a-z][a-z']+")
 STOPWORDS = frozenset(
-    "a an and are as at be but by for from has have he her his i if in into is it its me my not of on or our "
-    "she so that the their them then there these they this to was we were what when where which who will with "
-    "you your yours can can't don't do does did just here also any all some out up down very really one been "
-    "being than too should would could about over under again".split()
+    ["a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he", "her", "his", "i", "if", "in", "into", "is", "it", "its", "me", "my", "not", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "will", "with", "you", "your", "yours", "can", "can't", "don't", "do", "does", "did", "just", "here", "also", "any", "all", "some", "out", "up", "down", "very", "really", "one", "been", "being", "than", "too", "should", "would", "could", "about", "over", "under", "again"]
 )
 
 
@@ -139,7 +137,7 @@ class _Embedder:
                 path = getattr(pkg, "model_path", None)
                 path = path() if callable(path) else (path or str(Path(pkg.__file__).parent))
                 cls._instance = cls(SentenceTransformer(str(path), device="cpu"))
-            except Exception:  # not installed / weights missing: skip gracefully
+            except Exception:  # noqa: BLE001 - not installed / weights missing: skip gracefully
                 cls._failed = True
         return cls._instance
 

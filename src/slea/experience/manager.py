@@ -9,9 +9,10 @@ Library and cluster index live in one SQLite file; opening an existing file resu
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Self
 
 from slea.config import ExperienceSection
 from slea.experience.clustering import ObservationIndex
@@ -119,8 +120,8 @@ class ExperienceManager:
         finally:
             self.library.close()
 
-    def __enter__(self) -> ExperienceManager:
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
-from typing import Callable
 
 from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
 
