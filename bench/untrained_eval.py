@@ -1,0 +1,174 @@
+"""The untrained embedded model (SmolLM2-135M-Instruct, LoRA off) on every env family, as paper-style tables.
+
+The papers' "prompt" rows (GiGPO's "Qwen2.5 prompt", tlm-DRE's prompt baselines) measure a model before any
+training; this is slea's counterpart for the embedded model, on a small CPU budget per family: one sampled
+episode (temperature 1.0) and one greedy episode per game, through the same rollout loop and
+:func:`slea.evaluation.evaluate.evaluate` that training uses. Writes ``bench/results/untrained_eval.json`` (every
+family's evaluation result, its table included) and ``bench/results/untrained_eval.md`` (the tables).
+
+    .venv/bin/python bench/untrained_eval.py [--families alfworld,webshop] [--model embedded]
+    .venv/bin/python bench/untrained_eval.py --smoke     # the tiny model, 1 game, 1 step: checks the wiring
+
+Budget (default): ALFWorld generated games, 6 task types x 2 (30 steps); WebShop 12 held-out goals (15 steps);
+ScienceWorld 3 tasks x 2 variations, one dev (Seen) and one test (Unseen) each (30 steps); Search-QA 12
+held-out FanOutQA sub-questions (4 turns); Sokoban 12 held-out rooms (15 steps); TextWorld 8 held-out games
+(8 steps). Families whose extra is missing are reported as skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import torch  # noqa: E402
+
+import slea.envs as E  # noqa: E402
+from slea.config import EvalSection, ModelSection, RolloutSection  # noqa: E402
+from slea.evaluation.evaluate import evaluate  # noqa: E402
+from slea.evaluation.report import PaperTable  # noqa: E402
+from slea.policy.generation import HFGenerator  # noqa: E402
+from slea.policy.model import load_policy  # noqa: E402
+from slea.policy.prompts import PromptBuilder  # noqa: E402
+from slea.rollout.collector import RolloutCollector  # noqa: E402
+
+OUT = Path(__file__).parent / "results"
+
+# ScienceWorld: three short tasks, each with its first dev (Seen) and first test (Unseen) variation.
+SW_TASKS = ("find-living-thing", "lifespan-longest-lived", "chemistry-mix")
+
+
+def _sw_episodes() -> list[tuple[str, int]]:
+    from slea.envs.scienceworld import variations
+
+    return [(t, variations(t, split)[0]) for t in SW_TASKS for split in ("dev", "test")]
+
+
+# family -> env id, env kwargs, games, max steps, rollout (prompt) settings
+FAMILIES: dict[str, dict[str, Any]] = {
+    "alfworld": {
+        "env": "slea/ALFWorld-Gen-v0", "games": 12, "max_steps": 30,
+        "kwargs": {"split": "heldout", "num_games": 12, "expert": None},  # game i: task type i % 6
+        "rollout": {"max_new_tokens": 16, "obs_max_chars": 600},
+    },
+    "webshop": {
+        "env": "slea/WebShop-v0", "games": 12, "max_steps": 15,
+        "kwargs": {"split": "heldout"},
+        "rollout": {"max_new_tokens": 24, "obs_max_chars": 800},
+    },
+    "scienceworld": {
+        "env": "slea/ScienceWorld-v0", "games": 6, "max_steps": 30,
+        "kwargs": {"episodes": _sw_episodes, "max_admissible": 40, "walkthrough": False},
+        "rollout": {"max_new_tokens": 16, "obs_max_chars": 600},
+    },
+    "search_qa": {
+        "env": "slea/SearchQA-v0", "games": 12, "max_steps": 4,
+        "kwargs": {"split": "heldout"},
+        "rollout": {"max_new_tokens": 64, "obs_max_chars": 1600, "stop_at_newline": False},
+    },
+    "sokoban": {
+        "env": "slea/Sokoban-v0", "games": 12, "max_steps": 15,
+        "kwargs": {"split": "heldout"},
+        "rollout": {"max_new_tokens": 8},
+    },
+    "textworld": {
+        "env": "slea/TextWorld-v0", "games": 8, "max_steps": 8,
+        "kwargs": {"split": "heldout", "num_games": 8},
+        "rollout": {"max_new_tokens": 12},
+    },
+}
+
+
+def run_family(name: str, spec: dict[str, Any], model, tok, model_cfg: ModelSection, *, smoke: bool,
+               label: str) -> dict[str, Any]:
+    env_spec = E.registered()[spec["env"]]
+    missing = env_spec.missing()
+    if missing:
+        return {"env": spec["env"], "skipped": f"missing {', '.join(missing)} (pip install 'slea[{env_spec.extra}]')"}
+    kwargs = {k: (v() if callable(v) else v) for k, v in spec["kwargs"].items()}
+    games, max_steps = (1, 1) if smoke else (spec["games"], spec["max_steps"])
+    if smoke and "num_games" in kwargs:
+        kwargs["num_games"] = 1
+    rollout = RolloutSection(**{"temperature": 1.0, **spec["rollout"]})
+    builder = PromptBuilder(tok, history=rollout.history, obs_max_chars=rollout.obs_max_chars,
+                            one_shot=rollout.one_shot)
+    gen = HFGenerator(model, tok, dtype=model_cfg.dtype, stop_at_newline=rollout.stop_at_newline)
+    collector = RolloutCollector(gen, builder, rollout, max_steps)
+    eval_cfg = EvalSection(games=games, episodes_per_game=1, temperature=1.0, greedy=True, seed=0)
+    try:
+        res = evaluate(collector, spec["env"], kwargs, eval_cfg, label=label)
+    except Exception as exc:  # noqa: BLE001  (one family's failure must not lose the others' tables)
+        return {"env": spec["env"], "skipped": f"{type(exc).__name__}: {exc}"}
+    res["settings"] = {"env_kwargs": kwargs, "max_steps": max_steps, "games": games,
+                       "rollout": spec["rollout"], "episodes_per_game": 1, "greedy": True}
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--families", default=",".join(FAMILIES), help="comma-separated subset")
+    ap.add_argument("--model", default="embedded")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--smoke", action="store_true", help="tiny model, 1 game, 1 step (wiring check)")
+    ap.add_argument("--out", type=Path, default=None, help="output stem (default bench/results/untrained_eval)")
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(0)
+    model_name = "tiny" if args.smoke else args.model
+    model_cfg = ModelSection(name_or_path=model_name, lora=False, dtype="float32" if args.smoke else "bfloat16")
+    model, tok = load_policy(model_cfg)
+    model.eval()
+    label = "SmolLM2-135M untrained" if model_name == "embedded" else f"{model_name} untrained"
+    stem = args.out or (OUT / ("untrained_eval_smoke" if args.smoke else "untrained_eval"))
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    results: dict[str, Any] = {"model": model_name, "lora": False, "dtype": model_cfg.dtype,
+                               "threads": args.threads, "families": {}}
+    t0 = time.perf_counter()
+    for name in [f.strip() for f in args.families.split(",") if f.strip()]:
+        t = time.perf_counter()
+        print(f"[{name}] ...", flush=True)
+        res = run_family(name, FAMILIES[name], model, tok, model_cfg, smoke=args.smoke, label=label)
+        res["family_wall_s"] = time.perf_counter() - t
+        results["families"][name] = res
+        if "table" in res:
+            print(PaperTable.from_dict(res["table"]).to_markdown(), flush=True)
+            s, g = res["sampled"], res.get("greedy", {})
+            print(f"  sampled success {s['success']:.3f} invalid {s['invalid_rate']:.3f} len {s['episode_len']:.1f}; "
+                  f"greedy success {g.get('success', float('nan')):.3f}; {res['family_wall_s']:.0f}s", flush=True)
+        else:
+            print(f"  skipped: {res['skipped']}", flush=True)
+        results["wall_s"] = time.perf_counter() - t0
+        write(stem, results)  # after every family: a crash keeps the tables made so far
+    print(f"wrote {stem.with_suffix('.json')} and {stem.with_suffix('.md')} in {results['wall_s'] / 60:.1f} min")
+
+
+def write(stem: Path, results: dict[str, Any]) -> None:
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str))
+    lines = [f"# Untrained {results['model']} (LoRA off): paper-style tables", "",
+             "One sampled episode (T=1.0) and one greedy episode per game; budgets and prompt settings per "
+             "family in the JSON (`settings`).", ""]
+    for name, res in results["families"].items():
+        lines.append(f"## {name} (`{res['env']}`)")
+        lines.append("")
+        if "table" in res:
+            lines.append(PaperTable.from_dict(res["table"]).to_markdown(first="Model / decoding", title=False))
+            s, g = res["sampled"], res.get("greedy", {})
+            lines.append(f"Invalid-action rate: sampled {100 * s['invalid_rate']:.1f} %, greedy "
+                         f"{100 * g.get('invalid_rate', float('nan')):.1f} %; mean episode length: sampled "
+                         f"{s['episode_len']:.1f}, greedy {g.get('episode_len', float('nan')):.1f}; "
+                         f"wall time {res['family_wall_s']:.0f} s.")
+        else:
+            lines.append(f"skipped: {res['skipped']}")
+        lines.append("")
+    stem.with_suffix(".md").write_text("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
