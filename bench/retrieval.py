@@ -7,9 +7,10 @@ the one to read on a shared machine, where wall time includes waiting for a core
 
 1. Agreement on real TextWorld observations (bench/data/textworld_obs.jsonl.gz, played by
    bench/data/make_corpus.py): the pairwise Rand index between ``ObservationIndex`` and the exact difflib-scan
-   clustering (same semantics by brute force), for slea's cleaned anchors and for a harder stream that keeps the
-   status line (room and move counter, so nearly every observation is a new string). The peer code's
-   signature grouping (first 300 characters) is scored the same way.
+   clustering (same semantics by brute force), for slea's cleaned anchors (all, TextWorld only, ScienceWorld
+   only) and for a harder stream that keeps TextWorld's status line (room and move counter, so nearly every
+   observation is a new string). The peer code's signature grouping (first 300 characters) is scored the same
+   way.
 2. Clustering latency at 500, 10k and 100k clusters (real prototypes + perturbed copies), on a query mix of
    near-duplicates (join), new observations (open) and repeats, against a plain ``SequenceMatcher.ratio()`` scan
    of the prototypes measured in the same run (only on as many queries as finish in reasonable time; at 100k the
@@ -58,7 +59,9 @@ def load_streams() -> dict[str, list[tuple[str, str]]]:
         last = [ln for ln in r["obs"].splitlines() if ln.strip()][-1:] or [""]
         m = _STATUS.search(" ".join(last[0].split()))
         status.append((r["task_type"], f"{c}\n-= {m.group(1)} =- {m.group(2)}" if m else c))
-    return {"clean": clean, "status_line": status}
+    return {"clean": clean, "status_line": status,
+            "clean_textworld": [x for x in clean if not x[0].startswith("sw-")],
+            "clean_scienceworld": [x for x in clean if x[0].startswith("sw-")]}
 
 
 def stats(xs: list[float]) -> dict[str, float]:

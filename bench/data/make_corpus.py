@@ -6,7 +6,9 @@ Repeats are kept on purpose: a real rollout stream revisits states. Run:
 
     PYTHONPATH=src .venv/bin/python bench/data/make_corpus.py [--games 24] [--steps 40]
 
-Optional ScienceWorld observations are appended when the ``scienceworld`` package (and Java) is available.
+ScienceWorld observations (``task_type`` ``sw-<task>``) are appended with ``--sw-tasks N`` when the
+``scienceworld`` package (and Java) is available; ``--sw-only`` regenerates just those. The committed file was made
+with ``--games 42 --episodes 3 --steps 40`` and then ``--sw-only --sw-tasks 16 --steps 40``.
 """
 
 from __future__ import annotations
@@ -105,8 +107,10 @@ def scienceworld_rows(n_tasks: int, steps: int, seed: int) -> list[dict]:
         rows.append({"task_type": "sw-" + task, "game": -1, "obs": clean(obs)})
         for _ in range(steps):
             acts = info.get("valid") or env.get_valid_action_object_combinations()
-            acts = [a for a in acts if not a.startswith(("look", "inventory", "task"))] or ["look around"]
-            obs, _r, done, info = env.step(rng.choice(acts[:200]))
+            acts = [a for a in acts if not a.startswith(("inventory", "task", "focus"))] or ["look around"]
+            useful = [a for a in acts if a.startswith(("go to", "open", "look at", "pick up", "activate",
+                                                       "move", "look around"))]
+            obs, _r, done, info = env.step(rng.choice(useful if useful and rng.random() < 0.8 else acts))
             rows.append({"task_type": "sw-" + task, "game": -1, "obs": clean(obs)})
             if done:
                 break
@@ -121,8 +125,14 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--sw-tasks", type=int, default=0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--sw-only", action="store_true",
+                    help="keep the TextWorld rows of the existing file, regenerate only the ScienceWorld ones")
     a = ap.parse_args()
-    rows = textworld_rows(a.games, a.steps, a.episodes, a.seed)
+    if a.sw_only:
+        with gzip.open(OUT, "rt", encoding="utf-8") as f:
+            rows = [r for r in map(json.loads, f) if not r["task_type"].startswith("sw-")]
+    else:
+        rows = textworld_rows(a.games, a.steps, a.episodes, a.seed)
     if a.sw_tasks:
         rows += scienceworld_rows(a.sw_tasks, a.steps, a.seed)
     with gzip.open(OUT, "wt", encoding="utf-8") as f:

@@ -32,7 +32,7 @@ def list_entries(path: str | Path, zone: str | None = None, limit: int = 50) -> 
         rows = sorted(lib.entries(zone), key=lambda e: (-e.score, -e.last_used_iter, e.id))
         return [e.to_dict() for e in rows[: max(0, int(limit))]]
     finally:
-        lib.close()
+        lib.conn.close()  # a look only: no checkpoint while a run may be writing
 
 
 def search(path: str | Path, text: str, task_type: str = "", *, top_k_pos: int = 2, top_k_neg: int = 1,
@@ -60,7 +60,7 @@ def export_jsonl(path: str | Path, out: str | Path) -> int:
     try:
         return lib.export_jsonl(out)
     finally:
-        lib.close()
+        lib.conn.close()
 
 
 def import_jsonl(path: str | Path, src: str | Path) -> dict[str, int]:
