@@ -520,7 +520,7 @@ class _Scope:
     __slots__ = ("bare", "postings")
 
     def __init__(self) -> None:
-        self.postings: dict[int, int | list[int]] = {}  # feature -> cluster id, or ids (oldest first)
+        self.postings: dict[int, int | array] = {}  # feature -> cluster id, or ids (oldest first)
         self.bare: list[int] = []  # prototypes with no word feature (empty or whitespace-only)
 
 
@@ -791,7 +791,7 @@ class ObservationIndex:
             if v is None:
                 post[f] = cid
             elif v.__class__ is int:
-                post[f] = [v, cid]
+                post[f] = array("q", (v, cid))  # arrays: compact, and not tracked by the garbage collector
             else:
                 if len(v) >= cap:  # a saturated feature keeps the most recent `cap` clusters
                     del v[0]
