@@ -73,6 +73,15 @@ def test_evolve_metrics_rate_limits_and_links(tmp_path):
     m.close()
 
 
+def test_evolve_on_an_empty_or_stepless_batch(tmp_path):
+    m = ExperienceManager(cfg(), tmp_path / "lib.sqlite")
+    assert m.evolve([], 0)["added"] == 0
+    empty = Trajectory(group_id=0, traj_id=9, goal="g", task_type="tw")
+    assert m.evolve([empty], 1)["size"] == 0
+    assert m.cluster(None) >= 0  # a missing observation is the empty text
+    m.close()
+
+
 def test_usage_and_success_counts(tmp_path):
     m = ExperienceManager(cfg(), tmp_path / "lib.sqlite")
     m.evolve(batch(m), 0)

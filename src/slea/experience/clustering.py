@@ -588,6 +588,8 @@ class ObservationIndex:
 
     def assign(self, observation: str, task_type: str = "") -> int:
         """The cluster of ``observation`` (joining the best qualifying cluster or opening a new one)."""
+        if not isinstance(observation, str):
+            observation = "" if observation is None else str(observation)
         key = (task_type, observation)
         cid = self._memo.get(key)
         if cid is not None and cid in self._proto:
@@ -605,6 +607,8 @@ class ObservationIndex:
 
     def lookup(self, observation: str, task_type: str = "") -> int:
         """The cluster ``assign`` would join, or -1 where it would open a new one; changes nothing."""
+        if not isinstance(observation, str):
+            observation = "" if observation is None else str(observation)
         cid = self._memo.get((task_type, observation))
         if cid is not None and cid in self._proto:
             return cid
