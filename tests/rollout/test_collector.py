@@ -109,5 +109,9 @@ def test_experience_modes(tiny_policy, mode):
         assert exp.retrieved == 0 and exp.clustered == len(steps) and not any(text_in_prompt)
         assert all(s.experience_ids == [] for s in steps)
     else:
-        assert all(text_in_prompt) and all(s.experience_ids == [1, 2] and s.cluster_id == 42 for s in steps)
-        assert exp.retrieved == (len(steps) if mode == "step" else 2)  # task mode: once per episode
+        assert all(text_in_prompt) and all(s.experience_ids == [1, 2] for s in steps)
+        if mode == "step":
+            assert exp.retrieved == len(steps) and all(s.cluster_id == 42 for s in steps)
+        else:  # task mode: one retrieval per episode, the cluster still per step's observation
+            assert exp.retrieved == 2 and exp.clustered == len(steps)
+            assert all(s.cluster_id == len(s.anchor) % 5 for s in steps)

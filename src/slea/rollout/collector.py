@@ -89,10 +89,12 @@ class RolloutCollector:
             prompts, exps, clusters = [], [], []
             for i in idx:
                 st, tr = live[i], trajs[i]
-                exp = st.task_exp if self.mode == "task" else (
-                    self._retrieve(st, tr, iteration, stats) if self.mode == "step" else None)
-                cid = exp.cluster_id if exp is not None else (
-                    self.experience.cluster(st.obs, tr.task_type) if self.experience is not None else -1)
+                if self.mode == "step":  # retrieval assigns this observation's cluster
+                    exp = self._retrieve(st, tr, iteration, stats)
+                    cid = exp.cluster_id
+                else:  # task mode holds the episode's first retrieval; the cluster is still per step
+                    exp = st.task_exp
+                    cid = self.experience.cluster(st.obs, tr.task_type) if self.experience is not None else -1
                 exps.append(exp)
                 clusters.append(cid)
                 prompts.append(self.builder.build(tr.goal, st.obs, st.info.get("admissible_actions"),
