@@ -54,7 +54,9 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
                         position_ids=torch.arange(prefix).unsqueeze(0),
                         cache=DynamicCache(config=_base_config(model)), use_cache=True)
             cache = pre.cache
-            cache.batch_select_indices(torch.zeros(len(samples), dtype=torch.long))
+            # Fan out by repeat, not by index-select: the latter's backward (index_put_ with accumulate) adds with
+            # atomics on >1 CPU thread, so gradients changed in the last bits from run to run (docs/reliability.md).
+            cache.batch_repeat_interleave(len(samples))
             full = torch.cat([torch.ones(len(samples), prefix, dtype=attn.dtype), attn], dim=1)
             pos = (prefix + attn.cumsum(-1) - 1).clamp(min=0)
             out = model(input_ids=ids, attention_mask=full, position_ids=pos, cache=cache, use_cache=True,
