@@ -179,14 +179,17 @@ class Trainer:
         # An episode an env fault cut short says nothing about the policy: it is reported, not learned from.
         clean = [t for t in trajs if not _faulted(t)]
         train_set = [t for t in batch.trajs if not _faulted(t)]
-        samples, adv = (build_samples(train_set, cfg) if self.critic is None
+        # Numerical guard: a NaN/inf reward or advantage skips the whole update (and the library's evolution).
+        bad_rewards = nonfinite_count([s.reward for t in train_set for s in t.steps])
+        samples, adv = (([], np.zeros(0)) if bad_rewards else build_samples(train_set, cfg) if self.critic is None
                         else self.critic.build_samples(self.model, train_set))
         metrics: dict[str, float] = {f"train/{k}": v for k, v in summarize(trajs).items()}
-        bad_adv = nonfinite_count(adv)
+        bad_adv = bad_rewards + nonfinite_count(adv)
         metrics["adv/abs_mean"] = float(np.abs(adv[np.isfinite(adv)]).mean()) if adv.size > bad_adv else 0.0
         metrics.update({f"faults/{k}": float(v) for k, v in faults.items()})
         metrics["faults/dropped_episodes"] = float(len(trajs) - len(clean))
-        metrics["guard/nonfinite_advantages"] = float(bad_adv)
+        metrics["guard/nonfinite_rewards"] = float(bad_rewards)
+        metrics["guard/nonfinite_advantages"] = float(bad_adv - bad_rewards)
         lib_metrics: dict[str, float] = {}
         t_lib = time.perf_counter()
         if self.experience is not None and not bad_adv:
@@ -194,8 +197,8 @@ class Trainer:
         t_lib = time.perf_counter() - t_lib
         t_train = time.perf_counter()
         upd: dict[str, float] = {}
-        if samples and bad_adv:  # numerical guard: NaN/inf advantages (rewards) → skip the whole update
-            upd = {"skipped_updates": float(min(cfg.train.updates_per_iter, len(samples)))}
+        if bad_adv:
+            upd = {"skipped_updates": float(cfg.train.updates_per_iter)}
         elif samples:
             if cfg.algorithm.kl_coef > 0:
                 reference_logprobs(self.model, samples, micro_batch=cfg.train.micro_batch,

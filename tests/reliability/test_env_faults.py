@@ -1,0 +1,146 @@
+"""Env faults: an env that raises, hangs or dies ends its episode (truncated), is rebuilt, and the run goes on;
+faults are counted; too many faults stop the run with a clear message."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+import slea.envs  # noqa: F401  (registers the env ids)
+import slea.envs.faulty  # noqa: F401  (registers slea/test-Faulty-v0)
+from slea.envs.faulty import FAULTY_ID, FaultyEnv, InjectedFault
+from slea.envs.pool import EnvPool, call_with_timeout, EnvCallTimeout
+
+SOKO = {"inner": "slea/Sokoban-v0"}
+
+
+def _walk(pool: EnvPool, i: int) -> list[str]:
+    return pool.last[i][1]["walkthrough"]
+
+
+def test_a_crashing_step_truncates_the_episode_and_rebuilds_the_env():
+    pool = EnvPool(FAULTY_ID, 1, 2, {**SOKO, "crash_prob": 1.0})
+    pool.reset([3])
+    dead = pool.envs[0]
+    res = pool.step({0: "up", 1: "down"})
+    for i in (0, 1):
+        obs, reward, term, trunc, info = res[i]
+        assert trunc and not term and reward == 0.0
+        assert info["fault"] == "error" and "InjectedFault" in info["error"] and not info["invalid"]
+        assert obs == pool.last[i][0]
+    assert pool.all_done
+    assert pool.envs[0] is not dead and not pool.envs[0].dead  # a fresh instance, same kwargs
+    with pytest.raises(InjectedFault):
+        dead.reset(seed=3)  # the old one is dead for good
+    stats = pool.take_fault_stats()
+    assert stats["env_errors"] == 2 and stats["restarts"] == 2 and stats["faults"] == 2 and stats["calls"] == 4
+    assert pool.take_fault_stats()["calls"] == 0  # cleared
+    pool.reset([4])  # the rebuilt envs play on
+    assert pool.live() == [0, 1]
+
+
+def test_a_hung_step_times_out_and_the_run_goes_on():
+    pool = EnvPool(FAULTY_ID, 1, 1, {**SOKO, "hang_prob": 1.0, "hang_s": 30.0}, step_timeout_s=0.3)
+    pool.reset([1])
+    t0 = time.perf_counter()
+    _, _, _, trunc, info = pool.step({0: "up"})[0]
+    assert time.perf_counter() - t0 < 5.0
+    assert trunc and info["fault"] == "timeout"
+    stats = pool.take_fault_stats()
+    assert stats["env_timeouts"] == 1 and stats["restarts"] == 1
+    pool.envs[0].hang_prob = 0.0
+    pool.reset([1])
+    _, _, _, trunc, info = pool.step({0: _walk(pool, 0)[0]})[0]
+    assert not trunc and "fault" not in info
+
+
+def test_timeouts_only_fire_on_slow_calls():
+    assert call_with_timeout(lambda: 7, 1.0) == 7
+    assert call_with_timeout(lambda: 8, None) == 8
+    with pytest.raises(ZeroDivisionError):
+        call_with_timeout(lambda: 1 / 0, 1.0)  # the worker's exception reaches the caller
+    with pytest.raises(EnvCallTimeout):
+        call_with_timeout(lambda: time.sleep(5), 0.05)
+
+
+def test_a_reset_that_keeps_failing_sits_the_episode_out(tiny_policy):
+    from slea.config import RolloutSection
+    from slea.policy.generation import Generation
+    from slea.policy.prompts import PromptBuilder
+    from slea.rollout.collector import RolloutCollector
+
+    pool = EnvPool(FAULTY_ID, 2, 1, {**SOKO, "reset_crash_prob": 0.5})
+    from slea.envs.faulty import unit
+
+    seeds = [s for s in range(50) if unit(0, "reset", s) < 0.5][:1] + [s for s in range(50)
+                                                                      if unit(0, "reset", s) >= 0.5][:1]
+    out = pool.reset(seeds)
+    assert out[0][1]["fault"] == "error" and pool.done.tolist() == [True, False]
+    assert pool.take_fault_stats()["reset_errors"] == 2  # the retry on a fresh instance failed too
+
+    class Fixed:
+        def generate(self, prompts, **kw):
+            return [Generation([5], [-0.1], "up") for _ in prompts]
+
+    _, tok = tiny_policy
+    col = RolloutCollector(Fixed(), PromptBuilder(tok), RolloutSection(), max_steps=2)
+    trajs, _ = col.collect(pool, seeds)
+    assert trajs[0].steps == [] and trajs[0].truncated  # skipped, never stepped
+    assert len(trajs[1].steps) >= 1
+
+
+def test_faults_propagate_when_handling_is_off():
+    pool = EnvPool(FAULTY_ID, 1, 1, {**SOKO, "crash_prob": 1.0}, handle_faults=False)
+    pool.reset([0])
+    with pytest.raises(InjectedFault):
+        pool.step({0: "up"})
+
+
+def test_fault_decisions_are_pure_functions_of_seed_turn_and_action():
+    a = FaultyEnv(crash_prob=0.3, nan_prob=0.3, fault_seed=1)
+    b = FaultyEnv(crash_prob=0.3, nan_prob=0.3, fault_seed=1)
+    trace = []
+    for env in (a, b):
+        got = []
+        for seed in range(6):
+            env.dead = False
+            env.reset(seed=seed)
+            for act in ("up", "left", "down"):
+                try:
+                    got.append(env.step(act)[1])
+                except InjectedFault:
+                    got.append("crash")
+                    break
+        trace.append([("nan" if g != g else g) for g in got])
+    assert trace[0] == trace[1] and "crash" in trace[0] and "nan" in trace[0]
+
+
+def test_trainer_survives_crashes_and_hangs_and_logs_fault_counts(tmp_path, rel):
+    from slea.trainer.rl import Trainer
+
+    cfg = rel.tiny_config(env={"id": FAULTY_ID, "kwargs": {**SOKO, "crash_prob": 0.3, "hang_prob": 0.3,
+                                                           "hang_s": 20.0},
+                               "eval_kwargs": {"crash_prob": 0.0, "hang_prob": 0.0},
+                               "step_timeout_s": 0.5, "max_fault_rate": 1.0},
+                          train={"iterations": 3})
+    trainer = Trainer(cfg, run_dir=tmp_path)
+    trainer.fit()
+    rows = trainer.log.rows()
+    assert [r["iteration"] for r in rows] == [0, 1, 2]
+    assert sum(r["faults/env_errors"] for r in rows) >= 1 and sum(r["faults/env_timeouts"] for r in rows) >= 1
+    assert sum(r["faults/dropped_episodes"] for r in rows) >= 1  # faulted episodes are not learned from
+    assert all(r["faults/calls"] > 0 for r in rows)
+
+
+def test_too_many_faults_stop_the_run_with_a_clear_message(tmp_path, rel):
+    from slea.trainer.guards import RunHalted
+    from slea.trainer.rl import Trainer
+
+    cfg = rel.tiny_config(env={"id": FAULTY_ID, "kwargs": {**SOKO, "crash_prob": 1.0}, "max_fault_rate": 0.2},
+                          train={"iterations": 3})
+    trainer = Trainer(cfg, run_dir=tmp_path)
+    with pytest.raises(RunHalted, match=r"env calls faulted .*env.max_fault_rate=0.2.*InjectedFault"):
+        trainer.fit()
+    assert [r["iteration"] for r in trainer.log.rows()] == [0]  # the row that tripped the guard is kept
+    assert not (tmp_path / "checkpoints").exists() or not list((tmp_path / "checkpoints").iterdir())

@@ -1,0 +1,286 @@
+"""Exact resume and crash-safe state: kill anywhere, resume, get the uninterrupted run's numbers.
+
+* in process (fast): a run "killed" between an iteration's metrics row and its checkpoint, resumed by a new
+  Trainer, equals an uninterrupted run metric by metric — with the experience library on, so the library is
+  restored to the checkpoint's snapshot (the killed iteration had already committed into it);
+* checkpoint validation: damaged, truncated, half-written or non-finite checkpoints are skipped with a
+  warning and the previous one is used; nothing is applied from a checkpoint that fails to load;
+* metrics truncation and library restore are atomic;
+* slow: ``slea train`` on the smoke preset SIGKILLed at a random moment after a checkpoint appears, resumed
+  with ``slea train --resume``, equals an uninterrupted run (metrics, final weights, held-out eval).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from slea.trainer import checkpoint as ckpt
+from slea.trainer.runlog import read_metrics, truncate_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class _Killed(Exception):
+    pass
+
+
+def _library_rows(path: Path) -> list[tuple]:
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        tables = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        rows = []
+        for t in tables:
+            rows += [(t, *r) for r in con.execute(f'SELECT * FROM "{t}" ORDER BY 1')]
+        return rows
+    finally:
+        con.close()
+
+
+def _final_weights(run: Path) -> dict[str, torch.Tensor]:
+    return load_file(str(ckpt.latest_checkpoint(run / "checkpoints") / "trainable.safetensors"))
+
+
+def test_killed_in_process_then_resumed_equals_uninterrupted(tmp_path, rel):
+    from slea.trainer.rl import Trainer
+
+    cfg = rel.tiny_config(train={"iterations": 4},
+                          experience={"mode": "step", "warmup_iters": 1, "min_entries": 1})
+    ref = Trainer(cfg, run_dir=tmp_path / "ref")
+    ref.fit()
+
+    run = tmp_path / "run"
+    victim = Trainer(cfg, run_dir=run)
+    real_log = victim.log.log
+
+    def log_then_die(it, metrics):
+        real_log(it, metrics)
+        if it == 2:  # the row of iteration 2 is written, its checkpoint is not
+            raise _Killed
+
+    victim.log.log = log_then_die
+    with pytest.raises(_Killed):
+        victim.fit()
+    victim.experience.library.conn.close()  # as a kill would: no clean shutdown, no extra writes
+    victim.log.close()
+    assert [r["iteration"] for r in read_metrics(run / "metrics.jsonl")] == [0, 1, 2]
+    assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000001"
+
+    resumed = Trainer(cfg, run_dir=run)
+    messages: list[str] = []
+    resumed.say = messages.append
+    resumed.fit(resume=True)
+    assert any("resumed from iter_000001" in m for m in messages), messages
+
+    rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(tmp_path / "ref/metrics.jsonl"))
+    assert _library_rows(run / "library.sqlite") == _library_rows(tmp_path / "ref/library.sqlite")
+    got, want = _final_weights(run), _final_weights(tmp_path / "ref")
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
+    a = json.loads((run / "eval/after.json").read_text())
+    b = json.loads((tmp_path / "ref/eval/after.json").read_text())
+    assert a["sampled"] == b["sampled"]
+
+
+# -- checkpoint validation ---------------------------------------------------------------------------------
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = torch.nn.Linear(4, 3)
+
+
+def _net_opt(seed=0):
+    torch.manual_seed(seed)
+    net = Net()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    net.a(torch.randn(2, 4)).sum().backward()
+    opt.step()
+    return net, opt
+
+
+def _three_checkpoints(root: Path) -> list[Path]:
+    paths = []
+    for it in range(3):
+        net, opt = _net_opt(seed=it)
+        paths.append(ckpt.save_checkpoint(root, it, net, opt, keep=3))
+    return paths
+
+
+def _damage(path: Path, how: str) -> None:
+    f = path / "trainable.safetensors"
+    if how == "flip":
+        data = bytearray(f.read_bytes())
+        data[-3] ^= 0xFF
+        f.write_bytes(bytes(data))
+    elif how == "truncate":
+        f.write_bytes(f.read_bytes()[:20])
+    elif how == "delete":
+        f.unlink()
+    elif how == "manifest":
+        (path / "manifest.json").write_text("{\"files\": ")
+    elif how == "state":
+        (path / "state.json").write_text("{\"iteration\": ")
+    elif how == "empty_optimizer":
+        (path / "optimizer.safetensors").write_bytes(b"")
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "delete", "manifest", "state", "empty_optimizer"])
+def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, how):
+    paths = _three_checkpoints(tmp_path)
+    _damage(paths[2], how)
+    net, opt = _net_opt(seed=9)
+    before = net.a.weight.detach().clone()
+    with pytest.raises(ckpt.CheckpointError):
+        ckpt.load_checkpoint(paths[2], net, opt)
+    assert torch.equal(net.a.weight, before)  # nothing applied from a checkpoint that fails
+    warnings: list[str] = []
+    path, state = ckpt.load_latest(tmp_path, net, opt, warn=warnings.append)
+    assert path == paths[1] and state["iteration"] == 1
+    assert len(warnings) == 1 and "iter_000002" in warnings[0]
+    ref, _ = _net_opt(seed=1)
+    assert torch.equal(net.a.weight, ref.a.weight)
+    assert ckpt.latest_checkpoint(tmp_path) == paths[1]
+
+
+def test_half_written_and_pruned_leftovers_are_ignored(tmp_path):
+    paths = _three_checkpoints(tmp_path)
+    for name in (".tmp-iter_000003", ".old-iter_000002", ".del-iter_000000"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "state.json").write_text("{}")
+    (tmp_path / "iter_000004").mkdir()  # no state.json: a folder someone made by hand
+    assert ckpt.latest_checkpoint(tmp_path) == paths[2]
+    net, opt = _net_opt(seed=5)
+    assert ckpt.load_latest(tmp_path, net, opt)[0] == paths[2]
+
+
+def test_no_intact_checkpoint_gives_none(tmp_path):
+    paths = _three_checkpoints(tmp_path)
+    for p in paths:
+        _damage(p, "flip")
+    net, opt = _net_opt()
+    warnings: list[str] = []
+    assert ckpt.load_latest(tmp_path, net, opt, warn=warnings.append) == (None, None)
+    assert len(warnings) == 3
+
+
+def test_non_finite_or_misshapen_weights_are_refused(tmp_path):
+    net, opt = _net_opt()
+    with torch.no_grad():
+        net.a.weight[0, 0] = float("nan")
+    path = ckpt.save_checkpoint(tmp_path, 0, net, opt)
+    fresh, fresh_opt = _net_opt()
+    with pytest.raises(ckpt.CheckpointError, match="non-finite"):
+        ckpt.load_checkpoint(path, fresh, fresh_opt)
+
+    class Wider(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = torch.nn.Linear(5, 3)
+
+    net, opt = _net_opt()
+    path = ckpt.save_checkpoint(tmp_path, 1, net, opt)
+    with pytest.raises(ckpt.CheckpointError, match="shape"):
+        ckpt.load_checkpoint(path, Wider())
+
+
+def test_legacy_checkpoint_without_manifest_still_loads(tmp_path):
+    net, opt = _net_opt(seed=3)
+    path = ckpt.save_checkpoint(tmp_path, 0, net, opt)
+    (path / "manifest.json").unlink()
+    fresh, fresh_opt = _net_opt(seed=4)
+    assert ckpt.load_checkpoint(path, fresh, fresh_opt)["iteration"] == 0
+    assert torch.equal(fresh.a.weight, net.a.weight)
+
+
+def test_resaving_an_iteration_replaces_it_atomically(tmp_path):
+    net, opt = _net_opt(seed=1)
+    ckpt.save_checkpoint(tmp_path, 0, net, opt)
+    net2, opt2 = _net_opt(seed=2)
+    path = ckpt.save_checkpoint(tmp_path, 0, net2, opt2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["iter_000000"]
+    fresh, _ = _net_opt(seed=7)
+    ckpt.load_checkpoint(path, fresh)
+    assert torch.equal(fresh.a.weight, net2.a.weight)
+
+
+# -- metrics and library ------------------------------------------------------------------------------------
+def test_truncate_metrics_drops_later_and_torn_rows_atomically(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("".join(json.dumps({"iteration": i, "x": i}) + "\n" for i in range(4)) + '{"iteration": 4, "x')
+    truncate_metrics(path, 1)
+    assert [r["iteration"] for r in read_metrics(path)] == [0, 1]
+    truncate_metrics(path, -1)  # resumed without any checkpoint: every row goes
+    assert path.read_text() == "" and not list(tmp_path.glob(".*tmp"))
+
+
+def test_library_snapshot_and_restore_undo_later_commits(tmp_path):
+    db = tmp_path / "library.sqlite"
+    con = sqlite3.connect(db, isolation_level=None)
+    con.execute("PRAGMA journal_mode=WAL")
+    con.execute("CREATE TABLE entries (id INTEGER PRIMARY KEY, text TEXT)")
+    con.executemany("INSERT INTO entries (text) VALUES (?)", [("a",), ("b",)])
+    net, opt = _net_opt()
+    path = ckpt.save_checkpoint(tmp_path / "checkpoints", 0, net, opt, library=db)
+    con.execute("INSERT INTO entries (text) VALUES ('after the checkpoint')")  # lives in the WAL
+    con.close()
+    assert [r[0] for r in sqlite3.connect(db).execute("SELECT text FROM entries")][-1] == "after the checkpoint"
+    Path(f"{db}-wal").write_bytes(b"stale journal")  # must not be replayed onto the restored file
+    assert ckpt.restore_library(path, db)
+    assert not Path(f"{db}-wal").exists()
+    assert [r[0] for r in sqlite3.connect(db).execute("SELECT text FROM entries")] == ["a", "b"]
+    assert not ckpt.restore_library(None, db) and not db.exists()  # resumed from scratch: empty library
+
+
+# -- the real thing: SIGKILL a `slea train` process -----------------------------------------------------------
+def _slea(*args: str) -> list[str]:
+    return [sys.executable, "-m", "slea.cli", *args]
+
+
+SMOKE_OVERRIDES = ["--set", "train.iterations=4", "--set", "rollout.fuzzy_cutoff=0.3", "--set", "eval.greedy=false",
+                   "--set", "eval.games=1", "--set", "eval.episodes_per_game=2"]
+
+
+@pytest.mark.slow
+def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
+    pytest.importorskip("textworld")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    smoke = str(ROOT / "configs/smoke.yaml")
+    ref = tmp_path / "ref"
+    r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={ref}", *SMOKE_OVERRIDES), env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    run = tmp_path / "run"
+    rng = random.Random(os.getpid())
+    kill_after = rng.choice([0, 1, 2])  # the checkpoint after which the kill lands, plus a random delay
+    proc = subprocess.Popen(_slea("train", smoke, "--set", f"run.dir={run}", *SMOKE_OVERRIDES), env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 300
+    while not (run / "checkpoints" / f"iter_{kill_after:06d}").is_dir():
+        assert proc.poll() is None, "the run ended before the kill"
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    time.sleep(rng.uniform(0.0, 2.0))
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    rows_at_kill = len(read_metrics(run / "metrics.jsonl"))
+
+    r = subprocess.run(_slea("train", "--resume", str(run)), env=env, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "resumed from" in r.stdout, (kill_after, rows_at_kill, r.stdout[-2000:])
+    rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl"))
+    got, want = _final_weights(run), _final_weights(ref)
+    assert all(torch.equal(got[k], want[k]) for k in want)
+    a = json.loads((run / "eval/after.json").read_text())
+    b = json.loads((ref / "eval/after.json").read_text())
+    assert a["sampled"] == b["sampled"]
