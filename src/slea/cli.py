@@ -104,7 +104,7 @@ def compare(
         err.print(f"compare: {exc}", markup=False, highlight=False)
         raise typer.Exit(2) from None
     cmp.run(plan, say=console.print, console=console)
-    console.print((out / "table.md").read_text(), markup=False, highlight=False)
+    typer.echo((out / "table.md").read_text())  # plain: a markdown table must not be re-wrapped
     console.print(f"wrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")
 
 

@@ -133,7 +133,12 @@ def run(p: Plan, say: Callable[[str], None] | None = None, console=None) -> dict
             sub.status = "resumed" if resume else "trained"
             say(f"{label}: {'resuming' if resume else 'training'}")
             trainer = Trainer(cfg, run_dir=sub.dir, console=console)
-            trainer.fit(resume=resume)
+            try:
+                trainer.fit(resume=resume)
+            finally:
+                pool = getattr(trainer, "pool", None)
+                if pool is not None:  # runs share this process: release each one's envs
+                    pool.close()
             del trainer
             gc.collect()
         runs.append(sub)
