@@ -25,6 +25,7 @@ trajectories cut by ``env.max_steps`` (as the critic-free estimators treat them)
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import numpy as np
@@ -165,6 +166,7 @@ class Critic:
         self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=cfg.train.critic_lr,
                                            betas=tuple(cfg.train.betas), weight_decay=0.0)
         self._batch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+        self._forward_s = 0.0
 
     @torch.no_grad()
     def values(self, model, rows: list[Step]) -> tuple[list[torch.Tensor], list[np.ndarray]]:
@@ -182,7 +184,9 @@ class Critic:
         if not rows:
             self._batch = None
             return [], np.zeros(0)
+        t0 = time.perf_counter()
         feats, vals = self.values(model, rows)
+        self._forward_s = time.perf_counter() - t0
         samples, row_adv, targets = assign_advantages(rows, vals, self.algo, self.level)
         keep = [i for i, f in enumerate(feats) if len(f)]
         if keep:
@@ -199,6 +203,7 @@ class Critic:
             return {}
         feats, old, ret = self._batch
         self._batch = None
+        t0 = time.perf_counter()
         mask = torch.ones_like(ret)
         self.head.train()
         first: dict[str, float] = {}
@@ -220,7 +225,8 @@ class Critic:
         explained = 1.0 - float((ret - old).var()) / var_ret if var_ret > 1e-12 else 0.0
         return {**first, "vf_loss": loss_v, "vf_clip_frac": clip_frac, "explained_var": explained,
                 "values_mean": float(old.mean()), "values_new_mean": float(new.mean()),
-                "returns_mean": float(ret.mean()), "positions": float(ret.numel())}
+                "returns_mean": float(ret.mean()), "positions": float(ret.numel()),
+                "forward_s": self._forward_s, "update_s": time.perf_counter() - t0}
 
     # -- checkpoint ------------------------------------------------------------------------------------------
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
