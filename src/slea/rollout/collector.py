@@ -13,6 +13,7 @@ the same with or without a library and this module imports nothing of ``slea.exp
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -26,6 +27,16 @@ def final_info(info: dict[str, Any], max_chars: int = 200) -> dict[str, Any]:
     trajectory keeps for evaluation tables (lists such as admissible actions and long texts are dropped)."""
     return {k: v for k, v in info.items()
             if isinstance(v, (bool, int, float)) or (isinstance(v, str) and len(v) <= max_chars)}
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+MAX_ANSWER_CHARS = 4000  # an answer is one command or one tagged call; degenerate outputs ("!!!!...") get cut
+
+
+def clean_text(text: object) -> str:
+    """Model output as safe text: non-strings become ``''``, lone surrogates (possible from JSON-speaking remote
+    generators) become U+FFFD, and the length is capped (the parsers' regexes are not linear on long runs)."""
+    return _SURROGATE.sub("\ufffd", text[:MAX_ANSWER_CHARS]) if isinstance(text, str) else ""
 
 
 class ExperienceSource(Protocol):
@@ -102,6 +113,8 @@ class RolloutCollector:
             t0 = time.perf_counter()
             outs = self.gen.generate(prompts, max_new_tokens=self.cfg.max_new_tokens, temperature=temp,
                                      top_p=self.cfg.top_p, top_k=self.cfg.top_k)
+            for o in outs:  # model text is data: a bounded str without lone surrogates (SQLite/UTF-8 reject them)
+                o.text = clean_text(o.text)
             stats.gen_s += time.perf_counter() - t0
             stats.gen_calls += 1
             stats.prompt_tokens += sum(len(p) for p in prompts)
