@@ -18,11 +18,15 @@ from __future__ import annotations
 import hashlib
 import random
 import time
+from collections import Counter
 from typing import Any
 
 from slea.envs.base import StepResult, TextEnv, make, register, registered
 
 FAULTY_ID = "slea/test-Faulty-v0"
+NAN_LOSS = "test_nan_ppo_clip"
+# Injections made in this process, by kind (crash, hang, nan, reset_crash, garbage, nan_loss).
+INJECTED: Counter = Counter()
 
 
 def unit(*parts: Any) -> float:
@@ -68,6 +72,7 @@ class FaultyEnv(TextEnv):
         self._check_alive()
         if seed is not None and unit(self.fault_seed, "reset", seed) < self.reset_crash_prob:
             self.injected["reset_crash"] += 1
+            INJECTED["reset_crash"] += 1
             self.dead = True
             raise InjectedFault(f"injected crash on reset (seed {seed})")
         self._seed, self._turn = seed, 0
@@ -79,14 +84,17 @@ class FaultyEnv(TextEnv):
         self._turn += 1
         if unit(*key, "crash") < self.crash_prob:
             self.injected["crash"] += 1
+            INJECTED["crash"] += 1
             self.dead = True
             raise InjectedFault(f"injected crash at turn {self._turn - 1}")
         if unit(*key, "hang") < self.hang_prob:
             self.injected["hang"] += 1
+            INJECTED["hang"] += 1
             time.sleep(self.hang_s)
         obs, reward, term, trunc, info = self.inner.step(action)
         if unit(*key, "nan") < self.nan_prob:
             self.injected["nan"] += 1
+            INJECTED["nan"] += 1
             reward = float("nan")
         return obs, reward, term, trunc, info
 
@@ -159,4 +167,27 @@ class GarbageGenerator:
             if u < self.prob:
                 o.text = adversarial_text(random.Random(int(u * 2**53)))
                 self.injected += 1
+                INJECTED["garbage"] += 1
         return outs
+
+
+# -- NaN loss ----------------------------------------------------------------------------------------------------
+def register_nan_loss(prob: float, seed: int = 0) -> str:
+    """Register :data:`NAN_LOSS`: ``ppo_clip`` whose loss is NaN for a fraction ``prob`` of micro-batches, chosen
+    by a hash of the batch's old log-probs (so a resumed run poisons the same ones). Returns the name."""
+    from slea.algorithms.registry import _POLICY_LOSSES, get_policy_loss, register_policy_loss
+
+    base = get_policy_loss("ppo_clip")
+
+    def nan_ppo_clip(logprobs, old_logprobs, advantages, mask, *, clip_ratio: float = 0.2,
+                     loss_agg_mode: str = "token-mean"):
+        loss, met = base(logprobs, old_logprobs, advantages, mask, clip_ratio=clip_ratio,
+                         loss_agg_mode=loss_agg_mode)
+        if unit(seed, "nan_loss", old_logprobs.detach().double().sum().item(), tuple(mask.shape)) < prob:
+            INJECTED["nan_loss"] += 1
+            loss = loss * float("nan")
+        return loss, met
+
+    _POLICY_LOSSES.pop(NAN_LOSS, None)  # re-registration in the same process replaces the old probability
+    register_policy_loss(NAN_LOSS)(nan_ppo_clip)
+    return NAN_LOSS

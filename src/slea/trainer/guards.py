@@ -68,7 +68,8 @@ def check_fault_rate(stats: Mapping[str, float], max_rate: float, iteration: int
     rate = fault_rate(stats)
     if rate > max_rate and not math.isclose(rate, max_rate):
         where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint yet"
-        detail = ", ".join(f"{k} {int(v)}" for k, v in stats.items() if v and k not in ("calls", "faults"))
+        detail = ", ".join(f"{k} {int(v)}" for k, v in stats.items()
+                           if v and k not in ("calls", "faults", "dropped_episodes"))
         raise RunHalted(f"stopped at iteration {iteration}: {int(stats.get('faults', 0))} of "
                         f"{int(stats.get('calls', 0))} env calls faulted ({rate:.0%} > env.max_fault_rate="
                         f"{max_rate:g}; {detail}); last error: {last_error or 'n/a'}; {where}. Resume with "
