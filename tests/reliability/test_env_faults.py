@@ -3,14 +3,15 @@ faults are counted; too many faults stop the run with a clear message."""
 
 from __future__ import annotations
 
+import math
 import time
 
 import pytest
 
-import slea.envs  # noqa: F401  (registers the env ids)
+import slea.envs
 import slea.envs.faulty  # noqa: F401  (registers slea/test-Faulty-v0)
 from slea.envs.faulty import FAULTY_ID, FaultyEnv, InjectedFault
-from slea.envs.pool import EnvPool, call_with_timeout, EnvCallTimeout
+from slea.envs.pool import EnvCallTimeout, EnvPool, call_with_timeout
 
 SOKO = {"inner": "slea/Sokoban-v0"}
 
@@ -112,7 +113,7 @@ def test_fault_decisions_are_pure_functions_of_seed_turn_and_action():
                 except InjectedFault:
                     got.append("crash")
                     break
-        trace.append([("nan" if g != g else g) for g in got])
+        trace.append([("nan" if isinstance(g, float) and math.isnan(g) else g) for g in got])
     assert trace[0] == trace[1] and "crash" in trace[0] and "nan" in trace[0]
 
 

@@ -88,7 +88,7 @@ def test_clean_text_makes_any_output_storable():
 
 # -- Search-QA ----------------------------------------------------------------------------------------------
 try:
-    import slea.envs.search_qa as search_qa
+    from slea.envs import search_qa
 except ImportError:  # the family is optional
     search_qa = None
 
