@@ -116,16 +116,25 @@ def run_with_kills(config: Path, run: Path, seed: int, kills: int, rng: random.R
             launches += 1
             p = _launch(args, seed, log)
             if done < kills:
-                delay = rng.uniform(2.0, 30.0)  # from model loading to mid-iteration, checkpoint writes, eval
+                # Odd kills land anywhere from model loading on; even ones once the run has made progress (a new
+                # metrics row), a random moment later: mid-rollout, mid-update, mid-checkpoint, in the eval.
+                t_launch = time.perf_counter()
+                if done % 2 == 1:
+                    target = _count_rows(run) + rng.randint(1, 5)
+                    while p.poll() is None and _count_rows(run) < target:
+                        time.sleep(0.05)
+                delay = rng.uniform(0.0, 8.0) if done % 2 == 1 else rng.uniform(2.0, 30.0)
                 try:
                     rc = p.wait(timeout=delay)
                 except subprocess.TimeoutExpired:
+                    rows = _count_rows(run)
                     ckpts = sorted(x.name for x in (run / "checkpoints").glob("iter_*")) if run.exists() else []
                     p.send_signal(signal.SIGKILL)
                     p.wait()
                     done += 1
-                    events.append({"kill": done, "after_s": round(delay, 1), "resume": resume,
-                                   "checkpoints_at_kill": ckpts[-1:] or None})
+                    events.append({"kill": done, "after_s": round(time.perf_counter() - t_launch, 1),
+                                   "resumed_launch": resume, "metrics_rows_at_kill": rows,
+                                   "last_checkpoint_at_kill": ckpts[-1] if ckpts else None})
                     continue
             else:
                 rc = p.wait()
@@ -133,6 +142,13 @@ def run_with_kills(config: Path, run: Path, seed: int, kills: int, rng: random.R
                 raise SystemExit(f"training process exited with {rc}; see {run.parent / (run.name + '.log')}")
             break
     return {"kills": done, "launches": launches, "events": events, "wall_s": time.perf_counter() - t0}
+
+
+def _count_rows(run: Path) -> int:
+    try:
+        return len((run / "metrics.jsonl").read_text().splitlines())
+    except OSError:
+        return 0
 
 
 def _rows(path: Path) -> list[dict]:

@@ -92,6 +92,24 @@ def test_killed_in_process_then_resumed_equals_uninterrupted(tmp_path, rel):
     assert a["sampled"] == b["sampled"]
 
 
+def test_resume_without_a_checkpoint_starts_over_and_with_only_damaged_ones_refuses(tmp_path, rel):
+    from slea.trainer.guards import RunHalted
+    from slea.trainer.rl import Trainer
+
+    cfg = rel.tiny_config(experience={"mode": "step"})
+    trainer = Trainer(cfg, run_dir=tmp_path)
+    trainer.log.log(0, {"x": 1.0})  # a run killed before its first checkpoint
+    assert not trainer.resume() and read_metrics(tmp_path / "metrics.jsonl") == []
+    assert trainer.start_iteration == 0
+    trainer.log.log(0, {"x": 1.0})
+    path = ckpt.save_checkpoint(tmp_path / "checkpoints", 0, trainer.model, trainer.optimizer)
+    (path / "trainable.safetensors").write_bytes(b"garbage")
+    trainer.log.log(1, {"x": 2.0})
+    with pytest.raises(RunHalted, match="no checkpoint .* loads"):
+        trainer.resume()  # the only checkpoint is damaged: refuse rather than wipe the run
+    assert [r["iteration"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [0, 1]
+
+
 # -- checkpoint validation ---------------------------------------------------------------------------------
 class Net(torch.nn.Module):
     def __init__(self):

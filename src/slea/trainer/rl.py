@@ -141,6 +141,9 @@ class Trainer:
         optimizer, RNGs, counters, and the experience library as of that checkpoint; metrics rows logged after
         it are dropped (the iterations are redone). Without a checkpoint the run restarts from scratch."""
         last, state = ckpt.load_latest(self.dir / "checkpoints", self.model, self.optimizer, warn=self.say)
+        if state is None and ckpt.list_checkpoints(self.dir / "checkpoints"):  # never wipe a run over it
+            raise RunHalted(f"--resume: no checkpoint in {self.dir / 'checkpoints'} loads (see the warnings); "
+                            f"nothing was changed. Move that folder away to start the run over.")
         it = int(state["iteration"]) if state is not None else -1
         if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
             self.experience.close()
