@@ -69,9 +69,6 @@ def test_parse_action_on_the_adversarial_corpus_and_non_strings():
     assert parse_action("  Command: take coin.  ", adm) == ("take coin", "exact")
 
 
-@pytest.mark.xfail(strict=False, reason="parse_action's _STRIP regex ([...]+$) is quadratic on a long run of "
-                   "strip characters not at the end ('!!!!…x', 10k spaces then a word: ~1 s); the collector caps "
-                   "answers at MAX_ANSWER_CHARS. Fix in policy/prompts.py: cap the line (e.g. line[:1000]) first.")
 def test_parse_action_is_fast_on_long_degenerate_lines():
     for text in ("!" * 8000 + "x", " " * 8000 + "take coin"):
         t0 = time.perf_counter()

@@ -194,10 +194,6 @@ def test_experience_text_is_neutralised_before_it_is_stored():
         assert "<|im_start|>" not in stored and "<|im_end|>" not in stored and "[INST]" not in stored
 
 
-@pytest.mark.xfail(strict=False, reason="ExperienceLibrary.add raises UnicodeEncodeError on lone surrogates "
-                   "(possible in JSON answers of remote generators via the LLM extractor); sanitize() should "
-                   "replace them (e.g. re.sub('[\\ud800-\\udfff]', '\\ufffd', text)). The collector already "
-                   "cleans rollout text (slea.rollout.collector.clean_text).")
 def test_experience_library_stores_any_text():
     lib = library.ExperienceLibrary(None)
     assert lib.add("When the answer was 'a\ud800b', copy one command exactly.", "neg", "example", -1.0).status \

@@ -48,9 +48,13 @@ def _defang(m: re.Match[str]) -> str:
     return f"({inner})" if inner else ""
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
 def sanitize(text: str, max_chars: int = 600) -> str:
     """Neutralise chat-template markers and special tokens, flatten whitespace, cap the length."""
-    text = _SPECIAL.sub(_defang, str(text))
+    text = _SURROGATE.sub("\ufffd", str(text))  # lone surrogates cannot be stored (SQLite, JSON, UTF-8)
+    text = _SPECIAL.sub(_defang, text)
     text = text.replace("<|", "< |").replace("|>", "| >")  # any broken/partial marker left over
     text = _WS.sub(" ", text).strip()
     if len(text) > max_chars:

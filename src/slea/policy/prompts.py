@@ -18,9 +18,15 @@ EXAMPLE_USER = ("Goal: put the apple on the table.\n"
                 "Observation: You are in a kitchen. There is an apple on the counter and a table.\n"
                 "Valid commands:\n- take apple\n- go north\n- open fridge\nYour command:")
 EXAMPLE_ASSISTANT = "take apple"
-_STRIP = re.compile(r"^[\s\"'`*>\-•.:]+|[\s\"'`*.!,;:]+$")
+_LEAD = " \t\r\f\v\"'`*>-•.:"
+_TRAIL = " \t\r\f\v\"'`*.!,;:"
 _PREFIX = re.compile(r"^(?:your\s+)?(?:command|action|answer)\s*[:=]\s*", re.I)
 _BANNER = re.compile(r"\n{3,}")
+
+
+def _strip(line: str) -> str:
+    """Quotes, bullets and punctuation around a command (str.strip: linear, unlike an anchored regex)."""
+    return line.lstrip(_LEAD).rstrip(_TRAIL)
 
 
 def clip_observation(text: str, max_chars: int) -> str:
@@ -78,9 +84,9 @@ def parse_action(text: str, admissible: list[str] | None, fuzzy_cutoff: float = 
     if admissible is None:  # open action space: the env parses the raw answer (tags, search[...], ...)
         raw = text.strip()[:4000]
         return (raw, "free") if raw else (None, "invalid")
-    line = next((ln for ln in text.splitlines() if ln.strip()), "")
-    line = _PREFIX.sub("", _STRIP.sub("", line)).strip()
-    line = _STRIP.sub("", line).lower()
+    line = next((ln for ln in text.splitlines() if ln.strip()), "")[:1000]
+    line = _PREFIX.sub("", _strip(line)).strip()
+    line = _strip(line).lower()
     if not line:
         return None, "invalid"
     lowered = {a.lower().strip(): a for a in admissible}
