@@ -80,6 +80,8 @@ class TextEnv(gym.Env):
             return self._invalid("Empty or non-text action.")
         try:
             obs, reward, terminated, truncated, info = self._step(action.strip())
+        except (OSError, EOFError):  # a dead engine (lost JVM, broken pipe): the pool restarts this env
+            raise
         except Exception as exc:  # noqa: BLE001  (an engine that chokes on an action must not end the run)
             return self._invalid(f"The action could not be executed ({type(exc).__name__}).")
         self._last_obs = obs

@@ -112,7 +112,8 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None):
 
     path = resolve(model_cfg.name_or_path)
     tok = load_tokenizer(model_cfg.tokenizer or model_cfg.name_or_path)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
+    # safetensors only: never unpickle a weights file (a pytorch_model.bin is refused)
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, use_safetensors=True)
     model.config.use_cache = True
     if model_cfg.lora:
         from peft import LoraConfig, get_peft_model
