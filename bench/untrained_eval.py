@@ -9,10 +9,12 @@ family's evaluation result, its table included) and ``bench/results/untrained_ev
     .venv/bin/python bench/untrained_eval.py [--families alfworld,webshop] [--model embedded]
     .venv/bin/python bench/untrained_eval.py --smoke     # the tiny model, 1 game, 1 step: checks the wiring
 
-Budget (default): ALFWorld generated games, 6 task types x 2 (30 steps); WebShop 12 held-out goals (15 steps);
+Budget (``--budget full``, the default): ALFWorld generated games, 6 task types x 2 (30 steps); WebShop 12 held-out goals (15 steps);
 ScienceWorld 3 tasks x 2 variations, one dev (Seen) and one test (Unseen) each (30 steps); Search-QA 12
 held-out FanOutQA sub-questions (4 turns); Sokoban 12 held-out rooms (15 steps); TextWorld 8 held-out games
-(8 steps). Families whose extra is missing are reported as skipped.
+(8 steps). Families whose extra is missing are reported as skipped. On 2 cores shared with a training job a
+turn of 8-12 prompts took 1-2 minutes (ALFWorld's sampled pass alone: 58 minutes), so ``--budget reduced``
+(:data:`REDUCED`) and ``--budget minimal`` (:data:`MINIMAL`: greedy only, 4-6 games, 3-6 steps) exist.
 """
 
 from __future__ import annotations
@@ -28,16 +30,16 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-import torch  # noqa: E402
+import torch
 
-import slea.envs as E  # noqa: E402
-from slea.config import EvalSection, ModelSection, RolloutSection  # noqa: E402
-from slea.evaluation.evaluate import evaluate  # noqa: E402
-from slea.evaluation.report import PaperTable  # noqa: E402
-from slea.policy.generation import HFGenerator  # noqa: E402
-from slea.policy.model import load_policy  # noqa: E402
-from slea.policy.prompts import PromptBuilder  # noqa: E402
-from slea.rollout.collector import RolloutCollector  # noqa: E402
+import slea.envs as E
+from slea.config import EvalSection, ModelSection, RolloutSection
+from slea.evaluation.evaluate import evaluate
+from slea.evaluation.report import PaperTable
+from slea.policy.generation import HFGenerator
+from slea.policy.model import load_policy
+from slea.policy.prompts import PromptBuilder
+from slea.rollout.collector import RolloutCollector
 
 OUT = Path(__file__).parent / "results"
 
@@ -86,8 +88,29 @@ FAMILIES: dict[str, dict[str, Any]] = {
 }
 
 
+# ``--budget reduced``: what fits in about 45 minutes on 2 cores shared with a training job (the full budget
+# above took 58 minutes for ALFWorld's sampled pass alone there: ~2 minutes per turn of 12 prompts).
+REDUCED: dict[str, dict[str, Any]] = {
+    "alfworld": {"games": 6, "max_steps": 10, "kwargs": {"num_games": 6}},  # one game per task type
+    "webshop": {"games": 6, "max_steps": 10},
+    "scienceworld": {"games": 6, "max_steps": 10, "kwargs": {"max_admissible": 20}},
+    "search_qa": {"games": 8},
+    "sokoban": {"games": 8, "max_steps": 10},
+    "textworld": {},
+}
+# ``--budget minimal``: greedy episodes only, a handful of games and steps (what was left of a session's time).
+MINIMAL: dict[str, dict[str, Any]] = {
+    "alfworld": {"games": 6, "max_steps": 6, "kwargs": {"num_games": 6}},  # one game per task type
+    "webshop": {"games": 6, "max_steps": 6},
+    "scienceworld": {"games": 6, "max_steps": 6, "kwargs": {"max_admissible": 20}},
+    "search_qa": {"games": 6, "max_steps": 3},
+    "sokoban": {"games": 6, "max_steps": 6},
+    "textworld": {"games": 4, "max_steps": 4, "kwargs": {"num_games": 4}},
+}
+
+
 def run_family(name: str, spec: dict[str, Any], model, tok, model_cfg: ModelSection, *, smoke: bool,
-               label: str) -> dict[str, Any]:
+               label: str, greedy_only: bool = False) -> dict[str, Any]:
     env_spec = E.registered()[spec["env"]]
     missing = env_spec.missing()
     if missing:
@@ -101,13 +124,19 @@ def run_family(name: str, spec: dict[str, Any], model, tok, model_cfg: ModelSect
                             one_shot=rollout.one_shot)
     gen = HFGenerator(model, tok, dtype=model_cfg.dtype, stop_at_newline=rollout.stop_at_newline)
     collector = RolloutCollector(gen, builder, rollout, max_steps)
-    eval_cfg = EvalSection(games=games, episodes_per_game=1, temperature=1.0, greedy=True, seed=0)
+    eval_cfg = EvalSection(games=games, episodes_per_game=1, temperature=0.0 if greedy_only else 1.0,
+                           greedy=not greedy_only, seed=0)
     try:
         res = evaluate(collector, spec["env"], kwargs, eval_cfg, label=label)
     except Exception as exc:  # noqa: BLE001  (one family's failure must not lose the others' tables)
         return {"env": spec["env"], "skipped": f"{type(exc).__name__}: {exc}"}
+    if greedy_only:  # the one pass ran at temperature 0: it is the greedy row
+        table = PaperTable.from_dict(res["table"])
+        table.rows[0].label = f"{label} greedy"
+        res["table"], res["greedy"] = table.to_dict(), res["sampled"]
     res["settings"] = {"env_kwargs": kwargs, "max_steps": max_steps, "games": games,
-                       "rollout": spec["rollout"], "episodes_per_game": 1, "greedy": True}
+                       "rollout": spec["rollout"], "episodes_per_game": 1,
+                       "passes": ["greedy"] if greedy_only else ["sampled T=1.0", "greedy"]}
     return res
 
 
@@ -117,6 +146,8 @@ def main() -> None:
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--smoke", action="store_true", help="tiny model, 1 game, 1 step (wiring check)")
+    ap.add_argument("--budget", choices=("full", "reduced", "minimal"), default="full",
+                    help="full: the budgets of the module doc; reduced: REDUCED (a contended 2-core machine)")
     ap.add_argument("--out", type=Path, default=None, help="output stem (default bench/results/untrained_eval)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -129,12 +160,18 @@ def main() -> None:
     stem = args.out or (OUT / ("untrained_eval_smoke" if args.smoke else "untrained_eval"))
     stem.parent.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"model": model_name, "lora": False, "dtype": model_cfg.dtype,
-                               "threads": args.threads, "families": {}}
+                               "threads": args.threads, "budget": args.budget, "families": {}}
     t0 = time.perf_counter()
     for name in [f.strip() for f in args.families.split(",") if f.strip()]:
         t = time.perf_counter()
         print(f"[{name}] ...", flush=True)
-        res = run_family(name, FAMILIES[name], model, tok, model_cfg, smoke=args.smoke, label=label)
+        spec = dict(FAMILIES[name])
+        if args.budget != "full":
+            red = (REDUCED if args.budget == "reduced" else MINIMAL)[name]
+            spec.update({k: v for k, v in red.items() if k != "kwargs"})
+            spec["kwargs"] = {**spec["kwargs"], **red.get("kwargs", {})}
+        res = run_family(name, spec, model, tok, model_cfg, smoke=args.smoke, label=label,
+                         greedy_only=args.budget == "minimal")
         res["family_wall_s"] = time.perf_counter() - t
         results["families"][name] = res
         if "table" in res:
@@ -151,19 +188,24 @@ def main() -> None:
 
 def write(stem: Path, results: dict[str, Any]) -> None:
     stem.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str))
-    lines = [f"# Untrained {results['model']} (LoRA off): paper-style tables", "",
-             "One sampled episode (T=1.0) and one greedy episode per game; budgets and prompt settings per "
-             "family in the JSON (`settings`).", ""]
+    lines = [f"# Untrained {results['model']} (LoRA off): paper-style tables ({results['budget']} budget)", "",
+             ("One greedy episode per game" if results["budget"] == "minimal" else
+              "One sampled episode (T=1.0) and one greedy episode per game")
+             + "; budgets and prompt settings per family in the JSON (`settings`).", ""]
     for name, res in results["families"].items():
         lines.append(f"## {name} (`{res['env']}`)")
         lines.append("")
         if "table" in res:
             lines.append(PaperTable.from_dict(res["table"]).to_markdown(first="Model / decoding", title=False))
             s, g = res["sampled"], res.get("greedy", {})
-            lines.append(f"Invalid-action rate: sampled {100 * s['invalid_rate']:.1f} %, greedy "
-                         f"{100 * g.get('invalid_rate', float('nan')):.1f} %; mean episode length: sampled "
-                         f"{s['episode_len']:.1f}, greedy {g.get('episode_len', float('nan')):.1f}; "
-                         f"wall time {res['family_wall_s']:.0f} s.")
+            if res["settings"]["passes"] == ["greedy"]:
+                lines.append(f"Greedy only: invalid-action rate {100 * g['invalid_rate']:.1f} %, mean episode length "
+                             f"{g['episode_len']:.1f}; wall time {res['family_wall_s']:.0f} s.")
+            else:
+                lines.append(f"Invalid-action rate: sampled {100 * s['invalid_rate']:.1f} %, greedy "
+                             f"{100 * g.get('invalid_rate', float('nan')):.1f} %; mean episode length: sampled "
+                             f"{s['episode_len']:.1f}, greedy {g.get('episode_len', float('nan')):.1f}; "
+                             f"wall time {res['family_wall_s']:.0f} s.")
         else:
             lines.append(f"skipped: {res['skipped']}")
         lines.append("")
