@@ -137,3 +137,14 @@ def test_value_features_read_the_right_positions(tiny_policy):
     torch.testing.assert_close(tok[0], full[4:7], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(turn[0][0], full[4], atol=1e-4, rtol=1e-4)
     torch.testing.assert_close(tok[1][0], turn[1][0], atol=1e-4, rtol=1e-4)
+
+
+def test_value_head_leaves_the_rng_stream_alone():
+    from slea.policy.value import ValueHead
+
+    torch.manual_seed(3)
+    ref = torch.rand(3)
+    torch.manual_seed(3)
+    head = ValueHead(16)
+    assert torch.equal(torch.rand(3), ref)
+    assert float(head(torch.randn(2, 16)).abs().sum()) == 0.0  # zero-initialised

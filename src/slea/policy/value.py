@@ -35,7 +35,10 @@ class ValueHead(torch.nn.Module):
 
     def __init__(self, hidden: int):
         super().__init__()
-        self.linear = torch.nn.Linear(hidden, 1)
+        # Built without touching the global RNG: a critic must not change the run's sampling stream, so PPO and
+        # the critic-free algorithms of one seed evaluate the untrained policy on identical samples.
+        with torch.random.fork_rng(devices=[]):
+            self.linear = torch.nn.Linear(hidden, 1)
         torch.nn.init.zeros_(self.linear.weight)
         torch.nn.init.zeros_(self.linear.bias)
 
