@@ -275,8 +275,10 @@ def plot_compare(runs: list[SubRun], out: Path, points: int = 50) -> None:
 
     algos = list(dict.fromkeys(r.algorithm for r in runs))
     data = {(r.algorithm, r.seed): env_step_curve(read_metrics(r.dir / "metrics.jsonl")) for r in runs}
-    fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
-    for ax, key, title in ((axes[0], "train/success", "train success"), (axes[1], "train/return", "mean return")):
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    panels = ((axes[0], "train/success", "train success", (0.0, 1.0)),
+              (axes[1], "train/return", "mean return", (-math.inf, math.inf)))
+    for ax, key, title, (lo_y, hi_y) in panels:
         for algo in algos:
             curves = [data[(r.algorithm, r.seed)] for r in runs if r.algorithm == algo]
             curves = [(x, ys[key]) for x, ys in curves if x.size]
@@ -290,7 +292,8 @@ def plot_compare(runs: list[SubRun], out: Path, points: int = 50) -> None:
             line = ax.plot(grid, mean, marker="o" if grid.size == 1 else None, label=f"{algo} (n={len(curves)})")
             if len(curves) > 1:
                 half = 1.96 * np.nanstd(ys, axis=0, ddof=1) / math.sqrt(len(curves))
-                ax.fill_between(grid, mean - half, mean + half, alpha=0.2, color=line[0].get_color())
+                ax.fill_between(grid, np.clip(mean - half, lo_y, hi_y), np.clip(mean + half, lo_y, hi_y), alpha=0.15,
+                                color=line[0].get_color())
         ax.set_title(f"{title} (mean over seeds, 95% CI)")
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
