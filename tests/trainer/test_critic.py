@@ -147,4 +147,18 @@ def test_value_head_leaves_the_rng_stream_alone():
     torch.manual_seed(3)
     head = ValueHead(16)
     assert torch.equal(torch.rand(3), ref)
-    assert float(head(torch.randn(2, 16)).abs().sum()) == 0.0  # zero-initialised
+    assert float(head(torch.randn(2, 16)).detach().abs().sum()) == 0.0  # zero-initialised
+
+
+def test_value_features_shared_prefix_equals_plain(tiny_policy):
+    from slea.policy.value import value_features
+
+    model, _ = tiny_policy
+    system = list(range(40, 70))
+    prompts = [system + [5, 6], system + [7], system + [5, 6]]  # copies of a task share whole prompts
+    responses = [[20, 21, 22], [30], [23, 24]]
+    for level in ("token", "turn"):
+        shared = value_features(model, prompts, responses, level, micro_batch=3)
+        plain = value_features(model, prompts, responses, level, micro_batch=3, share_prefix=False)
+        for a, b in zip(shared, plain):
+            torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from slea.policy.generation import autocast, left_pad
+from slea.policy.generation import autocast, left_pad, shared_prefix
 
 Positions = Literal["token", "turn"]
 
@@ -60,19 +60,24 @@ def backbone(model):
     return base.model
 
 
+def _config(model):
+    return getattr(model, "config", None) or _base(model).config
+
+
 def hidden_size(model) -> int:
-    cfg = getattr(model, "config", None) or _base(model).config
-    return int(cfg.hidden_size)
+    return int(_config(model).hidden_size)
 
 
 @torch.no_grad()
 def value_features(model, prompts: list[list[int]], responses: list[list[int]], positions: Positions, *,
-                   micro_batch: int = 8, dtype: str = "float32", pad_id: int = 0) -> list[torch.Tensor]:
+                   micro_batch: int = 8, dtype: str = "float32", pad_id: int = 0,
+                   share_prefix: bool = True) -> list[torch.Tensor]:
     """Last-layer hidden states where the values are read: per row a ``(L_i, H)`` float32 tensor
     (``positions="token"``, ``L_i = len(response)``) or ``(1, H)`` (``"turn"``). See the module docstring.
 
     Only the tokens up to the last position needed are run (the last response token is never input), in
-    micro-batches, under the configured autocast precision, without the LM head.
+    micro-batches, under the configured autocast precision, without the LM head; with ``share_prefix`` the
+    token prefix common to a micro-batch runs once (its KV cache fanned out), with the same result.
     """
     if positions not in ("token", "turn"):
         raise ValueError(f"positions must be 'token' or 'turn', got {positions!r}")
@@ -91,11 +96,27 @@ def value_features(model, prompts: list[list[int]], responses: list[list[int]], 
                 keep = [1] * len(ps)
             if any(not s for s in seqs):
                 raise ValueError("a row has an empty prompt: no position to read its value at")
-            ids, attn = left_pad(seqs, pad_id)
-            pos = (attn.cumsum(-1) - 1).clamp(min=0)
             k = max(max(keep), 1)
+            # The prefix common to the rows (system message, example exchange) runs once and its KV cache is
+            # fanned out, as in the training forward; it stops before the first position any row reads.
+            prefix = 0
+            if share_prefix and len(seqs) > 1:
+                prefix = min(shared_prefix(seqs), *(len(q) - max(n, 1) for q, n in zip(seqs, keep)))
+            ids, attn = left_pad([q[prefix:] for q in seqs], pad_id)
             with autocast(dtype):
-                hid = dec(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
+                if prefix > 0:
+                    from transformers import DynamicCache
+
+                    cache = dec(input_ids=torch.tensor([seqs[0][:prefix]]), position_ids=torch.arange(prefix)[None],
+                                cache=DynamicCache(config=_config(model)), use_cache=True).cache
+                    cache.batch_repeat_interleave(len(seqs))
+                    full = torch.cat([torch.ones(len(seqs), prefix, dtype=attn.dtype), attn], dim=1)
+                    pos = prefix + (attn.cumsum(-1) - 1).clamp(min=0)
+                    hid = dec(input_ids=ids, attention_mask=full, position_ids=pos, cache=cache,
+                              use_cache=True).last_hidden_state
+                else:
+                    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+                    hid = dec(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state
             hid = hid[:, -k:].float()
             for row, n in zip(hid, keep):
                 out.append(row[k - n:].clone() if n else row[:0].clone())
