@@ -88,8 +88,8 @@ def main() -> None:
                         ("later_turn_32_distinct", prompts(builder, rng, 4, 8, later=True))):
         ptoks = sum(len(p) for p in batch)
         gen.generate(batch[:2], max_new_tokens=4)  # warm-up
-        ours = timed(lambda: gen.generate(batch, max_new_tokens=10), args.reps)
-        base = timed(lambda: hf_generate(model, tok, batch, 10, dtype), args.reps)
+        ours = timed(lambda b=batch: gen.generate(b, max_new_tokens=10), args.reps)
+        base = timed(lambda b=batch: hf_generate(model, tok, b, 10, dtype), args.reps)
         results[f"generation/{name}"] = {"prompt_tokens": ptoks, "slea_s": ours, "hf_generate_s": base,
                                          "speedup": base / ours}
     # Training: 16 samples shaped like rollout rows (shared system prefix, ~300-token prompts, ~5-token answers).

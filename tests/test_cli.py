@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def slea(*args, cwd=None):
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    return subprocess.run([sys.executable, "-m", "slea.cli", *args], capture_output=True, text=True, cwd=cwd,
-                          env=env, timeout=600)
+    return subprocess.run([sys.executable, "-m", "slea.cli", *args], check=False, capture_output=True, text=True,
+                          cwd=cwd, env=env, timeout=600)
 
 
 def test_config_error_exit_code_2_names_the_key(tmp_path):

@@ -37,7 +37,7 @@ def test_generation_rows_stop_and_logprobs_match_training_forward(tiny_policy):
 
 
 def test_response_logprobs_equal_unpadded_full_forward(tiny_policy):
-    model, tok = tiny_policy
+    model, _ = tiny_policy
     samples = [Sample([3, 4, 5, 6, 7], [8, 9], [0.0, 0.0], 1.0), Sample([10, 11], [12, 13, 14], [0.0] * 3, 1.0)]
     logp, mask = response_logprobs(model, samples, temperature=0.7, dtype="float32")
     for row, s in enumerate(samples):

@@ -1,4 +1,3 @@
-import json
 import random
 
 import numpy as np
@@ -83,4 +82,3 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     (path / "state.json").write_text("{not json")
     with pytest.raises(ValueError, match="unreadable"):
         ckpt.load_checkpoint(path, net)
-    assert json.loads  # keep import used

@@ -431,15 +431,9 @@ class ALFWorldEnv(TextEnv):
 
     def _step(self, action: str) -> StepResult:
         if self._game < 0:
-            return (
-                self._last_obs,
-                0.0,
-                False,
-                False,
-                {"invalid": True, "error": "Call reset() before step()."},
-            )
+            return self._reject("Call reset() before step().")
         if self._won:
-            return self._last_obs, 0.0, False, False, {"invalid": True, "error": "The episode is over."}
+            return self._reject("The episode is over.")
         cmd = normalize_command(action)
         admissible = self._admissible or []
         if cmd not in admissible:

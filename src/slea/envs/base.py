@@ -88,6 +88,11 @@ class TextEnv(gym.Env):
         info.setdefault("invalid", False)
         return obs, float(reward), bool(terminated), bool(truncated), self._fill(info)
 
+    def _reject(self, why: str) -> StepResult:
+        """What a family's ``_step`` returns for an action it refuses (no reset yet, episode over, ...):
+        the same observation, no reward, ``invalid`` with the reason."""
+        return self._last_obs, 0.0, False, False, {"invalid": True, "error": why}
+
     def _invalid(self, why: str) -> StepResult:
         info = self._fill({"invalid": True, "error": why})
         return self._last_obs, 0.0, False, False, info

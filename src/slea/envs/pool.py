@@ -185,18 +185,11 @@ class EnvPool:
             return self._env(i).reset(seed=seed, options=options)
         self._count("calls")
         for attempt in range(2):
-            try:
-                env = self._env(i)
-                return call_with_timeout(lambda e=env: e.reset(seed=seed, options=options),
-                                         self.reset_timeout_s, f"reset of env {i}")
-            except EnvCallTimeout as exc:
-                kind = "timeout"
-                self._count("reset_timeouts")
-                self.last_error = str(exc)
-            except Exception as exc:  # noqa: BLE001
-                kind = "error"
-                self._count("reset_errors")
-                self.last_error = f"reset of env {i}: {type(exc).__name__}: {exc}"
+            ok, out = self._guarded(i, "reset", lambda e: e.reset(seed=seed, options=options),
+                                    self.reset_timeout_s, "reset_timeouts", "reset_errors")
+            if ok:
+                return out
+            kind = out
             self.restart(i)
             if attempt == 0:
                 self._count("calls")
@@ -205,23 +198,32 @@ class EnvPool:
         return "", {"fault": kind, "error": self.last_error, "goal": "", "admissible_actions": None,
                     "task_type": "", "won": False}
 
+    def _guarded(self, i: int, what: str, call, timeout_s, timeout_key: str, error_key: str):
+        """Run ``call(env_i)`` under the timeout: ``(True, result)``, or ``(False, "timeout"|"error")`` with the
+        fault counted and described in ``last_error``."""
+        try:
+            env = self._env(i)
+            return True, call_with_timeout(lambda: call(env), timeout_s, f"{what} of env {i}")
+        except EnvCallTimeout as exc:
+            self._count(timeout_key)
+            self.last_error = str(exc)
+            return False, "timeout"
+        except Exception as exc:  # noqa: BLE001  (any engine failure is a fault to survive)
+            self._count(error_key)
+            self.last_error = f"{what} of env {i}: {type(exc).__name__}: {exc}"
+            return False, "error"
+
     def step_one(self, i: int, action: str) -> StepResult:
         """Execute one env step. The only place an env is stepped: the per-step timeout and the fault
         handling live here (a fault ends the episode as truncated and rebuilds the env)."""
         if not self.handle_faults:
             return self._env(i).step(action)
         self._count("calls")
-        try:
-            env = self._env(i)
-            return call_with_timeout(lambda: env.step(action), self.step_timeout_s, f"step of env {i}")
-        except EnvCallTimeout as exc:
-            kind = "timeout"
-            self._count("env_timeouts")
-            self.last_error = str(exc)
-        except Exception as exc:  # noqa: BLE001
-            kind = "error"
-            self._count("env_errors")
-            self.last_error = f"step of env {i}: {type(exc).__name__}: {exc}"
+        ok, out = self._guarded(i, "step", lambda e: e.step(action), self.step_timeout_s, "env_timeouts",
+                                "env_errors")
+        if ok:
+            return out
+        kind = out
         self.restart(i)
         obs, info = self.last[i] if self.last[i] is not None else ("", {})
         info = {k: v for k, v in info.items() if k not in ("invalid", "error")}

@@ -478,15 +478,9 @@ class ScienceWorldEnv(TextEnv):
 
     def _step(self, action: str) -> StepResult:
         if self._episode < 0:
-            return (
-                self._last_obs,
-                0.0,
-                False,
-                False,
-                {"invalid": True, "error": "Call reset() before step()."},
-            )
+            return self._reject("Call reset() before step().")
         if self._done:
-            return self._last_obs, 0.0, False, False, {"invalid": True, "error": "The episode is over."}
+            return self._reject("The episode is over.")
         server = self._engine.server
         action = normalize_command(action)
         raw = str(server.step(action))

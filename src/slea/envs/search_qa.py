@@ -367,15 +367,9 @@ class SearchQAEnv(TextEnv):
 
     def _step(self, action: str) -> StepResult:
         if self._item is None:
-            return (
-                self._last_obs,
-                0.0,
-                False,
-                False,
-                {"invalid": True, "error": "Call reset() before step()."},
-            )
+            return self._reject("Call reset() before step().")
         if self._done:
-            return self._last_obs, 0.0, False, False, {"invalid": True, "error": "The episode is over."}
+            return self._reject("The episode is over.")
         parsed = parse_action(action)
         if parsed is None or not parsed[1]:
             why = "no <search> or <answer> tag" if parsed is None else f"empty <{parsed[0]}>"

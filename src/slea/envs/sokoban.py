@@ -480,15 +480,9 @@ class SokobanEnv(TextEnv):
 
     def _step(self, action: str) -> StepResult:
         if self._room is None:
-            return (
-                self._last_obs,
-                0.0,
-                False,
-                False,
-                {"invalid": True, "error": "Call reset() before step()."},
-            )
+            return self._reject("Call reset() before step().")
         if self._done:
-            return self._last_obs, 0.0, False, False, {"invalid": True, "error": "The episode is over."}
+            return self._reject("The episode is over.")
         name = normalize_action(action)
         if name is None:
             return (

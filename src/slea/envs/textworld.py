@@ -595,12 +595,12 @@ class TextWorldEnv(TextEnv):
 
     def _step(self, action: str) -> StepResult:
         if self._game_index < 0:
-            return self._invalid_result("Call reset() before step().")
+            return self._reject("Call reset() before step().")
         if self._done:
-            return self._invalid_result("The episode is over; call reset().")
+            return self._reject("The episode is over; call reset().")
         cmd = normalize_command(action)
         if cmd not in (self._admissible or []):
-            return self._invalid_result("That is not a valid command here.")
+            return self._reject("That is not a valid command here.")
         gs, score, _ = self._tw.step(cmd)
         self._actions.append(cmd)
         score = float(score or 0)
@@ -615,9 +615,6 @@ class TextWorldEnv(TextEnv):
             reward = delta / self._max_score if self._max_score > 0 else 0.0
         obs = clean_observation(gs.get("feedback") or "")
         return obs, reward, self._done, False, {"invalid": False}
-
-    def _invalid_result(self, why: str) -> StepResult:
-        return self._last_obs, 0.0, False, False, {"invalid": True, "error": why}
 
     def _info_defaults(self) -> dict[str, Any]:
         info: dict[str, Any] = {

@@ -210,24 +210,21 @@ class WebShopEnv(TextEnv):
         return SEP.join(parts)
 
     # -- acting ---------------------------------------------------------------------------------------------
-    def _bad(self, why: str) -> StepResult:
-        return self._last_obs, 0.0, False, False, {"invalid": True, "error": why}
-
     def _step(self, action: str) -> StepResult:
         if self._task is None:
-            return self._bad("Call reset() before step().")
+            return self._reject("Call reset() before step().")
         s = self._s
         if s["done"]:
-            return self._bad("The episode is over; call reset().")
+            return self._reject("The episode is over; call reset().")
         parsed = parse_action(action)
         if parsed is None:
-            return self._bad(_HINT)
+            return self._reject(_HINT)
         kind, arg = parsed
         if kind == "search":
             if s["page"] != "search":
-                return self._bad("There is no search bar on this page: click[back to search] first.")
+                return self._reject("There is no search bar on this page: click[back to search] first.")
             if not arg:
-                return self._bad("Empty search: write search[<query>].")
+                return self._reject("Empty search: write search[<query>].")
             s.update(
                 page="results",
                 query=arg,
@@ -239,7 +236,7 @@ class WebShopEnv(TextEnv):
             )
             return self._render(), 0.0, False, False, {}
         if arg not in self.clickables() or arg == "search":
-            return self._bad(f"'{arg}' is not clickable on this page. " + _HINT)
+            return self._reject(f"'{arg}' is not clickable on this page. " + _HINT)
         page, reward, done = s["page"], 0.0, False
         if arg == "back to search":
             s.update(page="search", query="", results=[], page_no=1, asin=None, options={}, tab=None)
@@ -488,23 +485,20 @@ class WebShopServerEnv(TextEnv):
     def clickables(self) -> list[str]:
         return [c for c in (self._page.clicks if self._page else {}) if c != "search"]
 
-    def _bad(self, why: str) -> StepResult:
-        return self._last_obs, 0.0, False, False, {"invalid": True, "error": why}
-
     def _step(self, action: str) -> StepResult:
         if self._page is None:
-            return self._bad("Call reset() before step().")
+            return self._reject("Call reset() before step().")
         if self._done:
-            return self._bad("The episode is over; call reset().")
+            return self._reject("The episode is over; call reset().")
         parsed = parse_action(action)
         if parsed is None:
-            return self._bad(_HINT)
+            return self._reject(_HINT)
         kind, arg = parsed
         page = self._page
         try:
             if kind == "search":
                 if page.search is None or not arg:
-                    return self._bad(
+                    return self._reject(
                         "There is no search bar on this page: click[back to search] first."
                         if page.search is None
                         else "Empty search: write search[<query>]."
@@ -517,11 +511,11 @@ class WebShopServerEnv(TextEnv):
                 ):  # newer templates: "< back to results"/"...item page"
                     arg = next((c for c in page.clicks if c.startswith("<")), arg)
                 if arg not in page.clicks or arg == "search":
-                    return self._bad(f"'{arg}' is not clickable on this page. " + _HINT)
+                    return self._reject(f"'{arg}' is not clickable on this page. " + _HINT)
                 method, url, data = page.clicks[arg]
                 self._fetch(method, url, data)
         except (urllib.error.URLError, OSError) as exc:
-            return self._bad(f"WebShop server error: {exc}")
+            return self._reject(f"WebShop server error: {exc}")
         reward = 0.0
         if self._page is not None and self._page.reward_text is not None:
             nums = re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", self._page.reward_text)

@@ -82,7 +82,6 @@ class RolloutCollector:
         t0 = time.perf_counter()
         first = pool.reset(seeds)
         stats.env_s += time.perf_counter() - t0
-        n = len(first)
         trajs = [Trajectory(group_id=pool.group_of(i), traj_id=traj_offset + i, seed=seeds[pool.group_of(i)],
                             goal=str(info.get("goal", "")), task_type=str(info.get("task_type", "")))
                  for i, (_, info) in enumerate(first)]
