@@ -152,9 +152,15 @@ def test_info_keys_and_clean_observation(tw_env):
         num_games=1,
         cache_dir=tw_env.cache_dir,
         drop_meta=False,
+        goal_in_observation=True,
     )
-    assert "look" in raw.reset(seed=0)[1]["admissible_actions"]
+    raw_obs, raw_info = raw.reset(seed=0)
+    assert "look" in raw_info["admissible_actions"]
     raw.close()
+    # The goal is info["goal"], not repeated at the head of the first observation (unless asked for).
+    obs0, info0 = tw_env.reset(seed=0)
+    assert raw_obs.startswith(info0["goal"]) and not obs0.startswith(info0["goal"][:20])
+    assert raw_obs.endswith(obs0) and "-= " in obs0
 
 
 @pytest.mark.parametrize("split,game", [("train", 0), ("train", 1), ("heldout", 0)])

@@ -470,6 +470,9 @@ class TextWorldEnv(TextEnv):
             game generates every missing game of the split, in one child process), ``True``/``"all"`` (in
             the constructor), ``False``/``"lazy"`` (only the game a reset needs).
         game_files: play these compiled games instead of generated ones (tasks/split are then ignored).
+        goal_in_observation: keep the objective at the head of the first observation, as the engine prints
+            it. Off by default: the goal is ``info["goal"]`` and the prompt shows it once already; repeated,
+            it costs ~80 prompt tokens per step and pushes the room's exits past the observation clip.
     """
 
     def __init__(
@@ -482,6 +485,7 @@ class TextWorldEnv(TextEnv):
         drop_meta: bool = True,
         prepare: bool | str = "on_miss",
         game_files: Sequence[str | Path] | None = None,
+        goal_in_observation: bool = False,
     ) -> None:
         super().__init__()
         if reward not in ("win", "score"):
@@ -491,6 +495,7 @@ class TextWorldEnv(TextEnv):
         self.split = split
         self.reward_mode = reward
         self.drop_meta = drop_meta
+        self.goal_in_observation = goal_in_observation
         self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
         self._files: list[Path] | None = None
         if game_files is not None:
@@ -585,7 +590,10 @@ class TextWorldEnv(TextEnv):
         self._walkthrough = [c for c in walkthrough if not (self.drop_meta and _is_meta(c))]
         self._won, self._lost, self._done = bool(gs.get("won")), bool(gs.get("lost")), False
         self._admissible = self._filter(gs.get("admissible_commands"))
-        return clean_observation(gs.get("feedback") or ""), {}
+        obs = clean_observation(gs.get("feedback") or "")
+        if not self.goal_in_observation and self._goal and obs.startswith(self._goal):
+            obs = obs[len(self._goal):].lstrip()
+        return obs, {}
 
     def _filter(self, commands: Sequence[str] | None) -> list[str]:
         cmds = list(commands or [])

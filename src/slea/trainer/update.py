@@ -135,7 +135,10 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
     for done, mini in enumerate(minis):
         if progress is not None:
             progress(done, n_mini)
-        rows = [samples[i] for i in mini]
+        # Micro-batches of prompt-sorted rows: rows of one game sit together, so each micro-batch shares a
+        # longer token prefix (system, example, goal, often the whole turn-0 prompt) and pads less. The
+        # gradient is the same sum over the mini-batch whatever the grouping.
+        rows = sorted((samples[i] for i in mini), key=lambda s: (s.prompt_ids, s.response_ids))
         mini_tokens = sum(len(s.response_ids) for s in rows)
         optimizer.zero_grad(set_to_none=True)
         metrics_acc: dict[str, float] = {}
