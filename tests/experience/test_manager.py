@@ -59,6 +59,21 @@ def test_gates_warmup_min_entries_and_mode_off(tmp_path):
     few.close()
 
 
+def test_fallback_threshold_is_the_config_key(tmp_path):
+    """Eq.2 (a cluster with no linked entries) keeps library-wide matches above experience.fallback_threshold."""
+    novel = "-= Pantry =-\nA pantry: the kitchen fridge stands open, milk inside, an apple on the shelf."
+    found = {}
+    for thr in (0.0, 1.0):
+        m = ExperienceManager(cfg(warmup_iters=0, min_entries=1, fallback_threshold=thr), tmp_path / f"{thr}.sqlite")
+        assert m.retriever.fallback_threshold == thr
+        m.evolve(batch(m), 0)
+        r = m.retrieve(novel, task_type="tw", goal="Drink the milk", iteration=1)
+        found[thr] = (r.entry_ids, m.stats["fallbacks"])
+        m.close()
+    assert found[0.0][0] and found[0.0][1] == 1  # every entry clears a zero threshold
+    assert found[1.0] == ([], 0)  # none can exceed a similarity of 1
+
+
 def test_evolve_metrics_rate_limits_and_links(tmp_path):
     m = ExperienceManager(cfg(k_strat=2, k_warn=1), tmp_path / "lib.sqlite")
     met = m.evolve(batch(m), 0)

@@ -32,7 +32,7 @@ class RetrievalResult:
 class ExperienceManager:
     def __init__(self, cfg: ExperienceSection, path: str | Path | None = None,
                  generate_text: GenerateText | None = None, *,
-                 count_tokens: Callable[[str], int] | None = None, fallback_threshold: float = 0.5) -> None:
+                 count_tokens: Callable[[str], int] | None = None) -> None:
         self.cfg = cfg
         self.path = Path(path) if path is not None else None
         self.generate_text = generate_text
@@ -43,7 +43,7 @@ class ExperienceManager:
                                                   max_clusters=cfg.max_clusters)
         self.retriever = Retriever(self.library, top_k_pos=cfg.top_k_pos, top_k_neg=cfg.top_k_neg,
                                    max_tokens=cfg.max_tokens,
-                                   fallback_threshold=getattr(cfg, "fallback_threshold", fallback_threshold),
+                                   fallback_threshold=cfg.fallback_threshold,
                                    count_tokens=count_tokens)
         self.rule = RuleExtractor()
         self.stats: dict[str, float] = {"retrievals": 0, "retrieved": 0, "fallbacks": 0, "gated": 0}
