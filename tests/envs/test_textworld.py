@@ -15,6 +15,7 @@ pytest.importorskip("textworld")
 
 from slea.envs import make
 from slea.envs import textworld as tw
+from slea.envs import textworld_games
 
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 
@@ -270,7 +271,7 @@ def test_prepare_modes_batch_missing_games(tw_cache, tmp_path, monkeypatch):
             out.write_bytes(src.read_bytes())
             out.with_suffix(".json").write_bytes(src.with_suffix(".json").read_bytes())
 
-    monkeypatch.setattr(tw, "_generate", fake_generate)
+    monkeypatch.setattr(textworld_games, "_generate", fake_generate)  # where ensure_games looks it up
     kwargs = {"tasks": tw_cache["tasks"], "num_games": 2}
     lazy = tw.TextWorldEnv(cache_dir=tmp_path / "lazy", prepare="lazy", **kwargs)
     assert calls == []  # nothing made in the constructor

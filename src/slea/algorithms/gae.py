@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from slea.algorithms.advantages import index_rows
+from slea.algorithms.rows import index_rows
 
 __all__ = ["gae", "masked_whiten", "token_gae", "turn_gae"]
 

@@ -31,9 +31,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from slea.algorithms.advantages import compute_advantages, index_rows, value_level
+from slea.algorithms.advantages import compute_advantages, value_level
 from slea.algorithms.gae import token_gae
 from slea.algorithms.losses import value_loss
+from slea.algorithms.rows import index_rows
 from slea.policy.value import ValueHead, hidden_size, value_features
 from slea.trainer.update import Sample
 from slea.types import Step, Trajectory, columns, flatten
