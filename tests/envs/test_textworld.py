@@ -13,9 +13,8 @@ import pytest
 
 pytest.importorskip("textworld")
 
-from slea.envs import make
+from slea.envs import make, textworld_games
 from slea.envs import textworld as tw
-from slea.envs import textworld_games
 
 OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east"}
 
