@@ -23,6 +23,11 @@ def test_config_error_exit_code_2_names_the_key(tmp_path):
     assert "rollout.grups" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     r = slea("train", "--set", "train.lr=-1")
     assert r.returncode == 2 and "train.lr" in r.stderr
+    # a value only the model can check (the tiny model has 2 layers): still one line and exit code 2
+    r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", "model.lora_layers=5", "--set",
+             f"run.dir={tmp_path / 'run'}")
+    assert r.returncode == 2, r.stderr[-2000:]
+    assert "model.lora_layers" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_envs_lists_textworld():

@@ -51,7 +51,13 @@ def train(
     from slea.trainer.guards import RunHalted
     from slea.trainer.rl import Trainer
 
-    trainer = Trainer(cfg, console=console)
+    try:
+        trainer = Trainer(cfg, console=console)
+    except ValueError as exc:  # a value only checkable against the model (e.g. model.lora_layers): one line
+        if str(exc).split(".", 1)[0] not in type(cfg).model_fields:
+            raise
+        err.print(f"config error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     console.print(f"run folder: {trainer.dir}")
     try:
         summary = trainer.fit(resume=resume is not None)

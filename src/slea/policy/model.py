@@ -109,7 +109,9 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None):
     ``adapter_dir`` loads saved adapter (or full) weights from a checkpoint, safetensors only.
     """
     from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
 
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per load clutters logs and error output
     path = resolve(model_cfg.name_or_path)
     tok = load_tokenizer(model_cfg.tokenizer or model_cfg.name_or_path)
     # safetensors only: never unpickle a weights file (a pytorch_model.bin is refused)
@@ -123,13 +125,29 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None):
         if not targets:
             raise ValueError(f"model.lora_targets: none of {model_cfg.lora_targets} is a module of this model")
         lcfg = LoraConfig(r=model_cfg.lora_r, lora_alpha=model_cfg.lora_alpha,
-                          lora_dropout=model_cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM")
+                          lora_dropout=model_cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM",
+                          layers_to_transform=lora_layer_indices(model_cfg.lora_layers,
+                                                                 model.config.num_hidden_layers))
         model = get_peft_model(model, lcfg)
     if adapter_dir is not None:
         from slea.trainer.checkpoint import load_trainable
 
         load_trainable(model, adapter_dir)
     return model, tok
+
+
+def lora_layer_indices(spec: int | list[int] | None, num_layers: int) -> list[int] | None:
+    """``model.lora_layers`` as layer indices: None = every layer, N = the last N, a list = itself."""
+    if spec is None:
+        return None
+    if isinstance(spec, int):
+        if not 1 <= spec <= num_layers:
+            raise ValueError(f"model.lora_layers: {spec} is not a layer count in 1..{num_layers}")
+        return list(range(num_layers - spec, num_layers))
+    bad = [i for i in spec if not 0 <= i < num_layers]
+    if bad or not spec:
+        raise ValueError(f"model.lora_layers: {bad or spec} not layer indices in 0..{num_layers - 1}")
+    return sorted(set(spec))
 
 
 def trainable_state(model) -> dict[str, torch.Tensor]:
