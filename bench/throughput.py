@@ -5,7 +5,7 @@ Generation: slea's engine (shared-prefix + duplicate-prompt prefill reuse) vs ``
 same rollout-like prompts (4 tasks x 8 copies, the default's turn-0 batch, and a mixed later-turn batch).
 Training: slea's update forward/backward (LM head on response positions only, shared prefix) vs the same
 model and samples with the head over every position and no prefix sharing (what TRL's GRPOTrainer does on CPU,
-reference/trl-baseline.md). Writes bench/results/throughput.json and prints a table.
+reference/trl-baseline.md); and adapters on the top 15 layers only vs on all 30. Writes bench/results/throughput.json and prints a table.
 
     .venv/bin/python bench/throughput.py [--model embedded] [--reps 2]
 """
@@ -119,14 +119,23 @@ def main() -> None:
     results["training/16x~300tok"] = {"tokens": tokens, "slea_s": ours, "slea_tok_s": tokens / ours,
                                       "full_logits_s": base, "full_logits_tok_s": tokens / base,
                                       "speedup": base / ours}
+    # The same step with adapters on the top 15 of 30 layers only (model.lora_layers: 15, the default preset):
+    # no backward through the frozen bottom half. Baseline: adapters on every layer (the line above).
+    model = load_policy(ModelSection(name_or_path=args.model, lora=True, lora_layers=15))[0]
+    step(ours_fwd)  # warm-up
+    top = timed(lambda: step(ours_fwd), args.reps)
+    results["training/16x~300tok, LoRA top 15 layers"] = {
+        "tokens": tokens, "slea_s": top, "slea_tok_s": tokens / top, "all_layers_s": ours,
+        "all_layers_tok_s": tokens / ours, "speedup": ours / top}
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.write_text(json.dumps({"model": args.model, "threads": args.threads, "results": results}, indent=2))
     print(f"{'measurement':36s} {'slea':>10s} {'baseline':>10s} {'speedup':>8s}")
     for key, r in results.items():
-        base_s = r.get("hf_generate_s", r.get("full_logits_s"))
+        base_s = r.get("hf_generate_s", r.get("full_logits_s", r.get("all_layers_s")))
         print(f"{key:36s} {r['slea_s']:9.2f}s {base_s:9.2f}s {r['speedup']:7.2f}x")
     t = results["training/16x~300tok"]
-    print(f"training tokens/s: slea {t['slea_tok_s']:.0f}, full-logits baseline {t['full_logits_tok_s']:.0f}")
+    print(f"training tokens/s: slea {t['slea_tok_s']:.0f}, full-logits baseline {t['full_logits_tok_s']:.0f}, "
+          f"LoRA on the top 15 layers {results['training/16x~300tok, LoRA top 15 layers']['slea_tok_s']:.0f}")
 
 
 if __name__ == "__main__":

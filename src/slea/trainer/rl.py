@@ -277,8 +277,8 @@ class Trainer:
         rows = self.log.rows()
         evals = {}
         if before is not None:
-            evals["held-out before"] = before["sampled"]["success"]
-        evals["held-out after"] = after["sampled"]["success"]
+            evals["held-out before (sampled)"] = before["sampled"]["success"]
+        evals["held-out after (sampled)"] = after["sampled"]["success"]
         plot_curves(rows, self.dir / "curves.png", evals)
         self.log.close()
         if self.experience is not None:

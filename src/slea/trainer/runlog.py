@@ -86,8 +86,8 @@ def plot_curves(rows: list[dict[str, Any]], out: Path, evals: dict[str, float] |
         ax.set_xlabel("iteration")
         ax.grid(alpha=0.3)
     if evals:
-        for label, val in evals.items():
-            axes[0].axhline(val, linestyle="--", alpha=0.6, label=label)
+        for (label, val), color in zip(evals.items(), ("tab:gray", "tab:green", "tab:red", "tab:purple")):
+            axes[0].axhline(val, linestyle="--", alpha=0.8, color=color, label=f"{label}: {val:.2f}")
         axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
