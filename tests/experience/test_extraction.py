@@ -13,6 +13,7 @@ from slea.experience.extraction import (
     parse_llm_list,
     select,
     split_outcomes,
+    summarize_goal,
     summarize_observation,
 )
 from slea.types import Step, Trajectory
@@ -66,6 +67,20 @@ def test_rule_warnings_from_invalid_repeated_and_last_actions():
     assert inv.clusters == [100]
     tr = make_traj(4, ["look", "look"], [0, 0], truncated=True)
     assert any(c.level == "principle" and "ran out of steps" in c.text for c in RuleExtractor().warnings(tr))
+
+
+def test_summarize_goal_keeps_the_task_and_drops_the_framing():
+    tw = ("Hey, thanks for coming over to the TextWorld today, there is something I need you to do for me. First "
+          "off, if it's not too much trouble, I need you to make an effort to take a trip south. After that, pick "
+          "up the coin. Alright, thanks!")
+    assert summarize_goal(tw) == "take a trip south; pick up the coin"
+    assert summarize_goal("Welcome to TextWorld! Your task for today is to pick up the key from the floor.") == (
+        "pick up the key from the floor")
+    assert summarize_goal("Drink the milk") == "drink the milk"
+    assert summarize_goal("Welcome!") == "welcome"  # nothing but framing: keep what there is
+    assert summarize_goal("") == "the task"
+    long = summarize_goal("Put " + "the red apple and " * 10 + "the pear in the fridge.", max_chars=40)
+    assert len(long) <= 41 and long.endswith("…") and not long[:-1].endswith(" ")
 
 
 def test_summarize_observation():

@@ -97,6 +97,41 @@ def summarize_observation(obs: str, max_chars: int = 90) -> str:
     return sanitize(out, max_chars + 1)
 
 
+# Framing around a task statement (TextWorld's goals open with a greeting and hedge every step): sentences made
+# only of it are dropped, and it is cut from the head of what remains, so summaries start with the task itself.
+_FILLER_SENTENCE = re.compile(
+    r"^(?:hey|hi|hello|welcome|thanks|thank you|alright|okay|ok|that's it|that's all|good luck|"
+    r"it's time to|get ready|are you ready|here is your task|you are now playing|this is)\b", re.IGNORECASE)
+_FILLER_HEAD = re.compile(
+    r"^(?:(?:your|the|today's) (?:task|objective|goal|mission)(?: for today)? is to|"
+    r"(?:first(?: off| of all| step)?|then|after that|next|once you've done that|with that done|that done),?|"
+    r"if it's not too much trouble,?|(?:i need you to|you need to|you have to|you should|make sure to|"
+    r"make an effort to|try to|attempt to|you'll have to|i want you to))\s*", re.IGNORECASE)
+
+
+def summarize_goal(goal: str, max_chars: int = 70) -> str:
+    """The task in a goal text, short: filler sentences dropped, leading framing cut ("Your task is to", "First
+    off, if it's not too much trouble, I need you to"), shortened at a word boundary."""
+    sents = [x.strip() for x in _SENT.split(" ".join(str(goal).split())) if x.strip()]
+    kept = [x for x in sents if not _FILLER_SENTENCE.match(x)] or sents
+    parts = []
+    for x in kept:
+        prev = None
+        while prev != x:
+            prev, x = x, _FILLER_HEAD.sub("", x, count=1)
+        x = x.rstrip(".!")
+        if x:
+            parts.append(x[0].lower() + x[1:] if len(x) > 1 and x[1].islower() else x)
+    text = "; ".join(parts) or "the task"
+    if len(text) > max_chars:
+        text = (text[:max_chars].rsplit(" ", 1)[0] or text[:max_chars]).rstrip(",;: ") + "…"
+    return text
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
 def _short(text: str, n: int = 60) -> str:
     text = " ".join(str(text).split())
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
@@ -120,7 +155,7 @@ class RuleExtractor:
         valid = [s for s in t.steps if s.valid and s.action]
         if not valid:
             return []
-        goal = _short(t.goal or "the task", 60)
+        goal = summarize_goal(t.goal or "the task")
         base = {"zone": "pos", "score": R, "task_type": t.task_type, "sources": [t.traj_id]}
         out: list[Candidate] = []
         key = [s for s in valid if s.reward > 0] or [valid[-1]]
@@ -130,20 +165,20 @@ class RuleExtractor:
                                  level="example", context=summ, clusters=_clusters([s]), **base))
         acts = [s.action for s in valid]
         seq = acts if len(acts) <= 8 else acts[:3] + ["…"] + acts[-4:]
-        out.append(Candidate(f"For '{goal}', a winning sequence was: {' > '.join(seq)} ({len(acts)} steps).",
+        out.append(Candidate(f"For '{goal}', a winning sequence was: {' > '.join(seq)} ({_steps(len(acts))}).",
                              level="pattern", context=summarize_observation(valid[0].anchor),
                              clusters=_clusters(valid), **base))
         verbs = Counter(a.split()[0].lower() for a in acts if a.split())
         if verbs:
             top = ", ".join(f"'{v}'" for v, _ in verbs.most_common(2))
-            out.append(Candidate(f"To {goal[0].lower() + goal[1:] if goal else goal}, act on the objects the "
-                                 f"goal names: {top} commands did the work, in {len(acts)} steps.",
+            out.append(Candidate(f"To {goal}, act on the objects the goal names: {top} commands did the "
+                                 f"work, in {_steps(len(acts))}.",
                                  level="principle", context=goal, clusters=_clusters(valid[:1]), **base))
         return out
 
     def warnings(self, t: Trajectory) -> list[Candidate]:
         R = t.episode_return
-        goal = _short(t.goal or "the task", 60)
+        goal = summarize_goal(t.goal or "the task")
         base = {"zone": "neg", "score": R, "task_type": t.task_type, "sources": [t.traj_id]}
         out: list[Candidate] = []
         seen: set[str] = set()
