@@ -57,12 +57,13 @@ import re
 import shutil
 import tempfile
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
 from slea.envs.base import StepResult, TextEnv, register
+from slea.envs.filelock import file_lock
 
 # Task types: short name -> ALFRED name (kept here too, so listing splits needs no engine import).
 TASK_TYPES: dict[str, str] = {
@@ -233,22 +234,6 @@ def game_path(task: str, seed: int, cache_dir: str | Path | None = None) -> Path
     return root / f"v{GEN_VERSION}" / TASK_TYPES[canonical_task(task)] / f"seed-{int(seed)}" / "game.tw-pddl"
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as fh:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: rely on the atomic rename alone
-            yield
-            return
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
 def _complete(game: Path) -> bool:
     return game.is_file() and game.with_name("traj_data.json").is_file()
 
@@ -267,7 +252,7 @@ def ensure_game(task: str, seed: int, cache_dir: str | Path | None = None) -> Pa
     from slea.envs import alfworld_gen
 
     folder = path.parent
-    with _GEN_LOCK, _file_lock(folder.parent / ".lock"):
+    with _GEN_LOCK, file_lock(folder.parent / ".lock"):
         if _complete(path):  # made by another process meanwhile
             GENERATION_STATS["reused"] += 1
             return path

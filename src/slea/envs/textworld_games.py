@@ -51,10 +51,12 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from slea.envs.filelock import file_lock
 
 CHALLENGES = ("coin_collector", "treasure_hunter", "simple", "cooking")
 SPLIT_SEED_BASE = {"train": 1000, "heldout": 5000}
@@ -254,23 +256,6 @@ def game_path(spec: str | TaskSpec, seed: int, cache_dir: str | Path | None = No
     return root / parse_task_spec(spec).dirname / f"{int(seed)}.z8"
 
 
-@contextlib.contextmanager
-def _file_lock(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock across processes (and threads: each call opens its own description)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a+b") as fh:
-        try:
-            import fcntl
-        except ImportError:  # not POSIX: rely on the atomic renames alone
-            yield
-            return
-        fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
-
-
 def _is_complete(z8: Path) -> bool:
     return z8.is_file() and z8.with_suffix(".json").is_file()
 
@@ -345,7 +330,7 @@ def ensure_games(
     with contextlib.ExitStack() as stack:
         for folder in folders:
             folder.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(_file_lock(folder / ".lock"))
+            stack.enter_context(file_lock(folder / ".lock"))
         todo = []  # still missing now that we hold the locks (another process may have made some)
         for spec, seed in sorted(missing, key=lambda g: (g[0].canonical, g[1])):
             z8 = game_path(spec, seed, cache_dir)
