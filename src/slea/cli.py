@@ -160,7 +160,8 @@ def eval_(
                                              stop_at_newline=cfg.rollout.stop_at_newline), builder, cfg.rollout,
                                  cfg.env.max_steps)
     kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs, "split": split}
-    res = evaluate(collector, cfg.env.id, kwargs, cfg.eval)
+    res = evaluate(collector, cfg.env.id, kwargs, cfg.eval, step_timeout_s=cfg.env.step_timeout_s,
+                   reset_timeout_s=cfg.env.reset_timeout_s)
     res["checkpoint"] = last.name if last else None
     from slea.evaluation.report import PaperTable
 

@@ -26,17 +26,20 @@ def summarize(trajs: list[Trajectory]) -> dict[str, float]:
 
 
 def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, iteration: int = 0,
-             label: str = "", keep_trajectories: bool = False) -> dict:
+             label: str = "", keep_trajectories: bool = False, step_timeout_s: float | None = None,
+             reset_timeout_s: float | None = None) -> dict:
     """Play ``eval_cfg.games`` held-out games: ``episodes_per_game`` sampled episodes at
     ``eval_cfg.temperature`` (each game a group) and, if ``greedy``, one greedy episode per game.
 
     The result's ``table`` is the env family's paper-style table (:mod:`slea.evaluation.report`) with a row
     for the sampled and one for the greedy episodes (``label`` goes before the row names). With
-    ``keep_trajectories`` the trajectories themselves come back under ``trajectories`` (not JSON-able)."""
+    ``keep_trajectories`` the trajectories themselves come back under ``trajectories`` (not JSON-able).
+    ``step_timeout_s`` / ``reset_timeout_s``: the env pool's fault handling, as in training (env.*_timeout_s)."""
     t0 = time.perf_counter()
     seeds = [eval_cfg.seed + g for g in range(eval_cfg.games)]
     out: dict[str, Any] = {"env": env_id, "games": eval_cfg.games}
-    with EnvPool(env_id, eval_cfg.games, eval_cfg.episodes_per_game, env_kwargs) as pool:  # close: JVMs
+    guards = {"step_timeout_s": step_timeout_s, "reset_timeout_s": reset_timeout_s}
+    with EnvPool(env_id, eval_cfg.games, eval_cfg.episodes_per_game, env_kwargs, **guards) as pool:  # close: JVMs
         trajs, _ = collector.collect(pool, seeds, iteration=iteration, temperature=eval_cfg.temperature)
     out["sampled"] = summarize(trajs)
     out["sampled"]["temperature"] = eval_cfg.temperature
@@ -46,7 +49,7 @@ def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, it
     table.add(f"{pre}sampled T={eval_cfg.temperature:g}", trajs)
     kept = {"sampled": trajs}
     if eval_cfg.greedy:
-        with EnvPool(env_id, eval_cfg.games, 1, env_kwargs) as gpool:
+        with EnvPool(env_id, eval_cfg.games, 1, env_kwargs, **guards) as gpool:
             gtrajs, _ = collector.collect(gpool, seeds, iteration=iteration, temperature=0.0)
         out["greedy"] = summarize(gtrajs)
         table.add(f"{pre}greedy", gtrajs)

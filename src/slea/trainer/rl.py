@@ -132,7 +132,8 @@ class Trainer:
         return {**self.cfg.env.kwargs, "split": "heldout", **self.cfg.env.eval_kwargs}
 
     def evaluate(self, name: str, iteration: int) -> dict:
-        res = evaluate(self.collector, self.cfg.env.id, self.eval_kwargs(), self.cfg.eval, iteration=iteration)
+        res = evaluate(self.collector, self.cfg.env.id, self.eval_kwargs(), self.cfg.eval, iteration=iteration,
+                       step_timeout_s=self.cfg.env.step_timeout_s, reset_timeout_s=self.cfg.env.reset_timeout_s)
         write_eval(self.dir, name, res)
         return res
 
