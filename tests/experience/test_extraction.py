@@ -77,6 +77,8 @@ def test_summarize_goal_keeps_the_task_and_drops_the_framing():
     assert summarize_goal("Welcome to TextWorld! Your task for today is to pick up the key from the floor.") == (
         "pick up the key from the floor")
     assert summarize_goal("Drink the milk") == "drink the milk"
+    assert summarize_goal("Thenardier's key: take it. Next, unlock the chest.") == (
+        "thenardier's key: take it; unlock the chest")  # framing words are cut only as whole words
     assert summarize_goal("Welcome!") == "welcome"  # nothing but framing: keep what there is
     assert summarize_goal("") == "the task"
     long = summarize_goal("Put " + "the red apple and " * 10 + "the pear in the fridge.", max_chars=40)

@@ -104,9 +104,9 @@ _FILLER_SENTENCE = re.compile(
     r"it's time to|get ready|are you ready|here is your task|you are now playing|this is)\b", re.IGNORECASE)
 _FILLER_HEAD = re.compile(
     r"^(?:(?:your|the|today's) (?:task|objective|goal|mission)(?: for today)? is to|"
-    r"(?:first(?: off| of all| step)?|then|after that|next|once you've done that|with that done|that done),?|"
-    r"if it's not too much trouble,?|(?:i need you to|you need to|you have to|you should|make sure to|"
-    r"make an effort to|try to|attempt to|you'll have to|i want you to))\s*", re.IGNORECASE)
+    r"first(?: off| of all| step)?|then|after that|next|once you've done that|with that done|that done|"
+    r"if it's not too much trouble|i need you to|you need to|you have to|you should|make sure to|"
+    r"make an effort to|try to|attempt to|you'll have to|i want you to)\b,?\s*", re.IGNORECASE)
 
 
 def summarize_goal(goal: str, max_chars: int = 70) -> str:
