@@ -100,13 +100,15 @@ def summarize_observation(obs: str, max_chars: int = 90) -> str:
 # Framing around a task statement (TextWorld's goals open with a greeting and hedge every step): sentences made
 # only of it are dropped, and it is cut from the head of what remains, so summaries start with the task itself.
 _FILLER_SENTENCE = re.compile(
-    r"^(?:hey|hi|hello|welcome|thanks|thank you|alright|okay|ok|that's it|that's all|good luck|"
-    r"it's time to|get ready|are you ready|here is your task|you are now playing|this is)\b", re.IGNORECASE)
+    r"^(?:hey|hi|hello|welcome|thanks|thank you|alright|okay|ok|that's it|that's all|good luck|it's time to|"
+    r"get ready|are you ready|i hope you're ready|here is how to play|here is your task|you are now playing|"
+    r"this is)\b", re.IGNORECASE)
 _FILLER_HEAD = re.compile(
-    r"^(?:(?:your|the|today's) (?:task|objective|goal|mission)(?: for today)? is to|"
-    r"first(?: off| of all| step)?|then|after that|next|once you've done that|with that done|that done|"
+    r"^(?:(?:your|the|today's) (?:(?:first|next|final) )?(?:task|objective|goal|mission|step)(?: for today)? is to|"
+    r"first(?: off| of all| step| stop)?|then|and then|and|okay|ok|after that|next|once you've done that|"
+    r"once you manage that|if you can succeed at that|with that (?:done|accomplished)|that done|please|you could,? like|"
     r"if it's not too much trouble|i need you to|you need to|you have to|you should|make sure to|"
-    r"make an effort to|try to|attempt to|you'll have to|i want you to)\b,?\s*", re.IGNORECASE)
+    r"make an effort to|make an attempt to|try to|attempt to|you'll have to|i want you to)\b,?\s*", re.IGNORECASE)
 
 
 def summarize_goal(goal: str, max_chars: int = 70) -> str:
