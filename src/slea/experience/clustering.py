@@ -120,12 +120,14 @@ class ObservationIndex:
 
     ``assign`` is the only mutating call the rollout needs; ``lookup`` answers without creating or touching.
     Parameters beyond ``threshold`` and ``max_clusters`` tune speed vs. exhaustiveness of the candidate filter
-    (defaults measured in bench/retrieval.py).
+    (defaults measured in bench/retrieval.py). ``max_candidates`` / ``work_budget`` default to 6 / 128 — at 100k
+    clusters p99 0.80 ms against 1.54 ms with 12 / 256, Rand index on the real corpus 0.99990 against 0.99996 —
+    and to the wider 12 / 256 in ``exact`` mode, which trades speed for agreement.
     """
 
     def __init__(self, threshold: float = 0.85, max_clusters: int = 100_000, *, exact: bool = False,
                  memo_size: int = 200_000, prepared_cache: int = 16384,
-                 max_candidates: int = 12, posting_cap: int = 256, work_budget: int = 256) -> None:
+                 max_candidates: int | None = None, posting_cap: int = 256, work_budget: int | None = None) -> None:
         if not 0.0 < threshold <= 1.0:
             raise ValueError(f"threshold must be in (0, 1], got {threshold}")
         if max_clusters < 1:
@@ -136,9 +138,9 @@ class ObservationIndex:
         self._sketch: dict[int, tuple[int, array]] = {}  # cid -> (feature count, sketch)
         self.memo_size = int(memo_size)
         self.prepared_cache = int(prepared_cache)
-        self.max_candidates = int(max_candidates)
+        self.max_candidates = int(max_candidates if max_candidates is not None else 12 if exact else 6)
         self.posting_cap = int(posting_cap)
-        self.work_budget = int(work_budget)
+        self.work_budget = int(work_budget if work_budget is not None else 256 if exact else 128)
         self._next_id = 0
         self._proto: dict[int, str] = {}
         self._scope_of: dict[int, str] = {}
