@@ -160,7 +160,7 @@ class RunConfig(_Section):
     experience: ExperienceSection = Field(default_factory=ExperienceSection)
 
     @model_validator(mode="after")
-    def _known_algorithm(self) -> "RunConfig":
+    def _known_algorithm(self) -> RunConfig:
         from slea.algorithms import registry  # late: algorithms never import config
 
         for key, get in (("algorithm.name", registry.get_advantage),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from slea.config import ModelSection
+from slea.config import ConfigError, ModelSection
 from slea.policy.model import load_policy, lora_layer_indices
 
 
@@ -14,7 +14,7 @@ def test_lora_layer_indices():
     assert lora_layer_indices(30, 30) == list(range(30))
     assert lora_layer_indices([3, 1, 3], 4) == [1, 3]
     for bad in (0, 31, [30], [-1], []):
-        with pytest.raises(ValueError, match="model.lora_layers"):
+        with pytest.raises(ConfigError, match="model.lora_layers"):
             lora_layer_indices(bad, 30)
 
 
@@ -29,5 +29,5 @@ def test_lora_on_the_top_layers_only():
     assert _adapted_layers(everywhere) == {0, 1}  # the tiny model has 2 decoder layers
     assert _adapted_layers(top) == {1}
     assert all("lora_" in n for n, p in top.named_parameters() if p.requires_grad)
-    with pytest.raises(ValueError, match="model.lora_layers"):
+    with pytest.raises(ConfigError, match="model.lora_layers"):
         load_policy(ModelSection(name_or_path="tiny", dtype="float32", lora_layers=3))

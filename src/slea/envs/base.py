@@ -94,8 +94,9 @@ class TextEnv(gym.Env):
         return self._last_obs, 0.0, False, False, {"invalid": True, "error": why}
 
     def _invalid(self, why: str) -> StepResult:
-        info = self._fill({"invalid": True, "error": why})
-        return self._last_obs, 0.0, False, False, info
+        """:meth:`_reject` with the info completed, for refusals made by :meth:`step` itself."""
+        obs, reward, terminated, truncated, info = self._reject(why)
+        return obs, reward, terminated, truncated, self._fill(info)
 
     def _info_defaults(self) -> dict[str, Any]:
         """Family-specific keys every info carries (overridden by subclasses); values set by a step win."""

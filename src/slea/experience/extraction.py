@@ -91,10 +91,14 @@ def summarize_observation(obs: str, max_chars: int = 90) -> str:
     if not room and len(first) > 1 and first[0].isupper() and first[1].islower():
         first = first[0].lower() + first[1:]  # reads as "When you take the apple."
     out = f"in the {room.lower()}: {first}" if room else first
-    if len(out) > max_chars:
-        cut = out[:max_chars].rsplit(" ", 1)[0]
-        out = (cut or out[:max_chars]).rstrip(",;: ") + "…"
-    return sanitize(out, max_chars + 1)
+    return sanitize(_clip_words(out, max_chars), max_chars + 1)
+
+
+def _clip_words(text: str, max_chars: int) -> str:
+    """``text`` cut at a word boundary within ``max_chars``, with an ellipsis when cut."""
+    if len(text) <= max_chars:
+        return text
+    return (text[:max_chars].rsplit(" ", 1)[0] or text[:max_chars]).rstrip(",;: ") + "…"
 
 
 # Framing around a task statement (TextWorld's goals open with a greeting and hedge every step): sentences made
@@ -124,10 +128,7 @@ def summarize_goal(goal: str, max_chars: int = 70) -> str:
         x = x.rstrip(".!")
         if x:
             parts.append(x[0].lower() + x[1:] if len(x) > 1 and x[1].islower() else x)
-    text = "; ".join(parts) or "the task"
-    if len(text) > max_chars:
-        text = (text[:max_chars].rsplit(" ", 1)[0] or text[:max_chars]).rstrip(",;: ") + "…"
-    return text
+    return _clip_words("; ".join(parts) or "the task", max_chars)
 
 
 def _steps(n: int) -> str:

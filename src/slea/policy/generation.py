@@ -141,6 +141,24 @@ class HFGenerator:
         return [Generation(t, lp, self.tok.decode(t, skip_special_tokens=True)) for t, lp in zip(toks, lps)]
 
 
+def forward_after_prefix(module, prefix_ids: list[int], ids: torch.Tensor, attn: torch.Tensor, **kwargs):
+    """``module`` over ``prefix_ids + row`` for each left-padded row of ``ids``/``attn``, with the common prefix
+    run once at batch 1 and its KV cache fanned out to the rows; gradients flow through the prefix, so output
+    and gradients equal the plain forward. ``kwargs`` go to the second call (e.g. ``logits_to_keep``)."""
+    from transformers import DynamicCache
+
+    n = len(prefix_ids)
+    config = getattr(module, "config", None) or module.get_base_model().config  # a peft wrapper has none
+    cache = module(input_ids=torch.tensor([prefix_ids]), position_ids=torch.arange(n).unsqueeze(0),
+                   cache=DynamicCache(config=config), use_cache=True).cache
+    # Fan out by repeat, not by index-select: the latter's backward (index_put_ with accumulate) adds with
+    # atomics on >1 CPU thread, so gradients changed in the last bits from run to run (docs/reliability.md).
+    cache.batch_repeat_interleave(ids.shape[0])
+    full = torch.cat([torch.ones(ids.shape[0], n, dtype=attn.dtype), attn], dim=1)
+    pos = (n + attn.cumsum(-1) - 1).clamp(min=0)
+    return module(input_ids=ids, attention_mask=full, position_ids=pos, cache=cache, use_cache=True, **kwargs)
+
+
 def shared_prefix(prompts: list[list[int]]) -> int:
     """Length of the longest token prefix common to all prompts, leaving every prompt ≥ 1 token of its own."""
     if not prompts:

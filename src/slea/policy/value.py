@@ -23,7 +23,7 @@ from typing import Literal
 
 import torch
 
-from slea.policy.generation import autocast, left_pad, shared_prefix
+from slea.policy.generation import autocast, forward_after_prefix, left_pad, shared_prefix
 
 Positions = Literal["token", "turn"]
 
@@ -60,12 +60,8 @@ def backbone(model):
     return base.model
 
 
-def _config(model):
-    return getattr(model, "config", None) or _base(model).config
-
-
 def hidden_size(model) -> int:
-    return int(_config(model).hidden_size)
+    return int((getattr(model, "config", None) or _base(model).config).hidden_size)
 
 
 @torch.no_grad()
@@ -105,15 +101,7 @@ def value_features(model, prompts: list[list[int]], responses: list[list[int]], 
             ids, attn = left_pad([q[prefix:] for q in seqs], pad_id)
             with autocast(dtype):
                 if prefix > 0:
-                    from transformers import DynamicCache
-
-                    cache = dec(input_ids=torch.tensor([seqs[0][:prefix]]), position_ids=torch.arange(prefix)[None],
-                                cache=DynamicCache(config=_config(model)), use_cache=True).cache
-                    cache.batch_repeat_interleave(len(seqs))
-                    full = torch.cat([torch.ones(len(seqs), prefix, dtype=attn.dtype), attn], dim=1)
-                    pos = prefix + (attn.cumsum(-1) - 1).clamp(min=0)
-                    hid = dec(input_ids=ids, attention_mask=full, position_ids=pos, cache=cache,
-                              use_cache=True).last_hidden_state
+                    hid = forward_after_prefix(dec, seqs[0][:prefix], ids, attn).last_hidden_state
                 else:
                     pos = (attn.cumsum(-1) - 1).clamp(min=0)
                     hid = dec(input_ids=ids, attention_mask=attn, position_ids=pos, use_cache=False).last_hidden_state

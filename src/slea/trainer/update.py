@@ -15,7 +15,7 @@ import torch
 
 from slea.algorithms.kl import kl_penalty
 from slea.algorithms.registry import get_policy_loss
-from slea.policy.generation import autocast, left_pad, shared_prefix
+from slea.policy.generation import autocast, forward_after_prefix, left_pad, shared_prefix
 
 
 @dataclass
@@ -48,19 +48,7 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
     ids, attn = left_pad(rest, 0)
     with autocast(dtype):
         if prefix:
-            from transformers import DynamicCache
-
-            pre = model(input_ids=torch.tensor([samples[0].prompt_ids[:prefix]]),
-                        position_ids=torch.arange(prefix).unsqueeze(0),
-                        cache=DynamicCache(config=_base_config(model)), use_cache=True)
-            cache = pre.cache
-            # Fan out by repeat, not by index-select: the latter's backward (index_put_ with accumulate) adds with
-            # atomics on >1 CPU thread, so gradients changed in the last bits from run to run (docs/reliability.md).
-            cache.batch_repeat_interleave(len(samples))
-            full = torch.cat([torch.ones(len(samples), prefix, dtype=attn.dtype), attn], dim=1)
-            pos = (prefix + attn.cumsum(-1) - 1).clamp(min=0)
-            out = model(input_ids=ids, attention_mask=full, position_ids=pos, cache=cache, use_cache=True,
-                        logits_to_keep=k + 1)
+            out = forward_after_prefix(model, samples[0].prompt_ids[:prefix], ids, attn, logits_to_keep=k + 1)
         else:
             pos = (attn.cumsum(-1) - 1).clamp(min=0)
             out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=k + 1,
@@ -73,10 +61,6 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
     lens = torch.tensor([len(s.response_ids) for s in samples])
     mask = (torch.arange(k).unsqueeze(0) >= (k - lens).unsqueeze(1)).float()
     return logp * mask, mask
-
-
-def _base_config(model):
-    return getattr(model, "config", None) or model.get_base_model().config
 
 
 def _right_aligned(rows: list[list[float]], k: int) -> torch.Tensor:
