@@ -29,6 +29,20 @@ def test_registry():
         get_policy_loss("nope")
 
 
+def test_a_taken_name_is_replaced_only_when_asked():
+    from slea.algorithms import registry as reg
+
+    name = "test_replaceable_loss"
+    try:
+        reg.register_policy_loss(name)(lambda *a, **k: 1)
+        with pytest.raises(ValueError, match="already registered"):
+            reg.register_policy_loss(name)(lambda *a, **k: 2)
+        reg.register_policy_loss(name, replace=True)(lambda *a, **k: 3)
+        assert get_policy_loss(name)() == 3
+    finally:
+        reg._POLICY_LOSSES.pop(name, None)
+
+
 def test_ppo_clip_all_four_branches():
     # eps .2: (ratio, A) -> per-token loss -min(ρA, clip(ρ)A)
     #   (1.5, +1): clipped, -1.2   (0.5, +1): -0.5   (0.5, -1): clipped, +0.8   (1.5, -1): +1.5

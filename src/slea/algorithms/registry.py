@@ -31,11 +31,11 @@ def _norm(name: str) -> str:
     return name.strip().lower().replace("-", "_")
 
 
-def _register(table: dict[str, Callable], kind: str, name: str) -> Callable[[F], F]:
+def _register(table: dict[str, Callable], kind: str, name: str, replace: bool = False) -> Callable[[F], F]:
     key = _norm(name)
 
     def deco(fn: F) -> F:
-        if key in table and table[key] is not fn:
+        if key in table and table[key] is not fn and not replace:
             raise ValueError(f"{kind} {key!r} is already registered (by {table[key].__qualname__})")
         table[key] = fn
         return fn
@@ -59,9 +59,10 @@ def register_advantage(name: str) -> Callable[[F], F]:
     return _register(_ADVANTAGES, "advantage", name)
 
 
-def register_policy_loss(name: str) -> Callable[[F], F]:
-    """Decorator: register a policy loss under ``name`` (see :mod:`slea.algorithms.losses`)."""
-    return _register(_POLICY_LOSSES, "policy loss", name)
+def register_policy_loss(name: str, *, replace: bool = False) -> Callable[[F], F]:
+    """Decorator: register a policy loss under ``name`` (see :mod:`slea.algorithms.losses`); a name already taken
+    is an error unless ``replace``."""
+    return _register(_POLICY_LOSSES, "policy loss", name, replace)
 
 
 def get_advantage(name: str) -> Callable:

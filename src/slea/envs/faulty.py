@@ -64,6 +64,10 @@ class FaultyEnv(TextEnv):
         self._turn = 0
         self.injected: dict[str, int] = {"crash": 0, "hang": 0, "nan": 0, "reset_crash": 0}
 
+    def _inject(self, kind: str) -> None:
+        self.injected[kind] += 1
+        INJECTED[kind] += 1
+
     def _check_alive(self) -> None:
         if self.dead:
             raise InjectedFault("the env process is dead (an earlier injected crash)")
@@ -71,8 +75,7 @@ class FaultyEnv(TextEnv):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         self._check_alive()
         if seed is not None and unit(self.fault_seed, "reset", seed) < self.reset_crash_prob:
-            self.injected["reset_crash"] += 1
-            INJECTED["reset_crash"] += 1
+            self._inject("reset_crash")
             self.dead = True
             raise InjectedFault(f"injected crash on reset (seed {seed})")
         self._seed, self._turn = seed, 0
@@ -83,18 +86,15 @@ class FaultyEnv(TextEnv):
         key = (self.fault_seed, self._seed, self._turn, str(action))
         self._turn += 1
         if unit(*key, "crash") < self.crash_prob:
-            self.injected["crash"] += 1
-            INJECTED["crash"] += 1
+            self._inject("crash")
             self.dead = True
             raise InjectedFault(f"injected crash at turn {self._turn - 1}")
         if unit(*key, "hang") < self.hang_prob:
-            self.injected["hang"] += 1
-            INJECTED["hang"] += 1
+            self._inject("hang")
             time.sleep(self.hang_s)
         obs, reward, term, trunc, info = self.inner.step(action)
         if unit(*key, "nan") < self.nan_prob:
-            self.injected["nan"] += 1
-            INJECTED["nan"] += 1
+            self._inject("nan")
             reward = float("nan")
         return obs, reward, term, trunc, info
 
@@ -175,7 +175,7 @@ class GarbageGenerator:
 def register_nan_loss(prob: float, seed: int = 0) -> str:
     """Register :data:`NAN_LOSS`: ``ppo_clip`` whose loss is NaN for a fraction ``prob`` of micro-batches, chosen
     by a hash of the batch's old log-probs (so a resumed run poisons the same ones). Returns the name."""
-    from slea.algorithms.registry import _POLICY_LOSSES, get_policy_loss, register_policy_loss
+    from slea.algorithms.registry import get_policy_loss, register_policy_loss
 
     base = get_policy_loss("ppo_clip")
 
@@ -188,6 +188,6 @@ def register_nan_loss(prob: float, seed: int = 0) -> str:
             loss = loss * float("nan")
         return loss, met
 
-    _POLICY_LOSSES.pop(NAN_LOSS, None)  # re-registration in the same process replaces the old probability
-    register_policy_loss(NAN_LOSS)(nan_ppo_clip)
+    # re-registration in the same process replaces the old probability
+    register_policy_loss(NAN_LOSS, replace=True)(nan_ppo_clip)
     return NAN_LOSS
