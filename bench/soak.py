@@ -30,6 +30,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from slea.trainer.runlog import read_metrics
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "soak.json"
 VOLATILE = ("time/", "throughput/")
@@ -151,16 +153,6 @@ def _count_rows(run: Path) -> int:
         return 0
 
 
-def _rows(path: Path) -> list[dict]:
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            break
-    return rows
-
-
 def _comparable(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith(VOLATILE) and k not in VOLATILE_KEYS}
 
@@ -188,7 +180,7 @@ def compare(run: Path, ref: Path, iterations: int) -> dict:
 
     from slea.trainer import checkpoint as ckpt
 
-    got, want = _rows(run / "metrics.jsonl"), _rows(ref / "metrics.jsonl")
+    got, want = read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl")
     its = [r["iteration"] for r in got]
     missing = sorted(set(range(iterations)) - set(its))
     duplicated = sorted(i for i, n in Counter(its).items() if n > 1)
@@ -304,7 +296,7 @@ def main() -> None:
     kill = run_with_kills(config, work / "soak", args.seed, args.kills, random.Random(args.seed))
     print(f"killed {kill['kills']}x, {kill['launches']} launches: {kill['wall_s']:.0f}s", flush=True)
     data = compare(work / "soak", work / "reference", args.iterations)
-    rows = _rows(work / "soak" / "metrics.jsonl")
+    rows = read_metrics(work / "soak" / "metrics.jsonl")
     inj = {k: int(sum(r.get(f"soak/{k}", 0) for r in rows))
            for k in ("crash", "hang", "nan", "reset_crash", "garbage", "nan_loss")}
     counted = {k: int(sum(r.get(k, 0) for r in rows)) for k in
