@@ -125,3 +125,25 @@ def test_importing_slea_envs_does_not_import_engines():
     env = {**os.environ, "PYTHONPATH": src}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert out.stdout.strip() == "[]"
+
+
+def test_pick_reads_the_option_then_the_seed_then_the_env_rng():
+    env = FakeEnv()
+    assert env._pick(5, seed=7, options={"game": 13}) == 3  # the option wins, modulo n
+    assert env._pick(5, seed=7, options={"game": None}) == 2  # then the seed, modulo n
+    assert env._pick(5, seed=7, options={"episode": 1}, key="episode") == 1
+    env.reset(seed=42)
+    draws = [env._pick(1000, seed=None, options={}) for _ in range(5)]
+    env.reset(seed=42)
+    assert [env._pick(1000, seed=None, options={}) for _ in range(5)] == draws  # the env's np_random
+    assert all(0 <= d < 1000 for d in draws) and len(set(draws)) > 1
+
+
+def test_base_instructions_are_the_list_picking_default():
+    from slea.envs.base import DEFAULT_INSTRUCTIONS
+
+    ins = FakeEnv().instructions
+    assert ins is DEFAULT_INSTRUCTIONS and ins.answer_cue == "Your command:" and not ins.multiline
+    assert "list of valid commands" in ins.system
+    (user, answer), = ins.example
+    assert user.endswith("- take apple\n- go north\n- open fridge\nYour command:") and answer == "take apple"

@@ -11,6 +11,10 @@ raises on a bad action: it answers with an observation and ``invalid=True``.
 
 Every family registers its ids here with the optional extra it needs, so ``slea envs`` can say what is
 usable without importing heavy packages.
+
+Each family also owns what the agent is told: :attr:`TextEnv.instructions` (a :class:`slea.types.Instructions`:
+system prompt, example exchange, answer cue). Observations carry no instructions of their own, so clipping an
+observation never cuts them.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from typing import Any, ClassVar
 
 import gymnasium as gym
 
+from slea.types import Instructions
+
 Obs = str
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
@@ -36,6 +42,27 @@ class MissingExtraError(ImportError):
 # the common non-ASCII letters is enough for ``contains`` checks, which slea itself never relies on.
 _TEXT_CHARSET = frozenset(string.printable) | frozenset(chr(c) for c in range(0xA0, 0x250))
 TEXT_SPACE_MAX = 1 << 20
+
+
+def example_prompt(goal: str, observation: str, commands: list[str] | None = None,
+                   cue: str = "Your command:") -> str:
+    """The user text of an example exchange, laid out as slea's prompt builder lays out a real turn: ``Goal:``,
+    ``Observation:``, the ``Valid commands:`` list (when there is one) and the answer cue."""
+    lines = [f"Goal: {goal}", f"Observation: {observation}"]
+    if commands:
+        lines += ["Valid commands:", *(f"- {c}" for c in commands)]
+    return "\n".join([*lines, cue])
+
+
+# The default: a text game whose commands are picked from a list (what every family got before each owned its
+# instructions). Families override :attr:`TextEnv.instructions`.
+DEFAULT_INSTRUCTIONS = Instructions(
+    system="You are an agent playing a text game. Reply with exactly one command copied from the list of valid "
+    "commands, and nothing else.",
+    example=((example_prompt("put the apple on the table.",
+                             "You are in a kitchen. There is an apple on the counter and a table.",
+                             ["take apple", "go north", "open fridge"]), "take apple"),),
+)
 
 
 class TextEnv(gym.Env):
@@ -60,6 +87,12 @@ class TextEnv(gym.Env):
             max_length=TEXT_SPACE_MAX, min_length=0, charset=_TEXT_CHARSET
         )
         self.action_space = gym.spaces.Text(max_length=TEXT_SPACE_MAX, min_length=0, charset=_TEXT_CHARSET)
+
+    @property
+    def instructions(self) -> Instructions:
+        """What the agent is told about this env: system prompt, example exchange, answer cue (read-only;
+        families override it)."""
+        return DEFAULT_INSTRUCTIONS
 
     # -- subclass hooks -------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -97,6 +130,15 @@ class TextEnv(gym.Env):
         """:meth:`_reject` with the info completed, for refusals made by :meth:`step` itself."""
         obs, reward, terminated, truncated, info = self._reject(why)
         return obs, reward, terminated, truncated, self._fill(info)
+
+    def _pick(self, n: int, seed: int | None, options: dict[str, Any], key: str = "game") -> int:
+        """Which of ``n`` tasks a reset plays: ``options[key]``, else ``seed``, modulo ``n``; else a draw from
+        the env's ``np_random``."""
+        if options.get(key) is not None:
+            return int(options[key]) % n
+        if seed is not None:
+            return int(seed) % n
+        return int(self.np_random.integers(n))
 
     def _info_defaults(self) -> dict[str, Any]:
         """Family-specific keys every info carries (overridden by subclasses); values set by a step win."""

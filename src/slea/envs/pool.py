@@ -32,6 +32,7 @@ from typing import Any, Self, TypeVar
 import numpy as np
 
 from slea.envs.base import StepResult, TextEnv, make
+from slea.types import Instructions
 
 T = TypeVar("T")
 
@@ -117,6 +118,12 @@ class EnvPool:
 
     def __len__(self) -> int:
         return self.size
+
+    @property
+    def instructions(self) -> Instructions:
+        """The env family's instructions (system prompt, example, answer cue): those of the first env."""
+        env = next((e for e in self.envs if e is not None), None)
+        return (env if env is not None else self._env(0)).instructions
 
     def group_of(self, i: int) -> int:
         if not 0 <= i < self.size:
