@@ -62,19 +62,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from slea.envs.base import StepResult, TextEnv, register
-from slea.envs.filelock import file_lock
+from filelock import FileLock
 
-# Task types: short name -> ALFRED name (kept here too, so listing splits needs no engine import).
-TASK_TYPES: dict[str, str] = {
-    "pick": "pick_and_place_simple",
-    "look": "look_at_obj_in_light",
-    "clean": "pick_clean_then_place_in_recep",
-    "heat": "pick_heat_then_place_in_recep",
-    "cool": "pick_cool_then_place_in_recep",
-    "pick_two": "pick_two_obj_and_place",
-}
-SHORT_NAMES = {full: short for short, full in TASK_TYPES.items()}
+from slea.envs.alfworld_gen import SHORT_NAMES, TASK_TYPES  # the generator module imports no engine
+from slea.envs.base import StepResult, TextEnv, register
+
 GEN_SPLIT_SEED_BASE = {"train": 1000, "heldout": 5000, "seen": 9000}
 MAX_GAMES_PER_SPLIT = 4000
 _GEN_SPLITS = {
@@ -252,7 +244,8 @@ def ensure_game(task: str, seed: int, cache_dir: str | Path | None = None) -> Pa
     from slea.envs import alfworld_gen
 
     folder = path.parent
-    with _GEN_LOCK, file_lock(folder.parent / ".lock"):
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with _GEN_LOCK, FileLock(folder.parent / ".lock"):
         if _complete(path):  # made by another process meanwhile
             GENERATION_STATS["reused"] += 1
             return path
@@ -385,17 +378,10 @@ class ALFWorldEnv(TextEnv):
         self._expert_action = plan[0] if plan else None
 
     # -- the contract ---------------------------------------------------------------------------------
-    def _pick(self, seed: int | None, options: dict[str, Any]) -> int:
-        if options.get("game") is not None:
-            return int(options["game"]) % self.num_games
-        if seed is not None:
-            return int(seed) % self.num_games
-        return int(self.np_random.integers(self.num_games))
-
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         from slea.envs.alfworld_gen import make_engine
 
-        index = self._pick(seed, options)
+        index = self._pick(self.num_games, seed, options)
         path = self.game_file(index)
         if self._engine is None:
             self._engine = make_engine(self.expert)

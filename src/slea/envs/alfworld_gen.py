@@ -28,11 +28,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from slea.atomic import atomic_write_text
+
 GEN_VERSION = 1
 MAX_EXPERT_STEPS = 40  # the GiGPO protocol allows 50 steps; keep a margin
 MAX_ATTEMPTS = 20
 
-# Short names (the papers' table columns) -> ALFRED task types (the game folder names start with these).
+# Short names (the papers' table columns) -> ALFRED task types (the game folder names start with these); the one
+# table of the family (slea.envs.alfworld imports it: this module imports no engine at import time).
 TASK_TYPES: dict[str, str] = {
     "pick": "pick_and_place_simple",
     "look": "look_at_obj_in_light",
@@ -538,8 +541,8 @@ def build_game(task: str, seed: int, attempt: int) -> tuple[dict[str, Any], dict
 
 def write_game(folder: Any, gamedata: dict[str, Any], traj: dict[str, Any]) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "traj_data.json").write_text(json.dumps(traj, indent=1, sort_keys=True), encoding="utf-8")
-    (folder / "game.tw-pddl").write_text(json.dumps(gamedata, sort_keys=True), encoding="utf-8")
+    atomic_write_text(folder / "traj_data.json", json.dumps(traj, indent=1, sort_keys=True))
+    atomic_write_text(folder / "game.tw-pddl", json.dumps(gamedata, sort_keys=True))
 
 
 def generate(task: str, seed: int, workdir: Any, engine: Any = None) -> tuple[Any, dict[str, Any]]:

@@ -23,7 +23,6 @@ import json
 import math
 import os
 import re
-import tempfile
 import threading
 from collections import Counter
 from collections.abc import Sequence
@@ -33,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from slea.atomic import atomic_open
 from slea.envs.base import MissingExtraError
 
 # fmt: off
@@ -287,11 +287,8 @@ class DenseRetriever:
 
     def _save(self, emb: np.ndarray) -> None:
         try:
-            self.cache_dir.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=self.cache_dir, suffix=".npy.tmp")
-            with os.fdopen(fd, "wb") as fh:
+            with atomic_open(self.cache_path, "wb") as fh:
                 np.save(fh, emb)
-            os.replace(tmp, self.cache_path)
         except OSError:  # a read-only cache is not fatal: the next process embeds again
             pass
 

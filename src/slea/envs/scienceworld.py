@@ -443,7 +443,7 @@ class ScienceWorldEnv(TextEnv):
         return canonical_observation(text) if self.canonical_obs else text.strip()
 
     # -- the contract ---------------------------------------------------------------------------------
-    def _pick(self, seed: int | None, options: dict[str, Any]) -> int:
+    def _episode_index(self, seed: int | None, options: dict[str, Any]) -> int:
         if options.get("task") is not None:
             task = canonical_task(options["task"])
             if options.get("variation") is None:
@@ -452,14 +452,10 @@ class ScienceWorldEnv(TextEnv):
             if pair not in self.episodes:
                 raise ValueError(f"{pair} is not an episode of this env's {self.split} split")
             return self.episodes.index(pair)
-        if options.get("episode") is not None:
-            return int(options["episode"]) % self.num_episodes
-        if seed is not None:
-            return int(seed) % self.num_episodes
-        return int(self.np_random.integers(self.num_episodes))
+        return self._pick(self.num_episodes, seed, options, key="episode")
 
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        index = self._pick(seed, options)
+        index = self._episode_index(seed, options)
         task, variation = self.episodes[index]
         self._load(task, variation)
         server = self._engine.server

@@ -212,15 +212,8 @@ class TextWorldEnv(TextEnv):
         self._loaded = path
 
     # -- the contract ------------------------------------------------------------------------------------
-    def _pick_game(self, seed: int | None, options: dict[str, Any]) -> int:
-        if options.get("game") is not None:
-            return int(options["game"]) % self.num_games
-        if seed is not None:
-            return int(seed) % self.num_games
-        return int(self.np_random.integers(self.num_games))
-
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        index = self._pick_game(seed, options)
+        index = self._pick(self.num_games, seed, options)
         self._load(self.game_file(index))
         gs = self._tw.reset()
         spec = self._games[index][0]

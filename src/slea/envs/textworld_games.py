@@ -56,7 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slea.envs.filelock import file_lock
+from filelock import FileLock
 
 CHALLENGES = ("coin_collector", "treasure_hunter", "simple", "cooking")
 SPLIT_SEED_BASE = {"train": 1000, "heldout": 5000}
@@ -330,7 +330,7 @@ def ensure_games(
     with contextlib.ExitStack() as stack:
         for folder in folders:
             folder.mkdir(parents=True, exist_ok=True)
-            stack.enter_context(file_lock(folder / ".lock"))
+            stack.enter_context(FileLock(folder / ".lock"))
         todo = []  # still missing now that we hold the locks (another process may have made some)
         for spec, seed in sorted(missing, key=lambda g: (g[0].canonical, g[1])):
             z8 = game_path(spec, seed, cache_dir)
