@@ -41,7 +41,7 @@ VOLATILE_KEYS = {"library/evolve_s"}
 # -- the child: `slea train` with fault injectors installed --------------------------------------------------
 def child(argv: list[str]) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    import slea.envs.faulty as F
+    import slea.testing.faulty_env as F
     from slea.trainer import rl
 
     F.register_nan_loss(float(os.environ.get("SOAK_NAN_LOSS", "0")), seed=int(os.environ.get("SOAK_SEED", "0")))
@@ -214,9 +214,9 @@ def compare(run: Path, ref: Path, iterations: int) -> dict:
 
 def fuzz(n: int, seed: int) -> dict:
     """The parsers on ``n`` adversarial strings each (the in-suite fuzz runs 10k)."""
-    from slea.envs.faulty import adversarial_text
     from slea.policy.prompts import parse_action
     from slea.rollout.collector import clean_text
+    from slea.testing.faulty_env import adversarial_text
 
     parsers = {"parse_action": lambda t: parse_action(clean_text(t), ["take coin", "go north", "open door"])}
     try:

@@ -9,9 +9,9 @@ import time
 import pytest
 
 import slea.envs
-import slea.envs.faulty  # noqa: F401  (registers slea/test-Faulty-v0)
-from slea.envs.faulty import FAULTY_ID, FaultyEnv, InjectedFault
+import slea.testing.faulty_env  # noqa: F401  (registers slea/test-Faulty-v0)
 from slea.envs.pool import EnvCallTimeout, EnvPool, call_with_timeout
+from slea.testing.faulty_env import FAULTY_ID, FaultyEnv, InjectedFault
 
 SOKO = {"inner": "slea/Sokoban-v0"}
 
@@ -72,7 +72,7 @@ def test_a_reset_that_keeps_failing_sits_the_episode_out(tiny_policy):
     from slea.rollout.collector import RolloutCollector
 
     pool = EnvPool(FAULTY_ID, 2, 1, {**SOKO, "reset_crash_prob": 0.5})
-    from slea.envs.faulty import unit
+    from slea.testing.faulty_env import unit
 
     seeds = [s for s in range(50) if unit(0, "reset", s) < 0.5][:1] + [s for s in range(50)
                                                                       if unit(0, "reset", s) >= 0.5][:1]

@@ -10,7 +10,8 @@
   extraction must absorb them.
 * :func:`adversarial_text` / :data:`ADVERSARIAL`: the malformed-output corpus shared by the fuzz tests.
 
-Importing this module registers the env id; nothing in slea imports it unless a test or the soak does.
+Importing this module registers the env id; nothing in slea imports it (``slea.envs`` does not register it), only
+the tests and the soak do.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections import Counter
 from typing import Any
 
 from slea.envs.base import StepResult, TextEnv, make, register, registered
+from slea.types import Instructions
 
 FAULTY_ID = "slea/test-Faulty-v0"
 NAN_LOSS = "test_nan_ppo_clip"
@@ -63,6 +65,10 @@ class FaultyEnv(TextEnv):
         self._seed: int | None = None
         self._turn = 0
         self.injected: dict[str, int] = {"crash": 0, "hang": 0, "nan": 0, "reset_crash": 0}
+
+    @property
+    def instructions(self) -> Instructions:
+        return self.inner.instructions
 
     def _inject(self, kind: str) -> None:
         self.injected[kind] += 1
@@ -109,7 +115,7 @@ class FaultyEnv(TextEnv):
 
 
 if FAULTY_ID not in registered():
-    register(FAULTY_ID, "slea.envs.faulty:FaultyEnv", family="test",
+    register(FAULTY_ID, "slea.testing.faulty_env:FaultyEnv", family="test",
              description="fault-injecting wrapper of another env (tests and bench/soak.py only)")
 
 
