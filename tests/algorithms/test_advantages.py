@@ -10,12 +10,14 @@ import numpy as np
 import pytest
 
 from slea.algorithms import (
-    advantage_names,
+    StepBatch,
+    algorithm_names,
     compute_advantages,
     discounted_returns,
     episode_returns,
-    get_advantage,
-    register_advantage,
+    estimate,
+    get_algorithm,
+    register_algorithm,
 )
 from slea.algorithms import registry as reg
 
@@ -33,31 +35,75 @@ def adv(name, g, t, s, r, **kw):
 
 
 def test_registry_names_and_unknown():
-    assert {"grpo", "rloo", "reinforce_pp", "gigpo", "slea"} <= set(advantage_names())
+    assert {"grpo", "rloo", "reinforce_pp", "gigpo", "slea", "ppo", "turn_ppo"} <= set(algorithm_names())
     with pytest.raises(KeyError) as exc:
-        get_advantage("nope")
+        get_algorithm("nope")
     for known in ("gigpo", "grpo", "reinforce_pp", "rloo", "slea"):
         assert known in str(exc.value)
     with pytest.raises(KeyError, match="known: .*grpo"):
         adv("bogus", [0], [0], [0], [1.0])
-    assert get_advantage("GRPO") is get_advantage("grpo")  # case-insensitive
+    assert get_algorithm("GRPO") is get_algorithm("grpo")  # case-insensitive
+
+
+def test_specs_declare_level_needs_and_settings():
+    """The trainer reads these, never the names: each built-in's declaration as the papers define it."""
+    expect = {  # name: (level, needs, settings read from algorithm.<key>)
+        "grpo": ("trajectory", set(), {"std_norm", "eps"}),
+        "rloo": ("trajectory", set(), set()),
+        "reinforce_pp": ("trajectory", set(), {"std_norm", "eps"}),
+        "gigpo": ("turn", set(), {"gamma", "step_weight", "std_norm", "eps"}),
+        "slea": ("turn", {"clusters"}, {"gamma", "step_weight", "std_norm", "eps"}),
+        "turn_ppo": ("turn", {"critic"}, {"turn_gamma", "turn_lambda", "adv_whiten"}),
+        "ppo": ("token", {"critic"}, {"gae_gamma", "gae_lambda", "adv_whiten"}),
+    }
+    for name, (level, needs, required) in expect.items():
+        spec = get_algorithm(name)
+        assert (spec.level, set(spec.needs), set(spec.required)) == (level, needs, required), name
+    assert get_algorithm("slea").defaults == {"experience.mode": "step"}
+    assert set(get_algorithm("gigpo").settings) - set(get_algorithm("gigpo").required) == {
+        "cross_step_stats", "similarity_threshold"}
+
+
+def test_register_rejects_unknown_level_and_needs():
+    with pytest.raises(ValueError, match="level"):
+        register_algorithm("test_bad_level", level="episode")
+    with pytest.raises(ValueError, match="unknown needs"):
+        register_algorithm("test_bad_need", level="turn", needs=("oracle",))
 
 
 def test_register_custom_estimator_and_duplicate():
     name = "test_constant_estimator"
     try:
 
-        @register_advantage(name)
-        def constant(rows, rewards, anchors, clusters, *, gamma, step_weight, std_norm, eps, value=7.0):
-            return np.full(rows.n, value)
+        @register_algorithm(name, level="trajectory")
+        def constant(batch, *, value=7.0):
+            return np.full(batch.n, value)
 
-        assert name in advantage_names()
+        assert name in algorithm_names()
+        assert get_algorithm(name).settings == ("value",) and get_algorithm(name).required == ()
         assert adv(name, [0, 0], [0, 1], [0, 0], [1, 2]).tolist() == [7.0, 7.0]
         assert adv(name, [0, 0], [0, 1], [0, 0], [1, 2], value=2.0).tolist() == [2.0, 2.0]
         with pytest.raises(ValueError, match="already registered"):
-            register_advantage(name)(lambda *a, **k: None)
+            register_algorithm(name, level="turn")(lambda batch: None)
     finally:
-        reg._ADVANTAGES.pop(name, None)
+        reg.ALGORITHMS.remove(name)
+
+
+def test_estimate_broadcasts_row_advantages_to_tokens_and_checks_shapes():
+    batch = StepBatch(np.array([0, 0]), np.array([0, 1]), np.array([0, 0]), np.array([1.0, 0.0]),
+                      response_lengths=np.array([3, 1]))
+    out = estimate(get_algorithm("rloo"), batch, {})
+    assert out.rows.tolist() == [1.0, -1.0]
+    assert [t.tolist() for t in out.per_token(batch.response_lengths)] == [[1.0, 1.0, 1.0], [-1.0]]
+    name = "test_wrong_shape"
+    try:
+        register_algorithm(name, level="trajectory")(lambda batch: np.zeros(batch.n + 1))
+        with pytest.raises(ValueError, match="returned"):
+            estimate(get_algorithm(name), batch, {})
+    finally:
+        reg.ALGORITHMS.remove(name)
+    with pytest.raises(TypeError, match="std_norm"):
+        estimate(get_algorithm("grpo"), batch, {"eps": 1e-6})  # a required setting missing
 
 
 def test_unknown_option_is_type_error():

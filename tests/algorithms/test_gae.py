@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from slea.algorithms import token_gae, turn_gae
-from slea.algorithms.gae import gae, masked_whiten
+from slea.algorithms import whiten
+from slea.algorithms.gae import gae
 
 approx = pytest.approx
 
@@ -55,12 +56,12 @@ def test_package_exports():
     assert token_gae is gae
 
 
-def test_masked_whiten():
-    x = torch.tensor([[1.0, 2.0, 3.0, 100.0]])
-    m = torch.tensor([[1, 1, 1, 0]])
-    w = masked_whiten(x, m, eps=0.0)  # mean 2, unbiased var 1
-    assert w[0, :3].tolist() == approx([-1.0, 0.0, 1.0])
-    assert masked_whiten(x, m, shift_mean=False, eps=0.0)[0, :3].tolist() == approx([1.0, 2.0, 3.0])
+def test_whiten_one_helper():
+    # mean 2, unbiased std 1; one value or all equal give exactly 0
+    assert whiten(np.array([1.0, 2.0, 3.0]), eps=0.0).tolist() == approx([-1.0, 0.0, 1.0])
+    assert whiten(np.array([5.0])).tolist() == [0.0]
+    assert whiten(np.array([4.0, 4.0, 4.0])).tolist() == [0.0, 0.0, 0.0]
+    assert whiten(np.array([1.0, 3.0]), std_norm=False).tolist() == [-1.0, 1.0]
 
 
 def test_turn_gae_hand_unrolled_and_row_order():

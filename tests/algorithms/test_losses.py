@@ -40,7 +40,7 @@ def test_a_taken_name_is_replaced_only_when_asked():
         reg.register_policy_loss(name, replace=True)(lambda *a, **k: 3)
         assert get_policy_loss(name)() == 3
     finally:
-        reg._POLICY_LOSSES.pop(name, None)
+        reg.POLICY_LOSSES.remove(name)
 
 
 def test_ppo_clip_all_four_branches():

@@ -1,13 +1,14 @@
-"""PPO / Turn-PPO: the advantages the trainer assigns from given values, value positions, critic clipping."""
+"""PPO / Turn-PPO: the advantages the registered estimators give from given values, value positions, critic
+clipping."""
 
 import numpy as np
 import pytest
 import torch
 
-from slea.algorithms import compute_advantages
-from slea.config import build_config
-from slea.trainer.critic import Critic, assign_advantages, needs_critic, token_advantages
-from slea.trainer.update import Sample, _advantages
+from slea.algorithms import StepBatch, compute_advantages, estimate, get_algorithm
+from slea.config import build_config, estimator_settings
+from slea.trainer.critic import Critic
+from slea.trainer.update import _right_aligned, to_samples
 from slea.types import Step
 
 
@@ -16,8 +17,11 @@ def step(traj, t, reward, n_tokens, group=0):
                 response_ids=list(range(10, 10 + n_tokens)), old_logprobs=[-1.0] * n_tokens, reward=reward)
 
 
-def algo(**kw):
-    return build_config({"algorithm": {"adv_whiten": False, **kw}}).algorithm
+def run(rows, values, **algo_kw):
+    """The estimator of ``algo_kw['name']`` on the rows, with the config's settings (as the trainer calls it)."""
+    algo = build_config({"algorithm": {"adv_whiten": False, **algo_kw}}).algorithm
+    spec = get_algorithm(algo.name)
+    return estimate(spec, StepBatch.from_steps(rows, values), estimator_settings(algo, spec))
 
 
 def test_turn_ppo_hand_case():
@@ -26,20 +30,20 @@ def test_turn_ppo_hand_case():
     # Â2 = 0.2, Â1 = 0.52 + 0.72·0.2 = 0.664, Â0 = −0.32 + 0.72·0.664 = 0.15808
     rows = [step(0, 2, 1.0, 2), step(0, 0, 0.0, 1), step(0, 1, 0.0, 3)]  # any row order
     values = [np.array([0.8]), np.array([0.5]), np.array([0.2])]
-    samples, row_adv, targets = assign_advantages(rows, values, algo(name="turn_ppo", turn_gamma=0.9,
-                                                                     turn_lambda=0.8), "turn")
-    np.testing.assert_allclose(row_adv, [0.2, 0.15808, 0.664])
-    np.testing.assert_allclose([s.advantage for s in samples], [0.2, 0.15808, 0.664])
-    assert all(s.token_advantages is None for s in samples)  # broadcast to the turn's tokens
-    np.testing.assert_allclose(np.concatenate(targets), [1.0, 0.65808, 0.864])  # Â + V
-    # the registered estimator gives the same, and refuses to run without values
-    adv = compute_advantages("turn_ppo", [0, 0, 0], [0, 0, 0], [2, 0, 1], [1.0, 0.0, 0.0], gamma=0.9,
-                             values=[0.8, 0.5, 0.2], lam=0.8)
-    np.testing.assert_allclose(adv, [0.2, 0.15808, 0.664])
-    with pytest.raises(ValueError, match="learned critic"):
-        compute_advantages("turn_ppo", [0], [0], [0], [1.0])
-    with pytest.raises(ValueError, match="learned critic"):
-        compute_advantages("ppo", [0], [0], [0], [1.0])
+    adv = run(rows, values, name="turn_ppo", turn_gamma=0.9, turn_lambda=0.8)
+    np.testing.assert_allclose(adv.rows, [0.2, 0.15808, 0.664])
+    assert adv.tokens is None  # turn level: broadcast to the turn's tokens
+    np.testing.assert_allclose([t.tolist() for t in adv.per_token([2, 1, 3])][0], [0.2, 0.2])
+    np.testing.assert_allclose(np.concatenate(adv.returns), [1.0, 0.65808, 0.864])  # Â + V
+    # the functional entry point gives the same, and refuses to run without values
+    got = compute_advantages("turn_ppo", [0, 0, 0], [0, 0, 0], [2, 0, 1], [1.0, 0.0, 0.0], turn_gamma=0.9,
+                             values=[0.8, 0.5, 0.2], turn_lambda=0.8, adv_whiten=False)
+    np.testing.assert_allclose(got, [0.2, 0.15808, 0.664])
+    with pytest.raises(ValueError, match="critic's values"):
+        compute_advantages("turn_ppo", [0], [0], [0], [1.0], turn_gamma=0.9, turn_lambda=0.8, adv_whiten=False)
+    with pytest.raises(ValueError, match="token-level"):
+        compute_advantages("ppo", [0], [0], [0], [1.0], values=[[0.0]], gae_gamma=1.0, gae_lambda=1.0,
+                           adv_whiten=False)
 
 
 def test_ppo_token_level_hand_case():
@@ -51,29 +55,30 @@ def test_ppo_token_level_hand_case():
     # trajectory 1 (other group): one turn, 2 tokens, values 0, reward 2: δ = [0, 2], Â = [γλ·2, 2]
     rows = [step(0, 1, 1.0, 1), step(5, 0, 2.0, 2, group=1), step(0, 0, -0.1, 2)]
     values = [np.array([0.5]), np.zeros(2), np.array([0.1, 0.2])]
-    samples, row_adv, targets = assign_advantages(rows, values, algo(name="ppo", gae_gamma=0.9, gae_lambda=0.5),
-                                                  "token")
-    got = {(s.prompt_ids[-1], len(s.response_ids)): s.token_advantages for s in samples}
-    np.testing.assert_allclose(got[(4, 1)], [0.5])
-    np.testing.assert_allclose(got[(3, 2)], [0.24875, 0.375])
-    np.testing.assert_allclose(samples[1].token_advantages, [0.9, 2.0])
-    np.testing.assert_allclose(row_adv, [0.5, 1.45, (0.24875 + 0.375) / 2])
-    np.testing.assert_allclose(targets[2], [0.34875, 0.575])  # Â + V
-    # what ppo_update broadcasts: right-aligned per-token advantages (scalar samples broadcast)
+    adv = run(rows, values, name="ppo", gae_gamma=0.9, gae_lambda=0.5)
+    np.testing.assert_allclose(adv.tokens[0], [0.5])
+    np.testing.assert_allclose(adv.tokens[2], [0.24875, 0.375])
+    np.testing.assert_allclose(adv.tokens[1], [0.9, 2.0])
+    np.testing.assert_allclose(adv.rows, [0.5, 1.45, (0.24875 + 0.375) / 2])
+    np.testing.assert_allclose(adv.returns[2], [0.34875, 0.575])  # Â + V
+    # what ppo_update consumes: right-aligned per-token advantages, one layout for every algorithm
+    samples = to_samples(rows, adv.per_token([1, 2, 2]), skip_zero=True)
     k = 3
-    mixed = [samples[2], Sample([1], [7, 8], [0.0, 0.0], 0.7)]
-    np.testing.assert_allclose(_advantages(mixed, k).numpy(), [[0, 0.24875, 0.375], [0, 0.7, 0.7]], atol=1e-7)
+    np.testing.assert_allclose(_right_aligned([samples[2].advantages, [0.7, 0.7]], k).numpy(),
+                               [[0, 0.24875, 0.375], [0, 0.7, 0.7]], atol=1e-7)
 
 
 def test_whitening_and_turn_without_tokens():
     rows = [step(0, 0, 0.0, 2), step(0, 1, 1.0, 0), step(1, 0, 0.0, 1)]
-    adv, _ = token_advantages(rows, [np.zeros(2), np.zeros(0), np.zeros(1)], 1.0, 1.0)
-    np.testing.assert_allclose(adv[0], [1.0, 1.0])  # the token-less turn's reward lands on the last token
-    assert adv[1].size == 0
-    samples, _, _ = assign_advantages(rows, [np.zeros(2), np.zeros(0), np.zeros(1)],
-                                      algo(name="ppo", adv_whiten=True, gae_gamma=1.0, gae_lambda=1.0), "token")
-    flat = np.concatenate([s.token_advantages for s in samples])
+    values = [np.zeros(2), np.zeros(0), np.zeros(1)]
+    adv = run(rows, values, name="ppo", gae_gamma=1.0, gae_lambda=1.0)
+    np.testing.assert_allclose(adv.tokens[0], [1.0, 1.0])  # the token-less turn's reward lands on the last token
+    assert adv.tokens[1].size == 0
+    whitened = run(rows, values, name="ppo", adv_whiten=True, gae_gamma=1.0, gae_lambda=1.0)
+    samples = to_samples(rows, whitened.per_token([2, 0, 1]), skip_zero=False)
+    flat = np.concatenate([s.advantages for s in samples])
     assert len(samples) == 2 and abs(flat.mean()) < 1e-9 and abs(flat.std(ddof=1) - 1) < 1e-3
+    np.testing.assert_allclose(np.concatenate(whitened.returns), np.concatenate(adv.returns))  # targets raw
 
 
 def _critic(**train):
@@ -83,17 +88,15 @@ def _critic(**train):
     class Stub:
         config = type("C", (), {"hidden_size": 2})()
 
-    assert needs_critic(cfg)
-    return Critic(cfg, Stub())
+    assert "critic" in get_algorithm(cfg.algorithm.name).needs
+    return Critic(cfg, Stub(), "turn")
 
 
 def _fit(critic, clip):
     critic.algo.value_clip = clip
     feats = torch.eye(2)
-    old = torch.zeros(2)
-    ret = torch.tensor([10.0, 0.1])
-    critic._batch = (feats, old, ret)
-    m = critic.update()
+    critic._cache = ([feats[:1], feats[1:]], [np.zeros(1), np.zeros(1)])  # what values() keeps
+    m = critic.update([np.array([10.0]), np.array([0.1])])
     with torch.no_grad():
         return critic.head(feats), m
 

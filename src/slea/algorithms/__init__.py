@@ -1,9 +1,9 @@
-"""Algorithms: advantage estimators, policy/value losses, KL penalties and GAE, each registered by name.
+"""Algorithms: advantage estimators registered with their specs, policy losses, KL penalties and GAE.
 
-``compute_advantages`` and the registries import only numpy. The torch parts (``losses``, ``kl``, ``gae``) are
-imported on first use of one of their names, so ``from slea.algorithms import compute_advantages`` stays cheap.
-Token-level GAE is ``slea.algorithms.gae.gae`` (exported here as ``token_gae``: the name ``gae`` on this
-package is the submodule).
+``compute_advantages``, the registries and the typed batch import only numpy. The torch parts (``losses``,
+``kl``) are imported on first use of one of their names, so ``from slea.algorithms import compute_advantages``
+stays cheap. Token-level GAE is ``slea.algorithms.gae.gae`` (exported here as ``token_gae``: the name ``gae`` on
+this package is the submodule).
 """
 
 from __future__ import annotations
@@ -18,13 +18,18 @@ from slea.algorithms.advantages import (
     group_normalize,
     index_rows,
     leave_one_out,
+    whiten,
 )
+from slea.algorithms.batch import Advantages, StepBatch, estimate
+from slea.algorithms.gae import token_gae, turn_gae
 from slea.algorithms.registry import (
-    advantage_names,
-    get_advantage,
+    NEEDS,
+    AlgorithmSpec,
+    algorithm_names,
+    get_algorithm,
     get_policy_loss,
     policy_loss_names,
-    register_advantage,
+    register_algorithm,
     register_policy_loss,
 )
 
@@ -33,35 +38,35 @@ _LAZY = {
     "value_loss": "losses",
     "AGG_MODES": "losses",
     "kl_penalty": "kl",
-    "kl_loss": "kl",
     "kl_estimator_names": "kl",
-    "token_gae": "gae",
-    "turn_gae": "gae",
-    "masked_whiten": "gae",
 }
 
 __all__ = [
     "AGG_MODES",
-    "advantage_names",
+    "NEEDS",
+    "AlgorithmSpec",
+    "Advantages",
+    "StepBatch",
     "aggregate",
+    "algorithm_names",
     "compute_advantages",
     "discounted_returns",
     "episode_returns",
-    "get_advantage",
+    "estimate",
+    "get_algorithm",
     "get_policy_loss",
     "group_normalize",
     "index_rows",
     "kl_estimator_names",
-    "kl_loss",
     "kl_penalty",
     "leave_one_out",
-    "masked_whiten",
     "policy_loss_names",
-    "register_advantage",
+    "register_algorithm",
     "register_policy_loss",
     "token_gae",
     "turn_gae",
     "value_loss",
+    "whiten",
 ]
 
 

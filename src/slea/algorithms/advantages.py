@@ -1,7 +1,8 @@
 """Advantage estimators over flat step rows: GRPO, Dr.GRPO, RLOO, REINFORCE++, GiGPO and SLEA-RL.
 
-Every estimator is a pure function of the step-row columns and returns one float64 per row; the trainer
-broadcasts it to that row's response tokens. Entry point::
+Every estimator is a pure function of a :class:`~slea.algorithms.batch.StepBatch` registered with its spec
+(:func:`~slea.algorithms.registry.register_algorithm`) and returns one float64 per row; the trainer broadcasts
+it to that row's response tokens. Functional entry point over plain columns::
 
     compute_advantages(name, group_ids, traj_ids, steps, rewards, anchors=None, clusters=None,
                        *, gamma=0.95, step_weight=1.0, std_norm=True, eps=1e-6, **options)
@@ -25,16 +26,15 @@ statistics are ``np.bincount`` sums. The discounted return is a reverse segmente
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from slea.algorithms.registry import get_advantage, register_advantage
+from slea.algorithms.batch import StepBatch, estimate
+from slea.algorithms.registry import get_algorithm, register_algorithm
 from slea.algorithms.rows import (  # noqa: F401  (RowIndex, index_rows, *_groups: re-exported)
     RowIndex,
-    _as_column,
     anchor_groups,
     cluster_groups,
     index_rows,
@@ -52,6 +52,7 @@ __all__ = [
     "index_rows",
     "leave_one_out",
     "similarity_groups",
+    "whiten",
 ]
 
 
@@ -124,9 +125,10 @@ def leave_one_out(values: np.ndarray, codes: np.ndarray, n_codes: int | None = N
     return adv
 
 
-def batch_whiten(values: np.ndarray, *, std_norm: bool = True, eps: float = 1e-6) -> np.ndarray:
-    """``(v − mean(v)) / (std(v) + eps)`` over the whole batch (REINFORCE++, Hu 2025: global advantage
-    normalisation; verl ``masked_whiten``). Unbiased std; fewer than two values, or all equal, give 0."""
+def whiten(values: np.ndarray, *, std_norm: bool = True, eps: float = 1e-6) -> np.ndarray:
+    """``(v − mean(v)) / (std(v) + eps)`` over the whole batch: :func:`group_normalize` with one group
+    (REINFORCE++'s global normalisation, Hu 2025; PPO's advantage whitening, verl ``masked_whiten``). Unbiased
+    std; fewer than two values, or all equal, give 0."""
     v = np.asarray(values, dtype=np.float64)
     return group_normalize(v, np.zeros(len(v), np.int64), 1, std_norm=std_norm, eps=eps)
 
@@ -176,39 +178,36 @@ def _check_gamma(gamma: float) -> None:
 
 
 # --------------------------------------------------------------------------------------------------------- #
-# Registered estimators                                                                                     #
+# Registered algorithms (the critic-based ones, ppo and turn_ppo, are in slea/algorithms/gae.py)            #
 # --------------------------------------------------------------------------------------------------------- #
 
 
-@register_advantage("grpo")
-def grpo(
-    rows: RowIndex, rewards: np.ndarray, anchors=None, clusters=None, *, gamma, step_weight, std_norm, eps
-):
+@register_algorithm("grpo", level="trajectory")
+def grpo(batch: StepBatch, *, std_norm: bool, eps: float) -> np.ndarray:
     """GRPO outcome advantage (Shao et al. 2024, §4.1.2; GiGPO Eq.3): ``(R − mean)/(std + eps)`` over the task
     group's trajectories; ``std_norm=False`` gives Dr.GRPO's ``R − mean`` (Liu et al. 2025)."""
-    a = group_normalize(
-        _episode_returns(rows, rewards), rows.traj_group, rows.n_groups, std_norm=std_norm, eps=eps
-    )
+    rows = batch.rows
+    a = group_normalize(_episode_returns(rows, batch.rewards), rows.traj_group, rows.n_groups, std_norm=std_norm,
+                        eps=eps)
     return a[rows.traj]
 
 
-@register_advantage("rloo")
-def rloo(
-    rows: RowIndex, rewards: np.ndarray, anchors=None, clusters=None, *, gamma, step_weight, std_norm, eps
-):
+@register_algorithm("rloo", level="trajectory")
+def rloo(batch: StepBatch) -> np.ndarray:
     """RLOO (Kool et al. 2019; Ahmadian et al. 2024): ``R_i − mean_{j≠i} R_j`` over the task group's trajectories."""
-    return leave_one_out(_episode_returns(rows, rewards), rows.traj_group, rows.n_groups)[rows.traj]
+    rows = batch.rows
+    return leave_one_out(_episode_returns(rows, batch.rewards), rows.traj_group, rows.n_groups)[rows.traj]
 
 
-@register_advantage("reinforce_pp")
-def reinforce_pp(
-    rows: RowIndex, rewards: np.ndarray, anchors=None, clusters=None, *, gamma, step_weight, std_norm, eps
-):
+@register_algorithm("reinforce_pp", level="trajectory")
+def reinforce_pp(batch: StepBatch, *, std_norm: bool, eps: float) -> np.ndarray:
     """REINFORCE++ with a group baseline (Hu 2025, "REINFORCE++"; verl ``reinforce_plus_plus_baseline``):
     ``R − group mean``, then whitened over the whole batch's trajectories (unbiased std; ``std_norm=False``
     only centres)."""
-    centred = group_normalize(_episode_returns(rows, rewards), rows.traj_group, rows.n_groups, std_norm=False)
-    return batch_whiten(centred, std_norm=std_norm, eps=eps)[rows.traj]
+    rows = batch.rows
+    centred = group_normalize(_episode_returns(rows, batch.rewards), rows.traj_group, rows.n_groups,
+                              std_norm=False)
+    return whiten(centred, std_norm=std_norm, eps=eps)[rows.traj]
 
 
 def _episode_level(
@@ -232,20 +231,9 @@ def _two_level(rows, rewards, step_codes, n_step, *, gamma, step_weight, std_nor
     return a_ep + float(step_weight) * a_step
 
 
-@register_advantage("gigpo")
-def gigpo(
-    rows: RowIndex,
-    rewards: np.ndarray,
-    anchors=None,
-    clusters=None,
-    *,
-    gamma,
-    step_weight,
-    std_norm,
-    eps,
-    cross_step_stats: bool = False,
-    similarity_threshold: float | None = None,
-):
+@register_algorithm("gigpo", level="turn")
+def gigpo(batch: StepBatch, *, gamma: float, step_weight: float, std_norm: bool, eps: float,
+          cross_step_stats: bool = False, similarity_threshold: float | None = None) -> np.ndarray:
     """GiGPO (Feng et al. 2025, Eq.3-8): ``A = A^E + ω·A^S``; ``A^S`` normalises the discounted step return
     (Eq.5) inside anchor-state groups (Eq.4/6: identical ``anchors`` within a task group, Eq.7).
 
@@ -253,126 +241,32 @@ def gigpo(
     ``cross_step_stats=True``: episode statistics over the group's step rows, as the reference code's default.
     ``similarity_threshold``: group anchors greedily by difflib ratio ≥ threshold (:func:`similarity_groups`).
     """
+    rows, anchors = batch.rows, batch.column("anchors", "anchors (raw observations)")
     if similarity_threshold is None:
         codes, n_codes = anchor_groups(rows, anchors)
     else:
         codes, n_codes = similarity_groups(rows, anchors, float(similarity_threshold))
-    return _two_level(
-        rows,
-        rewards,
-        codes,
-        n_codes,
-        gamma=gamma,
-        step_weight=step_weight,
-        std_norm=std_norm,
-        eps=eps,
-        cross_step_stats=cross_step_stats,
-    )
+    return _two_level(rows, batch.rewards, codes, n_codes, gamma=gamma, step_weight=step_weight,
+                      std_norm=std_norm, eps=eps, cross_step_stats=cross_step_stats)
 
 
-@register_advantage("slea")
-def slea(
-    rows: RowIndex,
-    rewards: np.ndarray,
-    anchors=None,
-    clusters=None,
-    *,
-    gamma,
-    step_weight,
-    std_norm,
-    eps,
-    cross_step_stats: bool = False,
-):
+@register_algorithm("slea", level="turn", needs=("clusters",), defaults={"experience.mode": "step"})
+def slea(batch: StepBatch, *, gamma: float, step_weight: float, std_norm: bool, eps: float,
+         cross_step_stats: bool = False) -> np.ndarray:
     """SLEA-RL (Wang & Jiang 2026, Eq.4-6): GiGPO's two-level advantage with step groups S(c) = the rows of a
-    task group whose observation falls in cluster ``c`` (``clusters``; ``-1`` = a singleton group)."""
-    codes, n_codes = cluster_groups(rows, clusters)
-    return _two_level(
-        rows,
-        rewards,
-        codes,
-        n_codes,
-        gamma=gamma,
-        step_weight=step_weight,
-        std_norm=std_norm,
-        eps=eps,
-        cross_step_stats=cross_step_stats,
-    )
+    task group whose observation falls in cluster ``c`` (``clusters``; ``-1`` = a singleton group). Implies
+    per-step retrieval (``experience.mode: step``) unless the config says otherwise (``off``: the library-off
+    ablation, clusters only)."""
+    codes, n_codes = cluster_groups(batch.rows, batch.column("clusters", "observation-cluster ids"))
+    return _two_level(batch.rows, batch.rewards, codes, n_codes, gamma=gamma, step_weight=step_weight,
+                      std_norm=std_norm, eps=eps, cross_step_stats=cross_step_stats)
 
 
 # --------------------------------------------------------------------------------------------------------- #
-# Critic-based estimators (PPO, Turn-PPO): they need the learned values; the trainer computes those         #
-# (slea/trainer/critic.py). ``value_level`` tells it where the critic reads them.                           #
+# Entry point over plain columns                                                                            #
 # --------------------------------------------------------------------------------------------------------- #
 
-
-def _values(name: str, values: Any, n: int) -> np.ndarray:
-    if values is None:
-        raise ValueError(
-            f"advantage {name!r} needs a learned critic: pass values= (one per step row); the trainer "
-            f"computes them with its value head (slea.trainer.critic)"
-        )
-    v = np.asarray(values, dtype=np.float64)
-    if v.shape != (n,):
-        raise ValueError(f"values must have shape ({n},), got {v.shape}")
-    return v
-
-
-@register_advantage("turn_ppo")
-def turn_ppo(
-    rows: RowIndex,
-    rewards: np.ndarray,
-    anchors=None,
-    clusters=None,
-    *,
-    gamma,
-    step_weight,
-    std_norm,
-    eps,
-    values=None,
-    lam: float = 0.9,
-):
-    """Turn-PPO (Li et al. 2025, arXiv 2512.17008): turn-level GAE (Schulman et al. 2016, Eq. 16) with one
-    state per turn: ``δ_t = r_t + γ V_{t+1} − V_t`` (``V`` = 0 after the last turn), ``Â_t = δ_t + γλ Â_{t+1}``.
-    ``values``: the critic's value at each row's turn boundary (the last prompt token). The trainer calls it
-    with ``gamma = algorithm.turn_gamma``, ``lam = algorithm.turn_lambda``."""
-    _check_gamma(gamma)
-    if not 0.0 <= float(lam) <= 1.0:
-        raise ValueError(f"lam must be in [0, 1], got {lam}")
-    v = _values("turn_ppo", values, rows.n)
-    delta = rewards + float(gamma) * rows.next_in_traj(v, 0.0) - v
-    return rows.reverse_scan(delta, float(gamma) * float(lam))
-
-
-turn_ppo.value_level = "turn"
-
-
-@register_advantage("ppo")
-def ppo(rows: RowIndex, rewards: np.ndarray, anchors=None, clusters=None, *, gamma, step_weight, std_norm, eps,
-        values=None):
-    """PPO with token-level GAE (Schulman et al. 2017; GAE 2016 Eq. 16; Ouyang et al. 2022 for LLMs): one
-    advantage per response *token*, so there is no per-row form here; the trainer computes it from the
-    critic's values at every response token (:func:`slea.trainer.critic.token_advantages`)."""
-    _values("ppo", values, rows.n)
-    raise ValueError(
-        "advantage 'ppo' is token-level GAE: it has one advantage per response token, not per step row; use "
-        "slea.trainer.critic.token_advantages (the trainer does when algorithm.name is ppo)"
-    )
-
-
-ppo.value_level = "token"
-
-
-def value_level(name: str) -> str | None:
-    """``"token"`` / ``"turn"`` when the estimator registered as ``name`` needs a learned critic (where the
-    critic reads its values), else ``None``."""
-    return getattr(get_advantage(name), "value_level", None)
-
-
-# --------------------------------------------------------------------------------------------------------- #
-# Entry point                                                                                               #
-# --------------------------------------------------------------------------------------------------------- #
-
-_COMMON = ("rows", "rewards", "anchors", "clusters", "gamma", "step_weight", "std_norm", "eps")
+_COMMON = ("gamma", "step_weight", "std_norm", "eps")
 
 
 def compute_advantages(
@@ -390,34 +284,31 @@ def compute_advantages(
     eps: float = 1e-6,
     **options: Any,
 ) -> np.ndarray:
-    """One advantage per step row (float64, input row order) from the estimator registered as ``name``.
+    """One advantage per step row (float64, input row order) from the algorithm registered as ``name``.
 
     ``group_ids`` names the task group, ``traj_ids`` the trajectory (unique within its group), ``steps`` the
     turn index, ``rewards`` the env reward of each turn; ``anchors`` (raw observations) are needed by
-    ``gigpo``, ``clusters`` (observation-cluster ids, -1 = none) by ``slea``. ``options`` are estimator
-    specific (``gigpo``: ``cross_step_stats``, ``similarity_threshold``; ``slea``: ``cross_step_stats``).
-    Unknown ``name`` → ``KeyError`` listing the known ones; unknown option → ``TypeError``.
+    ``gigpo``, ``clusters`` (observation-cluster ids, -1 = none) by ``slea``; ``values`` (an option: one
+    critic value per row) by ``turn_ppo``. The common settings go to the estimators that take them; other
+    ``options`` must be the estimator's own settings (``gigpo``: ``cross_step_stats``,
+    ``similarity_threshold``). Unknown ``name`` → ``KeyError`` listing the known ones; unknown option →
+    ``TypeError``. Token-level algorithms (``ppo``) have no per-row form: use :func:`estimate`.
     """
-    fn = get_advantage(name)
-    if options:
-        params = inspect.signature(fn).parameters
-        unknown = sorted(set(options) - set(params))
-        if unknown:
-            own = [p for p in params if p not in _COMMON] or ["none"]
-            raise TypeError(
-                f"advantage {name!r} takes no option {', '.join(unknown)}; its options: {', '.join(own)}"
-            )
-    rows = index_rows(group_ids, traj_ids, steps)
-    r = _as_rewards(rewards, rows.n)
-    out = fn(
-        rows,
-        r,
-        anchors,
-        clusters,
-        gamma=gamma,
-        step_weight=step_weight,
-        std_norm=std_norm,
-        eps=eps,
-        **options,
-    )
-    return np.asarray(out, dtype=np.float64)
+    spec = get_algorithm(name)
+    if spec.level == "token":
+        raise ValueError(f"algorithm {spec.name!r} is token-level: it has one advantage per response token, "
+                         f"not per step row; call slea.algorithms.batch.estimate with a StepBatch")
+    values = options.pop("values", None)
+    unknown = sorted(set(options) - set(spec.settings))
+    if unknown:
+        own = [p for p in spec.settings if p not in _COMMON] or ["none"]
+        raise TypeError(f"algorithm {spec.name!r} takes no option {', '.join(unknown)}; its options: {', '.join(own)}")
+    batch = StepBatch(group_ids, traj_ids, steps, rewards, anchors=_optional(anchors, object),
+                      clusters=_optional(clusters, np.int64),
+                      values=None if values is None else [np.atleast_1d(np.asarray(v, np.float64)) for v in values])
+    settings = {"gamma": gamma, "step_weight": step_weight, "std_norm": std_norm, "eps": eps, **options}
+    return estimate(spec, batch, settings).rows
+
+
+def _optional(col: Any, dtype) -> np.ndarray | None:
+    return None if col is None else np.asarray(col, dtype=dtype)

@@ -16,9 +16,7 @@ from collections.abc import Callable
 
 import torch
 
-from slea.algorithms.losses import aggregate
-
-__all__ = ["kl_estimator_names", "kl_loss", "kl_penalty"]
+__all__ = ["kl_estimator_names", "kl_penalty"]
 
 _ESTIMATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
 _ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
@@ -68,14 +66,3 @@ def kl_penalty(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, estimator: st
     if key not in _ESTIMATORS:
         raise KeyError(f"unknown KL estimator {estimator!r}; known: {', '.join(kl_estimator_names())}")
     return _ESTIMATORS[key](logprobs - ref_logprobs.detach())
-
-
-def kl_loss(
-    logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor,
-    mask: torch.Tensor,
-    estimator: str = "k3",
-    loss_agg_mode: str = "token-mean",
-) -> torch.Tensor:
-    """The ``β·D_KL`` term's ``D_KL`` as a scalar: :func:`kl_penalty` aggregated like the policy loss."""
-    return aggregate(kl_penalty(logprobs, ref_logprobs, estimator), mask, loss_agg_mode)

@@ -1,87 +1,112 @@
-"""Name -> function registries for advantage estimators and policy losses.
+"""The algorithm and policy-loss registries: each algorithm declares at registration what it needs.
 
-Algorithms register themselves with a decorator where they are defined (in the manner of verl's
-``core_algos.py``), so adding one never means touching a dispatch chain::
+An algorithm is its advantage estimator plus a spec (:class:`AlgorithmSpec`): the *level* its advantage lives
+at (``token``, ``turn``, ``trajectory``), what the trainer must *provide* for it (a learned critic, observation
+clusters, a reference model, env snapshots, a team of agents, offline data), and config values it implies unless
+the user sets them. Its *settings* are the estimator's keyword-only parameters, read from ``algorithm.<name>``
+(or ``algorithm.options``). The trainer reads the spec, never the name::
 
-    @register_advantage("my_estimator")
-    def my_estimator(rows, rewards, anchors, clusters, *, gamma, step_weight, std_norm, eps): ...
+    @register_algorithm("my_estimator", level="trajectory")
+    def my_estimator(batch: StepBatch, *, eps: float) -> np.ndarray:   # one advantage per step row
+        ...
 
-Names are case-insensitive and ``-`` equals ``_`` (``clip-higher`` finds ``clip_higher``). Looking up an
-unknown name raises :class:`KeyError` whose message lists the known names. This module imports nothing heavy:
-the first lookup imports the module that holds the algorithms (``advantages`` for estimators, ``losses``, which
-needs torch, for policy losses).
+Names are case-insensitive and ``-`` equals ``_``. Outside the package, a config names a plugin module
+(``plugins: [my_pkg.algos]``) or the estimator itself (``algorithm.name: my_pkg.algos:my_estimator``); either
+imports the module, whose decorators register it. Unknown names raise :class:`KeyError` listing the known ones.
+Built on :class:`slea.plugins.Registry` (standard library only): the built-in algorithms (numpy) are
+imported on first lookup, the built-in policy losses (torch) on first loss lookup.
 """
 
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
-from typing import TypeVar
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from slea.plugins import Registry, import_plugin, norm_name  # noqa: F401  (import_plugin: re-exported)
 
 F = TypeVar("F", bound=Callable)
 
-_ADVANTAGES: dict[str, Callable] = {}
-_POLICY_LOSSES: dict[str, Callable] = {}
-_HOME = {"advantage": "slea.algorithms.advantages", "policy loss": "slea.algorithms.losses"}
+LEVELS = ("token", "turn", "trajectory")
+# What an algorithm may need the trainer to provide, and what each means.
+NEEDS: dict[str, str] = {
+    "critic": "a learned value head, read at the algorithm's level (token or turn boundaries)",
+    "clusters": "an observation-cluster id on every step row (SLEA-RL's index)",
+    "reference": "reference-policy log-probs of every response token",
+    "snapshots": "env snapshots at turn boundaries, to fork sibling rollouts",
+    "team": "a team of agents sharing one context",
+    "offline_data": "a dataset of recorded trajectories or preference pairs",
+}
+
+ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", ("slea.algorithms.advantages", "slea.algorithms.gae"))
+POLICY_LOSSES: Registry[Callable] = Registry("policy loss", ("slea.algorithms.losses",))
 
 
-def _norm(name: str) -> str:
-    if not isinstance(name, str) or not name.strip():
-        raise TypeError(f"an algorithm name must be a non-empty string, got {name!r}")
-    return name.strip().lower().replace("-", "_")
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """What the trainer needs to know about an algorithm (see the module docstring)."""
+
+    name: str
+    estimator: Callable[..., Any]
+    level: str
+    needs: frozenset[str] = frozenset()
+    settings: tuple[str, ...] = ()  # the estimator's keyword-only parameters
+    required: tuple[str, ...] = ()  # settings without a default
+    defaults: Mapping[str, Any] = field(default_factory=dict)  # dotted config key -> value, unless the user sets it
+    summary: str = ""
 
 
-def _register(table: dict[str, Callable], kind: str, name: str, replace: bool = False) -> Callable[[F], F]:
-    key = _norm(name)
-
-    def deco(fn: F) -> F:
-        if key in table and table[key] is not fn and not replace:
-            raise ValueError(f"{kind} {key!r} is already registered (by {table[key].__qualname__})")
-        table[key] = fn
-        return fn
-
-    return deco
+def _keyword_settings(fn: Callable) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    params = [p for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
+    return tuple(p.name for p in params), tuple(p.name for p in params if p.default is p.empty)
 
 
-def _get(table: dict[str, Callable], kind: str, name: str) -> Callable:
-    key = _norm(name)
-    if key not in table:
-        importlib.import_module(_HOME[kind])  # registers the built-in algorithms on first use
-    try:
-        return table[key]
-    except KeyError:
-        known = ", ".join(sorted(table)) or "(none)"
-        raise KeyError(f"unknown {kind} {name!r}; known: {known}") from None
+def register_algorithm(name: str, *, level: str, needs: Iterable[str] = (), defaults: Mapping[str, Any] | None = None,
+                       replace: bool = False) -> Callable[[F], F]:
+    """Decorator: register ``fn(batch: StepBatch, *, <settings>)`` as algorithm ``name``.
 
+    ``fn`` returns one advantage per step row (``level`` ``trajectory`` or ``turn``) or an
+    :class:`slea.algorithms.batch.Advantages` (``token`` level, or when it also returns critic targets).
+    ``needs``: keys of :data:`NEEDS`. ``defaults``: config values it implies (``{"experience.mode": "step"}``),
+    applied when the user's config does not set them. A name already taken is an error unless ``replace``."""
+    key = norm_name(name, "algorithm")
+    if level not in LEVELS:
+        raise ValueError(f"algorithm {key!r}: level must be one of {', '.join(LEVELS)}, got {level!r}")
+    unknown = sorted(set(needs) - set(NEEDS))
+    if unknown:
+        raise ValueError(f"algorithm {key!r}: unknown needs {unknown}; known: {', '.join(NEEDS)}")
 
-def register_advantage(name: str) -> Callable[[F], F]:
-    """Decorator: register an advantage estimator under ``name`` (see :mod:`slea.algorithms.advantages`)."""
-    return _register(_ADVANTAGES, "advantage", name)
+    def spec(fn: Callable) -> AlgorithmSpec:
+        settings, required = _keyword_settings(fn)
+        doc = inspect.getdoc(fn) or ""
+        return AlgorithmSpec(key, fn, level, frozenset(needs), settings, required, dict(defaults or {}),
+                             doc.split("\n\n")[0].replace("\n", " "))
+
+    return ALGORITHMS.decorator(key, replace=replace, wrap=spec)
 
 
 def register_policy_loss(name: str, *, replace: bool = False) -> Callable[[F], F]:
-    """Decorator: register a policy loss under ``name`` (see :mod:`slea.algorithms.losses`); a name already taken
-    is an error unless ``replace``."""
-    return _register(_POLICY_LOSSES, "policy loss", name, replace)
+    """Decorator: register ``fn(logprobs, old_logprobs, advantages, mask, **settings) -> (loss, metrics)`` as
+    a policy loss (see :mod:`slea.algorithms.losses`); a name already taken is an error unless ``replace``."""
+    return POLICY_LOSSES.decorator(name, replace=replace)
 
 
-def get_advantage(name: str) -> Callable:
-    """The estimator registered as ``name``; :class:`KeyError` listing the known names if there is none."""
-    return _get(_ADVANTAGES, "advantage", name)
+def get_algorithm(name: str) -> AlgorithmSpec:
+    """The spec registered as ``name`` (or ``"module:function"``); :class:`KeyError` listing the known names."""
+    return ALGORITHMS.get(name)
 
 
 def get_policy_loss(name: str) -> Callable:
-    """The policy loss registered as ``name``; :class:`KeyError` listing the known names if there is none."""
-    return _get(_POLICY_LOSSES, "policy loss", name)
+    """The policy loss registered as ``name`` (or ``"module:function"``); :class:`KeyError` listing the known."""
+    return POLICY_LOSSES.get(name)
 
 
-def advantage_names() -> list[str]:
-    """Sorted names of every registered advantage estimator (built-ins included)."""
-    importlib.import_module(_HOME["advantage"])
-    return sorted(_ADVANTAGES)
+def algorithm_names() -> list[str]:
+    """Sorted names of every registered algorithm (built-ins included)."""
+    return ALGORITHMS.names()
 
 
 def policy_loss_names() -> list[str]:
     """Sorted names of every registered policy loss (built-ins included; imports torch)."""
-    importlib.import_module(_HOME["policy loss"])
-    return sorted(_POLICY_LOSSES)
+    return POLICY_LOSSES.names()

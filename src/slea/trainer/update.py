@@ -1,34 +1,45 @@
 """The policy update: token log-probs at response positions only, then clipped policy-gradient steps.
 
-The LM head runs on the response positions alone (``logits_to_keep``): with a 49k vocabulary the output
-layer dominates, so this roughly doubles training throughput on CPU (reference/pilot.md).
+Every algorithm's advantages arrive in one layout, :class:`Sample` rows with one advantage per response token
+(:func:`to_samples`), which every registered policy loss consumes. The LM head runs on the response positions
+alone (``logits_to_keep``): with a 49k vocabulary the output layer dominates, so this roughly doubles training
+throughput on CPU (reference/pilot.md).
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 import random
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from slea.algorithms.kl import kl_penalty
 from slea.algorithms.registry import get_policy_loss
+from slea.config import loss_settings
 from slea.policy.generation import autocast, forward_after_prefix, left_pad, shared_prefix
+from slea.types import Step
 
 
 @dataclass
 class Sample:
-    """One training row: a step's prompt and response with its advantage (broadcast to every token), or one
-    advantage per response token (``token_advantages``: token-level GAE, slea/trainer/critic.py)."""
+    """One training row: a step's prompt and response, and one advantage per response token."""
 
     prompt_ids: list[int]
     response_ids: list[int]
     old_logprobs: list[float]
-    advantage: float
+    advantages: list[float]
     ref_logprobs: list[float] | None = None
-    token_advantages: list[float] | None = None
+
+
+def to_samples(rows: list[Step], token_advantages: list[np.ndarray], skip_zero: bool) -> list[Sample]:
+    """The training rows of a batch: every step row with a response, with its per-token advantages; with
+    ``skip_zero`` rows whose advantages are all 0 are left out (they add no policy gradient; under
+    ``token-mean`` aggregation they would only enlarge the denominator)."""
+    return [Sample(r.prompt_ids, r.response_ids, r.old_logprobs, [float(x) for x in a])
+            for r, a in zip(rows, token_advantages)
+            if r.response_ids and not (skip_zero and np.all(np.abs(a) < 1e-8))]
 
 
 def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0, dtype: str = "bfloat16",
@@ -71,14 +82,6 @@ def _right_aligned(rows: list[list[float]], k: int) -> torch.Tensor:
     return out
 
 
-def _advantages(chunk: list[Sample], k: int) -> torch.Tensor:
-    """``(B, K)`` right-aligned advantages: a sample's per-token ones where it has them, else its scalar."""
-    if all(s.token_advantages is None for s in chunk):
-        return torch.tensor([s.advantage for s in chunk]).unsqueeze(1).expand(-1, k)
-    return _right_aligned([s.token_advantages if s.token_advantages is not None
-                           else [s.advantage] * len(s.response_ids) for s in chunk], k)
-
-
 @torch.no_grad()
 def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temperature: float, dtype: str) -> None:
     """Fill ``ref_logprobs``: the base model with LoRA adapters disabled (or the model itself otherwise)."""
@@ -91,22 +94,12 @@ def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temper
                 s.ref_logprobs = row[m.bool()].tolist()
 
 
-def loss_kwargs(loss_fn, algo_cfg) -> dict:
-    """Map the config's clip settings onto the keyword names a registered loss takes (verl's names)."""
-    offered = {"clip_ratio": algo_cfg.clip_eps, "clip_ratio_low": algo_cfg.clip_eps,
-               "clip_ratio_c": algo_cfg.dual_clip_c, "loss_agg_mode": algo_cfg.loss_agg}
-    if algo_cfg.clip_eps_high is not None:
-        offered["clip_ratio_high"] = algo_cfg.clip_eps_high
-    params = inspect.signature(loss_fn).parameters
-    return {k: v for k, v in offered.items() if k in params}
-
-
 def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, temperature: float,
                dtype: str, rng: random.Random, progress=None) -> dict[str, float]:
     """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches, with gradient accumulation
     over micro-batches weighted so the aggregate equals one pass over the whole mini-batch."""
     loss_fn = get_policy_loss(algo_cfg.policy_loss)
-    kwargs = loss_kwargs(loss_fn, algo_cfg)
+    kwargs = loss_settings(algo_cfg, loss_fn)
     order = list(range(len(samples)))
     rng.shuffle(order)
     n_mini = min(train_cfg.updates_per_iter, len(samples))
@@ -131,7 +124,7 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype)
             k = mask.shape[1]
             old = _right_aligned([s.old_logprobs for s in chunk], k)
-            adv = _advantages(chunk, k) * mask
+            adv = _right_aligned([s.advantages for s in chunk], k)
             loss, met = loss_fn(logp, old, adv, mask, **kwargs)
             if algo_cfg.kl_coef > 0 and chunk[0].ref_logprobs is not None:
                 ref = _right_aligned([s.ref_logprobs or [] for s in chunk], k)
