@@ -41,6 +41,24 @@ class Step:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class Instructions:
+    """What an environment family tells the agent (its own, not one text-game prompt for all).
+
+    ``system``: the system message (retrieved experiences are appended to it); ``example``: a fixed example
+    exchange, ``(user, assistant)`` pairs rendered before the real turn (a 135M model needs one to answer in
+    the right form at all); ``answer_cue``: the last line of the user message; ``multiline``: answers may span
+    several lines (reasoning, then a tag), so generation does not stop at the first newline. Whether actions
+    come from a list is said per step by ``info["admissible_actions"]`` (a list, or ``None`` for free text the
+    env parses). Observation clipping never touches any of these texts.
+    """
+
+    system: str
+    example: tuple[tuple[str, str], ...] = ()
+    answer_cue: str = "Your command:"
+    multiline: bool = False
+
+
 @dataclass
 class Trajectory:
     """A whole episode of one env copy. ``group_id`` names the task group (G identical copies share it)."""

@@ -1,0 +1,51 @@
+"""Atomic file writes: the one helper every run file, cache and checkpoint goes through.
+
+A file is written next to its destination under a temporary name, flushed, and renamed over it
+(``os.replace``): a kill at any moment leaves either the old file or the new one, never half of one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_text"]
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", *, encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Open a temporary sibling of ``path`` for writing; on a clean exit it is flushed, fsynced and renamed
+    onto ``path``; on an exception it is removed and ``path`` is untouched. ``mode``: ``"w"`` or ``"wb"``."""
+    if mode not in ("w", "wb"):
+        raise ValueError(f"atomic_open writes whole files: mode 'w' or 'wb', got {mode!r}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, mode, encoding=None if "b" in mode else encoding) as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str, *, encoding: str = "utf-8") -> Path:
+    """Write ``text`` to ``path`` atomically; returns ``path``."""
+    with atomic_open(path, "w", encoding=encoding) as fh:
+        fh.write(text)
+    return Path(path)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
+    """Write ``data`` to ``path`` atomically; returns ``path``."""
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)
+    return Path(path)
