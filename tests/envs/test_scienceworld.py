@@ -278,3 +278,20 @@ def test_missing_java_message(monkeypatch):
     with pytest.raises(MissingExtraError, match="Java"):
         env.reset(seed=0)
     env.close()
+
+
+@needs_engine
+def test_instructions_name_only_the_engines_actions(sw):
+    """Every action form the instructions list is one of the engine's templates (X, Y, LOC are its OBJ)."""
+    import re
+
+    sw.reset(seed=0)
+    templates = set(sw._engine.get_possible_actions())
+    listed = re.search(r"Actions: (.*?)\. ", sw.instructions.system).group(1)
+    forms = [re.sub(r"\s*\(.*\)$", "", f.strip()) for f in listed.split(", ")]
+    assert len(forms) >= 15
+    for form in forms:
+        template = re.sub(r"\b(X|Y|LOC)\b", "OBJ", form).replace("go to OBJ", "go OBJ")
+        assert template in templates, form
+    _obs, _r, _t, _tr, info = sw.step("go to kitchen")  # "go to LOC" is how the engine is driven
+    assert not info["invalid"]

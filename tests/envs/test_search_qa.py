@@ -183,7 +183,7 @@ def _env(files, **kw) -> SearchQAEnv:
 def test_search_answer_episode_and_reward(files):
     env = _env(files, split="all")
     obs, info = env.reset(seed=0)
-    assert "Question: What is the capital of France?" in obs and "<search>" in obs
+    assert obs == "Question: What is the capital of France?"  # the protocol is the system prompt
     assert info["admissible_actions"] is None and info["goal"] == "What is the capital of France?"
     assert info["task_type"] == "nq" and info["answers"] == ["Paris"] and not info["won"]
     obs, reward, term, _, info = env.step("<think>look it up</think><search>capital of France</search>")

@@ -7,7 +7,16 @@ import pytest
 
 import slea.envs  # noqa: F401  (registers slea/Sokoban-v0)
 from slea.envs import make
-from slea.envs.sokoban import ACTIONS, SokobanEnv, deadlocked, generate_room, parse_level, replay, solve
+from slea.envs.sokoban import (
+    ACTIONS,
+    LEGEND,
+    SokobanEnv,
+    deadlocked,
+    generate_room,
+    parse_level,
+    replay,
+    solve,
+)
 
 
 @pytest.mark.parametrize("seed", range(51))
@@ -48,10 +57,13 @@ def test_determinism_same_seed_same_room_and_observation():
     assert len(boards) > 15  # different seeds give different rooms
 
 
-def test_observation_has_legend_board_and_stable_anchor():
+def test_observation_is_the_board_and_a_stable_anchor():
     env = SokobanEnv()
     obs, info = env.reset(seed=4)
-    assert "Legend:" in obs and ("@" in obs or "+" in obs)
+    assert "@" in obs or "+" in obs
+    # The legend and the moves are the env's instructions, not part of every observation.
+    assert "Legend" not in obs and LEGEND in env.instructions.system
+    assert obs.splitlines()[0] == "#" * 6  # the board's top border comes first
     assert info["admissible_actions"] == list(ACTIONS) and info["task_type"] == "sokoban"
     assert info["goal"]
     # Leaving and coming back gives the same anchor (no move counter in the text).
@@ -136,7 +148,7 @@ def test_get_state_set_state_round_trip():
 def test_gymnasium_make_after_import():
     env = gym.make("slea/Sokoban-v0")
     obs, info = env.reset(seed=3)
-    assert "Legend" in obs and info["walkthrough"]
+    assert "$" in obs and info["walkthrough"]
     for action in info["walkthrough"]:
         obs, reward, terminated, _truncated, info = env.step(action)
     assert terminated and reward == 1.0

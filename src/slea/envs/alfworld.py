@@ -32,7 +32,8 @@ Observation, info, reward
 -------------------------
 The first observation is the room and the task ("You are in the middle of a room... Your task is to: put a
 clean mug in cabinet."; the "-= Welcome to TextWorld, ALFRED! =-" banner is dropped), then the engine's
-feedback. ``info``: ``goal`` (the task text), ``admissible_actions`` (the engine's, sorted, without ``help``),
+feedback. Instructions (:data:`INSTRUCTIONS`): pick one command from the list of valid commands, with an
+example at a countertop. ``info``: ``goal`` (the task text), ``admissible_actions`` (the engine's, sorted, without ``help``),
 ``task_type`` (short name), ``task`` (ALFRED task type), ``won``, ``walkthrough`` (the expert commands stored
 in the game: for generated games the hand-coded expert's winning run), ``expert_action`` (the expert's next
 command from the current state, with ``expert="handcoded"`` or ``"planner"``; None with ``expert=None``),
@@ -65,7 +66,8 @@ from typing import Any
 from filelock import FileLock
 
 from slea.envs.alfworld_gen import SHORT_NAMES, TASK_TYPES  # the generator module imports no engine
-from slea.envs.base import StepResult, TextEnv, register
+from slea.envs.base import StepResult, TextEnv, example_prompt, register
+from slea.types import Instructions
 
 GEN_SPLIT_SEED_BASE = {"train": 1000, "heldout": 5000, "seen": 9000}
 MAX_GAMES_PER_SPLIT = 4000
@@ -98,6 +100,15 @@ _BANNER = re.compile(r"^\s*-= Welcome to TextWorld, ALFRED! =-\s*")
 _GOAL = re.compile(r"Your task is to:\s*(.*?)\s*$", re.DOTALL)
 _PUT = re.compile(r"^put (.+?) (?:in|on|in/on|into|onto) (.+)$")
 NOTHING = "Nothing happens."
+INSTRUCTIONS = Instructions(
+    system="You are a household robot in a text world. Reply with exactly one command copied from the list of "
+    "valid commands, and nothing else.",
+    example=((example_prompt(
+        "put a mug in cabinet",
+        "You arrive at countertop 1. On the countertop 1, you see a mug 1, and a spoon 2.",
+        ["examine countertop 1", "go to cabinet 1", "take mug 1 from countertop 1"]),
+        "take mug 1 from countertop 1"),),
+)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -378,6 +389,10 @@ class ALFWorldEnv(TextEnv):
         self._expert_action = plan[0] if plan else None
 
     # -- the contract ---------------------------------------------------------------------------------
+    @property
+    def instructions(self) -> Instructions:
+        return INSTRUCTIONS
+
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         from slea.envs.alfworld_gen import make_engine
 

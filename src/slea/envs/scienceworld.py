@@ -42,6 +42,9 @@ failed task: the score is clipped at 0). Some initial states already earn points
 room of the target box): ``info["score"]`` shows them at reset, and the first step's reward includes them. The episode terminates when the task is completed (``won``) or
 failed (``lost``: e.g. focusing on the wrong object).
 
+Instructions (:data:`INSTRUCTIONS`): the engine's action grammar (look around, open X, go to LOC, pick up X,
+move X to Y, focus on X, use X on Y, wait, ...), the valid-action list as a help, and one example turn.
+
 Actions are free text: the admissible list is a help, not a filter (spaces are collapsed and surrounding quotes
 and a final period dropped, which the parser would reject). An action the parser does not know gets
 the engine's answer ("No known action matches that input.") and ``invalid=True``. An ambiguous one gets the
@@ -70,7 +73,8 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
-from slea.envs.base import MissingExtraError, StepResult, TextEnv, register
+from slea.envs.base import MissingExtraError, StepResult, TextEnv, example_prompt, register
+from slea.types import Instructions
 
 # (task id, task name) of the 30 tasks, in the engine's ``tasks.json`` order.
 TASKS: tuple[tuple[str, str], ...] = (
@@ -174,6 +178,22 @@ SIMPLIFICATIONS = (
 MAX_SCORE = 100
 DEFAULT_JAVA_OPTS = "-Xmx1g -XX:+UseSerialGC"
 
+# The action grammar (the engine's ``getPossibleActions``, less its meta commands) and one example turn.
+INSTRUCTIONS = Instructions(
+    system="You are an agent in a science simulation. Reply with one action and nothing else. Actions: look "
+    "around, look at X, look in X, open X, close X, go to LOC, pick up X, put down X, move X to Y, pour X in Y, "
+    "mix X, activate X, deactivate X, connect X to Y, use X on Y, wait, focus on X (only on the task's target: "
+    "a wrong focus fails the task). The valid commands listed show what is possible now. If asked which one "
+    "you mean, reply with its number.",
+    example=((example_prompt(
+        "Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the "
+        "kitchen.",
+        "This room is called the outside. In it, you see:\n\ta baby wolf\n\ta fence\nYou also see:\n"
+        "\tA door to the kitchen (that is open)",
+        ["focus on baby wolf", "go to kitchen", "look around", "pick up baby wolf"],
+        cue="Your action:"), "focus on baby wolf"),),
+    answer_cue="Your action:",
+)
 _UNKNOWN = ("No known action matches that input", "Unknown action")
 _AMBIGUOUS = "Ambiguous request"
 
@@ -443,6 +463,10 @@ class ScienceWorldEnv(TextEnv):
         return canonical_observation(text) if self.canonical_obs else text.strip()
 
     # -- the contract ---------------------------------------------------------------------------------
+    @property
+    def instructions(self) -> Instructions:
+        return INSTRUCTIONS
+
     def _episode_index(self, seed: int | None, options: dict[str, Any]) -> int:
         if options.get("task") is not None:
             task = canonical_task(options["task"])

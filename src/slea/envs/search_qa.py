@@ -1,7 +1,9 @@
 """Search-augmented QA in the Search-R1 protocol (``slea/SearchQA-v0``), offline by default.
 
-Protocol (Search-R1, Jin et al. 2025): the observation at reset is Search-R1's instruction followed by
-``Question: <question>``. The agent's raw response is parsed for the first ``<search>query</search>`` or
+Protocol (Search-R1, Jin et al. 2025): Search-R1's instruction is the env's system prompt
+(:data:`INSTRUCTIONS`: reasoning in ``<think>``, ``<search> query </search>``, ``<answer> ... </answer>``; answers
+span several lines, ``multiline=True``), and the observation at reset is ``Question: <question>``
+(``instructions=True`` also puts the instruction in front of it, Search-R1's own layout). The agent's raw response is parsed for the first ``<search>query</search>`` or
 ``<answer>text</answer>`` (case-insensitive; other text such as ``<think>...</think>`` is ignored; a tag left
 open at the end of the response is closed there). A search answers ``<information>Doc 1(Title: t) text
 ... Doc k(...)</information>`` with the top-k documents (reward 0). An answer ends the episode with reward =
@@ -47,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slea.envs.base import MissingExtraError, StepResult, TextEnv, register
+from slea.envs.base import MissingExtraError, StepResult, TextEnv, example_prompt, register
 from slea.envs.qa_corpus import (
     Corpus,
     format_docs,
@@ -57,14 +59,25 @@ from slea.envs.qa_corpus import (
     package_data_dir,
 )
 from slea.envs.qa_metrics import answer_aliases, exact_match, f1_score, loose_recall, normalize_answer
+from slea.types import Instructions
 
-SEARCH_R1_PROMPT = (
+SEARCH_R1_INSTRUCTION = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
     "get new information. After reasoning, if you find you lack some knowledge, you can call a search engine "
     "by <search> query </search> and it will return the top searched results between <information> and "
     "</information>. You can search as many times as your want. If you find no further external knowledge "
     "needed, you can directly provide the answer inside <answer> and </answer>, without detailed "
-    "illustrations. For example, <answer> Beijing </answer>. Question: {question}\n"
+    "illustrations. For example, <answer> Beijing </answer>."
+)
+# Search-R1's first user turn: the instruction, then the question (what ``instructions=True`` observes).
+SEARCH_R1_PROMPT = SEARCH_R1_INSTRUCTION + " Question: {question}\n"
+_CUE = "Your reply (<think>, then <search> or <answer>):"
+INSTRUCTIONS = Instructions(
+    system=SEARCH_R1_INSTRUCTION,
+    example=((example_prompt("Who wrote the novel Dracula?", "Question: Who wrote the novel Dracula?", cue=_CUE),
+              "<think> I need the author of Dracula. </think>\n<search> Dracula novel author </search>"),),
+    answer_cue=_CUE,
+    multiline=True,
 )
 INVALID_HINT = (
     "My previous action is invalid. If I want to search, I should put the query between <search> and "
@@ -245,8 +258,9 @@ class SearchQAEnv(TextEnv):
         reward: ``em`` | ``f1`` | ``recall``.
         answerable: ``evidence`` | ``answer`` | ``all`` (default ``evidence`` for FanOutQA, ``all`` for files).
         heldout_fraction: share of question groups held out; num_questions: keep the first n of the split.
-        max_doc_chars: clip each retrieved document; instructions: put Search-R1's instruction in the
-            reset observation (else only ``Question: ...``).
+        max_doc_chars: clip each retrieved document.
+        instructions: also put Search-R1's instruction in front of the question in the reset observation
+            (Search-R1's own layout; default off: the system prompt, :attr:`instructions`, carries it).
     """
 
     task_type = "search_qa"
@@ -266,7 +280,7 @@ class SearchQAEnv(TextEnv):
         num_questions: int | None = None,
         cache_dir: str | None = None,
         max_doc_chars: int | None = None,
-        instructions: bool = True,
+        instructions: bool = False,
     ) -> None:
         super().__init__()
         if dataset not in DATASETS:
@@ -307,7 +321,7 @@ class SearchQAEnv(TextEnv):
         self.items, self.dataset, self.split = items, dataset, split
         self.retriever = get_retriever(self.corpus, retriever, cache_dir)
         self.top_k, self.reward_mode, self.max_doc_chars = int(top_k), reward, max_doc_chars
-        self.instructions = instructions
+        self.instruction_in_observation = bool(instructions)
         self._item: QAItem | None = None
         self._index = -1
         self._new_state()
@@ -346,18 +360,20 @@ class SearchQAEnv(TextEnv):
             )
             self._index = -1
         else:
-            k = options.get("index", seed)
-            k = int(k) if k is not None else int(self.np_random.integers(len(self.items)))
-            self._index = k % len(self.items)
+            self._index = self._pick(len(self.items), seed, options, key="index")
             self._item = self.items[self._index]
         self._goal = self._item.question
         self._new_state()
         return self._first_observation(), {}
 
+    @property
+    def instructions(self) -> Instructions:
+        return INSTRUCTIONS
+
     def _first_observation(self) -> str:
         assert self._item is not None
         q = self._item.question
-        return SEARCH_R1_PROMPT.format(question=q) if self.instructions else f"Question: {q}\n"
+        return SEARCH_R1_PROMPT.format(question=q) if self.instruction_in_observation else f"Question: {q}"
 
     def search(self, query: str) -> tuple[str, list[int]]:
         """The ``<information>`` block for ``query`` and the retrieved document indices."""

@@ -15,9 +15,11 @@ Seeds: ``reset(seed=k)`` plays room ``k`` of the split (``k % num_games`` when `
 train rooms use internal seed ``2k`` and held-out rooms ``2k + 1``, so the two splits never share a seed.
 ``options={"game": k}`` does the same as ``seed=k``; ``options={"level": "<XSB text>"}`` plays a given board.
 
-Observation: a legend, the board (``#`` wall, ``_`` floor, ``.`` target, ``$`` box, ``*`` box on target,
-``@`` you, ``+`` you on a target) and, with ``coords=True``, the positions in words. It depends only on the
-state, so identical states give identical anchors; what the last move did is in ``info["feedback"]``.
+Observation: the board (``#`` wall, ``_`` floor, ``.`` target, ``$`` box, ``*`` box on target, ``@`` you,
+``+`` you on a target) and, with ``coords=True``, the positions in words. It depends only on the state, so
+identical states give identical anchors; what the last move did is in ``info["feedback"]``. The legend, the
+rules and the moves are the env's instructions (:data:`INSTRUCTIONS`, with a one-move example), not part of
+the observation.
 Actions: ``up``, ``down``, ``left``, ``right`` (case, brackets and surrounding punctuation are ignored; the
 aliases ``north/south/west/east`` are accepted); anything else is ``invalid``. Bumping a wall or an immovable
 box is a valid move that changes nothing. Reward: 1 when every box is on a target (episode ends), plus
@@ -36,7 +38,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from slea.envs.base import StepResult, TextEnv, register
+from slea.envs.base import StepResult, TextEnv, example_prompt, register
+from slea.types import Instructions
 
 Pos = tuple[int, int]
 ACTIONS = ("up", "down", "left", "right")
@@ -52,6 +55,7 @@ _ALIASES = {
     "r": "right",
 }
 LEGEND = "Legend: # wall, _ floor, . target, $ box, * box on target, @ you, + you on a target."
+GOAL = "Push every box ($) onto a target (.)."
 
 
 @dataclass(frozen=True)
@@ -328,7 +332,7 @@ def parse_level(text: str) -> Room:
 
 
 def render(room: Room, player: Pos, boxes: frozenset[Pos], coords: bool = True) -> str:
-    """The observation text: legend, board and (optionally) positions in words (rows/cols from 0)."""
+    """The observation text: the board and (optionally) positions in words (rows/cols from 0)."""
     rows = []
     for r, line in enumerate(room.grid):
         row = []
@@ -342,7 +346,7 @@ def render(room: Room, player: Pos, boxes: frozenset[Pos], coords: bool = True) 
             else:
                 row.append(ch)
         rows.append("".join(row))
-    text = LEGEND + "\n\n" + "\n".join(rows)
+    text = "\n".join(rows)
     if coords:
 
         def fmt(ps: Any) -> str:
@@ -376,6 +380,16 @@ def normalize_action(action: str) -> str | None:
         return None
     word = _ALIASES.get(words[0], words[0])
     return word if word in MOVES else None
+
+
+_EXAMPLE = parse_level("#####\n#@$.#\n#####")
+INSTRUCTIONS = Instructions(
+    system="You are playing Sokoban. " + LEGEND + " Walk into a box to push it; boxes cannot be pulled. "
+    "Reply with exactly one move: up, down, left or right.",
+    example=((example_prompt(GOAL, render(_EXAMPLE, _EXAMPLE.player, _EXAMPLE.boxes), list(ACTIONS),
+                             cue="Your move:"), "right"),),
+    answer_cue="Your move:",
+)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -436,7 +450,11 @@ class SokobanEnv(TextEnv):
         self._won = self._lost = self._done = False
         self._feedback = ""
         self._admissible = list(ACTIONS)
-        self._goal = "Push every box ($) onto a target (.)."
+        self._goal = GOAL
+
+    @property
+    def instructions(self) -> Instructions:
+        return INSTRUCTIONS
 
     def room_seed(self, game: int) -> int:
         """The internal generator seed of room ``game`` of this split."""

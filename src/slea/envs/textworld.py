@@ -18,6 +18,9 @@ divided by ``max_score``. The episode terminates on a win or a loss.
 A command outside the admissible list does not reach the engine: the env answers the previous observation,
 reward 0 and ``info["invalid"] = True`` (the rollout collector applies any penalty).
 
+Instructions (:data:`INSTRUCTIONS`): pick one command from the list of valid commands; the example is a coin
+room in TextWorld's own words.
+
 Snapshots
 ---------
 ``get_state()`` returns ``{"game": index, "game_seed": seed, "spec": spec, "actions": [...]}`` (the game and
@@ -34,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from slea.envs.base import StepResult, TextEnv, register
+from slea.envs.base import StepResult, TextEnv, example_prompt, register
 from slea.envs.textworld_games import (  # noqa: F401  (re-exported: the public API of the family)
     CHALLENGES,
     DEFAULT_TASKS,
@@ -52,6 +55,7 @@ from slea.envs.textworld_games import (  # noqa: F401  (re-exported: the public 
     prepare_games,
     split_games,
 )
+from slea.types import Instructions
 
 # ------------------------------------------------------------------------------------------------------
 # Observation cleaning
@@ -95,6 +99,16 @@ def normalize_command(action: str) -> str:
     cmd = cmd.strip("\"'`")
     cmd = cmd.rstrip(".!").strip()
     return cmd
+
+
+INSTRUCTIONS = Instructions(
+    system="You are playing a text adventure game. Reply with exactly one command copied from the list of "
+    "valid commands, and nothing else.",
+    example=((example_prompt(
+        "Your objective is to retrieve the coin from the floor of the pantry.",
+        "-= Pantry =-\nYou've entered a pantry. There is an exit to the west.\n\nThere is a coin on the floor.",
+        ["go west", "take coin"]), "take coin"),),
+)
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -212,6 +226,10 @@ class TextWorldEnv(TextEnv):
         self._loaded = path
 
     # -- the contract ------------------------------------------------------------------------------------
+    @property
+    def instructions(self) -> Instructions:
+        return INSTRUCTIONS
+
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         index = self._pick(self.num_games, seed, options)
         self._load(self.game_file(index))

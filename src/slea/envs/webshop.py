@@ -14,6 +14,9 @@ search page, whose only action is the open ``search[<query>]``. ``info["availabl
 ``{"has_search_bar", "clickables"}``. Anything else is an invalid step (same observation, reward 0,
 ``info["invalid"]``, a hint in ``info["error"]``).
 
+Instructions (:data:`INSTRUCTIONS`, both envs): that action space in two sentences and one example turn, a
+``search[...]`` on the search page.
+
 Pages of the offline shop (observation texts)::
 
     search   WebShop [SEP] Instruction: [SEP] <instruction> [SEP] Search
@@ -47,14 +50,24 @@ import urllib.request
 from html.parser import HTMLParser
 from typing import Any
 
-from slea.envs.base import StepResult, TextEnv, register
+from slea.envs.base import StepResult, TextEnv, example_prompt, register
 from slea.envs.webshop_catalog import Catalog, Goal, Product, build_catalog, expert_actions, get_reward
+from slea.types import Instructions
 
 SEP = " [SEP] "
 TABS = ("description", "features", "reviews")
 _ACTION = re.compile(r"\s*(search|click)\s*\[(.*)\]\s*[.!]?\s*", re.IGNORECASE | re.DOTALL)
 _ACTION_IN_TEXT = re.compile(r"(search|click)\s*\[([^\]\n]*)\]", re.IGNORECASE)
 _HINT = "Actions are search[<query>] on the search page and click[<button>] with a button of the page."
+_EXAMPLE_GOAL = "i need a blue cotton t-shirt, size large, and price lower than 30.00 dollars"
+INSTRUCTIONS = Instructions(
+    system="You are shopping on a website. Reply with exactly one action and nothing else: search[<query>] on "
+    "the search page; elsewhere click[<item>] with a button, product id or option from the list of valid "
+    "commands. Buy the product that matches the instruction.",
+    example=((example_prompt(_EXAMPLE_GOAL, SEP.join(["WebShop", "Instruction:", _EXAMPLE_GOAL, "Search"]),
+                             cue="Your action:"), "search[blue cotton t-shirt]"),),
+    answer_cue="Your action:",
+)
 
 
 def parse_action(action: str) -> tuple[str, str] | None:
@@ -101,15 +114,14 @@ class WebShopEnv(TextEnv):
         self._task: Goal | None = None
         self._s: dict[str, Any] = {}
 
+    @property
+    def instructions(self) -> Instructions:
+        return INSTRUCTIONS
+
     # -- state --------------------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if options.get("goal") is not None:
-            k = int(options["goal"])
-        elif seed is not None:
-            k = int(seed)
-        else:
-            k = int(self.np_random.integers(len(self.goal_ids)))
-        self._task = self.catalog.goals[self.goal_ids[k % len(self.goal_ids)]]
+        k = self._pick(len(self.goal_ids), seed, options, key="goal")
+        self._task = self.catalog.goals[self.goal_ids[k]]
         self._goal, self.task_type = self._task.instruction, self._task.category
         self._s = {
             "page": "search",
@@ -449,6 +461,10 @@ class WebShopServerEnv(TextEnv):
         self.url = ""
         self.session = ""
         self._done, self._reward = False, 0.0
+
+    @property
+    def instructions(self) -> Instructions:
+        return INSTRUCTIONS
 
     def _fetch(self, method: str, url: str, data: dict[str, str] | None = None) -> None:
         url = _quote_url(urllib.parse.urljoin(self.url or self.base_url + "/", url or self.url))
