@@ -1,7 +1,9 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from slea.envs.base import DEFAULT_INSTRUCTIONS, example_prompt
 from slea.policy.prompts import PromptBuilder, clip_observation, parse_action
+from slea.types import Instructions
 
 ADM = ["go north", "take coin", "take red key", "open door"]
 
@@ -50,14 +52,63 @@ def test_clip_observation():
 def test_prompt_contains_parts_and_one_shot(tiny_policy):
     _, tok = tiny_policy
     b = PromptBuilder(tok, history=1, obs_max_chars=200, one_shot=True)
-    msgs = b.messages("find the coin", "You are in a room.", ["go north", "take coin"],
+    ins = DEFAULT_INSTRUCTIONS
+    msgs = b.messages(ins, "find the coin", "You are in a room.", ["go north", "take coin"],
                       [("Old room.", "go east"), ("Older.", "go west")], experience="Tips: go north first")
-    assert msgs[0]["role"] == "system" and "Tips: go north first" in msgs[0]["content"]
+    assert msgs[0] == {"role": "system", "content": ins.system + "\n\nTips: go north first"}
     assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
+    assert (msgs[1]["content"], msgs[2]["content"]) == ins.example[0]
     user = msgs[-1]["content"]
     assert "Goal: find the coin" in user and "- take coin" in user and "You are in a room." in user
     assert "> go west" in user and "> go east" not in user  # only the last k=1 pair
+    assert user.endswith("\nYour command:")
     ids = b.encode(msgs)
     assert tok.decode(ids).endswith("<|im_start|>assistant\n")
-    no_shot = PromptBuilder(tok, one_shot=False).messages("g", "o", None, [])
-    assert [m["role"] for m in no_shot] == ["system", "user"]
+    assert b.build(ins, "find the coin", "You are in a room.", ["take coin"], []) == b.encode(
+        b.messages(ins, "find the coin", "You are in a room.", ["take coin"], []))
+    no_shot = PromptBuilder(tok, one_shot=False).messages(ins, "g", "o", None, [])
+    assert [m["role"] for m in no_shot] == ["system", "user"] and no_shot[0]["content"] == ins.system
+
+
+FAMILY = Instructions(
+    system="You are a tester. Reply with <answer> x </answer>. " + "Rules. " * 40,
+    example=(("Goal: g1\nObservation: o1\nYour reply:", "<think> a </think>\n<answer> b </answer>"),
+             ("Goal: g2\nObservation: o2\nYour reply:", "<answer> c </answer>")),
+    answer_cue="Your reply:",
+    multiline=True,
+)
+
+
+def test_the_family_renders_its_own_system_example_and_cue():
+    msgs = PromptBuilder(None).messages(FAMILY, "the goal", "an observation", None, [])
+    assert msgs[0] == {"role": "system", "content": FAMILY.system}
+    assert [(m["role"], m["content"]) for m in msgs[1:5]] == [
+        ("user", FAMILY.example[0][0]), ("assistant", FAMILY.example[0][1]),
+        ("user", FAMILY.example[1][0]), ("assistant", FAMILY.example[1][1])]
+    assert msgs[-1] == {"role": "user", "content": "Goal: the goal\nObservation: an observation\nYour reply:"}
+    assert "Your command:" not in str(msgs)  # nothing of the text-game default leaks in
+
+
+def test_a_tiny_obs_limit_clips_only_the_observation():
+    obs = "You are in a long hall. " * 20
+    past = [("An earlier room with many things in it. " * 5, "go east")]
+    msgs = PromptBuilder(None, history=1, obs_max_chars=24).messages(FAMILY, "the goal", obs, ["a", "b"], past,
+                                                                     experience="Lesson: look first.")
+    assert msgs[0]["content"] == FAMILY.system + "\n\nLesson: look first."  # whole, never clipped
+    assert [m["content"] for m in msgs[1:5]] == [t for pair in FAMILY.example for t in pair]
+    user = msgs[-1]["content"]
+    shown = user.split("Observation: ", 1)[1].split("\n", 1)[0]
+    assert shown == clip_observation(obs, 24) and len(shown) == 24 and shown.endswith("...")
+    assert obs.strip() not in user
+    assert f"[{clip_observation(past[0][0], 12)}] > go east" in user  # past observations get half the limit
+    assert user.endswith("- a\n- b\nYour reply:")
+
+
+def test_env_examples_are_laid_out_as_the_builder_lays_out_a_turn():
+    """envs write their example turns with slea.envs.base.example_prompt; it must match the builder's layout."""
+    builder = PromptBuilder(None, history=0, obs_max_chars=10_000)
+    cases = [("take the coin", "-= Pantry =-\nA pantry.\n\nThere is a coin.", ["go west", "take coin"], "Your command:"),
+             ("Who wrote Dracula?", "Question: Who wrote Dracula?", None, "Your reply:")]
+    for goal, obs, cmds, cue in cases:
+        ins = Instructions(system="s", answer_cue=cue)
+        assert builder.messages(ins, goal, obs, cmds, [])[-1]["content"] == example_prompt(goal, obs, cmds, cue)

@@ -1,9 +1,11 @@
 """Prompt building and tolerant action parsing.
 
-Prompt = system instruction (+ retrieved experiences, SLEA-RL App. A Eq.8: experiences go in the system
-message, the observation stays in the user message) + one fixed example exchange (a 135M model needs it to
-answer with a command at all: reference/pilot.md) + goal, the last k (observation, action) pairs, the
-current observation and the admissible actions, rendered by the model's chat template.
+Prompt = the env family's :class:`~slea.types.Instructions`: its system prompt (+ retrieved experiences,
+SLEA-RL App. A Eq.8: experiences go in the system message, the observation stays in the user message) and its
+example exchange (a 135M model needs one to answer in the right form at all: reference/pilot.md); then the
+goal, the last k (observation, action) pairs, the current observation, the admissible actions and the family's
+answer cue, rendered by the model's chat template. Only observations are clipped: the instructions and the
+example always appear whole.
 """
 
 from __future__ import annotations
@@ -12,12 +14,8 @@ import difflib
 import re
 from dataclasses import dataclass
 
-SYSTEM = ("You are an agent playing a text game. Reply with exactly one command copied from the list of "
-          "valid commands, and nothing else.")
-EXAMPLE_USER = ("Goal: put the apple on the table.\n"
-                "Observation: You are in a kitchen. There is an apple on the counter and a table.\n"
-                "Valid commands:\n- take apple\n- go north\n- open fridge\nYour command:")
-EXAMPLE_ASSISTANT = "take apple"
+from slea.types import Instructions
+
 _LEAD = " \t\r\f\v\"'`*>-•.:"
 _TRAIL = " \t\r\f\v\"'`*.!,;:"
 _PREFIX = re.compile(r"^(?:your\s+)?(?:command|action|answer)\s*[:=]\s*", re.IGNORECASE)
@@ -30,6 +28,7 @@ def _strip(line: str) -> str:
 
 
 def clip_observation(text: str, max_chars: int) -> str:
+    """An observation with runs of blank lines collapsed, cut to ``max_chars`` (ending in ``...``)."""
     text = _BANNER.sub("\n\n", text.strip())
     return text if len(text) <= max_chars else text[: max_chars - 3].rstrip() + "..."
 
@@ -41,13 +40,15 @@ class PromptBuilder:
     obs_max_chars: int = 400
     one_shot: bool = True
 
-    def messages(self, goal: str, observation: str, admissible: list[str] | None,
+    def messages(self, instructions: Instructions, goal: str, observation: str, admissible: list[str] | None,
                  past: list[tuple[str, str]], experience: str = "") -> list[dict[str, str]]:
-        system = SYSTEM if not experience else f"{SYSTEM}\n\n{experience}"
+        """Chat messages: ``instructions.system`` (+ experience), the example exchange when ``one_shot``, then
+        the user turn (goal, recent steps, clipped observation, valid commands, ``instructions.answer_cue``)."""
+        system = instructions.system if not experience else f"{instructions.system}\n\n{experience}"
         msgs = [{"role": "system", "content": system}]
         if self.one_shot:
-            msgs += [{"role": "user", "content": EXAMPLE_USER},
-                     {"role": "assistant", "content": EXAMPLE_ASSISTANT}]
+            for user, assistant in instructions.example:
+                msgs += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         lines = [f"Goal: {goal.strip()}"] if goal.strip() else []
         recent = past[-self.history:] if self.history else []
         if recent:
@@ -58,7 +59,7 @@ class PromptBuilder:
         if admissible:
             lines.append("Valid commands:")
             lines += [f"- {a}" for a in admissible]
-        lines.append("Your command:")
+        lines.append(instructions.answer_cue)
         msgs.append({"role": "user", "content": "\n".join(lines)})
         return msgs
 
@@ -66,9 +67,9 @@ class PromptBuilder:
         text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
-    def build(self, goal: str, observation: str, admissible: list[str] | None,
+    def build(self, instructions: Instructions, goal: str, observation: str, admissible: list[str] | None,
               past: list[tuple[str, str]], experience: str = "") -> list[int]:
-        return self.encode(self.messages(goal, observation, admissible, past, experience))
+        return self.encode(self.messages(instructions, goal, observation, admissible, past, experience))
 
 
 def parse_action(text: str, admissible: list[str] | None, fuzzy_cutoff: float = 0.75) -> tuple[str | None, str]:
