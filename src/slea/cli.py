@@ -1,4 +1,9 @@
-"""The ``slea`` command line: it parses and calls, nothing more."""
+"""The ``slea`` command line: it parses and calls, nothing more.
+
+A bad config, argument, path or missing extra is one line on stderr and exit code 2 (no traceback); a run halted
+by a reliability guard is exit code 3. Progress and results go through :mod:`slea.progress` (a rich display on a
+terminal, plain timestamped lines in logs).
+"""
 
 from __future__ import annotations
 
@@ -23,14 +28,37 @@ console = Console()
 err = Console(stderr=True)
 
 
+@app.callback()
+def _setup() -> None:
+    from slea.progress import setup_logging
+
+    setup_logging()
+
+
+def _fail(msg: str, code: int = 2) -> typer.Exit:
+    """Print one line on stderr; return the Exit to raise (``raise _fail(...) from None``)."""
+    err.print(msg, markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
 def _config(config: Path | None, overrides: list[str]):
     from slea.config import ConfigError, load_config
 
     try:
         return load_config(config, overrides)
     except ConfigError as exc:
-        err.print(f"config error: {exc}", markup=False, highlight=False)
-        raise typer.Exit(2) from None
+        raise _fail(f"config error: {exc}") from None
+
+
+def _require_env(env_id: str) -> None:
+    """The env's optional extra must be installed: checked before any model loads."""
+    from slea.envs import registered
+
+    spec = registered().get(env_id)
+    missing = spec.missing() if spec is not None else []
+    if missing:
+        hint = f"pip install 'slea[{spec.extra}]'" if spec.extra else "install " + ", ".join(missing)
+        raise _fail(f"config error: env.id: {env_id} needs {', '.join(missing)}: {hint}")
 
 
 @app.command()
@@ -42,26 +70,24 @@ def train(
     """Train a policy with RL; writes a run folder (metrics, curves, checkpoints, eval)."""
     if resume is not None:
         if not (resume / "config.yaml").is_file():
-            err.print(f"--resume: {resume} has no config.yaml")
-            raise typer.Exit(2)
+            raise _fail(f"--resume: {resume} has no config.yaml (not a run folder)")
         cfg = _config(resume / "config.yaml", list(set_) + [f"run.dir={resume}"])
     else:
         cfg = _config(config, set_)
+    _require_env(cfg.env.id)
     from slea.config import ConfigError
     from slea.trainer.guards import RunHalted
     from slea.trainer.rl import Trainer
 
     try:
-        trainer = Trainer(cfg, console=console)
-    except ConfigError as exc:  # a value only checkable against the model (e.g. model.lora_layers): one line
-        err.print(f"config error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(2) from None
+        trainer = Trainer(cfg)
+    except ConfigError as exc:  # needs the trainer cannot meet, or a value checkable only against the model
+        raise _fail(f"config error: {exc}") from None
     console.print(f"run folder: {trainer.dir}")
     try:
         summary = trainer.fit(resume=resume is not None)
     except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
-        err.print(f"run halted: {exc}", markup=False, highlight=False, soft_wrap=True)
-        raise typer.Exit(3) from None
+        raise _fail(f"run halted: {exc}", 3) from None
     console.print(summary_table(summary))
 
 
@@ -99,17 +125,44 @@ def compare(
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
-        err.print(f"--seeds: expected comma-separated integers, got {seeds!r}")
-        raise typer.Exit(2) from None
+        raise _fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
     out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
     try:
         plan = cmp.plan(config, algos, seed_list, out, overrides=list(set_))
     except (ConfigError, ValueError) as exc:
-        err.print(f"compare: {exc}", markup=False, highlight=False)
-        raise typer.Exit(2) from None
-    cmp.run(plan, say=console.print, console=console)
+        raise _fail(f"compare: {exc}") from None
+    _require_env(plan.items[0][1].env.id)
+    cmp.run(plan, say=console.print)
     typer.echo((out / "table.md").read_text())  # plain: a markdown table must not be re-wrapped
     console.print(f"wrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")
+
+
+def _model_target(target: str) -> bool:
+    """Whether ``target`` names a model: ``embedded``, ``tiny``, a model folder, or a name in the local HF cache."""
+    if target in ("embedded", "tiny") or (Path(target) / "config.json").is_file():
+        return True
+    if Path(target).exists() or target.count("/") != 1:
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(target, "config.json"), str)
+    except Exception:  # noqa: BLE001  (not a valid repo id: not a cached model)
+        return False
+
+
+def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
+    """The experience library a run evaluated with: a private copy of its checkpoint's snapshot (the
+    evaluation's retrievals link entries and open clusters; the run's own files stay untouched)."""
+    snap = last / "library.sqlite" if last is not None else None
+    if cfg.experience.mode == "off" or snap is None or not snap.is_file():
+        return None
+    import shutil
+
+    from slea.experience.manager import ExperienceManager
+
+    shutil.copyfile(snap, workdir / "library.sqlite")
+    return ExperienceManager(cfg.experience, workdir / "library.sqlite")
 
 
 @app.command("eval")
@@ -124,12 +177,16 @@ def eval_(
                                        "run folder, else runs/eval-<target>)"),
     set_: list[str] = typer.Option([], "--set"),
 ) -> None:
-    """Evaluate a trained run (its last checkpoint), a model folder, or the untrained embedded model; prints
-    and saves the env family's paper-style table."""
+    """Evaluate a trained run (its last checkpoint, with its experience library), a model folder, or the
+    untrained embedded model; prints and saves the env family's paper-style table. A run's evaluation with its
+    own settings reproduces its eval/after.json."""
     path = Path(target)
     run = path if (path / "config.yaml").is_file() else None
     config_file = run / "config.yaml" if run else path if path.suffix in (".yaml", ".yml") and path.is_file() \
         else None
+    if config_file is None and not _model_target(target):
+        raise _fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded', 'tiny' nor a YAML config")
     over = [f"model.name_or_path={target}"] if config_file is None else []
     over += list(set_)
     if episodes is not None:
@@ -139,30 +196,37 @@ def eval_(
     cfg = _config(config_file, over)
     if env is not None and env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
         cfg = _config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over])
+    _require_env(cfg.env.id)
+    import tempfile
+
     import torch
 
     from slea.evaluation.evaluate import evaluate, write_eval
-    from slea.trainer.checkpoint import latest_checkpoint
-
-    torch.set_num_threads(cfg.run.threads)
+    from slea.evaluation.report import PaperTable
     from slea.policy.generation import HFGenerator
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
     from slea.rollout.collector import RolloutCollector
+    from slea.trainer.checkpoint import latest_checkpoint
 
+    torch.set_num_threads(cfg.run.threads)
     last = latest_checkpoint(run / "checkpoints") if run else None
     model, tok = load_policy(cfg.model, adapter_dir=last)
     builder = PromptBuilder(tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
                             one_shot=cfg.rollout.one_shot)
-    collector = RolloutCollector(HFGenerator(model, tok, dtype=cfg.model.dtype,
-                                             stop_at_newline=cfg.rollout.stop_at_newline), builder, cfg.rollout,
-                                 cfg.env.max_steps)
     kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs, "split": split}
-    res = evaluate(collector, cfg.env.id, kwargs, cfg.eval, step_timeout_s=cfg.env.step_timeout_s,
-                   reset_timeout_s=cfg.env.reset_timeout_s)
+    with tempfile.TemporaryDirectory() as work:
+        library = _eval_library(run, cfg, last, Path(work)) if run else None
+        collector = RolloutCollector(HFGenerator(model, tok, dtype=cfg.model.dtype), builder, cfg.rollout,
+                                     cfg.env.max_steps, experience=library, experience_mode=cfg.experience.mode)
+        try:
+            res = evaluate(collector, cfg.env.id, kwargs, cfg.eval, step_timeout_s=cfg.env.step_timeout_s,
+                           reset_timeout_s=cfg.env.reset_timeout_s,
+                           iteration=cfg.train.iterations if run else 0)  # the run's "after": warm-up gate open
+        finally:
+            if library is not None:
+                library.close()
     res["checkpoint"] = last.name if last else None
-    from slea.evaluation.report import PaperTable
-
     name = f"eval-{split}" if env is None else f"eval-{split}-{cfg.env.id.rsplit('/', 1)[-1]}"
     saved = write_eval(out or run or Path("runs") / f"eval-{path.stem or 'model'}", name, res)
     console.print_json(json.dumps({k: v for k, v in res.items() if k != "table"}))
@@ -177,7 +241,8 @@ def envs() -> None:
     import slea.envs as E
 
     t = Table(title="registered environments")
-    for col in ("id", "family", "extra", "installed", "description"):
+    t.add_column("id", no_wrap=True, min_width=max(len(s.id) for s in E.registered().values()))
+    for col in ("family", "extra", "installed", "description"):
         t.add_column(col)
     for spec in sorted(E.registered().values(), key=lambda s: s.id):
         missing = spec.missing()
@@ -187,7 +252,9 @@ def envs() -> None:
     from slea.envs.status import data_status  # files and env variables only: no engine starts
 
     d = Table(title="data found, per family")
-    for col in ("family", "ids", "extra installed", "data"):
+    d.add_column("family")
+    d.add_column("ids", no_wrap=True, min_width=max(len(s.id) for s in E.registered().values()))
+    for col in ("extra installed", "data"):
         d.add_column(col)
     fams: dict[str, list] = {}
     for spec in sorted(E.registered().values(), key=lambda s: s.id):
@@ -202,8 +269,20 @@ def envs() -> None:
 def _library_path(run: Path) -> Path:
     path = run / "library.sqlite" if run.is_dir() else run
     if not path.is_file():
-        err.print(f"no experience library at {path}")
-        raise typer.Exit(2)
+        raise _fail(f"no experience library at {path} (only runs with a library have one: algorithm slea, or "
+                    f"experience.mode step/task)")
+    import sqlite3
+
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise _fail(f"{path} is not an experience library ({exc})") from None
+    if "entries" not in tables:
+        raise _fail(f"{path} is not an experience library (no entries table)")
     return path
 
 

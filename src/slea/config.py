@@ -2,7 +2,12 @@
 
 Loaded from YAML, then ``--set key.sub=value`` overrides (values parsed as YAML scalars/lists). Unknown keys,
 wrong types and bad values raise :class:`ConfigError` with one line naming the key; the CLI turns it into
-exit code 2.
+exit code 2. Beyond types, a config is checked against what it names: ``plugins`` are imported first (a user's
+module registers its algorithms, losses, envs, extractors), the algorithm's declared ``defaults`` fill the keys
+the user did not set (``slea`` → ``experience.mode: step``), ``algorithm.name``, ``algorithm.policy_loss`` and
+``env.id`` must be registered, ``algorithm.options`` must be settings of the chosen estimator or loss, and a
+setting the chosen algorithm, loss or trainer path never reads is refused when it differs from its default
+(:func:`unused_settings`): a value that would be silently ignored is an error, not a surprise.
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 
 class ConfigError(ValueError):
@@ -64,7 +69,8 @@ class RolloutSection(_Section):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     max_new_tokens: int = Field(12, ge=1)
-    stop_at_newline: bool = True  # one-line commands; turn off for multi-line answers (search tags, reasoning)
+    # None: the env's instructions decide (multi-line for reasoning + tags, else stop at the first newline)
+    stop_at_newline: bool | None = None
     history: int = Field(2, ge=0)  # last-k (observation, action) pairs in the prompt
     obs_max_chars: int = Field(400, ge=20)
     invalid_penalty: float = Field(0.1, ge=0)  # subtracted from the reward of an invalid step
@@ -73,7 +79,8 @@ class RolloutSection(_Section):
 
 
 class AlgorithmSection(_Section):
-    name: str = "grpo"  # advantage estimator: grpo | rloo | reinforce_pp | gigpo | slea | ...
+    # a registered algorithm (slea algorithms), or "my_pkg.my_module:my_estimator"
+    name: str = "grpo"
     policy_loss: str = "ppo_clip"
     loss_agg: str = "token-mean"
     gamma: float = Field(0.95, ge=0, le=1)
@@ -87,7 +94,7 @@ class AlgorithmSection(_Section):
     kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] = "k3"
     # Rows whose advantage is 0 (e.g. groups with equal returns under GRPO) add no policy gradient: skip them.
     skip_zero_advantage: bool = True
-    options: dict[str, Any] = Field(default_factory=dict)  # estimator-specific extras
+    options: dict[str, Any] = Field(default_factory=dict)  # settings of the estimator or loss without a key here
     # PPO with a learned critic (name ppo | turn_ppo; slea/trainer/critic.py, docs/algorithms/ppo.md)
     gae_gamma: float = Field(1.0, ge=0, le=1)  # ppo: token-level GAE γ
     gae_lambda: float = Field(0.95, ge=0, le=1)  # ppo: token-level GAE λ
@@ -130,6 +137,11 @@ class ExperienceSection(_Section):
     """SLEA-RL's library and retrieval (paper §3, defaults of Table 3 scaled to CPU)."""
 
     mode: Literal["step", "task", "off"] = "off"
+
+    @field_validator("mode", mode="before")
+    @classmethod
+    def _yaml_off(cls, v: Any) -> Any:
+        return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
     cluster_threshold: float = Field(0.85, gt=0, le=1)  # δ
     max_clusters: int = Field(100_000, ge=1)
     top_k_pos: int = Field(2, ge=0)  # k+
@@ -145,11 +157,12 @@ class ExperienceSection(_Section):
     k_traj: int = Field(5, ge=1)
     novelty_threshold: float = Field(0.85, gt=0, le=1)
     eta: Literal["median"] | float = "median"
-    extractor: Literal["rule", "llm"] = "rule"
+    extractor: str = "rule"  # a registered extractor (rule | llm), or "my_pkg.my_module:my_factory"
     use_embeddings: bool = False
 
 
 class RunConfig(_Section):
+    plugins: list[str] = Field(default_factory=list)  # modules imported first: a user's algorithms, losses, envs
     run: RunSection = Field(default_factory=RunSection)
     model: ModelSection = Field(default_factory=ModelSection)
     env: EnvSection = Field(default_factory=EnvSection)
@@ -160,17 +173,121 @@ class RunConfig(_Section):
     experience: ExperienceSection = Field(default_factory=ExperienceSection)
 
     @model_validator(mode="after")
-    def _known_algorithm(self) -> RunConfig:
+    def _check_against_registries(self, info: ValidationInfo) -> RunConfig:
         from slea.algorithms import registry  # late: algorithms never import config
 
-        for key, get in (("algorithm.name", registry.get_advantage),
-                         ("algorithm.policy_loss", registry.get_policy_loss)):
-            value = getattr(self.algorithm, key.split(".")[1])
-            try:
-                get(value)
-            except (KeyError, TypeError) as exc:
-                raise ValueError(f"{key}: {str(exc).strip(chr(34) + chr(39))}") from None
+        spec = _registered("algorithm.name", registry.get_algorithm, self.algorithm.name)
+        loss = _registered("algorithm.policy_loss", registry.get_policy_loss, self.algorithm.policy_loss)
+        import slea.envs
+
+        if self.env.id not in slea.envs.registered():
+            known = ", ".join(sorted(slea.envs.registered()))
+            raise ValueError(f"env.id: unknown env {self.env.id!r}; registered: {known}")
+        from slea.experience.extraction import get_extractor
+
+        _registered("experience.extractor", get_extractor, self.experience.extractor)
+        _check_options(self.algorithm, spec, loss)
+        if (info.context or {}).get("check_unused", True):
+            for key, why in unused_settings(self).items():
+                raise ValueError(f"{key}: {why}")
         return self
+
+
+def _registered(key: str, get, value: str):
+    try:
+        return get(value)
+    except (KeyError, TypeError, ImportError) as exc:
+        raise ValueError(f"{key}: {str(exc).strip(chr(34) + chr(39))}") from None
+
+
+# -- what the chosen algorithm reads ----------------------------------------------------------------------------
+# config key -> the keyword names a policy loss takes it as (verl's names)
+LOSS_SETTINGS: dict[str, tuple[str, ...]] = {
+    "clip_eps": ("clip_ratio", "clip_ratio_low"),
+    "clip_eps_high": ("clip_ratio_high",),
+    "dual_clip_c": ("clip_ratio_c",),
+    "loss_agg": ("loss_agg_mode",),
+}
+# keys that configure the learned critic: read only when the algorithm needs one
+CRITIC_SETTINGS = (("algorithm", "value_clip"), ("algorithm", "vf_coef"), ("train", "critic_lr"),
+                   ("train", "critic_updates"))
+
+
+def _loss_params(loss) -> set[str]:
+    import inspect
+
+    return {p.name for p in inspect.signature(loss).parameters.values() if p.kind is p.KEYWORD_ONLY}
+
+
+def estimator_settings(algo: AlgorithmSection, spec) -> dict[str, Any]:
+    """The settings ``spec``'s estimator takes, from ``algorithm.<key>`` or ``algorithm.options``."""
+    fields = type(algo).model_fields
+    out = {k: getattr(algo, k) for k in spec.settings if k in fields}
+    out.update({k: v for k, v in algo.options.items() if k in spec.settings})
+    return out
+
+
+def loss_settings(algo: AlgorithmSection, loss) -> dict[str, Any]:
+    """Keyword arguments of the policy loss ``loss``: the config's clip settings under verl's names
+    (:data:`LOSS_SETTINGS`), and its own extras from ``algorithm.options``."""
+    params = _loss_params(loss)
+    out: dict[str, Any] = {}
+    for key, names in LOSS_SETTINGS.items():
+        value = getattr(algo, key)
+        if value is not None:
+            out.update({n: value for n in names if n in params})
+    out.update({k: v for k, v in algo.options.items() if k in params})
+    return out
+
+
+def _check_options(algo: AlgorithmSection, spec, loss) -> None:
+    fields = type(algo).model_fields
+    params = _loss_params(loss)
+    for key in algo.options:
+        if key in fields:
+            raise ValueError(f"algorithm.options.{key}: set algorithm.{key} instead")
+        if key not in spec.settings and key not in params:
+            own = [k for k in spec.settings if k not in fields] or ["none"]
+            raise ValueError(f"algorithm.options.{key}: not a setting of algorithm {spec.name} (its options: "
+                             f"{', '.join(own)}) nor of policy_loss {algo.policy_loss}")
+    for key in spec.required:
+        if key not in fields and key not in algo.options:
+            raise ValueError(f"algorithm.options.{key}: required by algorithm {spec.name}")
+
+
+def unused_settings(cfg: RunConfig) -> dict[str, str]:
+    """Settings that differ from their default although nothing on the chosen path reads them: ``key -> why``.
+
+    Estimator settings are the chosen algorithm's keyword parameters; clip settings are read when the policy
+    loss takes them (:data:`LOSS_SETTINGS`); critic settings when the algorithm needs a critic; the KL estimator
+    when ``kl_coef`` > 0; ``max_refill_rounds`` with dynamic sampling. A value equal to its default changes
+    nothing and passes (so a run's saved config.yaml, which lists every key, loads back)."""
+    from slea.algorithms.registry import get_algorithm, get_policy_loss
+
+    a = cfg.algorithm
+    spec = get_algorithm(a.name)
+    loss = get_policy_loss(a.policy_loss)
+    params = _loss_params(loss)
+    critic = "critic" in spec.needs
+    reads: dict[str, tuple[bool, str]] = {}
+    for key in ("gamma", "step_weight", "std_norm", "eps", "gae_gamma", "gae_lambda", "turn_gamma", "turn_lambda",
+                "adv_whiten"):
+        reads[f"algorithm.{key}"] = (key in spec.settings, f"not a setting of algorithm {spec.name} (it reads: "
+                                     f"{', '.join(spec.settings) or 'none'})")
+    for key, names in LOSS_SETTINGS.items():
+        if key != "loss_agg":  # loss_agg also weighs micro-batches: always read
+            reads[f"algorithm.{key}"] = (bool(params & set(names)), f"not read by policy_loss {a.policy_loss}")
+    for sec, key in CRITIC_SETTINGS:
+        reads[f"{sec}.{key}"] = (critic, f"algorithm {spec.name} has no critic")
+    reads["algorithm.kl_estimator"] = (a.kl_coef > 0 or "reference" in spec.needs, "algorithm.kl_coef is 0")
+    reads["algorithm.max_refill_rounds"] = (a.dynamic_sampling, "algorithm.dynamic_sampling is off")
+    out = {}
+    for dotted, (read, why) in reads.items():
+        sec, key = dotted.split(".")
+        section = getattr(cfg, sec)
+        if not read and getattr(section, key) != type(section).model_fields[key].default:
+            out[dotted] = why
+    return out
 
 
 def _one_line(err: ValidationError) -> str:
@@ -205,18 +322,63 @@ def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
     node[path[-1]] = value
 
 
-def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None) -> RunConfig:
+def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None, *,
+                 check_unused: bool = True) -> RunConfig:
+    """The validated config of a YAML tree plus ``--set`` overrides. ``check_unused=False`` skips the refusal
+    of settings the algorithm does not read (``slea compare`` checks them against all its algorithms)."""
     tree: dict[str, Any] = dict(data or {})
     for item in overrides or []:
         path, value = parse_override(item)
         _set(tree, path, value)
+    _import_plugins(tree.get("plugins"))
+    _apply_algorithm_defaults(tree)
     try:
-        return RunConfig.model_validate(tree)
+        return RunConfig.model_validate(tree, context={"check_unused": check_unused})
     except ValidationError as err:
         raise ConfigError(_one_line(err)) from None
 
 
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+def _import_plugins(plugins: Any) -> None:
+    from slea.algorithms.registry import import_plugin
+
+    if plugins is None:
+        return
+    if not isinstance(plugins, list) or not all(isinstance(m, str) and m.strip() for m in plugins):
+        raise ConfigError(f"plugins: expected a list of module names (got {plugins!r})")
+    for module in plugins:
+        try:
+            import_plugin(module.strip())
+        except ImportError as exc:
+            raise ConfigError(f"plugins: {exc}") from None
+
+
+def _apply_algorithm_defaults(tree: dict[str, Any]) -> None:
+    """Fill the config values the chosen algorithm declares (``AlgorithmSpec.defaults``) where the tree has
+    none; an unknown algorithm is left for validation to report."""
+    from slea.algorithms.registry import get_algorithm
+
+    algo = tree.get("algorithm")
+    name = algo.get("name", AlgorithmSection().name) if isinstance(algo, dict) else AlgorithmSection().name
+    try:
+        spec = get_algorithm(name)
+    except (KeyError, TypeError, ImportError):
+        return
+    for dotted, value in spec.defaults.items():
+        *sections, key = dotted.split(".")
+        node = tree
+        for sec in sections:
+            child = node.get(sec)
+            if child is None:
+                child = node[sec] = {}
+            if not isinstance(child, dict):
+                break
+            node = child
+        else:
+            node.setdefault(key, value)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, *,
+                check_unused: bool = True) -> RunConfig:
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -228,7 +390,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"config: {p.name} is not valid YAML ({str(exc).splitlines()[0]})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config: {p.name} must hold a mapping of sections")
-    return build_config(data, overrides)
+    return build_config(data, overrides, check_unused=check_unused)
 
 
 def dump_config(cfg: RunConfig) -> str:

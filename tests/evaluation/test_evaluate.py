@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import time
 
-import slea.envs.faulty  # noqa: F401  (registers slea/test-Faulty-v0)
+import slea.testing.faulty_env  # noqa: F401  (registers slea/test-Faulty-v0)
 from slea.config import EvalSection, RolloutSection
-from slea.envs.faulty import FAULTY_ID
+from slea.testing.faulty_env import FAULTY_ID
 from slea.evaluation.evaluate import evaluate
 from slea.policy.generation import Generation
 from slea.policy.prompts import PromptBuilder

@@ -136,7 +136,7 @@ def test_llm_extractor_path(tmp_path):
 
     m = ExperienceManager(cfg(extractor="llm"), tmp_path / "lib.sqlite", generate_text=gen)
     met = m.evolve(batch(m), 0)
-    assert calls == [3] and met["llm_fallback"] == 2
+    assert calls == [3] and met["extract_fallback"] == 2
     texts = [e.text for e in m.library.entries("pos")]
     assert "Open containers before looking for food in them." in texts
     m.close()

@@ -27,7 +27,7 @@ def test_generation_rows_stop_and_logprobs_match_training_forward(tiny_policy):
         # nothing is kept after a stop token
         stops = set(gen.stop_ids) | {tok.eos_token_id}
         assert not any(t in stops for t in o.ids[:-1])
-    samples = [Sample(p, o.ids, o.logprobs, 0.0) for p, o in zip(prompts, outs)]
+    samples = [Sample(p, o.ids, o.logprobs, [0.0] * len(o.ids)) for p, o in zip(prompts, outs)]
     logp, mask = response_logprobs(model, samples, temperature=1.0, dtype="float32")
     for row, s in enumerate(samples):
         k = len(s.response_ids)
@@ -38,7 +38,7 @@ def test_generation_rows_stop_and_logprobs_match_training_forward(tiny_policy):
 
 def test_response_logprobs_equal_unpadded_full_forward(tiny_policy):
     model, _ = tiny_policy
-    samples = [Sample([3, 4, 5, 6, 7], [8, 9], [0.0, 0.0], 1.0), Sample([10, 11], [12, 13, 14], [0.0] * 3, 1.0)]
+    samples = [Sample([3, 4, 5, 6, 7], [8, 9], [0.0, 0.0], [1.0] * 2), Sample([10, 11], [12, 13, 14], [0.0] * 3, [1.0] * 3)]
     logp, mask = response_logprobs(model, samples, temperature=0.7, dtype="float32")
     for row, s in enumerate(samples):
         ids = torch.tensor([s.prompt_ids + s.response_ids])
@@ -70,9 +70,9 @@ def test_shared_prefix_forward_equals_plain_forward_with_gradients():
             if "lora_B" in n:
                 p.normal_(0, 0.05)
     common = [1, 5, 9, 14, 22, 30, 31, 40]
-    samples = [Sample(common + [50, 51], [60, 61, 62], [0.0] * 3, 1.0),
-               Sample(common + [52], [63], [0.0], 1.0),
-               Sample(common + [53, 54, 55], [64, 65], [0.0] * 2, 1.0)]
+    samples = [Sample(common + [50, 51], [60, 61, 62], [0.0] * 3, [1.0] * 3),
+               Sample(common + [52], [63], [0.0], [1.0]),
+               Sample(common + [53, 54, 55], [64, 65], [0.0] * 2, [1.0] * 2)]
     results = []
     for share in (False, True):
         model.zero_grad()

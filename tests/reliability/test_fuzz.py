@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slea.envs.faulty import ADVERSARIAL, GarbageGenerator, adversarial_text
+from slea.testing.faulty_env import ADVERSARIAL, GarbageGenerator, adversarial_text
 from slea.policy.prompts import parse_action
 from slea.rollout.collector import clean_text
 

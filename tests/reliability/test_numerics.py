@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 
-import slea.envs.faulty  # noqa: F401
+import slea.testing.faulty_env  # noqa: F401
 from slea.config import AlgorithmSection, TrainSection
-from slea.envs.faulty import FAULTY_ID
+from slea.testing.faulty_env import FAULTY_ID
 from slea.trainer import checkpoint as ckpt
 from slea.trainer import update as U
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
@@ -20,7 +20,7 @@ from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, fin
 def _samples(n=4):
     rng = random.Random(0)
     return [U.Sample([rng.randrange(5, 200) for _ in range(12)], [rng.randrange(5, 200) for _ in range(3)],
-                     [-1.0, -1.2, -0.9], advantage=(1.0 if i % 2 else -1.0)) for i in range(n)]
+                     [-1.0, -1.2, -0.9], advantages=[1.0 if i % 2 else -1.0] * 3) for i in range(n)]
 
 
 class _NanGrad(torch.autograd.Function):

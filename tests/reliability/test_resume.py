@@ -52,7 +52,7 @@ def _final_weights(run: Path) -> dict[str, torch.Tensor]:
     return load_file(str(ckpt.latest_checkpoint(run / "checkpoints") / "trainable.safetensors"))
 
 
-def test_killed_in_process_then_resumed_equals_uninterrupted(tmp_path, rel):
+def test_killed_in_process_then_resumed_equals_uninterrupted(tmp_path, rel, caplog):
     from slea.trainer.rl import Trainer
 
     cfg = rel.tiny_config(train={"iterations": 4},
@@ -78,9 +78,9 @@ def test_killed_in_process_then_resumed_equals_uninterrupted(tmp_path, rel):
     assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000001"
 
     resumed = Trainer(cfg, run_dir=run)
-    messages: list[str] = []
-    resumed.say = messages.append
-    resumed.fit(resume=True)
+    with caplog.at_level("INFO", logger="slea"):
+        resumed.fit(resume=True)
+    messages = [r.getMessage() for r in caplog.records]
     assert any("resumed from iter_000001" in m for m in messages), messages
 
     rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(tmp_path / "ref/metrics.jsonl"))
@@ -153,7 +153,7 @@ def _damage(path: Path, how: str) -> None:
 
 
 @pytest.mark.parametrize("how", ["flip", "truncate", "delete", "manifest", "state", "empty_optimizer"])
-def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, how):
+def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, how, caplog):
     paths = _three_checkpoints(tmp_path)
     _damage(paths[2], how)
     net, opt = _net_opt(seed=9)
@@ -161,8 +161,9 @@ def test_damaged_newest_checkpoint_falls_back_to_the_previous(tmp_path, how):
     with pytest.raises(ckpt.CheckpointError):
         ckpt.load_checkpoint(paths[2], net, opt)
     assert torch.equal(net.a.weight, before)  # nothing applied from a checkpoint that fails
-    warnings: list[str] = []
-    path, state = ckpt.load_latest(tmp_path, net, opt, warn=warnings.append)
+    with caplog.at_level("WARNING", logger="slea"):
+        path, state = ckpt.load_latest(tmp_path, net, opt)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert path == paths[1] and state["iteration"] == 1
     assert len(warnings) == 1 and "iter_000002" in warnings[0]
     ref, _ = _net_opt(seed=1)
@@ -181,14 +182,14 @@ def test_half_written_and_pruned_leftovers_are_ignored(tmp_path):
     assert ckpt.load_latest(tmp_path, net, opt)[0] == paths[2]
 
 
-def test_no_intact_checkpoint_gives_none(tmp_path):
+def test_no_intact_checkpoint_gives_none(tmp_path, caplog):
     paths = _three_checkpoints(tmp_path)
     for p in paths:
         _damage(p, "flip")
     net, opt = _net_opt()
-    warnings: list[str] = []
-    assert ckpt.load_latest(tmp_path, net, opt, warn=warnings.append) == (None, None)
-    assert len(warnings) == 3
+    with caplog.at_level("WARNING", logger="slea"):
+        assert ckpt.load_latest(tmp_path, net, opt) == (None, None)
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 3
 
 
 def test_non_finite_or_misshapen_weights_are_refused(tmp_path):

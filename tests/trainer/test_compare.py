@@ -115,7 +115,7 @@ def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
     calls = []
 
     class FakeTrainer:
-        def __init__(self, cfg, run_dir=None, console=None):
+        def __init__(self, cfg, run_dir=None):
             self.cfg, self.dir = cfg, Path(run_dir)
 
         def fit(self, resume=False):

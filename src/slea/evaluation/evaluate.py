@@ -1,4 +1,10 @@
-"""Held-out evaluation: sampled and greedy episodes on the held-out games, with the same rollout loop."""
+"""Held-out evaluation: sampled and greedy episodes on the held-out games, with the same rollout loop.
+
+Reproducible and paired: game ``g`` is played with env seed ``eval.seed + g`` and every episode samples from its
+own random stream, keyed by (evaluation, env seed, episode, turn) (:mod:`slea.rollout.collector`), so two
+evaluations of the same weights give the same numbers in one process, whatever ran before, and an evaluation
+before and after training draws the same random numbers episode by episode.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +13,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slea.atomic import atomic_write_text
 from slea.envs.pool import EnvPool
 from slea.evaluation.report import new_table
+from slea.progress import Progress
+from slea.rollout.collector import EVAL_SALT
 from slea.types import Trajectory
 
 
@@ -40,7 +49,7 @@ def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, it
     out: dict[str, Any] = {"env": env_id, "games": eval_cfg.games}
     guards = {"step_timeout_s": step_timeout_s, "reset_timeout_s": reset_timeout_s}
     with EnvPool(env_id, eval_cfg.games, eval_cfg.episodes_per_game, env_kwargs, **guards) as pool:  # close: JVMs
-        trajs, _ = collector.collect(pool, seeds, iteration=iteration, temperature=eval_cfg.temperature)
+        trajs = _play(collector, pool, seeds, iteration, eval_cfg.temperature, "held-out eval (sampled)")
     out["sampled"] = summarize(trajs)
     out["sampled"]["temperature"] = eval_cfg.temperature
     out["per_game_wins"] = [sum(t.won for t in trajs if t.group_id == g) for g in range(eval_cfg.games)]
@@ -50,7 +59,7 @@ def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, it
     kept = {"sampled": trajs}
     if eval_cfg.greedy:
         with EnvPool(env_id, eval_cfg.games, 1, env_kwargs, **guards) as gpool:
-            gtrajs, _ = collector.collect(gpool, seeds, iteration=iteration, temperature=0.0)
+            gtrajs = _play(collector, gpool, seeds, iteration, 0.0, "held-out eval (greedy)")
         out["greedy"] = summarize(gtrajs)
         table.add(f"{pre}greedy", gtrajs)
         kept["greedy"] = gtrajs
@@ -61,13 +70,18 @@ def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, it
     return out
 
 
+def _play(collector, pool, seeds: list[int], iteration: int, temperature: float, name: str) -> list[Trajectory]:
+    n = len(pool)
+    with Progress(name, total=collector.max_steps) as bar:
+        trajs, _ = collector.collect(pool, seeds, iteration=iteration, temperature=temperature, rng_salt=EVAL_SALT,
+                                     progress=lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done"))
+    return trajs
+
+
 def write_eval(run_dir: Path, name: str, result: dict) -> Path:
     folder = Path(run_dir) / "eval"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.json"
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps({k: v for k, v in result.items() if k != "trajectories"}, indent=2))
-    tmp.replace(path)
+    path = atomic_write_text(folder / f"{name}.json",
+                             json.dumps({k: v for k, v in result.items() if k != "trajectories"}, indent=2))
     if isinstance(result.get("table"), dict) and result["table"].get("markdown"):
-        (folder / f"{name}.md").write_text(result["table"]["markdown"])
+        atomic_write_text(folder / f"{name}.md", result["table"]["markdown"])
     return path

@@ -5,13 +5,16 @@ threshold via ``ExperienceSection.eta``); the top-K_traj of T+ yield strategies 
 of T− warnings (zone ``neg``); every candidate scores ``z_e = R(τ_source)`` and is linked to the observation
 clusters of the steps it came from (``Step.cluster_id``).
 
-Two extractors:
+Extractors are registered by name (``experience.extractor``; a user's own with :func:`register_extractor`, from a
+plugin module): a factory ``f(generate_text) -> extractor`` whose result has ``extract(pos, neg) ->
+list[Candidate]`` (``generate_text(prompts) -> texts`` is handed in by the trainer, ``None`` when there is no
+model to ask). Built in:
 
-* :class:`RuleExtractor` — deterministic, from the goal, actions, observations and outcome; the fallback and
-  what the tests use.
-* :class:`LLMExtractor` — prompts (``slea/prompts/extract_*.txt``) answered by a ``generate_text(prompts) ->
-  texts`` callable handed in (it never imports the policy); messy answers are parsed defensively and anything
-  unusable is dropped; a trajectory whose answer yields nothing falls back to the rules.
+* ``rule`` (:class:`RuleExtractor`) — deterministic, from the goal, actions, observations and outcome; the
+  fallback and what the tests use.
+* ``llm`` (:class:`LLMExtractor`) — prompts (``slea/prompts/extract_*.txt``) answered by ``generate_text`` (it
+  never imports the policy); messy answers are parsed defensively and anything unusable is dropped; a trajectory
+  whose answer yields nothing falls back to the rules.
 """
 
 from __future__ import annotations
@@ -25,9 +28,21 @@ from importlib import resources
 from string import Template
 
 from slea.experience.library import LEVELS, sanitize
+from slea.plugins import Registry
 from slea.types import Trajectory
 
 GenerateText = Callable[[list[str]], list[str]]
+EXTRACTORS: Registry[Callable] = Registry("experience extractor", ("slea.experience.extraction",))
+
+
+def register_extractor(name: str, *, replace: bool = False):
+    """Decorator: register ``factory(generate_text) -> extractor`` (``extract(pos, neg) -> list[Candidate]``)."""
+    return EXTRACTORS.decorator(name, replace=replace)
+
+
+def get_extractor(name: str) -> Callable:
+    """The extractor factory registered as ``name`` (or ``"module:function"``)."""
+    return EXTRACTORS.get(name)
 
 
 @dataclass
@@ -152,6 +167,11 @@ class RuleExtractor:
 
     def __init__(self, max_examples: int = 2) -> None:
         self.max_examples = max_examples
+        self.stats: Counter = Counter()
+
+    def extract(self, pos: Sequence[Trajectory], neg: Sequence[Trajectory]) -> list[Candidate]:
+        """Strategies from each trajectory of ``pos``, warnings from each of ``neg``."""
+        return [c for t in pos for c in self.strategies(t)] + [c for t in neg for c in self.warnings(t)]
 
     def strategies(self, t: Trajectory) -> list[Candidate]:
         R = t.episode_return
@@ -343,20 +363,31 @@ class LLMExtractor:
         return out
 
 
+@register_extractor("rule")
+def rule_extractor(generate_text: GenerateText | None = None) -> RuleExtractor:
+    """The deterministic rules (:class:`RuleExtractor`); ``generate_text`` is not used."""
+    return RuleExtractor()
+
+
+@register_extractor("llm")
+def llm_extractor(generate_text: GenerateText | None = None) -> LLMExtractor | RuleExtractor:
+    """The model distils lessons (:class:`LLMExtractor`); the rules when no model is handed in."""
+    return LLMExtractor(generate_text) if generate_text is not None else RuleExtractor()
+
+
 def extract_candidates(trajs: Sequence[Trajectory], *, eta: str | float = "median", k_traj: int = 5,
-                       extractor: str = "rule", generate_text: GenerateText | None = None,
-                       rule: RuleExtractor | None = None) -> tuple[float, list[Candidate], dict[str, float]]:
-    """η, strategy+warning candidates (best score first within each zone) and counts for the metrics."""
+                       extractor=None) -> tuple[float, list[Candidate], dict[str, float]]:
+    """η, strategy+warning candidates (best score first within each zone) and counts for the metrics, from
+    ``extractor`` (anything with ``extract(pos, neg)``; default: the rules). Its ``stats`` counter, if any,
+    is reported (``extract_<key>``) and cleared."""
     _, all_pos, all_neg = split_outcomes(trajs, eta)
     e, pos, neg = select(trajs, eta, k_traj)
-    rule = rule or RuleExtractor()
-    if extractor == "llm" and generate_text is not None:
-        llm = LLMExtractor(generate_text, fallback=rule)
-        cands = llm.extract(pos, neg)
-        info = {f"llm_{k}": float(v) for k, v in llm.stats.items()}
-    else:
-        cands = [c for t in pos for c in rule.strategies(t)] + [c for t in neg for c in rule.warnings(t)]
-        info = {}
+    extractor = extractor if extractor is not None else RuleExtractor()
+    cands = list(extractor.extract(pos, neg))
+    stats = getattr(extractor, "stats", None) or {}
+    info = {f"extract_{k}": float(v) for k, v in stats.items()}
+    if hasattr(stats, "clear"):
+        stats.clear()
     order = {lv: i for i, lv in enumerate(("example", "pattern", "principle"))}
     cands.sort(key=lambda c: (c.zone != "pos", -c.score if c.zone == "pos" else c.score, order.get(c.level, 3)))
     info.update({"eta": e, "t_pos": float(len(all_pos)), "t_neg": float(len(all_neg)),

@@ -16,7 +16,7 @@ from typing import Self
 
 from slea.config import ExperienceSection
 from slea.experience.clustering import ObservationIndex
-from slea.experience.extraction import GenerateText, RuleExtractor, extract_candidates, split_outcomes
+from slea.experience.extraction import GenerateText, extract_candidates, get_extractor, split_outcomes
 from slea.experience.library import ExperienceLibrary
 from slea.experience.retrieval import Retriever
 from slea.types import Trajectory
@@ -45,7 +45,7 @@ class ExperienceManager:
                                    max_tokens=cfg.max_tokens,
                                    fallback_threshold=cfg.fallback_threshold,
                                    count_tokens=count_tokens)
-        self.rule = RuleExtractor()
+        self.extractor = get_extractor(cfg.extractor)(generate_text)
         self.stats: dict[str, float] = {"retrievals": 0, "retrieved": 0, "fallbacks": 0, "gated": 0}
 
     # -- per step --------------------------------------------------------------------------------------------
@@ -88,8 +88,7 @@ class ExperienceManager:
                             m["used_entries"] += 1
                             m["used_success"] += ok
             _, cands, info = extract_candidates(trajectories, eta=cfg.eta, k_traj=cfg.k_traj,
-                                                extractor=cfg.extractor, generate_text=self.generate_text,
-                                                rule=self.rule)
+                                                extractor=self.extractor)
             m.update(info)
             caps = {"pos": cfg.k_strat, "neg": cfg.k_warn}
             admitted = {"pos": 0, "neg": 0}

@@ -8,17 +8,27 @@ One call generates for every live env of a turn. On a 2-core CPU generation cost
    always at the first turn);
 3. the KV cache is then fanned out to one row per prompt and rows are sampled independently.
 
-A row stops at EOS or at the first token containing a newline (an answer is one command on one line). The
-returned log-probs are ``log_softmax(logits / T)`` of the sampled tokens — the quantity the training forward
-computes — so the PPO ratio starts near 1 (the remaining gap is bf16 numerics; it is reported).
+A row stops at EOS or, unless the call allows multi-line answers, at the first token containing a newline (an
+answer is one command on one line). The returned log-probs are ``log_softmax(logits / T)`` of the sampled
+tokens — the quantity the training forward computes — so the PPO ratio starts near 1 (the remaining gap is bf16
+numerics; it is reported).
+
+Reproducible sampling: with ``rng_keys`` each row draws its tokens from its own random stream,
+``numpy.random.default_rng(key)``, one uniform per new token, turned into a token by the inverse CDF of the
+row's (tempered, top-k/top-p truncated) distribution. What a row samples then depends only on its key and its
+logits: not on the process's global RNG, on what ran before, or on the other rows of the batch. The collector
+keys rows by (purpose, env seed, copy, turn), so two evaluations of the same weights are paired episode by
+episode.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
+import numpy as np
 import torch
 
 
@@ -71,12 +81,26 @@ class HFGenerator:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 12, temperature: float = 1.0,
-                 top_p: float = 1.0, top_k: int = 0) -> list[Generation]:
+                 top_p: float = 1.0, top_k: int = 0, rng_keys: Sequence[Sequence[int]] | None = None,
+                 stop_at_newline: bool | None = None) -> list[Generation]:
+        """One answer per prompt. ``rng_keys``: one key (a sequence of non-negative ints) per prompt, the seed
+        of that row's own random stream (module docstring); without keys rows sample from torch's global RNG.
+        ``stop_at_newline``: this call's choice (``None``: the generator's default)."""
         self.calls += 1
+        if rng_keys is not None and len(rng_keys) != len(prompts):
+            raise ValueError(f"{len(rng_keys)} rng_keys for {len(prompts)} prompts")
+        if stop_at_newline is None:
+            stops = self.stop_ids
+        else:
+            stops = _newline_ids(self.tok) if stop_at_newline else frozenset()
         out: list[Generation | None] = [None] * len(prompts)
         for start in range(0, len(prompts), self.max_batch):
             idx = list(range(start, min(start + self.max_batch, len(prompts))))
-            gens = self._generate_chunk([prompts[i] for i in idx], max_new_tokens, temperature, top_p, top_k)
+            uniforms = None
+            if rng_keys is not None and temperature > 0:
+                uniforms = torch.from_numpy(np.stack([row_uniforms(rng_keys[i], max_new_tokens) for i in idx]))
+            gens = self._generate_chunk([prompts[i] for i in idx], max_new_tokens, temperature, top_p, top_k,
+                                        uniforms, stops)
             for i, g in zip(idx, gens):
                 out[i] = g
         return out  # type: ignore[return-value]
@@ -87,7 +111,8 @@ class HFGenerator:
                              use_cache=True, logits_to_keep=1)
         return res.logits[:, -1].float(), res.cache
 
-    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k) -> list[Generation]:
+    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k, uniforms, stops
+                        ) -> list[Generation]:
         from transformers import DynamicCache
 
         was_training = self.model.training
@@ -112,19 +137,22 @@ class HFGenerator:
             sel = torch.tensor(row_to_u, dtype=torch.long)
             cache.batch_select_indices(sel)
             logits, mask, last_pos = logits[sel], mask[sel], pos[sel, -1]
-            return self._decode(logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k)
+            return self._decode(logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k,
+                                uniforms, stops)
         finally:
             self.model.train(was_training)
 
-    def _decode(self, logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k):
+    def _decode(self, logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k, uniforms,
+                stop_ids):
         n = logits.shape[0]
         eos = self.tok.eos_token_id
-        stops = torch.tensor(sorted(self.stop_ids | {eos}), dtype=torch.long)
+        stops = torch.tensor(sorted(set(stop_ids) | {eos}), dtype=torch.long)
         toks: list[list[int]] = [[] for _ in range(n)]
         lps: list[list[float]] = [[] for _ in range(n)]
         live = torch.arange(n)  # rows still generating; the cache holds only these
         for step in range(max_new_tokens):
-            nxt, logp = sample_next(logits, temperature, top_p, top_k)
+            u = uniforms[live, step] if uniforms is not None else None
+            nxt, logp = sample_next(logits, temperature, top_p, top_k, uniforms=u)
             for j, row in enumerate(live.tolist()):
                 toks[row].append(int(nxt[j]))
                 lps[row].append(float(logp[j]))
@@ -171,12 +199,27 @@ def shared_prefix(prompts: list[list[int]]) -> int:
     return max(n, 0)
 
 
-def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
-                top_k: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def row_uniforms(key: Sequence[int], n: int) -> np.ndarray:
+    """The ``n`` uniforms in [0, 1) of one row's random stream: ``numpy.random.default_rng(key)``."""
+    return np.random.default_rng([int(k) for k in key]).random(n)
+
+
+def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    """Per row, the token ``k`` with ``cdf[k−1] ≤ u·total < cdf[k]`` (float64 cumulative sums): a draw from
+    ``probs`` (unnormalised rows are fine) fixed by one uniform ``u`` per row; zero-probability tokens are never
+    chosen."""
+    cdf = probs.double().cumsum(-1)
+    x = (u.double() * cdf[:, -1]).unsqueeze(-1)
+    return torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp(max=probs.shape[-1] - 1)
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0,
+                uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row; return ``(tokens, log_softmax(logits / T)[token])``.
 
     ``temperature == 0`` is greedy (log-probs at T = 1). top-k / top-p truncate the sampling distribution
     only; the recorded log-prob is of the untruncated tempered distribution, as the training forward sees it.
+    ``uniforms`` (one per row): sample by :func:`inverse_cdf` instead of ``torch.multinomial``.
     """
     if temperature <= 0:
         logp = torch.log_softmax(logits, -1)
@@ -194,5 +237,6 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0,
         drop = cum - torch.softmax(srt, -1) > top_p  # keep the smallest set whose mass reaches top_p
         srt = srt.masked_fill(drop, float("-inf"))
         filt = torch.full_like(filt, float("-inf")).scatter(-1, order, srt)
-    tok = torch.multinomial(torch.softmax(filt, -1), 1).squeeze(-1)
+    probs = torch.softmax(filt, -1)
+    tok = inverse_cdf(probs, uniforms) if uniforms is not None else torch.multinomial(probs, 1).squeeze(-1)
     return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)

@@ -1,10 +1,18 @@
 """The multi-turn rollout loop: N task groups x G copies stepped in lockstep, one generation call per turn.
 
-Per turn, every live env gets a prompt (goal, last-k history, observation, admissible actions, and — when an
-experience source is handed in — the experiences retrieved for this observation in the system message);
-the generator answers all of them in one batched call; answers are parsed tolerantly into actions. An
-unparseable or inadmissible answer does not step the env: it is an invalid step with a penalty, the agent
-sees the same observation again. The output is trajectories of :class:`slea.types.Step` rows.
+One episode per env, read top to bottom in :meth:`RolloutCollector.collect`:
+
+1. ``_start``: reset every env (the G copies of a group with the group's seed) and open a trajectory each;
+2. per turn, for every live env:
+   ``_prompts`` (retrieve experiences for the observation when a library is handed in; render the env's own
+   instructions, goal, recent steps, observation and valid commands) → ``_generate`` (one batched call) →
+   ``_parse`` (model text → an admissible action, or invalid) → ``_step_envs`` (only the valid actions step
+   their env) → ``_record`` (one :class:`slea.types.Step` row each; the next observation; finished episodes);
+3. ``_finish``: episodes that ran out of steps are truncated.
+
+An unparseable or inadmissible answer does not step the env: it is an invalid step with a penalty, and the agent
+sees the same observation again. Sampling is keyed per row by (purpose, env seed, copy, turn)
+(``HFGenerator.generate(rng_keys=...)``): an episode's tokens do not depend on what else ran in the process.
 
 The experience source is duck-typed (``cluster(obs, task_type) -> int`` and
 ``retrieve(obs, task_type=, goal=, iteration=) -> obj with cluster_id, entry_ids, text``), so rollouts run
@@ -19,7 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from slea.policy.prompts import PromptBuilder, parse_action
-from slea.types import Step, Trajectory
+from slea.types import Instructions, Step, Trajectory
+
+# rng_salt of the two purposes: training rollouts and held-out evaluation draw from disjoint streams
+TRAIN_SALT = 0
+EVAL_SALT = 1
 
 
 def final_info(info: dict[str, Any], max_chars: int = 200) -> dict[str, Any]:
@@ -58,10 +70,37 @@ class RolloutStats:
 
 @dataclass
 class _Live:
+    """An env whose episode is running: what the agent sees next."""
+
     obs: str
     info: dict[str, Any]
+    key: tuple[int, ...]  # (rng salt, env seed, copy): the row's sampling stream, with the turn appended
     past: list[tuple[str, str]] = field(default_factory=list)
     task_exp: Any = None  # held retrieval for mode "task"
+
+
+@dataclass
+class _Pending:
+    """One live env's decision in the current turn, from prompt to recorded row."""
+
+    env: int
+    prompt: list[int]
+    exp: Any
+    cluster_id: int
+    text: str = ""
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    action: str | None = None
+    parse: str = "invalid"
+
+
+@dataclass
+class _Episode:
+    """The state of one ``collect`` call."""
+
+    trajs: list[Trajectory]
+    live: dict[int, _Live]
+    instructions: Instructions
 
 
 class RolloutCollector:
@@ -75,94 +114,120 @@ class RolloutCollector:
         self.mode = experience_mode if experience is not None else "off"
 
     def collect(self, pool, seeds: list[int], *, iteration: int = 0, temperature: float | None = None,
-                traj_offset: int = 0, progress=None) -> tuple[list[Trajectory], RolloutStats]:
+                traj_offset: int = 0, rng_salt: int = TRAIN_SALT, progress=None
+                ) -> tuple[list[Trajectory], RolloutStats]:
         """Play one episode on every env of ``pool`` (group g reset with ``seeds[g]``)."""
         stats = RolloutStats()
         temp = self.cfg.temperature if temperature is None else temperature
+        ep = self._start(pool, seeds, iteration, traj_offset, rng_salt, stats)
+        for turn in range(self.max_steps):
+            if not ep.live:
+                break
+            pending = self._prompts(ep, iteration, stats)
+            self._generate(pending, ep, turn, temp, stats)
+            self._parse(pending, ep, stats)
+            results = self._step_envs(pool, pending, stats)
+            self._record(ep, turn, pending, results)
+            if progress is not None:
+                progress(turn + 1, len(ep.live))
+        self._finish(ep)
+        return ep.trajs, stats
+
+    # -- the phases -------------------------------------------------------------------------------------------
+    def _start(self, pool, seeds, iteration, traj_offset, rng_salt, stats) -> _Episode:
         t0 = time.perf_counter()
         first = pool.reset(seeds)
         stats.env_s += time.perf_counter() - t0
-        trajs = [Trajectory(group_id=pool.group_of(i), traj_id=traj_offset + i, seed=seeds[pool.group_of(i)],
-                            goal=str(info.get("goal", "")), task_type=str(info.get("task_type", "")))
-                 for i, (_, info) in enumerate(first)]
-        live = {i: _Live(obs, info) for i, (obs, info) in enumerate(first) if "fault" not in info}
-        for i, (_, info) in enumerate(first):
+        trajs, live, copies = [], {}, {}
+        for i, (obs, info) in enumerate(first):
+            g = pool.group_of(i)
+            copy = copies[g] = copies.get(g, -1) + 1
+            trajs.append(Trajectory(group_id=g, traj_id=traj_offset + i, seed=seeds[g],
+                                    goal=str(info.get("goal", "")), task_type=str(info.get("task_type", ""))))
             if "fault" in info:  # the env could not be reset (EnvPool rebuilt it): it sits this episode out
                 trajs[i].truncated = True
-        if self.mode == "task":
+            else:
+                live[i] = _Live(obs, info, key=(int(rng_salt), int(seeds[g]) % 2**63, copy))
+        if self.mode == "task":  # retrieve once per episode, from the first observation
             for i, st in live.items():
                 st.task_exp = self._retrieve(st, trajs[i], iteration, stats)
-        for turn in range(self.max_steps):
-            if not live:
-                break
-            idx = sorted(live)
-            prompts, exps, clusters = [], [], []
-            for i in idx:
-                st, tr = live[i], trajs[i]
-                if self.mode == "step":  # retrieval assigns this observation's cluster
-                    exp = self._retrieve(st, tr, iteration, stats)
-                    cid = exp.cluster_id
-                else:  # task mode holds the episode's first retrieval; the cluster is still per step
-                    exp = st.task_exp
-                    cid = self.experience.cluster(st.obs, tr.task_type) if self.experience is not None else -1
-                exps.append(exp)
-                clusters.append(cid)
-                prompts.append(self.builder.build(tr.goal, st.obs, st.info.get("admissible_actions"),
-                                                  st.past, exp.text if exp is not None else ""))
-            t0 = time.perf_counter()
-            outs = self.gen.generate(prompts, max_new_tokens=self.cfg.max_new_tokens, temperature=temp,
-                                     top_p=self.cfg.top_p, top_k=self.cfg.top_k)
-            for o in outs:  # model text is data: a bounded str without lone surrogates (SQLite/UTF-8 reject them)
-                o.text = clean_text(o.text)
-            stats.gen_s += time.perf_counter() - t0
-            stats.gen_calls += 1
-            stats.prompt_tokens += sum(len(p) for p in prompts)
-            stats.gen_tokens += sum(len(o.ids) for o in outs)
-            actions, parsed = {}, {}
-            for k, i in enumerate(idx):
-                act, kind = parse_action(outs[k].text, live[i].info.get("admissible_actions"),
-                                         self.cfg.fuzzy_cutoff)
-                stats.parse_kinds[kind] = stats.parse_kinds.get(kind, 0) + 1
-                parsed[i] = (act, kind)
-                if act is not None:
-                    actions[i] = act
-            t0 = time.perf_counter()
-            results = pool.step(actions) if actions else {}
-            stats.env_s += time.perf_counter() - t0
-            for k, i in enumerate(idx):
-                st, tr, out = live[i], trajs[i], outs[k]
-                act, kind = parsed[i]
-                if act is None:
-                    obs, reward, term, trunc, info = st.obs, 0.0, False, False, dict(st.info, invalid=True)
-                else:
-                    obs, reward, term, trunc, info = results[i]
-                valid = act is not None and not info.get("invalid", False)
-                if not valid:
-                    reward -= self.cfg.invalid_penalty
-                last = term or trunc or turn == self.max_steps - 1
-                exp = exps[k]
-                tr.steps.append(Step(
-                    group_id=tr.group_id, traj_id=tr.traj_id, step=turn, anchor=st.obs,
-                    prompt_ids=prompts[k], response_ids=out.ids, old_logprobs=out.logprobs,
-                    reward=float(reward), done=bool(last), valid=valid, action=act or "",
-                    response_text=out.text, task_type=tr.task_type, cluster_id=int(clusters[k]),
-                    experience_ids=list(exp.entry_ids) if exp is not None else [],
-                    info={"parse": kind, "fault": info["fault"]} if "fault" in info else {"parse": kind},
-                ))
-                st.past.append((st.obs, act if act is not None else f"{out.text.strip()[:40]} (invalid)"))
-                if valid:
-                    st.obs, st.info = obs, {**st.info, **info}
-                if term or trunc:
-                    tr.won = bool(info.get("won", False))
-                    tr.final_info = final_info(info)
-                    tr.truncated = bool(trunc and not term)
-                    del live[i]
-            if progress is not None:
-                progress(turn + 1, len(live))
-        for i, st in live.items():  # ran out of steps
-            trajs[i].truncated = True
-            trajs[i].final_info = final_info(st.info)
-        return trajs, stats
+        return _Episode(trajs, live, pool.instructions)
+
+    def _prompts(self, ep: _Episode, iteration: int, stats: RolloutStats) -> list[_Pending]:
+        out = []
+        for i in sorted(ep.live):
+            st, tr = ep.live[i], ep.trajs[i]
+            if self.mode == "step":  # retrieval assigns this observation's cluster
+                exp = self._retrieve(st, tr, iteration, stats)
+                cid = exp.cluster_id
+            else:  # task mode holds the episode's first retrieval; the cluster is still per step
+                exp = st.task_exp
+                cid = self.experience.cluster(st.obs, tr.task_type) if self.experience is not None else -1
+            prompt = self.builder.build(ep.instructions, tr.goal, st.obs, st.info.get("admissible_actions"),
+                                        st.past, exp.text if exp is not None else "")
+            out.append(_Pending(i, prompt, exp, int(cid)))
+        return out
+
+    def _generate(self, pending: list[_Pending], ep: _Episode, turn: int, temperature: float,
+                  stats: RolloutStats) -> None:
+        stop = self.cfg.stop_at_newline
+        t0 = time.perf_counter()
+        outs = self.gen.generate([p.prompt for p in pending], max_new_tokens=self.cfg.max_new_tokens,
+                                 temperature=temperature, top_p=self.cfg.top_p, top_k=self.cfg.top_k,
+                                 rng_keys=[(*ep.live[p.env].key, turn) for p in pending],
+                                 stop_at_newline=not ep.instructions.multiline if stop is None else stop)
+        stats.gen_s += time.perf_counter() - t0
+        stats.gen_calls += 1
+        for p, o in zip(pending, outs):
+            # model text is data: a bounded str without lone surrogates (SQLite/UTF-8 reject them)
+            p.text, p.ids, p.logprobs = clean_text(o.text), o.ids, o.logprobs
+            stats.prompt_tokens += len(p.prompt)
+            stats.gen_tokens += len(o.ids)
+
+    def _parse(self, pending: list[_Pending], ep: _Episode, stats: RolloutStats) -> None:
+        for p in pending:
+            p.action, p.parse = parse_action(p.text, ep.live[p.env].info.get("admissible_actions"),
+                                             self.cfg.fuzzy_cutoff)
+            stats.parse_kinds[p.parse] = stats.parse_kinds.get(p.parse, 0) + 1
+
+    def _step_envs(self, pool, pending: list[_Pending], stats: RolloutStats) -> dict[int, tuple]:
+        actions = {p.env: p.action for p in pending if p.action is not None}
+        t0 = time.perf_counter()
+        results = pool.step(actions) if actions else {}
+        stats.env_s += time.perf_counter() - t0
+        return results
+
+    def _record(self, ep: _Episode, turn: int, pending: list[_Pending], results: dict[int, tuple]) -> None:
+        for p in pending:
+            st, tr = ep.live[p.env], ep.trajs[p.env]
+            if p.action is None:
+                obs, reward, term, trunc, info = st.obs, 0.0, False, False, dict(st.info, invalid=True)
+            else:
+                obs, reward, term, trunc, info = results[p.env]
+            valid = p.action is not None and not info.get("invalid", False)
+            if not valid:
+                reward -= self.cfg.invalid_penalty
+            tr.steps.append(Step(
+                group_id=tr.group_id, traj_id=tr.traj_id, step=turn, anchor=st.obs,
+                prompt_ids=p.prompt, response_ids=p.ids, old_logprobs=p.logprobs,
+                reward=float(reward), done=bool(term or trunc or turn == self.max_steps - 1), valid=valid,
+                action=p.action or "", response_text=p.text, task_type=tr.task_type, cluster_id=p.cluster_id,
+                experience_ids=list(p.exp.entry_ids) if p.exp is not None else [],
+                info={"parse": p.parse, "fault": info["fault"]} if "fault" in info else {"parse": p.parse},
+            ))
+            st.past.append((st.obs, p.action if p.action is not None else f"{p.text.strip()[:40]} (invalid)"))
+            if valid:
+                st.obs, st.info = obs, {**st.info, **info}
+            if term or trunc:
+                tr.won = bool(info.get("won", False))
+                tr.final_info = final_info(info)
+                tr.truncated = bool(trunc and not term)
+                del ep.live[p.env]
+
+    def _finish(self, ep: _Episode) -> None:
+        for i, st in ep.live.items():  # ran out of steps
+            ep.trajs[i].truncated = True
+            ep.trajs[i].final_info = final_info(st.info)
 
     def _retrieve(self, st: _Live, tr: Trajectory, iteration: int, stats: RolloutStats):
         t0 = time.perf_counter()

@@ -24,17 +24,19 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import random
 import shutil
 import sqlite3
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+log = logging.getLogger(__name__)
 
 PREFIX = "iter_"
 MANIFEST = "manifest.json"
@@ -335,8 +337,8 @@ def load_critic(folder: str | Path) -> dict[str, torch.Tensor] | None:
     return _read_safetensors(path) if path.is_file() else None
 
 
-def load_latest(root: str | Path, model, optimizer=None, restore_rng: bool = True,
-                warn: Callable[[str], None] | None = None) -> tuple[Path | None, dict[str, Any] | None]:
+def load_latest(root: str | Path, model, optimizer=None, restore_rng: bool = True
+                ) -> tuple[Path | None, dict[str, Any] | None]:
     """Load the newest checkpoint under ``root`` that is intact; a damaged one (missing or corrupt files, a
     half-written folder) is skipped with a warning and the previous one tried. ``(None, None)`` when none
     loads."""
@@ -344,6 +346,5 @@ def load_latest(root: str | Path, model, optimizer=None, restore_rng: bool = Tru
         try:
             return path, load_checkpoint(path, model, optimizer, restore_rng=restore_rng)
         except CheckpointError as exc:
-            if warn is not None:
-                warn(f"warning: skipping damaged checkpoint {path.name}: {exc}")
+            log.warning("skipping damaged checkpoint %s: %s", path.name, exc)
     return None, None

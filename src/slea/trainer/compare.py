@@ -1,8 +1,10 @@
 """``slea compare``: several algorithms × seeds on one config, side by side, resumable.
 
 Every sub-run ``<out>/runs/<algo>-s<seed>/`` is an ordinary run folder trained from the same config with
-``algorithm.name=<algo>`` and ``run.seed=<seed>`` (plus the algorithm's preset, :data:`PRESETS`, and the
-user's ``--set`` overrides, which win). So for a given seed every algorithm plays the same task groups in
+``algorithm.name=<algo>`` and ``run.seed=<seed>`` (plus the config values the algorithm declares at
+registration, ``AlgorithmSpec.defaults``, where the config does not set them, and the user's ``--set``
+overrides). A setting only some of the compared algorithms read is accepted for the others (the refusal of
+unused settings checks it against the whole comparison). So for a given seed every algorithm plays the same task groups in
 every iteration (``rl.iteration_seeds`` depends on the run seed and the iteration only), with the same number
 of iterations, groups and copies, and is evaluated on the same held-out games. Env steps are counted, not
 assumed equal (an episode may end early; dynamic sampling plays extra groups), and the table compares train
@@ -31,15 +33,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from slea.config import RunConfig, dump_config, load_config
+from slea.algorithms.registry import get_algorithm
+from slea.atomic import atomic_write_text
+from slea.config import ConfigError, RunConfig, dump_config, load_config, unused_settings
 from slea.trainer.runlog import read_metrics
 
-__all__ = ["PRESETS", "Plan", "SubRun", "compare", "env_step_curve", "plan", "run", "summarize_runs", "write_outputs"]
-
-# Settings an algorithm needs to be itself, applied before the user's --set overrides.
-PRESETS: dict[str, list[str]] = {
-    "slea": ["experience.mode=step"],  # SLEA-RL retrieves from its experience library at every step
-}
+__all__ = ["Plan", "SubRun", "compare", "env_step_curve", "plan", "run", "summarize_runs", "write_outputs"]
 
 BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
@@ -58,9 +57,17 @@ def run_name(algorithm: str, seed: int) -> str:
 
 def sub_config(config: str | Path | None, algorithm: str, seed: int, overrides: list[str], run_dir: Path
                ) -> RunConfig:
-    over = [f"algorithm.name={algorithm}", f"run.seed={seed}", *PRESETS.get(algorithm, []), *overrides,
+    over = [f"algorithm.name={algorithm}", f"run.seed={seed}", *overrides,
             f"run.dir={run_dir}", f"run.name={run_name(algorithm, seed)}"]
-    return load_config(config, over)
+    return load_config(config, over, check_unused=False)
+
+
+def _check_unused(cfgs: list[RunConfig]) -> None:
+    """A setting no algorithm of the comparison reads is refused, as ``slea train`` refuses it for one."""
+    unused = [unused_settings(c) for c in cfgs]
+    for key, why in unused[0].items():
+        if all(key in u for u in unused):
+            raise ConfigError(f"{key}: {why}" + (" (nor by the other compared algorithms)" if len(cfgs) > 1 else ""))
 
 
 def _same_config(saved: Path, cfg: RunConfig) -> tuple[bool, str]:
@@ -107,19 +114,21 @@ def plan(config: str | Path | None, algorithms: list[str], seeds: list[int], out
                 if not same:
                     raise ValueError(f"{d} was trained with another config ({why}); use another --out")
             items.append((SubRun(algo, seed, d), cfg))
+    _check_unused([cfg for _, cfg in items])
+    defaults = {a: dict(get_algorithm(a).defaults) for a in algorithms if get_algorithm(a).defaults}
     spec = {"config": str(config) if config else None, "algorithms": list(algorithms), "seeds": list(seeds),
-            "overrides": overrides, "presets": {a: PRESETS[a] for a in algorithms if a in PRESETS}}
+            "overrides": overrides, "algorithm_defaults": defaults}
     return Plan(out, spec, items)
 
 
-def run(p: Plan, say: Callable[[str], None] | None = None, console=None) -> dict[str, Any]:
+def run(p: Plan, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train (or reuse, or resume) every sub-run of the plan, then write the table and the curves.
     Returns the table (as written to ``table.json``)."""
     from slea.trainer import checkpoint as ckpt
 
     say = say or (lambda msg: None)
     p.out.mkdir(parents=True, exist_ok=True)
-    (p.out / "compare.json").write_text(json.dumps(p.spec, indent=2))
+    atomic_write_text(p.out / "compare.json", json.dumps(p.spec, indent=2))
     runs = []
     for i, (sub, cfg) in enumerate(p.items):
         label = f"[{i + 1}/{len(p.items)}] {sub.dir.name}"
@@ -132,7 +141,7 @@ def run(p: Plan, say: Callable[[str], None] | None = None, console=None) -> dict
             resume = ckpt.latest_checkpoint(sub.dir / "checkpoints") is not None
             sub.status = "resumed" if resume else "trained"
             say(f"{label}: {'resuming' if resume else 'training'}")
-            trainer = Trainer(cfg, run_dir=sub.dir, console=console)
+            trainer = Trainer(cfg, run_dir=sub.dir)
             try:
                 trainer.fit(resume=resume)
             finally:
@@ -149,10 +158,9 @@ def run(p: Plan, say: Callable[[str], None] | None = None, console=None) -> dict
 
 
 def compare(config: str | Path | None, algorithms: list[str], seeds: list[int], out: str | Path,
-            overrides: list[str] | None = None, say: Callable[[str], None] | None = None,
-            console=None) -> dict[str, Any]:
+            overrides: list[str] | None = None, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """:func:`plan` then :func:`run`: the whole comparison in one call."""
-    return run(plan(config, algorithms, seeds, out, overrides), say=say, console=console)
+    return run(plan(config, algorithms, seeds, out, overrides), say=say)
 
 
 # -- reading the sub-runs --------------------------------------------------------------------------------------
@@ -259,7 +267,8 @@ def table_markdown(table: dict[str, Any]) -> str:
     notes = [
         "",
         f"Config `{spec.get('config')}`, seeds {spec.get('seeds')}, overrides {spec.get('overrides') or 'none'}"
-        + (f", presets {spec.get('presets')}" if spec.get("presets") else "") + ".",
+        + (f", algorithm defaults {spec.get('algorithm_defaults')}" if spec.get("algorithm_defaults") else "")
+        + ".",
         "Held-out success: sampled episodes on the held-out games after training (mean ± std over seeds, ddof=1).",
         ("Train success @ N steps: the per-iteration train success, linearly interpolated at N cumulative env "
          "steps (budgets = 25/50/75/100% of the shortest run's env steps), mean ± std over seeds."),
@@ -305,6 +314,6 @@ def plot_compare(runs: list[SubRun], out: Path, points: int = 50) -> None:
 
 def write_outputs(table: dict[str, Any], runs: list[SubRun], out: Path) -> None:
     out = Path(out)
-    (out / "table.json").write_text(json.dumps(table, indent=2))
-    (out / "table.md").write_text(table_markdown(table))
+    atomic_write_text(out / "table.json", json.dumps(table, indent=2))
+    atomic_write_text(out / "table.md", table_markdown(table))
     plot_compare(runs, out / "curves.png")

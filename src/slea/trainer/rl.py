@@ -1,17 +1,25 @@
-"""The on-policy training loop: rollout → advantages → (library evolution) → clipped update → log, checkpoint.
+"""The on-policy training loop: collect → advantages → evolve the library → update → log, checkpoint.
 
-One iteration, as a newcomer reads it:
-1. ``collector.collect``: N task groups × G copies play one episode each (slea/rollout/collector.py);
-2. ``compute_advantages``: one advantage per step row from the registry (slea/algorithms/advantages.py);
-3. ``experience.evolve``: the library learns from the batch, when SLEA-RL is on (slea/experience/manager.py);
-4. ``ppo_update``: clipped policy-gradient steps on the response tokens (slea/trainer/update.py);
-5. metrics.jsonl, TensorBoard, checkpoint (slea/trainer/runlog.py, checkpoint.py).
+One iteration (:meth:`Trainer.iteration`), as a newcomer reads it:
+1. :meth:`Trainer.collect`: N task groups × G copies play one episode each (slea/rollout/collector.py; DAPO
+   dynamic sampling refills groups without signal, slea/trainer/sampling.py);
+2. :meth:`Trainer.advantages`: the registered algorithm's estimator turns the step rows (plus the critic's
+   values, when it needs a critic) into one advantage per response token (slea/algorithms/);
+3. :meth:`Trainer.evolve`: the experience library learns from the batch, when there is one
+   (slea/experience/manager.py);
+4. :meth:`Trainer.update`: clipped policy-gradient steps on the response tokens (slea/trainer/update.py), then
+   the critic's own steps;
+5. metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py, checkpoint.py).
+
+The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -19,21 +27,31 @@ from typing import Any
 import numpy as np
 import torch
 
-from slea.algorithms import compute_advantages
-from slea.config import RunConfig, dump_config
+from slea.algorithms.batch import Advantages, StepBatch, estimate
+from slea.algorithms.registry import NEEDS, get_algorithm
+from slea.atomic import atomic_write_text
+from slea.config import ConfigError, RunConfig, dump_config, estimator_settings
 from slea.envs.pool import EnvPool
-from slea.evaluation.evaluate import evaluate, summarize, write_eval
+from slea.evaluation.evaluate import evaluate, write_eval
 from slea.policy.generation import HFGenerator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
+from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector
 from slea.trainer import checkpoint as ckpt
-from slea.trainer.critic import make_critic
+from slea.trainer.critic import Critic
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
+from slea.trainer.metrics import Phases, iteration_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
-from slea.trainer.sampling import collect_batch
-from slea.trainer.update import Sample, ppo_update, reference_logprobs
-from slea.types import Trajectory, columns, flatten
+from slea.trainer.sampling import Batch, collect_batch
+from slea.trainer.update import Sample, ppo_update, reference_logprobs, to_samples
+from slea.types import Trajectory, flatten
+
+log = logging.getLogger(__name__)
+
+# What `slea train` can give an algorithm (AlgorithmSpec.needs); RTPO's snapshots, TeamTR's teams and offline
+# data come with their own trainers.
+PROVIDES = frozenset({"critic", "clusters", "reference"})
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -56,50 +74,56 @@ def iteration_seeds(run_seed: int, iteration: int, groups: int) -> list[int]:
     return [int(s) for s in rng.integers(0, 2**31 - 1, size=groups)]
 
 
-def build_samples(trajs: list[Trajectory], cfg: RunConfig) -> tuple[list[Sample], np.ndarray]:
-    rows = flatten(trajs)
-    if not rows:
-        return [], np.zeros(0)
-    col = columns(rows)
-    a = cfg.algorithm
-    adv = compute_advantages(a.name, col["group_ids"], col["traj_ids"], col["steps"], col["rewards"],
-                             anchors=col["anchors"], clusters=col["clusters"], gamma=a.gamma,
-                             step_weight=a.step_weight, std_norm=a.std_norm, eps=a.eps, **a.options)
-    samples = [Sample(r.prompt_ids, r.response_ids, r.old_logprobs, float(v))
-               for r, v in zip(rows, adv)
-               if r.response_ids and not (a.skip_zero_advantage and abs(v) < 1e-8)]
-    return samples, adv
+def check_provided(spec, provides: frozenset[str] = PROVIDES) -> None:
+    """A :class:`ConfigError` when the algorithm needs what this trainer cannot give."""
+    missing = sorted(spec.needs - provides)
+    if missing:
+        what = "; ".join(NEEDS[m] for m in missing)
+        raise ConfigError(f"algorithm.name: {spec.name} needs {what}, which `slea train` does not provide")
 
 
-def _experience(cfg: RunConfig, run_dir: Path, generator):
-    if cfg.experience.mode == "off" and cfg.algorithm.name != "slea":
+@dataclass
+class Estimate:
+    """Phase 2's output: the training rows and what the metrics and the critic need."""
+
+    samples: list[Sample]
+    advantages: Advantages | None
+    nonfinite_rewards: int = 0
+    nonfinite_advantages: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return not (self.nonfinite_rewards or self.nonfinite_advantages)
+
+
+def _experience(cfg: RunConfig, spec, run_dir: Path, generator):
+    if cfg.experience.mode == "off" and "clusters" not in spec.needs:
         return None
     from slea.experience.manager import ExperienceManager
 
-    generate_text = None
-    if cfg.experience.extractor == "llm":
-        def generate_text(prompts: list[str]) -> list[str]:
-            ids = [generator.tok(p, add_special_tokens=False).input_ids for p in prompts]
-            return [g.text for g in generator.generate(ids, max_new_tokens=96, temperature=0.7)]
+    def generate_text(prompts: list[str]) -> list[str]:
+        ids = [generator.tok(p, add_special_tokens=False).input_ids for p in prompts]
+        return [g.text for g in generator.generate(ids, max_new_tokens=96, temperature=0.7)]
+
     return ExperienceManager(cfg.experience, run_dir / "library.sqlite", generate_text=generate_text)
 
 
 class Trainer:
     """Wires config, policy, envs, collector, experience library and logs; :meth:`fit` runs the loop."""
 
-    def __init__(self, cfg: RunConfig, run_dir: Path | None = None, console=None):
+    def __init__(self, cfg: RunConfig, run_dir: Path | None = None):
         self.cfg = cfg
+        self.spec = get_algorithm(cfg.algorithm.name)
+        check_provided(self.spec)  # before the model loads: a config error costs nothing
         self.dir = Path(run_dir) if run_dir else run_dir_for(cfg)
-        self.console = console
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
-        self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype,
-                                     stop_at_newline=cfg.rollout.stop_at_newline)
+        self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype)
         builder = PromptBuilder(self.tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
                                 one_shot=cfg.rollout.one_shot)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.experience = _experience(cfg, self.dir, self.generator)
+        self.experience = _experience(cfg, self.spec, self.dir, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
         self.pool = EnvPool(cfg.env.id, cfg.rollout.groups, cfg.rollout.group_size, dict(cfg.env.kwargs),
@@ -107,41 +131,119 @@ class Trainer:
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                            weight_decay=cfg.train.weight_decay)
+        self.critic = (Critic(cfg, self.model, self.spec.level, pad_id=self.tok.pad_token_id or 0)
+                       if "critic" in self.spec.needs else None)
         self.log = RunLog(self.dir)
         self.start_iteration = 0
         self.episodes = 0
         self.env_steps = 0
-        # ppo / turn_ppo: a value head on the policy backbone (trainer/critic.py); None for critic-free ones
-        self.critic = make_critic(cfg, self.model, pad_id=self.tok.pad_token_id or 0)
         self.bad_updates = BadUpdateGuard(cfg.train.max_bad_updates)
         self.last_checkpoint: str | None = None
 
-    # -- helpers ---------------------------------------------------------------------------------------
-    def say(self, msg: str) -> None:
-        if self.console is not None:
-            self.console.print(msg)
+    # -- one iteration ---------------------------------------------------------------------------------------
+    def iteration(self, it: int) -> dict[str, float]:
+        t0 = time.perf_counter()
+        batch = self.collect(it)
+        train_set = [t for t in batch.trajs if not _faulted(t)]  # an env fault says nothing about the policy
+        clean = [t for t in batch.collected if not _faulted(t)]
+        est = self.advantages(train_set)
+        t_lib = time.perf_counter()
+        library = self.evolve(clean, it) if est.ok else {}
+        t_train = time.perf_counter()
+        upd, critic = self.update(est, it)
+        t_end = time.perf_counter()
+        self.episodes += len(batch.collected)
+        self.env_steps += batch.env_steps
+        streak = self.bad_updates.observe(bool(upd.get("skipped_updates", 0)))
+        phases = Phases(
+            played=batch.collected, clean=len(clean), rollout=batch.stats, sampling=batch.metrics,
+            faults=self.pool.take_fault_stats(),
+            advantages=est.advantages.rows if est.advantages is not None else np.zeros(0),
+            nonfinite_rewards=est.nonfinite_rewards, nonfinite_advantages=est.nonfinite_advantages,
+            bad_update_streak=streak, library=library, update=upd, critic=critic,
+            seconds={"library": t_train - t_lib, "train": t_end - t_train, "iteration": t_end - t0})
+        return iteration_metrics(phases, self.episodes, self.env_steps)
 
-    def progress(self):
-        """A transient rich progress bar (a silent one without a console)."""
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    def collect(self, it: int) -> Batch:
+        """Phase 1: one episode per env of the pool on this iteration's task seeds."""
+        cfg = self.cfg
+        seeds = iteration_seeds(cfg.run.seed, it, cfg.rollout.groups)
+        n = len(self.pool)
+        with Progress(f"iteration {it + 1} rollout", total=cfg.env.max_steps) as bar:
+            return collect_batch(  # algorithm.dynamic_sampling: groups with equal returns dropped, refilled
+                self.collector, self.pool, seeds, iteration=it, run_seed=cfg.run.seed,
+                dynamic=cfg.algorithm.dynamic_sampling, max_refill_rounds=cfg.algorithm.max_refill_rounds,
+                progress=lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done"))
 
-        return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        console=self.console, transient=True, disable=self.console is None)
+    def advantages(self, trajs: list[Trajectory]) -> Estimate:
+        """Phase 2: the algorithm's advantages, one per response token of every step row."""
+        rows = flatten(trajs)
+        bad = nonfinite_count([s.reward for s in rows])
+        if bad or not rows:  # numerical guard: a NaN/inf reward skips the update and the library's evolution
+            return Estimate([], None, nonfinite_rewards=bad)
+        values = self.critic.values(self.model, rows) if self.critic is not None else None
+        adv = estimate(self.spec, StepBatch.from_steps(rows, values),
+                       estimator_settings(self.cfg.algorithm, self.spec))
+        tokens = adv.per_token([len(s.response_ids) for s in rows])
+        bad_adv = nonfinite_count(adv.rows) + sum(nonfinite_count(t) for t in tokens)
+        samples = [] if bad_adv else to_samples(rows, tokens, self.cfg.algorithm.skip_zero_advantage)
+        return Estimate(samples, adv, nonfinite_advantages=bad_adv)
 
-    def eval_kwargs(self) -> dict[str, Any]:
-        return {**self.cfg.env.kwargs, "split": "heldout", **self.cfg.env.eval_kwargs}
+    def evolve(self, trajs: list[Trajectory], it: int) -> dict[str, float]:
+        """Phase 3: the experience library learns from the iteration's clean episodes (when there is one)."""
+        return self.experience.evolve(trajs, it) if self.experience is not None else {}
 
+    def update(self, est: Estimate, it: int) -> tuple[dict[str, float], dict[str, float]]:
+        """Phase 4: clipped policy-gradient steps on the samples, then the critic's steps."""
+        cfg = self.cfg
+        if not est.ok:
+            return {"skipped_updates": float(cfg.train.updates_per_iter)}, {}
+        upd: dict[str, float] = {}
+        if est.samples:
+            if cfg.algorithm.kl_coef > 0 or "reference" in self.spec.needs:
+                reference_logprobs(self.model, est.samples, micro_batch=cfg.train.micro_batch,
+                                   temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
+            with Progress(f"iteration {it + 1} update ({len(est.samples)} samples)",
+                          total=cfg.train.updates_per_iter) as bar:
+                upd = ppo_update(self.model, self.optimizer, est.samples, cfg.algorithm, cfg.train,
+                                 temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
+                                 rng=random.Random(cfg.run.seed * 100_003 + it),
+                                 progress=lambda done, total: bar.update(done, total=total))
+        returns = est.advantages.returns if est.advantages is not None else None
+        critic = self.critic.update(returns) if self.critic is not None else {}
+        return upd, critic
+
+    # -- evaluation, checkpoints, resume -----------------------------------------------------------------------
     def evaluate(self, name: str, iteration: int) -> dict:
-        res = evaluate(self.collector, self.cfg.env.id, self.eval_kwargs(), self.cfg.eval, iteration=iteration,
+        kwargs = {**self.cfg.env.kwargs, "split": "heldout", **self.cfg.env.eval_kwargs}
+        res = evaluate(self.collector, self.cfg.env.id, kwargs, self.cfg.eval, iteration=iteration,
                        step_timeout_s=self.cfg.env.step_timeout_s, reset_timeout_s=self.cfg.env.reset_timeout_s)
         write_eval(self.dir, name, res)
         return res
+
+    def save(self, it: int) -> None:
+        """Checkpoint iteration ``it`` (never weights that hold NaN/inf)."""
+        cfg = self.cfg
+        if not finite_weights(self.model):
+            raise RunHalted(f"stopped at iteration {it}: the weights hold NaN/inf, so no checkpoint was "
+                            f"written; the last good checkpoint is {self.last_checkpoint}")
+        if self.experience is not None:
+            self.experience.save()
+        critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
+        path = ckpt.save_checkpoint(
+            self.dir / "checkpoints", it, self.model, self.optimizer, critic=critic_t,
+            extra={"episodes": self.episodes, "env_steps": self.env_steps, "critic": critic_meta,
+                   "bad_update_streak": self.bad_updates.streak,
+                   "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
+            keep=cfg.train.keep_checkpoints,
+            library=self.dir / "library.sqlite" if self.experience is not None else None)
+        self.last_checkpoint = path.name
 
     def resume(self) -> bool:
         """Continue from the newest intact checkpoint (damaged ones are skipped with a warning): weights,
         optimizer, RNGs, counters, and the experience library as of that checkpoint; metrics rows logged after
         it are dropped (the iterations are redone). Without a checkpoint the run restarts from scratch."""
-        last, state = ckpt.load_latest(self.dir / "checkpoints", self.model, self.optimizer, warn=self.say)
+        last, state = ckpt.load_latest(self.dir / "checkpoints", self.model, self.optimizer)
         if state is None and ckpt.list_checkpoints(self.dir / "checkpoints"):  # never wipe a run over it
             raise RunHalted(f"--resume: no checkpoint in {self.dir / 'checkpoints'} loads (see the warnings); "
                             f"nothing was changed. Move that folder away to start the run over.")
@@ -149,7 +251,7 @@ class Trainer:
         if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
             self.experience.close()
             ckpt.restore_library(last, self.dir / "library.sqlite")
-            self.experience = _experience(self.cfg, self.dir, self.generator)
+            self.experience = _experience(self.cfg, self.spec, self.dir, self.generator)
             self.collector.experience = self.experience
         truncate_metrics(self.log.path, it)
         self.log.purge_after(it)
@@ -159,122 +261,50 @@ class Trainer:
         self.episodes = int(state.get("episodes", 0))
         self.env_steps = int(state.get("env_steps", 0))
         if self.critic is not None:
-            self.critic.restore(last, state, warn=self.say)
+            self.critic.restore(last, state)
         self.bad_updates.streak = int(state.get("bad_update_streak", 0))
         self.last_checkpoint = last.name
-        self.say(f"resumed from {last.name} (next iteration {self.start_iteration})")
+        log.info("resumed from %s (next iteration %d)", last.name, self.start_iteration)
         return True
 
-    # -- one iteration ---------------------------------------------------------------------------------
-    def iteration(self, it: int) -> dict[str, float]:
-        cfg = self.cfg
-        t0 = time.perf_counter()
-        seeds = iteration_seeds(cfg.run.seed, it, cfg.rollout.groups)
-        with self.progress() as bar:
-            task = bar.add_task("rollout", total=cfg.env.max_steps)
-            batch = collect_batch(  # algorithm.dynamic_sampling: groups with equal returns dropped, refilled
-                self.collector, self.pool, seeds, iteration=it, run_seed=cfg.run.seed,
-                dynamic=cfg.algorithm.dynamic_sampling, max_refill_rounds=cfg.algorithm.max_refill_rounds,
-                progress=lambda turn, live: bar.update(task, completed=turn, description=f"rollout ({live} live)"))
-        trajs, rstats = batch.collected, batch.stats
-        self.episodes += len(trajs)
-        self.env_steps += batch.env_steps
-        faults = self.pool.take_fault_stats()
-        # An episode an env fault cut short says nothing about the policy: it is reported, not learned from.
-        clean = [t for t in trajs if not _faulted(t)]
-        train_set = [t for t in batch.trajs if not _faulted(t)]
-        # Numerical guard: a NaN/inf reward or advantage skips the whole update (and the library's evolution).
-        bad_rewards = nonfinite_count([s.reward for t in train_set for s in t.steps])
-        samples, adv = (([], np.zeros(0)) if bad_rewards else build_samples(train_set, cfg) if self.critic is None
-                        else self.critic.build_samples(self.model, train_set))
-        metrics: dict[str, float] = {f"train/{k}": v for k, v in summarize(trajs).items()}
-        bad_adv = bad_rewards + nonfinite_count(adv)
-        metrics["adv/abs_mean"] = float(np.abs(adv[np.isfinite(adv)]).mean()) if adv.size > bad_adv else 0.0
-        metrics.update({f"faults/{k}": float(v) for k, v in faults.items()})
-        metrics["faults/dropped_episodes"] = float(len(trajs) - len(clean))
-        metrics["guard/nonfinite_rewards"] = float(bad_rewards)
-        metrics["guard/nonfinite_advantages"] = float(bad_adv - bad_rewards)
-        lib_metrics: dict[str, float] = {}
-        t_lib = time.perf_counter()
-        if self.experience is not None and not bad_adv:
-            lib_metrics = {f"library/{k}": float(v) for k, v in self.experience.evolve(clean, it).items()}
-        t_lib = time.perf_counter() - t_lib
-        t_train = time.perf_counter()
-        upd: dict[str, float] = {}
-        if bad_adv:
-            upd = {"skipped_updates": float(cfg.train.updates_per_iter)}
-        elif samples:
-            if cfg.algorithm.kl_coef > 0:
-                reference_logprobs(self.model, samples, micro_batch=cfg.train.micro_batch,
-                                   temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
-            with self.progress() as bar:
-                task = bar.add_task(f"update ({len(samples)} samples)", total=cfg.train.updates_per_iter)
-                upd = ppo_update(self.model, self.optimizer, samples, cfg.algorithm, cfg.train,
-                                 temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
-                                 rng=random.Random(cfg.run.seed * 100_003 + it),
-                                 progress=lambda done, total: bar.update(task, completed=done, total=total))
-        if self.critic is not None and not bad_adv:
-            metrics.update({f"critic/{k}": v for k, v in self.critic.update().items()})
-        t_train = time.perf_counter() - t_train
-        metrics.update({f"update/{k}": v for k, v in upd.items()})
-        metrics.update(batch.metrics)
-        metrics["guard/bad_update_streak"] = float(self.bad_updates.observe(bool(upd.get("skipped_updates", 0))))
-        metrics.update(lib_metrics)
-        metrics.update({
-            "tokens/prompt": float(rstats.prompt_tokens), "tokens/generated": float(rstats.gen_tokens),
-            "tokens/trained": upd.get("trained_tokens", 0.0),
-            "time/generation_s": rstats.gen_s, "time/env_s": rstats.env_s, "time/retrieval_s": rstats.retrieval_s,
-            "time/library_s": t_lib, "time/train_s": t_train, "time/iteration_s": time.perf_counter() - t0,
-            "throughput/train_tokens_per_s": upd.get("trained_tokens", 0.0) / max(t_train, 1e-9),
-            "episodes": float(self.episodes), "env_steps": float(self.env_steps),
-        })
-        return metrics
-
-    # -- the loop --------------------------------------------------------------------------------------
+    # -- the loop ----------------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
         cfg = self.cfg
-        tmp = self.dir / ".config.yaml.tmp"  # atomic: a kill here must not cost the run its config
-        tmp.write_text(dump_config(cfg))
-        tmp.replace(self.dir / "config.yaml")
+        atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
         if resume:
             self.resume()
         t_start = time.perf_counter()
         before = None
         if cfg.eval.before and self.start_iteration == 0:
             before = self.evaluate("before", 0)
-            self.say(_eval_line("untrained", before))
+            log.info(_eval_line("untrained", before))
         t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
-        last_iter_s = 0.0
+        last_iter_s, last_saved, it = 0.0, self.start_iteration - 1, self.start_iteration - 1
         for it in range(self.start_iteration, cfg.train.iterations):
             budget = cfg.train.time_budget_s
             if budget is not None and time.perf_counter() - t_train + 0.5 * last_iter_s > budget:
-                self.say(f"time budget of {budget:.0f}s reached after {it} iterations")
+                log.info("time budget of %.0fs reached after %d iterations", budget, it)
+                it -= 1
                 break
             m = self.iteration(it)
             last_iter_s = m["time/iteration_s"]
             self.log.log(it, m)
-            self.say(_iter_line(it, cfg.train.iterations, m))
+            log.info(_iter_line(it, cfg.train.iterations, m))
             # Guards stop the run before this iteration's checkpoint: the last one stays the last good one.
             self.bad_updates.check(it, self.last_checkpoint)
             check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
                              cfg.env.max_fault_rate, it, self.pool.last_error, self.last_checkpoint)
             if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1:
-                if not finite_weights(self.model):
-                    raise RunHalted(f"stopped at iteration {it}: the weights hold NaN/inf, so no checkpoint was "
-                                    f"written; the last good checkpoint is {self.last_checkpoint}")
-                if self.experience is not None:
-                    self.experience.save()
-                critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
-                path = ckpt.save_checkpoint(
-                    self.dir / "checkpoints", it, self.model, self.optimizer, critic=critic_t,
-                    extra={"episodes": self.episodes, "env_steps": self.env_steps, "critic": critic_meta,
-                           "bad_update_streak": self.bad_updates.streak,
-                           "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
-                    keep=cfg.train.keep_checkpoints,
-                    library=self.dir / "library.sqlite" if self.experience is not None else None)
-                self.last_checkpoint = path.name
+                self.save(it)
+                last_saved = it
+        if it > last_saved:  # stopped by the budget between saves: the evaluated weights are checkpointed too
+            self.save(it)
         after = self.evaluate("after", cfg.train.iterations)
-        self.say(_eval_line("trained", after))
+        log.info(_eval_line("trained", after))
+        return self._finish(before, after, t_start)
+
+    def _finish(self, before: dict | None, after: dict, t_start: float) -> dict[str, Any]:
+        cfg = self.cfg
         rows = self.log.rows()
         evals = {}
         if before is not None:
@@ -286,6 +316,7 @@ class Trainer:
             self.experience.close()
         summary = {"run_dir": str(self.dir), "before": before, "after": after, "episodes": self.episodes,
                    "iterations": len(rows), "wall_s": time.perf_counter() - t_start,
+                   "checkpoint": self.last_checkpoint,
                    # log-probs are recorded at generation and recomputed in training, both under this precision
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
         write_eval(self.dir, "summary", summary)

@@ -7,6 +7,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+from slea.atomic import atomic_write_text
+
 
 class RunLog:
     def __init__(self, run_dir: Path, tensorboard: bool = True):
@@ -65,9 +67,7 @@ def truncate_metrics(path: Path, last_iteration: int) -> None:
     """Drop rows after ``last_iteration`` (a resumed run rewrites what the killed one logged past its
     last checkpoint)."""
     rows = [r for r in read_metrics(path) if r.get("iteration", 0) <= last_iteration]
-    tmp = Path(path).with_name(f".{Path(path).name}.tmp")  # atomic: a kill mid-rewrite keeps the old file
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tmp.replace(path)
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))  # a kill mid-rewrite keeps the old file
 
 
 def plot_curves(rows: list[dict[str, Any]], out: Path, evals: dict[str, float] | None = None) -> None:

@@ -1,0 +1,62 @@
+"""One iteration's metrics row (metrics.jsonl, TensorBoard), assembled from what each phase returned.
+
+Keys are ``section/name``: ``train/*`` (success, return, invalid rate, episode length of every episode played),
+``adv/*``, ``faults/*``, ``guard/*``, ``sampling/*`` (DAPO), ``library/*``, ``update/*`` (loss, clip fraction,
+ratio deviation, grad norm, KL), ``critic/*``, ``tokens/*``, ``time/*``, ``throughput/*``, and the run's
+``episodes`` / ``env_steps`` so far.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from slea.evaluation.evaluate import summarize
+from slea.types import Trajectory
+
+
+@dataclass
+class Phases:
+    """What one iteration's phases produced, for :func:`iteration_metrics`."""
+
+    played: list[Trajectory]  # every episode played (dynamic sampling's dropped groups included)
+    clean: int  # episodes not ended by an env fault
+    rollout: object  # RolloutStats
+    sampling: dict[str, float]
+    faults: dict[str, int]
+    advantages: np.ndarray
+    nonfinite_rewards: int
+    nonfinite_advantages: int
+    bad_update_streak: int
+    library: dict[str, float] = field(default_factory=dict)
+    update: dict[str, float] = field(default_factory=dict)
+    critic: dict[str, float] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)  # library, train, iteration
+
+
+def iteration_metrics(p: Phases, episodes: int, env_steps: int) -> dict[str, float]:
+    adv = p.advantages[np.isfinite(p.advantages)] if p.advantages.size else p.advantages
+    r = p.rollout
+    trained = p.update.get("trained_tokens", 0.0)
+    m: dict[str, float] = {f"train/{k}": v for k, v in summarize(p.played).items()}
+    m["adv/abs_mean"] = float(np.abs(adv).mean()) if adv.size and not p.nonfinite_advantages else 0.0
+    m.update({f"faults/{k}": float(v) for k, v in p.faults.items()})
+    m["faults/dropped_episodes"] = float(len(p.played) - p.clean)
+    m["guard/nonfinite_rewards"] = float(p.nonfinite_rewards)
+    m["guard/nonfinite_advantages"] = float(p.nonfinite_advantages)
+    m["guard/bad_update_streak"] = float(p.bad_update_streak)
+    m.update(p.sampling)
+    m.update({f"library/{k}": float(v) for k, v in p.library.items()})
+    m.update({f"update/{k}": v for k, v in p.update.items()})
+    m.update({f"critic/{k}": v for k, v in p.critic.items()})
+    train_s = p.seconds.get("train", 0.0)
+    m.update({
+        "tokens/prompt": float(r.prompt_tokens), "tokens/generated": float(r.gen_tokens), "tokens/trained": trained,
+        "time/generation_s": r.gen_s, "time/env_s": r.env_s, "time/retrieval_s": r.retrieval_s,
+        "time/library_s": p.seconds.get("library", 0.0), "time/train_s": train_s,
+        "time/iteration_s": p.seconds.get("iteration", 0.0),
+        "throughput/train_tokens_per_s": trained / max(train_s, 1e-9),
+        "episodes": float(episodes), "env_steps": float(env_steps),
+    })
+    return m
