@@ -39,9 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 from slea.envs.textworld import clean_observation
-from slea.experience.clustering import ExactScanIndex, ObservationIndex, rand_index
+from slea.experience.clustering import ObservationIndex
 from slea.experience.library import Entry, ExperienceLibrary
 from slea.experience.retrieval import Retriever
+from slea.testing.clustering import ExactScanIndex, rand_index
 
 CORPUS = ROOT / "bench" / "data" / "textworld_obs.jsonl.gz"
 DELTA = 0.85

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 
 from slea.config import ModelSection
+from slea.envs.textworld import INSTRUCTIONS as TEXTWORLD
 from slea.policy.generation import HFGenerator, autocast, left_pad
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
@@ -39,7 +40,7 @@ def prompts(builder: PromptBuilder, rng: random.Random, tasks: int, copies: int,
         obs = f"You are in {rooms[t % len(rooms)]}. There are exits to the east and north. " * 2
         for c in range(copies):
             past = [(f"You were in {rng.choice(rooms)}.", rng.choice(ADM)) for _ in range(2)] if later else []
-            out.append(builder.build(goal, obs, ADM, past))
+            out.append(builder.build(TEXTWORLD, goal, obs, ADM, past))
     return out
 
 
@@ -94,10 +95,8 @@ def main() -> None:
                                          "speedup": base / ours}
     # Training: 16 samples shaped like rollout rows (shared system prefix, ~300-token prompts, ~5-token answers).
     batch = prompts(builder, rng, 4, 4, later=True)
-    samples = [Sample(p, tok(" " + rng.choice(ADM) + "\n", add_special_tokens=False).input_ids, [0.0] * 8, 1.0)
-               for p in batch]
-    for s in samples:
-        s.old_logprobs = [0.0] * len(s.response_ids)
+    answers = [tok(" " + rng.choice(ADM) + "\n", add_special_tokens=False).input_ids for _ in batch]
+    samples = [Sample(p, a, [0.0] * len(a), [1.0] * len(a)) for p, a in zip(batch, answers)]
     tokens = sum(len(s.prompt_ids) + len(s.response_ids) for s in samples)
     micro = 8
 

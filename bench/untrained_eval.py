@@ -33,6 +33,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import torch
 
 import slea.envs as E
+from slea.atomic import atomic_write_text
 from slea.config import EvalSection, ModelSection, RolloutSection
 from slea.evaluation.evaluate import evaluate
 from slea.evaluation.report import PaperTable
@@ -73,7 +74,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
     "search_qa": {
         "env": "slea/SearchQA-v0", "games": 12, "max_steps": 4,
         "kwargs": {"split": "heldout"},
-        "rollout": {"max_new_tokens": 64, "obs_max_chars": 1600, "stop_at_newline": False},
+        "rollout": {"max_new_tokens": 64, "obs_max_chars": 1600},  # multi-line answers: the env's instructions
     },
     "sokoban": {
         "env": "slea/Sokoban-v0", "games": 12, "max_steps": 15,
@@ -122,7 +123,7 @@ def run_family(name: str, spec: dict[str, Any], model, tok, model_cfg: ModelSect
     rollout = RolloutSection(**{"temperature": 1.0, **spec["rollout"]})
     builder = PromptBuilder(tok, history=rollout.history, obs_max_chars=rollout.obs_max_chars,
                             one_shot=rollout.one_shot)
-    gen = HFGenerator(model, tok, dtype=model_cfg.dtype, stop_at_newline=rollout.stop_at_newline)
+    gen = HFGenerator(model, tok, dtype=model_cfg.dtype)
     collector = RolloutCollector(gen, builder, rollout, max_steps)
     eval_cfg = EvalSection(games=games, episodes_per_game=1, temperature=0.0 if greedy_only else 1.0,
                            greedy=not greedy_only, seed=0)
@@ -187,7 +188,7 @@ def main() -> None:
 
 
 def write(stem: Path, results: dict[str, Any]) -> None:
-    stem.with_suffix(".json").write_text(json.dumps(results, indent=2, default=str))
+    atomic_write_text(stem.with_suffix(".json"), json.dumps(results, indent=2, default=str))
     lines = [f"# Untrained {results['model']} (LoRA off): paper-style tables ({results['budget']} budget)", "",
              ("One greedy episode per game" if results["budget"] == "minimal" else
               "One sampled episode (T=1.0) and one greedy episode per game")
@@ -209,7 +210,7 @@ def write(stem: Path, results: dict[str, Any]) -> None:
         else:
             lines.append(f"skipped: {res['skipped']}")
         lines.append("")
-    stem.with_suffix(".md").write_text("\n".join(lines))
+    atomic_write_text(stem.with_suffix(".md"), "\n".join(lines))
 
 
 if __name__ == "__main__":

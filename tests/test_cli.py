@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,9 +31,42 @@ def test_config_error_exit_code_2_names_the_key(tmp_path):
     assert "model.lora_layers" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_envs_lists_textworld():
-    r = slea("envs")
-    assert r.returncode == 0 and "slea/TextWorld-v0" in r.stdout
+def one_line_exit_2(r, *needles):
+    assert r.returncode == 2, (r.returncode, r.stderr[-2000:])
+    assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    for n in needles:
+        assert n in r.stderr, (n, r.stderr)
+
+
+def test_cli_errors_are_one_line_with_exit_code_2(tmp_path):
+    smoke = str(ROOT / "configs/smoke.yaml")
+    # checked before the model loads: with a model that does not exist, the env / needs error still comes first
+    nomodel = ["--set", f"model.name_or_path={tmp_path / 'no-model'}", "--set", f"run.dir={tmp_path / 'run'}"]
+    one_line_exit_2(slea("train", smoke, "--set", "env.id=slea/Nope-v0", *nomodel),
+                    "env.id: unknown env 'slea/Nope-v0'")
+    one_line_exit_2(slea("train", smoke, "--set", "plugins=[my_slea_plugin]", "--set",
+                         "algorithm.name=test_plugin_team", *nomodel, cwd=ROOT / "tests/plugins"),
+                    "algorithm.name: test_plugin_team needs a team of agents", "does not provide")
+    one_line_exit_2(slea("train", smoke, "--set", "algorithm.clip_eps_high=0.28"),
+                    "algorithm.clip_eps_high: not read by policy_loss ppo_clip")
+    one_line_exit_2(slea("train", "--resume", str(tmp_path)), "--resume:", "no config.yaml")
+    one_line_exit_2(slea("eval", str(tmp_path / "nothing-here")), "is neither a run folder")
+    one_line_exit_2(slea("eval", "some-org/not-a-cached-model"), "is neither a run folder")
+    one_line_exit_2(slea("library", "show", str(tmp_path)), "no experience library at")
+    (tmp_path / "junk.sqlite").write_text("not a database")
+    one_line_exit_2(slea("library", "search", str(tmp_path / "junk.sqlite"), "kitchen"), "not an experience library")
+    one_line_exit_2(slea("compare", smoke, "--seeds", "a,b"), "--seeds")
+
+
+def test_envs_lists_every_id_whole_in_80_columns():
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="80")
+    r = subprocess.run([sys.executable, "-m", "slea.cli", "envs"], check=False, capture_output=True, text=True,
+                       env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    from slea.envs import registered
+
+    for env_id in registered():
+        assert env_id in r.stdout, env_id
 
 
 @pytest.mark.slow
@@ -54,10 +88,18 @@ def test_smoke_preset_writes_the_run_folder(tmp_path):
         assert key in rows[0], key
     after = json.loads((run / "eval/after.json").read_text())
     assert 0.0 <= after["sampled"]["success"] <= 1.0
-    # eval of the finished run through the CLI
-    r = slea("eval", str(run), "--episodes", "1")
+    # stdout is a pipe here, not a terminal: plain progress lines (phase, episodes done, elapsed)
+    out = r.stdout
+    assert re.search(r"iteration 1 rollout: \d+/\d+, \d+/4 episodes done \[\d+s\]", out), out[-3000:]
+    assert re.search(r"held-out eval \(sampled\): \d+/\d+, \d+/4 episodes done \[\d+s\]", out), out[-3000:]
+    assert re.search(r"iteration 2 update \(\d+ samples\): ", out) or "update" not in out
+    assert "held-out (trained): sampled success" in out
+    # the run's evaluation re-run from its folder gives the same numbers
+    r = slea("eval", str(run))
     assert r.returncode == 0, r.stderr[-2000:]
-    assert (run / "eval/eval-heldout.json").is_file()
+    again = json.loads((run / "eval/eval-heldout.json").read_text())
+    for key in ("sampled", "greedy", "per_game_wins"):
+        assert again[key] == after[key], key
 
 
 @pytest.mark.slow

@@ -16,7 +16,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 
 class ConfigError(ValueError):
@@ -45,8 +53,7 @@ class ModelSection(_Section):
     lora_dropout: float = Field(0.0, ge=0, lt=1)
     lora_targets: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
     # which decoder layers get adapters: None = all; N = the last N; a list = those indices. Adapters on the
-    # top layers only spare the backward pass through the frozen bottom ones (the top 15 of SmolLM2's 30:
-    # a 1.54x faster training step in bench/throughput.py).
+    # top layers only spare the backward pass through the frozen bottom ones (bench/throughput.py measures it).
     lora_layers: int | list[int] | None = None
 
 
@@ -269,14 +276,16 @@ def unused_settings(cfg: RunConfig) -> dict[str, str]:
     loss = get_policy_loss(a.policy_loss)
     params = _loss_params(loss)
     critic = "critic" in spec.needs
+    estimator_reads = f"not a setting of algorithm {spec.name} (it reads: {', '.join(spec.settings) or 'none'})"
+    loss_reads = sorted(k for k, names in LOSS_SETTINGS.items() if params & set(names))
+    loss_why = f"not read by policy_loss {a.policy_loss} (it reads: {', '.join(loss_reads) or 'none'})"
     reads: dict[str, tuple[bool, str]] = {}
     for key in ("gamma", "step_weight", "std_norm", "eps", "gae_gamma", "gae_lambda", "turn_gamma", "turn_lambda",
                 "adv_whiten"):
-        reads[f"algorithm.{key}"] = (key in spec.settings, f"not a setting of algorithm {spec.name} (it reads: "
-                                     f"{', '.join(spec.settings) or 'none'})")
+        reads[f"algorithm.{key}"] = (key in spec.settings, estimator_reads)
     for key, names in LOSS_SETTINGS.items():
         if key != "loss_agg":  # loss_agg also weighs micro-batches: always read
-            reads[f"algorithm.{key}"] = (bool(params & set(names)), f"not read by policy_loss {a.policy_loss}")
+            reads[f"algorithm.{key}"] = (bool(params & set(names)), loss_why)
     for sec, key in CRITIC_SETTINGS:
         reads[f"{sec}.{key}"] = (critic, f"algorithm {spec.name} has no critic")
     reads["algorithm.kl_estimator"] = (a.kl_coef > 0 or "reference" in spec.needs, "algorithm.kl_coef is 0")

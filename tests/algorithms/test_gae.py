@@ -6,8 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from slea.algorithms import token_gae, turn_gae
-from slea.algorithms import whiten
+from slea.algorithms import token_gae, turn_gae, whiten
 from slea.algorithms.gae import gae
 
 approx = pytest.approx

@@ -6,11 +6,11 @@ import time
 
 import slea.testing.faulty_env  # noqa: F401  (registers slea/test-Faulty-v0)
 from slea.config import EvalSection, RolloutSection
-from slea.testing.faulty_env import FAULTY_ID
 from slea.evaluation.evaluate import evaluate
 from slea.policy.generation import Generation
 from slea.policy.prompts import PromptBuilder
 from slea.rollout.collector import RolloutCollector
+from slea.testing.faulty_env import FAULTY_ID
 
 
 class AlwaysUp:

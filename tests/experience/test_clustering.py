@@ -8,12 +8,8 @@ import sqlite3
 
 import pytest
 
-from slea.experience.clustering import (
-    ExactScanIndex,
-    ObservationIndex,
-    difflib_ratio,
-    rand_index,
-)
+from slea.experience.clustering import ObservationIndex, difflib_ratio
+from slea.testing.clustering import ExactScanIndex, rand_index
 
 ROOM = ("-= Kitchen =-\nYou are in a kitchen. A normal one. You see a closed fridge and an oven here. On the "
         "counter you make out a knife, a red apple and a cookbook. There is an open door leading north and an "

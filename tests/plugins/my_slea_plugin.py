@@ -24,6 +24,12 @@ def sign_advantage(batch, *, eps: float, scale: float = 1.0) -> np.ndarray:
     return (scale * np.sign(np.where(np.abs(centred) > eps, centred, 0.0)))[rows.traj]
 
 
+@register_algorithm("test_plugin_team", level="turn", needs=("team",))
+def team_advantage(batch) -> np.ndarray:
+    """An algorithm for agent teams: `slea train` cannot give it one (a trainer that can comes with TeamTR)."""
+    return np.zeros(batch.n)
+
+
 @register_policy_loss("test_plugin_pg")
 def plain_pg(logprobs, old_logprobs, advantages, mask, *, loss_agg_mode: str = "token-mean"):
     """Vanilla policy gradient, −A·log π, token mean (no ratio, no clip)."""
@@ -74,4 +80,4 @@ def one_lesson(generate_text=None) -> OneLesson:
     return OneLesson()
 
 
-__all__ = ["CALLS", "EchoEnv", "OneLesson", "one_lesson", "plain_pg", "sign_advantage"]
+__all__ = ["CALLS", "EchoEnv", "OneLesson", "one_lesson", "plain_pg", "sign_advantage", "team_advantage"]

@@ -1,3 +1,4 @@
+import pytest
 import torch
 
 from slea.policy.generation import HFGenerator, left_pad
@@ -85,3 +86,50 @@ def test_shared_prefix_forward_equals_plain_forward_with_gradients():
     assert torch.allclose(a, b, atol=1e-5)
     for n in ga:
         assert torch.allclose(ga[n], gb[n], atol=1e-5), n
+
+
+def test_inverse_cdf_hand_case():
+    from slea.policy.generation import inverse_cdf
+
+    # cdf = [.2, .2, .7, 1.0]: token 1 has probability 0 and is never drawn
+    probs = torch.tensor([[0.2, 0.0, 0.5, 0.3]]).expand(6, -1)
+    u = torch.tensor([0.0, 0.1, 0.21, 0.69, 0.71, 0.999])
+    assert inverse_cdf(probs, u).tolist() == [0, 0, 2, 2, 3, 3]
+    # unnormalised rows (what softmax of truncated logits may leave) scale the same way
+    assert inverse_cdf(probs * 4, u).tolist() == [0, 0, 2, 2, 3, 3]
+
+
+def test_keyed_sampling_ignores_the_global_rng_and_the_batch(tiny_policy):
+    model, tok = tiny_policy
+    gen = HFGenerator(model, tok, dtype="float32")
+    prompts = _prompts(tok) * 2
+    keys = [(1, 7, c, 0) for c in range(4)]
+    torch.manual_seed(0)
+    a = gen.generate(prompts, max_new_tokens=8, temperature=1.0, rng_keys=keys)
+    torch.manual_seed(123)
+    torch.rand(1000)  # whatever else ran in the process
+    b = gen.generate(prompts, max_new_tokens=8, temperature=1.0, rng_keys=keys)
+    assert [o.ids for o in a] == [o.ids for o in b]
+    # a row's tokens depend on its key, not on the other rows of the batch or their order
+    c = gen.generate([prompts[3], prompts[0]], max_new_tokens=8, temperature=1.0, rng_keys=[keys[3], keys[0]])
+    assert [c[0].ids, c[1].ids] == [a[3].ids, a[0].ids]
+    # the copies of one prompt draw from different streams
+    assert len({tuple(o.ids) for o in a}) > 1
+    with pytest.raises(ValueError, match="rng_keys"):
+        gen.generate(prompts, rng_keys=keys[:1])
+
+
+def test_newline_stop_is_chosen_per_call(tiny_policy):
+    model, tok = tiny_policy
+    gen = HFGenerator(model, tok, dtype="float32")  # default: stop at a newline
+    prompts = _prompts(tok) * 8
+    keys = [(0, 1, c, 0) for c in range(len(prompts))]
+    one_line = gen.generate(prompts, max_new_tokens=24, temperature=1.0, rng_keys=keys)
+    multi = gen.generate(prompts, max_new_tokens=24, temperature=1.0, rng_keys=keys, stop_at_newline=False)
+    stopped = 0
+    for a, b in zip(one_line, multi):
+        assert b.ids[:len(a.ids)] == a.ids  # same stream: the one-line answer is a prefix of the free one
+        if a.ids[-1] in gen.stop_ids and a.ids[-1] != tok.eos_token_id:
+            stopped += 1
+            assert len(b.ids) > len(a.ids)  # the newline did not end the multi-line answer
+    assert stopped > 0  # the tiny model does emit newlines: the comparison above was exercised

@@ -13,9 +13,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from slea.testing.faulty_env import ADVERSARIAL, GarbageGenerator, adversarial_text
 from slea.policy.prompts import parse_action
 from slea.rollout.collector import clean_text
+from slea.testing.faulty_env import ADVERSARIAL, GarbageGenerator, adversarial_text
 
 KINDS = {"exact", "contained", "fuzzy", "free", "invalid"}
 N_CORPUS = 10_000

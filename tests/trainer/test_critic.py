@@ -33,7 +33,7 @@ def test_turn_ppo_hand_case():
     adv = run(rows, values, name="turn_ppo", turn_gamma=0.9, turn_lambda=0.8)
     np.testing.assert_allclose(adv.rows, [0.2, 0.15808, 0.664])
     assert adv.tokens is None  # turn level: broadcast to the turn's tokens
-    np.testing.assert_allclose([t.tolist() for t in adv.per_token([2, 1, 3])][0], [0.2, 0.2])
+    np.testing.assert_allclose(adv.per_token([2, 1, 3])[0], [0.2, 0.2])
     np.testing.assert_allclose(np.concatenate(adv.returns), [1.0, 0.65808, 0.864])  # Â + V
     # the functional entry point gives the same, and refuses to run without values
     got = compute_advantages("turn_ppo", [0, 0, 0], [0, 0, 0], [2, 0, 1], [1.0, 0.0, 0.0], turn_gamma=0.9,

@@ -44,8 +44,8 @@ _LAZY = {
 __all__ = [
     "AGG_MODES",
     "NEEDS",
-    "AlgorithmSpec",
     "Advantages",
+    "AlgorithmSpec",
     "StepBatch",
     "aggregate",
     "algorithm_names",

@@ -33,7 +33,7 @@ import numpy as np
 
 from slea.algorithms.batch import StepBatch, estimate
 from slea.algorithms.registry import get_algorithm, register_algorithm
-from slea.algorithms.rows import (  # noqa: F401  (RowIndex, index_rows, *_groups: re-exported)
+from slea.algorithms.rows import (
     RowIndex,
     anchor_groups,
     cluster_groups,

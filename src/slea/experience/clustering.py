@@ -27,7 +27,6 @@ State persists to SQLite tables (``obs_clusters``, ``obs_memo``, ``obs_meta``) o
 
 from __future__ import annotations
 
-import difflib
 import json
 import sqlite3
 from array import array
@@ -46,18 +45,15 @@ from slea.experience.textmatch import (
     difflib_ratio,
     fast_ratio,
     lcs_length,
-    match_upper_bound,
     matching_count,
 )
 
 __all__ = [
-    "ExactScanIndex",
     "ObservationIndex",
     "PreparedText",
     "difflib_ratio",
     "fast_ratio",
     "matching_count",
-    "rand_index",
 ]
 
 
@@ -120,9 +116,8 @@ class ObservationIndex:
 
     ``assign`` is the only mutating call the rollout needs; ``lookup`` answers without creating or touching.
     Parameters beyond ``threshold`` and ``max_clusters`` tune speed vs. exhaustiveness of the candidate filter
-    (defaults measured in bench/retrieval.py). ``max_candidates`` / ``work_budget`` default to 6 / 128 (the p99 target
-    at 100k clusters) and to the wider 12 / 256 in ``exact`` mode, which trades speed for agreement (Rand index
-    on the real corpus 0.99996 against 0.99990).
+    (bench/retrieval.py measures both). ``max_candidates`` / ``work_budget`` default to 6 / 128 and to the wider
+    12 / 256 in ``exact`` mode, which trades speed for agreement with the plain scan.
     """
 
     def __init__(self, threshold: float = 0.85, max_clusters: int = 100_000, *, exact: bool = False,
@@ -500,81 +495,3 @@ class ObservationIndex:
         memo = conn.execute("SELECT task_type, observation, cid FROM obs_memo").fetchall()
         idx._load(meta.get("next_id", 0), clusters, memo, meta.get("clock", 0))
         return idx
-
-
-# ---------------------------------------------------------------------------------------------------------------
-# Reference: the plain scan (tests and benchmarks)
-# ---------------------------------------------------------------------------------------------------------------
-class ExactScanIndex:
-    """The semantics by brute force: every prototype of the task type, in creation order.
-
-    ``fast=False, bounds=False`` is the plain difflib scan; ``bounds`` adds the exact-preserving quick bounds;
-    ``memo`` keeps the first assignment of repeated observations (as :class:`ObservationIndex` does).
-    """
-
-    def __init__(self, threshold: float = 0.85, *, memo: bool = True, bounds: bool = True, fast: bool = True):
-        self.threshold = threshold
-        self.memo = memo
-        self.bounds = bounds
-        self.fast = fast
-        self._protos: dict[str, list[tuple[int, str, Any]]] = {}
-        self._memo: dict[tuple[str, str], int] = {}
-        self._n = 0
-
-    def __len__(self) -> int:
-        return self._n
-
-    def add_prototype(self, observation: str, task_type: str = "") -> int:
-        cid = self._n
-        self._n += 1
-        self._protos.setdefault(task_type, []).append(
-            (cid, observation, PreparedText(observation) if self.fast else None))
-        return cid
-
-    def lookup(self, observation: str, task_type: str = "") -> int:
-        if self.memo:
-            cid = self._memo.get((task_type, observation))
-            if cid is not None:
-                return cid
-        a = observation
-        la = len(a)
-        thr = self.threshold
-        best, best_r = -1, -1.0
-        for cid, b, prep in self._protos.get(task_type, ()):
-            if self.bounds:
-                total = la + len(b)
-                need = _need(max(thr, best_r), total)
-                if min(la, len(b)) < need or match_upper_bound(a, b, need) < need:
-                    continue
-            if self.bounds and self.fast and len(b) <= _LCS_MAX and not prep.popular and lcs_length(a, prep) < need:
-                continue
-            r = fast_ratio(a, prep) if self.fast else difflib.SequenceMatcher(None, a, b).ratio()
-            if r >= thr and r > best_r:
-                best, best_r = cid, r
-        return best
-
-    def assign(self, observation: str, task_type: str = "") -> int:
-        cid = self.lookup(observation, task_type)
-        if cid < 0:
-            cid = self.add_prototype(observation, task_type)
-        if self.memo:
-            self._memo.setdefault((task_type, observation), cid)
-        return cid
-
-
-def rand_index(labels_a: list, labels_b: list) -> float:
-    """Pairwise agreement of two clusterings of the same items: (pairs together in both + apart in both) / pairs."""
-    n = len(labels_a)
-    if n != len(labels_b):
-        raise ValueError("label lists differ in length")
-    if n < 2:
-        return 1.0
-
-    def pairs(counter: Counter) -> int:
-        return sum(c * (c - 1) // 2 for c in counter.values())
-
-    same_a = pairs(Counter(labels_a))
-    same_b = pairs(Counter(labels_b))
-    same_both = pairs(Counter(zip(labels_a, labels_b)))
-    total = n * (n - 1) // 2
-    return (total - same_a - same_b + 2 * same_both) / total

@@ -150,8 +150,3 @@ def lora_layer_indices(spec: int | list[int] | None, num_layers: int) -> list[in
     if bad or not spec:
         raise ConfigError(f"model.lora_layers: {bad or spec} not layer indices in 0..{num_layers - 1}")
     return sorted(set(spec))
-
-
-def trainable_state(model) -> dict[str, torch.Tensor]:
-    """The trainable parameters (the LoRA adapters, or every weight without LoRA)."""
-    return {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
