@@ -168,7 +168,7 @@ def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
 @app.command("eval")
 def eval_(
     target: str = typer.Argument(..., help="a run folder, a model folder, 'embedded', or a YAML config"),
-    split: str = typer.Option("heldout", help="env split"),
+    split: str | None = typer.Option(None, help="env split (default: the config's held-out one)"),
     episodes: int | None = typer.Option(None, help="sampled episodes per game"),
     seed: int | None = typer.Option(None),
     env: str | None = typer.Option(None, "--env", help="another env id than the config's (its kwargs "
@@ -214,7 +214,10 @@ def eval_(
     model, tok = load_policy(cfg.model, adapter_dir=last)
     builder = PromptBuilder(tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
                             one_shot=cfg.rollout.one_shot)
-    kwargs = {**cfg.env.kwargs, **cfg.env.eval_kwargs, "split": split}
+    kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}  # as training's evaluation
+    if split is not None:
+        kwargs["split"] = split
+    split = kwargs["split"]
     with tempfile.TemporaryDirectory() as work:
         library = _eval_library(run, cfg, last, Path(work)) if run else None
         collector = RolloutCollector(HFGenerator(model, tok, dtype=cfg.model.dtype), builder, cfg.rollout,

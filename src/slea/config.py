@@ -12,6 +12,7 @@ setting the chosen algorithm, loss or trainer path never reads is refused when i
 
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 from typing import Any, Literal
 
@@ -204,7 +205,7 @@ def _registered(key: str, get, value: str):
     try:
         return get(value)
     except (KeyError, TypeError, ImportError) as exc:
-        raise ValueError(f"{key}: {str(exc).strip(chr(34) + chr(39))}") from None
+        raise ValueError(f"{key}: {exc.args[0] if exc.args else exc}") from None
 
 
 # -- what the chosen algorithm reads ----------------------------------------------------------------------------
@@ -335,7 +336,7 @@ def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None
                  check_unused: bool = True) -> RunConfig:
     """The validated config of a YAML tree plus ``--set`` overrides. ``check_unused=False`` skips the refusal
     of settings the algorithm does not read (``slea compare`` checks them against all its algorithms)."""
-    tree: dict[str, Any] = dict(data or {})
+    tree: dict[str, Any] = copy.deepcopy(dict(data or {}))  # overrides never change the caller's dict
     for item in overrides or []:
         path, value = parse_override(item)
         _set(tree, path, value)

@@ -29,3 +29,28 @@ def test_a_hung_eval_env_times_out_instead_of_blocking(tiny_policy):
                    step_timeout_s=0.3)
     assert time.perf_counter() - t0 < 60.0  # the 60 s hang never ran to its end: the timeout fired
     assert res["sampled"]["episodes"] == 1 and res["sampled"]["success"] == 0.0
+
+
+def test_two_evaluations_of_the_same_weights_are_equal_and_paired(tiny_policy):
+    """Sampling is keyed per (evaluation, env seed, episode, turn): what ran before in the process, including
+    other draws from torch's global RNG, does not change an evaluation (the issue's 0.344 vs 0.375)."""
+    import torch
+
+    from slea.policy.generation import HFGenerator
+
+    model, tok = tiny_policy
+    col = RolloutCollector(HFGenerator(model, tok, dtype="float32"), PromptBuilder(tok),
+                           RolloutSection(max_new_tokens=4), max_steps=3)
+    cfg = EvalSection(games=2, episodes_per_game=3, greedy=False, temperature=1.0)
+
+    def run(seed):
+        torch.manual_seed(seed)
+        torch.rand(10_000)  # whatever else ran in the process between the two evaluations
+        res = evaluate(col, "slea/Sokoban-v0", {"split": "heldout"}, cfg, keep_trajectories=True)
+        return res, [[s.response_text for s in t.steps] for t in res["trajectories"]["sampled"]]
+
+    a, texts_a = run(0)
+    b, texts_b = run(1)
+    assert texts_a == texts_b and a["sampled"] == b["sampled"] and a["per_game_wins"] == b["per_game_wins"]
+    # the episodes themselves differ from one another (sampled, not one repeated stream)
+    assert len({tuple(t) for t in texts_a}) > 1
