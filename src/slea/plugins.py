@@ -9,6 +9,8 @@ objects is named directly as ``"my_pkg.my_module:my_function"``. Names are case-
 from __future__ import annotations
 
 import importlib
+import os
+import sys
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -17,7 +19,11 @@ MARK = "__slea_registered__"  # on a registered object: {registry kind: name}
 
 
 def import_plugin(module: str) -> None:
-    """Import a user's module so its decorators register what it defines; ``ImportError`` says which failed."""
+    """Import a user's module so its decorators register what it defines; ``ImportError`` says which failed.
+    The working directory is searched last (as ``python -m`` does), so ``plugins: [my_algos]`` finds
+    ``./my_algos.py`` from the ``slea`` command too."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         importlib.import_module(module)
     except Exception as exc:  # noqa: BLE001  (any failure of the user's module is reported in one line)
