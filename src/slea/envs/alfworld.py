@@ -19,7 +19,7 @@ Three sources, one engine (textworld's PDDL engine + alfworld's ``AlfredDemangle
   ``v<GEN_VERSION>/<task type>/seed-<seed>/{game.tw-pddl,traj_data.json}``. Game ``i`` of a split has task type
   ``tasks[i % len(tasks)]`` and seed ``base + i`` (train 1000+, seen 9000+, heldout/unseen 5000+; at most
   4000 games per split, so the splits never share a game). Generation is deterministic and safe under
-  concurrency (file lock, build in a private folder, atomic rename); ~0.5-2 s per game.
+  concurrency (file lock, build in a private folder, atomic rename).
 
 ``source="auto"`` (default) uses the official set when one of those roots holds it, else generated games.
 (Importing ``alfworld`` sets ``$ALFWORLD_DATA`` to ``~/.cache/alfworld`` when unset and creates that folder.)
@@ -45,7 +45,7 @@ to such commands, "Nothing happens.", with ``invalid=True``. ``put X in/on Y`` (
 prompts often use) is read as ``move X to Y``.
 
 Snapshots: ``get_state()`` -> ``{"game", "game_file", "actions"}``; ``set_state`` resets the game and replays
-the actions (the engine is deterministic): ~10 ms per action.
+the actions (the engine is deterministic).
 """
 
 from __future__ import annotations

@@ -161,17 +161,16 @@ _ACCELERATED = False
 
 
 def accelerate_engine() -> None:
-    """Make textworld's PDDL engine ~10x faster, with the same text out (idempotent, process-wide).
+    """Make textworld's PDDL engine faster, with the same text out (idempotent, process-wide).
 
     textworld re-parses, with tatsu, every grammar template and rule condition each time it renders a command
-    or an observation, deep-copies the whole derivation context for every symbol (~100 ms per ALFWorld step
-    together), and re-translates the PDDL problem with fast-downward on every reset (~0.3 s). The parses and
+    or an observation, deep-copies the whole derivation context for every symbol, and re-translates the PDDL
+    problem with fast-downward on every reset. The parses and
     the translation are pure functions of their text arguments, so their results are cached: the text-grammar
     parser (results deep-copied, since derivation sets their context), the conjunctive queries of rule
     conditions (only the text generator's name is rebound), and ``pddl2sas`` (its task is only read). The
-    context copies become dict copies (derivation adds or replaces entries, never mutates the values). Measured
-    on a 15-receptacle room: step 100 -> 8 ms, reset 0.34 -> 0.04 s; tests/envs/test_alfworld.py checks
-    that a game plays to the same text with and without it.
+    context copies become dict copies (derivation adds or replaces entries, never mutates the values).
+    tests/envs/test_alfworld.py checks that a game plays to the same text with and without it.
     """
     global _ACCELERATED
     if _ACCELERATED:

@@ -31,7 +31,7 @@ lines is sorted (``canonical_obs=True``): identical states give identical anchor
 
 ``info``: ``goal`` (the task description), ``admissible_actions`` (the engine's valid action-object
 combinations, sorted; 300-3,000 of them; ``max_admissible=n`` keeps ``n``, round-robin over the action verbs
-so every kind of action stays represented; ``admissible=False`` skips them: ~10x faster steps),
+so every kind of action stays represented; ``admissible=False`` skips them: much faster steps),
 ``task_type`` (the task name), ``won``, ``lost``, ``walkthrough`` (the engine's gold action sequence from the
 initial state, when ``walkthrough=True``), ``score`` (0-100), ``raw_score`` (the engine's, -100 on a failed
 task), ``max_score`` (100), ``task``, ``task_id``, ``variation``, ``episode``, ``moves``, and on steps
@@ -59,7 +59,7 @@ episode in this process reports the same walkthrough. Another process may report
 Snapshots
 ---------
 ``get_state()`` returns ``{"task", "variation", "simplifications", "actions"}``; ``set_state`` reloads the
-variation and replays the actions (ScienceWorld is deterministic given the actions): ~10-20 ms per action.
+variation and replays the actions (ScienceWorld is deterministic given the actions).
 """
 
 from __future__ import annotations
@@ -352,13 +352,13 @@ class ScienceWorldEnv(TextEnv):
         split: ``"train"``, ``"dev"`` (``"heldout"``, ``"valid"``, ``"seen"``), ``"test"`` (``"unseen"``).
         simplifications: ``""``, ``"easy"`` or any of :data:`SIMPLIFICATIONS` (a list or comma-separated).
         variations_per_task: keep the first ``k`` variations of each task of the split (``None``: all).
-        admissible: compute the valid action list for every info (~100-300 ms per step on 2 cores).
+        admissible: compute the valid action list for every info (the costliest part of a step).
         max_admissible: keep at most this many admissible actions (round-robin over verbs).
         walkthrough: generate the gold action sequence (cached per episode and process).
         canonical_obs: sort the engine's object lists so identical states read the same.
         java_opts: JVM options (passed as ``JAVA_TOOL_OPTIONS`` when the JVM starts). The default caps the
-            heap: a JVM left to its defaults grows to ~1 GB resident within a few episodes; with these,
-            ~450 MB (measured after 8 episodes), at the same speed.
+            heap: a JVM left to its defaults keeps growing over a few episodes; capped, it stays at about half
+            of that, at the same speed.
         episodes: play exactly these (task, variation) pairs (e.g. ETO's ``dev_indices.json``), in this
             order, instead of a split (``split`` and ``variations_per_task`` are then ignored).
     """
@@ -429,7 +429,7 @@ class ScienceWorldEnv(TextEnv):
         return self._engine.server
 
     def _load(self, task: str, variation: int) -> None:
-        """Load a variation (the engine's ``load``; ~50 ms warm) and record its walkthrough once."""
+        """Load a variation (the engine's ``load``) and record its walkthrough once."""
         self._server()
         key = (task, variation, self.simplifications)
         server = self._engine.server
@@ -451,7 +451,7 @@ class ScienceWorldEnv(TextEnv):
     def _valid_actions(self) -> list[str] | None:
         if not self.admissible:
             return None
-        # One string over the gateway instead of a py4j round trip per list element (~2x faster).
+        # One string over the gateway instead of a py4j round trip per list element.
         joined = self._engine._gateway.jvm.java.lang.String.join(
             "\n", self._engine.server.getValidActionObjectCombinations()
         )

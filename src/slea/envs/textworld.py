@@ -25,7 +25,7 @@ Snapshots
 ---------
 ``get_state()`` returns ``{"game": index, "game_seed": seed, "spec": spec, "actions": [...]}`` (the game and
 the commands executed since reset; a small JSON-able dict); ``set_state(state)`` resets that game and replays
-the commands (TextWorld games are deterministic): about 9 ms for the reset plus 3-4 ms per command.
+the commands (TextWorld games are deterministic).
 """
 
 from __future__ import annotations

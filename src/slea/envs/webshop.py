@@ -85,7 +85,7 @@ class WebShopEnv(TextEnv):
 
     Args:
         split: ``"train"`` or ``"heldout"`` goals.
-        num_products: catalog size (default 1000; generation + BM25 index take ~0.1 s, cached per process).
+        num_products: catalog size (default 1000; the generated catalog and its BM25 index are cached per process).
         catalog_seed: the catalog's seed (products, goals).
         num_goals: if set, only the first ``num_goals`` goals of the split are played.
         page_size: results per page (WebShop: 10).
