@@ -90,9 +90,8 @@ def test_smoke_preset_writes_the_run_folder(tmp_path):
     assert 0.0 <= after["sampled"]["success"] <= 1.0
     # stdout is a pipe here, not a terminal: plain progress lines (phase, episodes done, elapsed)
     out = r.stdout
-    assert re.search(r"iteration 1 rollout: \d+/\d+, \d+/4 episodes done \[\d+s\]", out), out[-3000:]
-    assert re.search(r"held-out eval \(sampled\): \d+/\d+, \d+/4 episodes done \[\d+s\]", out), out[-3000:]
-    assert re.search(r"iteration 2 update \(\d+ samples\): ", out) or "update" not in out
+    assert re.search(r"iteration 1 rollout: \d+/3, 4/4 episodes done \[\d+s\]", out), out[-3000:]
+    assert re.search(r"held-out eval \(sampled\): \d+/3, 4/4 episodes done \[\d+s\]", out), out[-3000:]
     assert "held-out (trained): sampled success" in out
     # the run's evaluation re-run from its folder gives the same numbers
     r = slea("eval", str(run))

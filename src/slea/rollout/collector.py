@@ -128,8 +128,8 @@ class RolloutCollector:
             self._parse(pending, ep, stats)
             results = self._step_envs(pool, pending, stats)
             self._record(ep, turn, pending, results)
-            if progress is not None:
-                progress(turn + 1, len(ep.live))
+            if progress is not None:  # (turns played, episodes still running: none after the last turn)
+                progress(turn + 1, len(ep.live) if turn + 1 < self.max_steps else 0)
         self._finish(ep)
         return ep.trajs, stats
 

@@ -1,0 +1,38 @@
+"""Progress when nobody watches a terminal: plain timestamped lines through the standard logging module."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from slea.progress import Progress, log, setup_logging
+
+
+def test_plain_lines_when_the_output_is_not_a_terminal():
+    out = io.StringIO()  # not a TTY, like `| tee`, CI logs, nohup
+    setup_logging(stream=out)
+    try:
+        with Progress("held-out eval (sampled)", total=8, every_s=0.0) as bar:
+            bar.update(3, "5/32 episodes done")
+            bar.update(8, "32/32 episodes done")
+        log.warning("skipping damaged checkpoint iter_000002")
+    finally:
+        setup_logging(stream=io.StringIO())
+    lines = out.getvalue().splitlines()
+    assert re.fullmatch(r"\d\d:\d\d:\d\d held-out eval \(sampled\): 3/8, 5/32 episodes done \[\d+s\]", lines[0])
+    assert lines[-2].endswith("8/8, 32/32 episodes done [0s]")  # the closing line of the phase
+    assert "skipping damaged checkpoint" in lines[-1]
+    assert "\x1b[" not in out.getvalue()  # no terminal escape codes in a log
+
+
+def test_lines_are_rate_limited_but_the_phase_always_ends_with_one():
+    out = io.StringIO()
+    setup_logging(stream=out)
+    try:
+        with Progress("rollout", total=100, every_s=3600.0) as bar:
+            for i in range(100):
+                bar.update(i + 1)
+    finally:
+        setup_logging(stream=io.StringIO())
+    assert out.getvalue().count("rollout:") == 1 and "100/100" in out.getvalue()
+
