@@ -195,9 +195,10 @@ class RunConfig(_Section):
 
         _registered("experience.extractor", get_extractor, self.experience.extractor)
         _check_options(self.algorithm, spec, loss)
-        if (info.context or {}).get("check_unused", True):
-            for key, why in unused_settings(self).items():
-                raise ValueError(f"{key}: {why}")
+        unused = unused_settings(self) if (info.context or {}).get("check_unused", True) else {}
+        if unused:
+            key, why = next(iter(unused.items()))
+            raise ValueError(f"{key}: {why}")
         return self
 
 
