@@ -49,10 +49,8 @@ class EchoEnv(TextEnv):
         super().__init__()
         self.split = split
 
-    @property
-    def instructions(self) -> Instructions:
-        return Instructions("Say something long.", (("Observation: an empty hall.\nYour words:", "hello there"),),
-                            answer_cue="Your words:")
+    instructions = Instructions("Say something long.", (("Observation: an empty hall.\nYour words:", "hello there"),),
+                                answer_cue="Your words:")
 
     def _reset(self, seed, options):
         self._turn, self._goal, self._admissible = 0, "speak at length", None  # None: free-text actions

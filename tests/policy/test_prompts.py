@@ -1,7 +1,7 @@
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slea.envs.base import DEFAULT_INSTRUCTIONS, example_prompt
+from slea.envs.base import DEFAULT_INSTRUCTIONS
 from slea.policy.prompts import PromptBuilder, clip_observation, parse_action
 from slea.types import Instructions
 
@@ -102,13 +102,3 @@ def test_a_tiny_obs_limit_clips_only_the_observation():
     assert obs.strip() not in user
     assert f"[{clip_observation(past[0][0], 12)}] > go east" in user  # past observations get half the limit
     assert user.endswith("- a\n- b\nYour reply:")
-
-
-def test_env_examples_are_laid_out_as_the_builder_lays_out_a_turn():
-    """envs write their example turns with slea.envs.base.example_prompt; it must match the builder's layout."""
-    builder = PromptBuilder(None, history=0, obs_max_chars=10_000)
-    cases = [("take the coin", "-= Pantry =-\nA pantry.\n\nThere is a coin.", ["go west", "take coin"], "Your command:"),
-             ("Who wrote Dracula?", "Question: Who wrote Dracula?", None, "Your reply:")]
-    for goal, obs, cmds, cue in cases:
-        ins = Instructions(system="s", answer_cue=cue)
-        assert builder.messages(ins, goal, obs, cmds, [])[-1]["content"] == example_prompt(goal, obs, cmds, cue)

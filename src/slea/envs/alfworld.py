@@ -66,7 +66,7 @@ from typing import Any
 from filelock import FileLock
 
 from slea.envs.alfworld_gen import SHORT_NAMES, TASK_TYPES  # the generator module imports no engine
-from slea.envs.base import StepResult, TextEnv, example_prompt, register
+from slea.envs.base import StepResult, TextEnv, register, user_turn
 from slea.types import Instructions
 
 GEN_SPLIT_SEED_BASE = {"train": 1000, "heldout": 5000, "seen": 9000}
@@ -103,7 +103,7 @@ NOTHING = "Nothing happens."
 INSTRUCTIONS = Instructions(
     system="You are a household robot in a text world. Reply with exactly one command copied from the list of "
     "valid commands, and nothing else.",
-    example=((example_prompt(
+    example=((user_turn(
         "put a mug in cabinet",
         "You arrive at countertop 1. On the countertop 1, you see a mug 1, and a spoon 2.",
         ["examine countertop 1", "go to cabinet 1", "take mug 1 from countertop 1"]),
@@ -389,9 +389,7 @@ class ALFWorldEnv(TextEnv):
         self._expert_action = plan[0] if plan else None
 
     # -- the contract ---------------------------------------------------------------------------------
-    @property
-    def instructions(self) -> Instructions:
-        return INSTRUCTIONS
+    instructions = INSTRUCTIONS
 
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         from slea.envs.alfworld_gen import make_engine

@@ -44,11 +44,15 @@ _TEXT_CHARSET = frozenset(string.printable) | frozenset(chr(c) for c in range(0x
 TEXT_SPACE_MAX = 1 << 20
 
 
-def example_prompt(goal: str, observation: str, commands: list[str] | None = None,
-                   cue: str = "Your command:") -> str:
-    """The user text of an example exchange, laid out as slea's prompt builder lays out a real turn: ``Goal:``,
-    ``Observation:``, the ``Valid commands:`` list (when there is one) and the answer cue."""
-    lines = [f"Goal: {goal}", f"Observation: {observation}"]
+def user_turn(goal: str, observation: str, commands: list[str] | None = None, cue: str = "Your command:",
+              recent: list[str] | tuple[str, ...] = ()) -> str:
+    """The user text of one turn, the one layout of slea's prompts (the prompt builder's real turns and the
+    families' example turns): ``Goal:`` (when there is one), ``Recent steps:`` (when given), ``Observation:``,
+    the ``Valid commands:`` list (when there is one) and the answer cue."""
+    lines = [f"Goal: {goal.strip()}"] if goal.strip() else []
+    if recent:
+        lines += ["Recent steps:", *recent]
+    lines.append(f"Observation: {observation}")
     if commands:
         lines += ["Valid commands:", *(f"- {c}" for c in commands)]
     return "\n".join([*lines, cue])
@@ -59,7 +63,7 @@ def example_prompt(goal: str, observation: str, commands: list[str] | None = Non
 DEFAULT_INSTRUCTIONS = Instructions(
     system="You are an agent playing a text game. Reply with exactly one command copied from the list of valid "
     "commands, and nothing else.",
-    example=((example_prompt("put the apple on the table.",
+    example=((user_turn("put the apple on the table.",
                              "You are in a kitchen. There is an apple on the counter and a table.",
                              ["take apple", "go north", "open fridge"]), "take apple"),),
 )
@@ -76,6 +80,8 @@ class TextEnv(gym.Env):
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     task_type: str = ""
+    # What the agent is told about this env (system prompt, example exchange, answer cue): a family sets its own.
+    instructions: ClassVar[Instructions] = DEFAULT_INSTRUCTIONS
 
     def __init__(self) -> None:
         super().__init__()
@@ -88,11 +94,6 @@ class TextEnv(gym.Env):
         )
         self.action_space = gym.spaces.Text(max_length=TEXT_SPACE_MAX, min_length=0, charset=_TEXT_CHARSET)
 
-    @property
-    def instructions(self) -> Instructions:
-        """What the agent is told about this env: system prompt, example exchange, answer cue (read-only;
-        families override it)."""
-        return DEFAULT_INSTRUCTIONS
 
     # -- subclass hooks -------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -73,7 +73,7 @@ import time
 from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
-from slea.envs.base import MissingExtraError, StepResult, TextEnv, example_prompt, register
+from slea.envs.base import MissingExtraError, StepResult, TextEnv, register, user_turn
 from slea.types import Instructions
 
 # (task id, task name) of the 30 tasks, in the engine's ``tasks.json`` order.
@@ -185,7 +185,7 @@ INSTRUCTIONS = Instructions(
     "mix X, activate X, deactivate X, connect X to Y, use X on Y, wait, focus on X (only on the task's target: "
     "a wrong focus fails the task). The valid commands listed show what is possible now. If asked which one "
     "you mean, reply with its number.",
-    example=((example_prompt(
+    example=((user_turn(
         "Your task is to find a(n) animal. First, focus on the thing. Then, move it to the red box in the "
         "kitchen.",
         "This room is called the outside. In it, you see:\n\ta baby wolf\n\ta fence\nYou also see:\n"
@@ -463,9 +463,7 @@ class ScienceWorldEnv(TextEnv):
         return canonical_observation(text) if self.canonical_obs else text.strip()
 
     # -- the contract ---------------------------------------------------------------------------------
-    @property
-    def instructions(self) -> Instructions:
-        return INSTRUCTIONS
+    instructions = INSTRUCTIONS
 
     def _episode_index(self, seed: int | None, options: dict[str, Any]) -> int:
         if options.get("task") is not None:

@@ -49,7 +49,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from slea.envs.base import MissingExtraError, StepResult, TextEnv, example_prompt, register
+from slea.envs.base import MissingExtraError, StepResult, TextEnv, register, user_turn
 from slea.envs.qa_corpus import (
     Corpus,
     format_docs,
@@ -74,7 +74,7 @@ SEARCH_R1_PROMPT = SEARCH_R1_INSTRUCTION + " Question: {question}\n"
 _CUE = "Your reply (<think>, then <search> or <answer>):"
 INSTRUCTIONS = Instructions(
     system=SEARCH_R1_INSTRUCTION,
-    example=((example_prompt("Who wrote the novel Dracula?", "Question: Who wrote the novel Dracula?", cue=_CUE),
+    example=((user_turn("Who wrote the novel Dracula?", "Question: Who wrote the novel Dracula?", cue=_CUE),
               "<think> I need the author of Dracula. </think>\n<search> Dracula novel author </search>"),),
     answer_cue=_CUE,
     multiline=True,
@@ -366,9 +366,7 @@ class SearchQAEnv(TextEnv):
         self._new_state()
         return self._first_observation(), {}
 
-    @property
-    def instructions(self) -> Instructions:
-        return INSTRUCTIONS
+    instructions = INSTRUCTIONS
 
     def _first_observation(self) -> str:
         assert self._item is not None

@@ -38,7 +38,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from slea.envs.base import StepResult, TextEnv, example_prompt, register
+from slea.envs.base import StepResult, TextEnv, register, user_turn
 from slea.types import Instructions
 
 Pos = tuple[int, int]
@@ -386,7 +386,7 @@ _EXAMPLE = parse_level("#####\n#@$.#\n#####")
 INSTRUCTIONS = Instructions(
     system="You are playing Sokoban. " + LEGEND + " Walk into a box to push it; boxes cannot be pulled. "
     "Reply with exactly one move: up, down, left or right.",
-    example=((example_prompt(GOAL, render(_EXAMPLE, _EXAMPLE.player, _EXAMPLE.boxes), list(ACTIONS),
+    example=((user_turn(GOAL, render(_EXAMPLE, _EXAMPLE.player, _EXAMPLE.boxes), list(ACTIONS),
                              cue="Your move:"), "right"),),
     answer_cue="Your move:",
 )
@@ -452,9 +452,7 @@ class SokobanEnv(TextEnv):
         self._admissible = list(ACTIONS)
         self._goal = GOAL
 
-    @property
-    def instructions(self) -> Instructions:
-        return INSTRUCTIONS
+    instructions = INSTRUCTIONS
 
     def room_seed(self, game: int) -> int:
         """The internal generator seed of room ``game`` of this split."""

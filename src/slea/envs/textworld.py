@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from slea.envs.base import StepResult, TextEnv, example_prompt, register
+from slea.envs.base import StepResult, TextEnv, register, user_turn
 from slea.envs.textworld_games import (  # noqa: F401  (re-exported: the public API of the family)
     CHALLENGES,
     DEFAULT_TASKS,
@@ -104,7 +104,7 @@ def normalize_command(action: str) -> str:
 INSTRUCTIONS = Instructions(
     system="You are playing a text adventure game. Reply with exactly one command copied from the list of "
     "valid commands, and nothing else.",
-    example=((example_prompt(
+    example=((user_turn(
         "Your objective is to retrieve the coin from the floor of the pantry.",
         "-= Pantry =-\nYou've entered a pantry. There is an exit to the west.\n\nThere is a coin on the floor.",
         ["go west", "take coin"]), "take coin"),),
@@ -226,9 +226,7 @@ class TextWorldEnv(TextEnv):
         self._loaded = path
 
     # -- the contract ------------------------------------------------------------------------------------
-    @property
-    def instructions(self) -> Instructions:
-        return INSTRUCTIONS
+    instructions = INSTRUCTIONS
 
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         index = self._pick(self.num_games, seed, options)

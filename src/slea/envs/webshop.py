@@ -50,7 +50,7 @@ import urllib.request
 from html.parser import HTMLParser
 from typing import Any
 
-from slea.envs.base import StepResult, TextEnv, example_prompt, register
+from slea.envs.base import StepResult, TextEnv, register, user_turn
 from slea.envs.webshop_catalog import Catalog, Goal, Product, build_catalog, expert_actions, get_reward
 from slea.types import Instructions
 
@@ -64,7 +64,7 @@ INSTRUCTIONS = Instructions(
     system="You are shopping on a website. Reply with exactly one action and nothing else: search[<query>] on "
     "the search page; elsewhere click[<item>] with a button, product id or option from the list of valid "
     "commands. Buy the product that matches the instruction.",
-    example=((example_prompt(_EXAMPLE_GOAL, SEP.join(["WebShop", "Instruction:", _EXAMPLE_GOAL, "Search"]),
+    example=((user_turn(_EXAMPLE_GOAL, SEP.join(["WebShop", "Instruction:", _EXAMPLE_GOAL, "Search"]),
                              cue="Your action:"), "search[blue cotton t-shirt]"),),
     answer_cue="Your action:",
 )
@@ -114,9 +114,7 @@ class WebShopEnv(TextEnv):
         self._task: Goal | None = None
         self._s: dict[str, Any] = {}
 
-    @property
-    def instructions(self) -> Instructions:
-        return INSTRUCTIONS
+    instructions = INSTRUCTIONS
 
     # -- state --------------------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -462,9 +460,7 @@ class WebShopServerEnv(TextEnv):
         self.session = ""
         self._done, self._reward = False, 0.0
 
-    @property
-    def instructions(self) -> Instructions:
-        return INSTRUCTIONS
+    instructions = INSTRUCTIONS
 
     def _fetch(self, method: str, url: str, data: dict[str, str] | None = None) -> None:
         url = _quote_url(urllib.parse.urljoin(self.url or self.base_url + "/", url or self.url))

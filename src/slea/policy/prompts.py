@@ -14,6 +14,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
+from slea.envs.base import user_turn
 from slea.types import Instructions
 
 _LEAD = " \t\r\f\v\"'`*>-•.:"
@@ -49,18 +50,10 @@ class PromptBuilder:
         if self.one_shot:
             for user, assistant in instructions.example:
                 msgs += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
-        lines = [f"Goal: {goal.strip()}"] if goal.strip() else []
-        recent = past[-self.history:] if self.history else []
-        if recent:
-            lines.append("Recent steps:")
-            for obs, act in recent:
-                lines.append(f"[{clip_observation(obs, self.obs_max_chars // 2)}] > {act}")
-        lines.append(f"Observation: {clip_observation(observation, self.obs_max_chars)}")
-        if admissible:
-            lines.append("Valid commands:")
-            lines += [f"- {a}" for a in admissible]
-        lines.append(instructions.answer_cue)
-        msgs.append({"role": "user", "content": "\n".join(lines)})
+        recent = [f"[{clip_observation(obs, self.obs_max_chars // 2)}] > {act}"
+                  for obs, act in (past[-self.history:] if self.history else [])]
+        msgs.append({"role": "user", "content": user_turn(goal, clip_observation(observation, self.obs_max_chars),
+                                                          admissible, instructions.answer_cue, recent)})
         return msgs
 
     def encode(self, messages: list[dict[str, str]]) -> list[int]:
