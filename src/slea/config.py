@@ -350,7 +350,7 @@ def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None
 
 
 def _import_plugins(plugins: Any) -> None:
-    from slea.algorithms.registry import import_plugin
+    from slea.plugins import import_plugin
 
     if plugins is None:
         return

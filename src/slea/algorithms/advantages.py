@@ -36,6 +36,7 @@ from slea.algorithms.registry import get_algorithm, register_algorithm
 from slea.algorithms.rows import (
     RowIndex,
     anchor_groups,
+    as_rewards,
     cluster_groups,
     index_rows,
     similarity_groups,
@@ -138,15 +139,6 @@ def _episode_returns(rows: RowIndex, rewards: np.ndarray) -> np.ndarray:
     return np.bincount(rows.traj, weights=rewards, minlength=rows.n_traj)
 
 
-def _as_rewards(rewards: Any, n: int) -> np.ndarray:
-    r = np.asarray(rewards, dtype=np.float64)
-    if r.shape != (n,):
-        raise ValueError(f"rewards must have shape ({n},), got {r.shape}")
-    if not np.all(np.isfinite(r)):
-        raise ValueError("rewards contain NaN or inf")
-    return r
-
-
 def episode_returns(traj_ids: Any, rewards: Any, group_ids: Any | None = None) -> np.ndarray:
     """Per row, the episode return ``R(τ) = Σ_t r_t`` of the row's trajectory (GiGPO Eq.3's R(τ_i)).
 
@@ -154,7 +146,7 @@ def episode_returns(traj_ids: Any, rewards: Any, group_ids: Any | None = None) -
     """
     t = np.asarray(traj_ids)
     rows = index_rows(np.zeros(len(t), np.int64) if group_ids is None else group_ids, t, None)
-    r = _as_rewards(rewards, rows.n)
+    r = as_rewards(rewards, rows.n)
     return _episode_returns(rows, r)[rows.traj]
 
 
@@ -169,7 +161,7 @@ def discounted_returns(
     t = np.asarray(traj_ids)
     rows = index_rows(np.zeros(len(t), np.int64) if group_ids is None else group_ids, t, steps)
     _check_gamma(gamma)
-    return rows.reverse_scan(_as_rewards(rewards, rows.n), float(gamma))
+    return rows.reverse_scan(as_rewards(rewards, rows.n), float(gamma))
 
 
 def _check_gamma(gamma: float) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from slea.algorithms.registry import AlgorithmSpec
-from slea.algorithms.rows import RowIndex, index_rows
+from slea.algorithms.rows import RowIndex, as_rewards, index_rows
 from slea.types import Step
 
 __all__ = ["Advantages", "StepBatch", "estimate"]
@@ -42,16 +42,12 @@ class StepBatch:
     values: list[np.ndarray] | None = None
 
     def __post_init__(self) -> None:
-        self.rewards = np.asarray(self.rewards, dtype=np.float64)
-        n = len(self.rewards)
-        if self.rewards.ndim != 1:
-            raise ValueError(f"rewards must be one value per row, got shape {self.rewards.shape}")
-        if not np.all(np.isfinite(self.rewards)):
-            raise ValueError("rewards contain NaN or inf")
+        n = len(self.group_ids)
+        self.rewards = as_rewards(self.rewards, n)
         for name in ("group_ids", "traj_ids", "steps", "anchors", "clusters", "response_lengths", "values"):
             col = getattr(self, name)
             if col is not None and len(col) != n:
-                raise ValueError(f"{name} has {len(col)} rows, rewards {n}")
+                raise ValueError(f"{name} has {len(col)} rows, group_ids {n}")
 
     @classmethod
     def from_steps(cls, steps: list[Step], values: list[np.ndarray] | None = None) -> StepBatch:

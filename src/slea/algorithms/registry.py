@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from slea.plugins import Registry, import_plugin, norm_name  # noqa: F401  (import_plugin: re-exported)
+from slea.plugins import Registry, norm_name
 
 F = TypeVar("F", bound=Callable)
 

@@ -311,3 +311,13 @@ def _as_column(values: Any, n: int, what: str) -> Any:
     if len(values) != n:
         raise ValueError(f"{what} has {len(values)} rows, expected {n}")
     return values
+
+
+def as_rewards(rewards: Any, n: int) -> np.ndarray:
+    """``rewards`` as one finite float64 per row, or a ``ValueError`` saying what is wrong."""
+    r = np.asarray(rewards, dtype=np.float64)
+    if r.shape != (n,):
+        raise ValueError(f"rewards must have shape ({n},), got {r.shape}")
+    if not np.all(np.isfinite(r)):
+        raise ValueError("rewards contain NaN or inf")
+    return r

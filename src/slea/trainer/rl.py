@@ -184,8 +184,8 @@ class Trainer:
         values = self.critic.values(self.model, rows) if self.critic is not None else None
         adv = estimate(self.spec, StepBatch.from_steps(rows, values),
                        estimator_settings(self.cfg.algorithm, self.spec))
+        bad_adv = nonfinite_count(adv.rows)  # a token-level row's value is its tokens' mean: NaN when any is
         tokens = adv.per_token([len(s.response_ids) for s in rows])
-        bad_adv = nonfinite_count(adv.rows) + sum(nonfinite_count(t) for t in tokens)
         samples = [] if bad_adv else to_samples(rows, tokens, self.cfg.algorithm.skip_zero_advantage)
         return Estimate(samples, adv, nonfinite_advantages=bad_adv)
 
@@ -279,14 +279,14 @@ class Trainer:
             before = self.evaluate("before", 0)
             log.info(_eval_line("untrained", before))
         t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
-        last_iter_s, last_saved, it = 0.0, self.start_iteration - 1, self.start_iteration - 1
+        last_iter_s, last_run, last_saved = 0.0, self.start_iteration - 1, self.start_iteration - 1
         for it in range(self.start_iteration, cfg.train.iterations):
             budget = cfg.train.time_budget_s
             if budget is not None and time.perf_counter() - t_train + 0.5 * last_iter_s > budget:
                 log.info("time budget of %.0fs reached after %d iterations", budget, it)
-                it -= 1
                 break
             m = self.iteration(it)
+            last_run = it
             last_iter_s = m["time/iteration_s"]
             self.log.log(it, m)
             log.info(_iter_line(it, cfg.train.iterations, m))
@@ -297,8 +297,8 @@ class Trainer:
             if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1:
                 self.save(it)
                 last_saved = it
-        if it > last_saved:  # stopped by the budget between saves: the evaluated weights are checkpointed too
-            self.save(it)
+        if last_run > last_saved:  # stopped by the budget between saves: the evaluated weights are saved too
+            self.save(last_run)
         after = self.evaluate("after", cfg.train.iterations)
         log.info(_eval_line("trained", after))
         return self._finish(before, after, t_start)
