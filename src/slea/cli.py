@@ -243,8 +243,9 @@ def envs() -> None:
     """List registered environments and whether their extra is installed."""
     import slea.envs as E
 
+    id_width = max(len(s.id) for s in E.registered().values())  # ids never wrap, even at 80 columns
     t = Table(title="registered environments")
-    t.add_column("id", no_wrap=True, min_width=max(len(s.id) for s in E.registered().values()))
+    t.add_column("id", no_wrap=True, min_width=id_width)
     for col in ("family", "extra", "installed", "description"):
         t.add_column(col)
     for spec in sorted(E.registered().values(), key=lambda s: s.id):
@@ -256,7 +257,7 @@ def envs() -> None:
 
     d = Table(title="data found, per family")
     d.add_column("family")
-    d.add_column("ids", no_wrap=True, min_width=max(len(s.id) for s in E.registered().values()))
+    d.add_column("ids", no_wrap=True, min_width=id_width)
     for col in ("extra installed", "data"):
         d.add_column(col)
     fams: dict[str, list] = {}
@@ -274,18 +275,12 @@ def _library_path(run: Path) -> Path:
     if not path.is_file():
         raise _fail(f"no experience library at {path} (only runs with a library have one: algorithm slea, or "
                     f"experience.mode step/task)")
-    import sqlite3
+    from slea.experience.inspect import check_library
 
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise _fail(f"{path} is not an experience library ({exc})") from None
-    if "entries" not in tables:
-        raise _fail(f"{path} is not an experience library (no entries table)")
+        check_library(path)
+    except ValueError as exc:
+        raise _fail(str(exc)) from None
     return path
 
 

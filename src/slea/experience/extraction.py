@@ -167,7 +167,6 @@ class RuleExtractor:
 
     def __init__(self, max_examples: int = 2) -> None:
         self.max_examples = max_examples
-        self.stats: Counter = Counter()
 
     def extract(self, pos: Sequence[Trajectory], neg: Sequence[Trajectory]) -> list[Candidate]:
         """Strategies from each trajectory of ``pos``, warnings from each of ``neg``."""
@@ -384,9 +383,9 @@ def extract_candidates(trajs: Sequence[Trajectory], *, eta: str | float = "media
     e, pos, neg = select(trajs, eta, k_traj)
     extractor = extractor if extractor is not None else RuleExtractor()
     cands = list(extractor.extract(pos, neg))
-    stats = getattr(extractor, "stats", None) or {}
-    info = {f"extract_{k}": float(v) for k, v in stats.items()}
-    if hasattr(stats, "clear"):
+    stats = getattr(extractor, "stats", None)  # a counter of the extractor's own (e.g. the LLM's fallbacks)
+    info = {f"extract_{k}": float(v) for k, v in (stats or {}).items()}
+    if stats:
         stats.clear()
     order = {lv: i for i, lv in enumerate(("example", "pattern", "principle"))}
     cands.sort(key=lambda c: (c.zone != "pos", -c.score if c.zone == "pos" else c.score, order.get(c.level, 3)))

@@ -13,11 +13,28 @@ from slea.experience.manager import RetrievalResult
 from slea.experience.retrieval import Retriever
 
 
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def check_library(path: str | Path) -> None:
+    """A ``ValueError`` unless ``path`` is an experience library (an SQLite file with its ``entries`` table)."""
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            have = _tables(conn)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{path} is not an experience library ({exc})") from None
+    if "entries" not in have:
+        raise ValueError(f"{path} is not an experience library (no entries table)")
+
+
 def _settings(path: Path) -> dict[str, Any]:
     conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        have = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        meta = dict(conn.execute("SELECT key, value FROM obs_meta")) if "obs_meta" in have else {}
+        meta = dict(conn.execute("SELECT key, value FROM obs_meta")) if "obs_meta" in _tables(conn) else {}
     finally:
         conn.close()
     return {k: json.loads(v) for k, v in meta.items()}
