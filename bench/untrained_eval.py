@@ -111,7 +111,7 @@ MINIMAL: dict[str, dict[str, Any]] = {
 
 
 def run_family(name: str, spec: dict[str, Any], model, tok, model_cfg: ModelSection, *, smoke: bool,
-               label: str, greedy_only: bool = False) -> dict[str, Any]:
+               label: str, greedy_only: bool = False, episodes: int = 1) -> dict[str, Any]:
     env_spec = E.registered()[spec["env"]]
     missing = env_spec.missing()
     if missing:
@@ -125,7 +125,7 @@ def run_family(name: str, spec: dict[str, Any], model, tok, model_cfg: ModelSect
                             one_shot=rollout.one_shot)
     gen = HFGenerator(model, tok, dtype=model_cfg.dtype)
     collector = RolloutCollector(gen, builder, rollout, max_steps)
-    eval_cfg = EvalSection(games=games, episodes_per_game=1, temperature=0.0 if greedy_only else 1.0,
+    eval_cfg = EvalSection(games=games, episodes_per_game=episodes, temperature=0.0 if greedy_only else 1.0,
                            greedy=not greedy_only, seed=0)
     try:
         res = evaluate(collector, spec["env"], kwargs, eval_cfg, label=label)
@@ -136,7 +136,7 @@ def run_family(name: str, spec: dict[str, Any], model, tok, model_cfg: ModelSect
         table.rows[0].label = f"{label} greedy"
         res["table"], res["greedy"] = table.to_dict(), res["sampled"]
     res["settings"] = {"env_kwargs": kwargs, "max_steps": max_steps, "games": games,
-                       "rollout": spec["rollout"], "episodes_per_game": 1,
+                       "rollout": spec["rollout"], "episodes_per_game": episodes,
                        "passes": ["greedy"] if greedy_only else ["sampled T=1.0", "greedy"]}
     return res
 
@@ -150,6 +150,7 @@ def main() -> None:
     ap.add_argument("--budget", choices=("full", "reduced", "minimal"), default="full",
                     help="full: the budgets of the module doc; reduced: REDUCED (a contended 2-core machine)")
     ap.add_argument("--out", type=Path, default=None, help="output stem (default bench/results/untrained_eval)")
+    ap.add_argument("--episodes", type=int, default=1, help="sampled episodes per game (greedy: always one)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
@@ -160,7 +161,7 @@ def main() -> None:
     label = "SmolLM2-135M untrained" if model_name == "embedded" else f"{model_name} untrained"
     stem = args.out or (OUT / ("untrained_eval_smoke" if args.smoke else "untrained_eval"))
     stem.parent.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"model": model_name, "lora": False, "dtype": model_cfg.dtype,
+    results: dict[str, Any] = {"model": model_name, "lora": False, "dtype": model_cfg.dtype, "episodes": args.episodes,
                                "threads": args.threads, "budget": args.budget, "families": {}}
     t0 = time.perf_counter()
     for name in [f.strip() for f in args.families.split(",") if f.strip()]:
@@ -172,7 +173,7 @@ def main() -> None:
             spec.update({k: v for k, v in red.items() if k != "kwargs"})
             spec["kwargs"] = {**spec["kwargs"], **red.get("kwargs", {})}
         res = run_family(name, spec, model, tok, model_cfg, smoke=args.smoke, label=label,
-                         greedy_only=args.budget == "minimal")
+                         greedy_only=args.budget == "minimal", episodes=args.episodes)
         res["family_wall_s"] = time.perf_counter() - t
         results["families"][name] = res
         if "table" in res:
@@ -191,7 +192,7 @@ def write(stem: Path, results: dict[str, Any]) -> None:
     atomic_write_text(stem.with_suffix(".json"), json.dumps(results, indent=2, default=str))
     lines = [f"# Untrained {results['model']} (LoRA off): paper-style tables ({results['budget']} budget)", "",
              ("One greedy episode per game" if results["budget"] == "minimal" else
-              "One sampled episode (T=1.0) and one greedy episode per game")
+              f"{results.get('episodes', 1)} sampled episode(s) (T=1.0) and one greedy episode per game")
              + "; budgets and prompt settings per family in the JSON (`settings`).", ""]
     for name, res in results["families"].items():
         lines.append(f"## {name} (`{res['env']}`)")
