@@ -20,7 +20,7 @@ class Step:
     ``anchor`` is the raw environment observation the action was taken in (never the prompt with history);
     it is what GiGPO groups on and what SLEA-RL clusters. ``reward`` is the env reward of this turn (sparse
     tasks put the episode reward on the last turn); ``valid`` is false when the answer could not be parsed into
-    an admissible action (the penalty, if any, is already part of ``reward``).
+    an admissible action (the penalty, if any, is already part of ``reward``, and ``penalty`` says how much).
     """
 
     group_id: int
@@ -31,6 +31,7 @@ class Step:
     response_ids: list[int]
     old_logprobs: list[float]
     reward: float = 0.0
+    penalty: float = 0.0
     done: bool = False
     valid: bool = True
     action: str = ""

@@ -61,7 +61,7 @@ def test_specs_declare_level_needs_and_settings():
         assert (spec.level, set(spec.needs), set(spec.required)) == (level, needs, required), name
     assert get_algorithm("slea").defaults == {"experience.mode": "step"}
     assert set(get_algorithm("gigpo").settings) - set(get_algorithm("gigpo").required) == {
-        "cross_step_stats", "similarity_threshold"}
+        "cross_step_stats", "singleton", "similarity_threshold"}
 
 
 def test_register_rejects_unknown_level_and_needs():
@@ -107,8 +107,8 @@ def test_estimate_broadcasts_row_advantages_to_tokens_and_checks_shapes():
 
 
 def test_unknown_option_is_type_error():
-    with pytest.raises(TypeError, match="cross_step_stats"):
-        adv("grpo", [0, 0], [0, 1], [0, 0], [1, 0], cross_step_stats=True)
+    with pytest.raises(TypeError, match="similarity_threshold"):
+        adv("grpo", [0, 0], [0, 1], [0, 0], [1, 0], similarity_threshold=0.9)
     with pytest.raises(TypeError):
         adv("gigpo", [0, 0], [0, 1], [0, 0], [1, 0], anchors=["a", "b"], typo_option=1)
 

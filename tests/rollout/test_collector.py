@@ -7,7 +7,7 @@ from slea.config import RolloutSection
 from slea.envs.pool import EnvPool
 from slea.policy.generation import Generation, HFGenerator
 from slea.policy.prompts import PromptBuilder
-from slea.rollout.collector import RolloutCollector
+from slea.rollout.collector import FEEDBACK_MAX_CHARS, RolloutCollector, invalid_feedback
 
 pytest.importorskip("textworld")
 ENV = "slea/TextWorld-v0"
@@ -20,9 +20,11 @@ class Scripted:
     def __init__(self, answers):
         self.answers = answers
         self.calls = 0
+        self.prompts = []  # per call, the prompts it got
 
     def generate(self, prompts, **kw):
         self.calls += 1
+        self.prompts.append(prompts)
         return [Generation([7, 8], [-0.5, -0.5], self.answers(self.calls, i)) for i in range(len(prompts))]
 
 
@@ -70,6 +72,10 @@ def test_invalid_answers_are_penalised_and_do_not_step(tiny_policy):
     assert all(not s.valid for s in bad.steps) and len(bad.steps) == len(walk) + 1
     assert all(s.anchor == first_obs for s in bad.steps)  # the env was never stepped
     assert sum(s.reward for s in bad.steps) == pytest.approx(-0.25 * len(bad.steps))
+    assert all(s.penalty == 0.25 for s in bad.steps) and all(s.penalty == 0.0 for s in good.steps)
+    assert "Your last answer was invalid" not in tok.decode(gen.prompts[0][0])  # nothing to say at turn 0
+    assert "Your last answer was invalid: it is not one of the valid commands." in tok.decode(gen.prompts[-1][0])
+    assert not any("Your last answer was invalid" in tok.decode(p[1]) for p in gen.prompts if len(p) > 1)
     assert good.won and good.steps[-1].reward == pytest.approx(1.0) and len(good.steps) == len(walk)
     assert stats.parse_kinds["invalid"] == len(bad.steps)
 
@@ -115,3 +121,14 @@ def test_experience_modes(tiny_policy, mode):
         else:  # task mode: one retrieval per episode, the cluster still per step's observation
             assert exp.retrieved == 2 and exp.clustered == len(steps)
             assert all(s.cluster_id == len(s.anchor) % 5 for s in steps)
+
+
+def test_invalid_feedback_prefers_the_envs_own_words():
+    hint = "My previous action is invalid. If I want to search, I should put the query between <search> and </search>."
+    assert invalid_feedback("Question: who?", hint, {"invalid": True, "error": "no tag"}) == hint
+    long = hint * 2
+    assert invalid_feedback("Q", long, {}) == long[:FEEDBACK_MAX_CHARS - 3].rstrip() + "..."
+    # the same observation back: the env's error says why
+    assert invalid_feedback("room", "room", {"error": "Not a valid action: answer up, down, left or right."}) \
+        == "Not a valid action: answer up, down, left or right."
+    assert invalid_feedback("room", None, {}) == "it is not one of the valid commands."

@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from slea.config import load_config
 from slea.trainer import checkpoint as ckpt
@@ -26,3 +27,25 @@ def test_a_budget_stop_between_saves_checkpoints_the_last_iteration(tmp_path):
     assert logged == [0]  # the budget check lets the first iteration run, then stops
     assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000000"
     assert summary["checkpoint"] == "iter_000000"
+
+
+def test_full_finetune_kl_reference_is_the_frozen_starting_model(tmp_path):
+    """``model.lora: false`` with a KL term: π_ref is a frozen copy of the starting weights, not the policy."""
+    pytest.importorskip("textworld")
+    from slea.trainer.rl import Trainer
+
+    over = ["eval.before=false", "eval.greedy=false", "env.max_steps=2", "model.lora=false",
+            "algorithm.kl_coef=0.1", "algorithm.skip_zero_advantage=false", "train.iterations=1",
+            f"run.dir={tmp_path / 'run'}"]
+    t = Trainer(load_config(SMOKE, over))
+    assert t.reference is not None and t.reference is not t.model
+    start = {n: p.detach().clone() for n, p in t.reference.named_parameters()}
+    assert all(not p.requires_grad for p in t.reference.parameters())
+    with torch.no_grad():  # stand in for earlier updates: the policy has moved away from its start
+        for p in t.model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    m = t.iteration(0)
+    ref_now = dict(t.reference.named_parameters())
+    assert all(torch.equal(start[n], ref_now[n]) for n in start)  # the reference never moves
+    assert m["update/kl"] > 0  # measured against the starting weights (the policy itself would give 0)
+    t.log.close()

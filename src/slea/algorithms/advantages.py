@@ -62,8 +62,9 @@ __all__ = [
 # --------------------------------------------------------------------------------------------------------- #
 
 
-def _shifted(values: np.ndarray, codes: np.ndarray, m: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(x, count, sum_x)`` with ``x = values − (some member of the value's group)``.
+def _shifted(values: np.ndarray, codes: np.ndarray, m: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(x, count, sum_x, ref)`` with ``x = values − ref[codes]``, ``ref`` some member of each group.
 
     Shifting by a member makes every statistic of an all-equal group exactly 0 (no ``mean`` rounding residue)
     and keeps the variance numerically stable for large offsets.
@@ -71,7 +72,7 @@ def _shifted(values: np.ndarray, codes: np.ndarray, m: int) -> tuple[np.ndarray,
     ref = np.empty(m, dtype=np.float64)
     ref[codes] = values
     x = values - ref[codes]
-    return x, np.bincount(codes, minlength=m), np.bincount(codes, weights=x, minlength=m)
+    return x, np.bincount(codes, minlength=m), np.bincount(codes, weights=x, minlength=m), ref
 
 
 def group_normalize(
@@ -81,48 +82,84 @@ def group_normalize(
     *,
     std_norm: bool = True,
     eps: float = 1e-6,
+    singleton: str = "zero",
+    at: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Group-relative advantage ``(v − mean_g) / (std_g + eps)``, or ``v − mean_g`` when ``std_norm`` is false.
 
     GRPO (Shao et al. 2024, DeepSeekMath §4.1.2 outcome supervision; objective Eq. 3); GiGPO Eq.3 (episode level, over the N
     trajectories of a task group) and Eq.7 (step level, over an anchor-state group), where ``F_norm ∈ {std, 1}``
     is ``std_norm``; SLEA-RL Eq.5 (over an observation cluster); Dr.GRPO (Liu et al. 2025) drops the std.
-    ``std`` is the unbiased sample std (ddof=1, as ``torch.std``). A group of one member gets 0; a group whose
-    values are all equal gets exactly 0.
+    ``std`` is the unbiased sample std (ddof=1, as ``torch.std``). A group whose values are all equal gets
+    exactly 0. A group of one member gets 0 (``singleton="zero"``), or, as the GiGPO/verl reference code's
+    episode level (mean 0, std 1), ``v / (1 + eps)`` (``v`` without the std) with ``singleton="reference"``.
+
+    ``at=(values_at, codes_at)`` applies the statistics of ``values`` (grouped by ``codes``) to other values, e.g.
+    per-row scores normalised by per-trajectory statistics; the result is then one per ``values_at``.
     """
     v = np.asarray(values, dtype=np.float64)
     c = np.asarray(codes, dtype=np.int64)
     m = int(c.max()) + 1 if n_codes is None and len(c) else int(n_codes or 0)
-    if len(v) == 0:
+    tv = v if at is None else np.asarray(at[0], dtype=np.float64)
+    tc = c if at is None else np.asarray(at[1], dtype=np.int64)
+    if len(tv) == 0:
         return np.zeros(0, np.float64)
-    x, cnt, sx = _shifted(v, c, m)
-    dev = x - (sx / np.maximum(cnt, 1))[c]
+    x, cnt, sx, ref = _shifted(v, c, m)
+    mean = sx / np.maximum(cnt, 1)
+    dev = (tv - ref[tc]) - mean[tc]
     if std_norm:
-        var = np.bincount(c, weights=dev * dev, minlength=m) / np.maximum(cnt - 1, 1)
-        std = np.sqrt(var)[c]
+        own = x - mean[c]
+        var = np.bincount(c, weights=own * own, minlength=m) / np.maximum(cnt - 1, 1)
+        std = np.sqrt(var)[tc]
         with np.errstate(divide="ignore", invalid="ignore"):
             adv = np.where(std > 0, dev / (std + eps), 0.0)
     else:
         adv = dev
-    adv[cnt[c] < 2] = 0.0
+    single = cnt[tc] < 2
+    adv[single] = _singleton(tv[single], singleton, std_norm=std_norm, eps=eps)
     return adv
 
 
-def leave_one_out(values: np.ndarray, codes: np.ndarray, n_codes: int | None = None) -> np.ndarray:
+def _singleton(values: np.ndarray, rule: str, *, std_norm: bool, eps: float) -> np.ndarray:
+    """The advantage of a group's only member: 0 (``"zero"``), or the reference code's mean-0/std-1 rule."""
+    if rule == "zero":
+        return np.zeros_like(values)
+    if rule == "reference":
+        return values / (1.0 + eps) if std_norm else values.copy()
+    raise ValueError(f"singleton must be 'zero' or 'reference', got {rule!r}")
+
+
+def leave_one_out(
+    values: np.ndarray,
+    codes: np.ndarray,
+    n_codes: int | None = None,
+    *,
+    singleton: str = "zero",
+    at: tuple[np.ndarray, np.ndarray] | None = None,
+) -> np.ndarray:
     """RLOO baseline: ``A_i = R_i − mean_{j≠i} R_j`` over the members of ``R_i``'s group.
 
     Kool et al. 2019, "Buy 4 REINFORCE samples, get a baseline for free!"; Ahmadian et al. 2024 (RLOO for
-    LLMs). Equals ``G/(G−1)·(R_i − mean)`` (GiGPO App. C). A group of one member gets 0.
+    LLMs). Equals ``G/(G−1)·(R_i − mean)`` (GiGPO App. C). A group of one member gets 0, or its own value
+    (``singleton="reference"``: verl's RLOO leaves a lone sample's score as it is).
+
+    ``at=(values_at, member_at)``: other values, each belonging to member ``member_at[k]`` of ``values``, get
+    that member's leave-one-out baseline (a trajectory's rows scored against the other trajectories).
     """
     v = np.asarray(values, dtype=np.float64)
     c = np.asarray(codes, dtype=np.int64)
     m = int(c.max()) + 1 if n_codes is None and len(c) else int(n_codes or 0)
-    if len(v) == 0:
+    member = np.arange(len(v)) if at is None else np.asarray(at[1], dtype=np.int64)
+    tv = v if at is None else np.asarray(at[0], dtype=np.float64)
+    if len(tv) == 0:
         return np.zeros(0, np.float64)
-    x, cnt, sx = _shifted(v, c, m)
-    k = cnt[c]
+    x, cnt, sx, ref = _shifted(v, c, m)
+    g = c[member]
+    k = cnt[g]
     with np.errstate(divide="ignore", invalid="ignore"):
-        adv = np.where(k > 1, x - (sx[c] - x) / np.maximum(k - 1, 1), 0.0)
+        adv = np.where(k > 1, (tv - ref[g]) - (sx[g] - x[member]) / np.maximum(k - 1, 1), 0.0)
+    single = k < 2
+    adv[single] = _singleton(tv[single], singleton, std_norm=False, eps=0.0)
     return adv
 
 
@@ -174,21 +211,53 @@ def _check_gamma(gamma: float) -> None:
 # --------------------------------------------------------------------------------------------------------- #
 
 
-@register_algorithm("grpo", level="trajectory")
-def grpo(batch: StepBatch, *, std_norm: bool, eps: float) -> np.ndarray:
-    """GRPO outcome advantage (Shao et al. 2024, §4.1.2; GiGPO Eq.3): ``(R − mean)/(std + eps)`` over the task
-    group's trajectories; ``std_norm=False`` gives Dr.GRPO's ``R − mean`` (Liu et al. 2025)."""
+def _episode_scores(batch: StepBatch) -> tuple[np.ndarray, np.ndarray]:
+    """``(per trajectory, per row)`` episode scores. Without invalid-action penalties both are ``R(τ)``; with
+    them (``StepBatch.penalties``, the reference code's placement) a row scores ``R(τ) − p_t`` (its own
+    penalty only, nothing propagated) and a trajectory ``R(τ) − mean_t p_t`` (its rows' mean score)."""
     rows = batch.rows
-    a = group_normalize(_episode_returns(rows, batch.rewards), rows.traj_group, rows.n_groups, std_norm=std_norm,
-                        eps=eps)
-    return a[rows.traj]
+    ret = _episode_returns(rows, batch.rewards)
+    if batch.penalties is None:
+        return ret, ret[rows.traj]
+    pen = batch.penalties
+    mean_pen = np.bincount(rows.traj, weights=pen, minlength=rows.n_traj) / np.maximum(
+        np.bincount(rows.traj, minlength=rows.n_traj), 1)
+    return ret - mean_pen, ret[rows.traj] - pen
+
+
+def _group_relative(batch: StepBatch, *, std_norm: bool, eps: float, cross_step_stats: bool,
+                    singleton: str) -> np.ndarray:
+    """GiGPO Eq.3 / GRPO per row: statistics over the task group's trajectories, or over its step rows with
+    ``cross_step_stats`` (the reference code's ``compute_mean_std_cross_steps=True``)."""
+    rows = batch.rows
+    per_traj, per_row = _episode_scores(batch)
+    if cross_step_stats:
+        return group_normalize(per_row, rows.group, rows.n_groups, std_norm=std_norm, eps=eps, singleton=singleton)
+    return group_normalize(per_traj, rows.traj_group, rows.n_groups, std_norm=std_norm, eps=eps,
+                           singleton=singleton, at=(per_row, rows.group))
+
+
+@register_algorithm("grpo", level="trajectory")
+def grpo(batch: StepBatch, *, std_norm: bool, eps: float, cross_step_stats: bool = False,
+         singleton: str = "zero") -> np.ndarray:
+    """GRPO outcome advantage (Shao et al. 2024, §4.1.2; GiGPO Eq.3): ``(R − mean)/(std + eps)`` over the task
+    group's trajectories; ``std_norm=False`` gives Dr.GRPO's ``R − mean`` (Liu et al. 2025).
+    ``cross_step_stats``: statistics over the group's step rows (verl-agent); ``singleton="reference"``: a
+    lone trajectory keeps ``R/(1+eps)`` (verl's mean 0, std 1) instead of 0."""
+    return _group_relative(batch, std_norm=std_norm, eps=eps, cross_step_stats=cross_step_stats,
+                           singleton=singleton)
 
 
 @register_algorithm("rloo", level="trajectory")
-def rloo(batch: StepBatch) -> np.ndarray:
-    """RLOO (Kool et al. 2019; Ahmadian et al. 2024): ``R_i − mean_{j≠i} R_j`` over the task group's trajectories."""
+def rloo(batch: StepBatch, *, cross_step_stats: bool = False, singleton: str = "zero") -> np.ndarray:
+    """RLOO (Kool et al. 2019; Ahmadian et al. 2024): ``R_i − mean_{j≠i} R_j`` over the task group's
+    trajectories (``cross_step_stats``: over its step rows, each row left out of its own baseline;
+    ``singleton="reference"``: a lone trajectory keeps ``R``, as verl)."""
     rows = batch.rows
-    return leave_one_out(_episode_returns(rows, batch.rewards), rows.traj_group, rows.n_groups)[rows.traj]
+    per_traj, per_row = _episode_scores(batch)
+    if cross_step_stats:
+        return leave_one_out(per_row, rows.group, rows.n_groups, singleton=singleton)
+    return leave_one_out(per_traj, rows.traj_group, rows.n_groups, singleton=singleton, at=(per_row, rows.traj))
 
 
 @register_algorithm("reinforce_pp", level="trajectory")
@@ -197,40 +266,46 @@ def reinforce_pp(batch: StepBatch, *, std_norm: bool, eps: float) -> np.ndarray:
     ``R − group mean``, then whitened over the whole batch's trajectories (unbiased std; ``std_norm=False``
     only centres)."""
     rows = batch.rows
-    centred = group_normalize(_episode_returns(rows, batch.rewards), rows.traj_group, rows.n_groups,
-                              std_norm=False)
-    return whiten(centred, std_norm=std_norm, eps=eps)[rows.traj]
+    per_traj, per_row = _episode_scores(batch)
+    centred = group_normalize(per_traj, rows.traj_group, rows.n_groups, std_norm=False)
+    centred_rows = group_normalize(per_traj, rows.traj_group, rows.n_groups, std_norm=False,
+                                   at=(per_row, rows.group))
+    zeros = np.zeros(len(centred), np.int64)
+    return group_normalize(centred, zeros, 1, std_norm=std_norm, eps=eps,
+                           at=(centred_rows, np.zeros(rows.n, np.int64)))
 
 
-def _episode_level(
-    rows: RowIndex, rewards: np.ndarray, *, std_norm: bool, eps: float, cross_step_stats: bool
-):
-    """GiGPO Eq.3 per row; ``cross_step_stats`` reproduces the reference code's statistics over step rows."""
-    ret = _episode_returns(rows, rewards)
-    if cross_step_stats:  # reference episode_norm_reward(compute_mean_std_cross_steps=True)
-        return group_normalize(ret[rows.traj], rows.group, rows.n_groups, std_norm=std_norm, eps=eps)
-    return group_normalize(ret, rows.traj_group, rows.n_groups, std_norm=std_norm, eps=eps)[rows.traj]
-
-
-def _two_level(rows, rewards, step_codes, n_step, *, gamma, step_weight, std_norm, eps, cross_step_stats):
-    """GiGPO Eq.8 / SLEA-RL Eq.4,6: ``A = A_episode + w · A_step``."""
+def step_returns(batch: StepBatch, gamma: float) -> np.ndarray:
+    """GiGPO Eq.5 per row, ``R̂_t = Σ_{k≥t} γ^{k−t} r_k``, minus the row's own invalid-action penalty (added after
+    discounting, as the reference code's ``apply_invalid_action_penalty``)."""
     _check_gamma(gamma)
-    a_ep = _episode_level(rows, rewards, std_norm=std_norm, eps=eps, cross_step_stats=cross_step_stats)
+    ret = batch.rows.reverse_scan(batch.rewards, float(gamma))
+    return ret if batch.penalties is None else ret - batch.penalties
+
+
+def _two_level(batch: StepBatch, step_codes, n_step, *, gamma, step_weight, std_norm, eps, cross_step_stats,
+               singleton):
+    """GiGPO Eq.8 / SLEA-RL Eq.4,6: ``A = A_episode + w · A_step`` (a singleton step group: A_step = 0, as the
+    reference code's step level)."""
+    a_ep = _group_relative(batch, std_norm=std_norm, eps=eps, cross_step_stats=cross_step_stats,
+                           singleton=singleton)
     if step_weight == 0:
+        _check_gamma(gamma)
         return a_ep
-    step_ret = rows.reverse_scan(rewards, float(gamma))
-    a_step = group_normalize(step_ret, step_codes, n_step, std_norm=std_norm, eps=eps)
+    a_step = group_normalize(step_returns(batch, gamma), step_codes, n_step, std_norm=std_norm, eps=eps)
     return a_ep + float(step_weight) * a_step
 
 
 @register_algorithm("gigpo", level="turn")
 def gigpo(batch: StepBatch, *, gamma: float, step_weight: float, std_norm: bool, eps: float,
-          cross_step_stats: bool = False, similarity_threshold: float | None = None) -> np.ndarray:
+          cross_step_stats: bool = False, singleton: str = "zero",
+          similarity_threshold: float | None = None) -> np.ndarray:
     """GiGPO (Feng et al. 2025, Eq.3-8): ``A = A^E + ω·A^S``; ``A^S`` normalises the discounted step return
     (Eq.5) inside anchor-state groups (Eq.4/6: identical ``anchors`` within a task group, Eq.7).
 
     ``std_norm`` is F_norm for both levels (the reference's ``mean_std_norm``; ``False`` = ``mean_norm``).
     ``cross_step_stats=True``: episode statistics over the group's step rows, as the reference code's default.
+    ``singleton="reference"``: a one-member episode group keeps ``R/(1+eps)`` (reference code) instead of 0.
     ``similarity_threshold``: group anchors greedily by difflib ratio ≥ threshold (:func:`similarity_groups`).
     """
     rows, anchors = batch.rows, batch.column("anchors", "anchors (raw observations)")
@@ -238,20 +313,20 @@ def gigpo(batch: StepBatch, *, gamma: float, step_weight: float, std_norm: bool,
         codes, n_codes = anchor_groups(rows, anchors)
     else:
         codes, n_codes = similarity_groups(rows, anchors, float(similarity_threshold))
-    return _two_level(rows, batch.rewards, codes, n_codes, gamma=gamma, step_weight=step_weight,
-                      std_norm=std_norm, eps=eps, cross_step_stats=cross_step_stats)
+    return _two_level(batch, codes, n_codes, gamma=gamma, step_weight=step_weight, std_norm=std_norm, eps=eps,
+                      cross_step_stats=cross_step_stats, singleton=singleton)
 
 
 @register_algorithm("slea", level="turn", needs=("clusters",), defaults={"experience.mode": "step"})
 def slea(batch: StepBatch, *, gamma: float, step_weight: float, std_norm: bool, eps: float,
-         cross_step_stats: bool = False) -> np.ndarray:
+         cross_step_stats: bool = False, singleton: str = "zero") -> np.ndarray:
     """SLEA-RL (Wang & Jiang 2026, Eq.4-6): GiGPO's two-level advantage with step groups S(c) = the rows of a
     task group whose observation falls in cluster ``c`` (``clusters``; ``-1`` = a singleton group). Implies
     per-step retrieval (``experience.mode: step``) unless the config says otherwise (``off``: the library-off
     ablation, clusters only)."""
     codes, n_codes = cluster_groups(batch.rows, batch.column("clusters", "observation-cluster ids"))
-    return _two_level(batch.rows, batch.rewards, codes, n_codes, gamma=gamma, step_weight=step_weight,
-                      std_norm=std_norm, eps=eps, cross_step_stats=cross_step_stats)
+    return _two_level(batch, codes, n_codes, gamma=gamma, step_weight=step_weight, std_norm=std_norm, eps=eps,
+                      cross_step_stats=cross_step_stats, singleton=singleton)
 
 
 # --------------------------------------------------------------------------------------------------------- #
@@ -270,6 +345,7 @@ def compute_advantages(
     anchors: Sequence[Any] | np.ndarray | None = None,
     clusters: Sequence[int] | np.ndarray | None = None,
     *,
+    penalties: Sequence[float] | np.ndarray | None = None,
     gamma: float = 0.95,
     step_weight: float = 1.0,
     std_norm: bool = True,
@@ -279,10 +355,12 @@ def compute_advantages(
     """One advantage per step row (float64, input row order) from the algorithm registered as ``name``.
 
     ``group_ids`` names the task group, ``traj_ids`` the trajectory (unique within its group), ``steps`` the
-    turn index, ``rewards`` the env reward of each turn; ``anchors`` (raw observations) are needed by
+    turn index, ``rewards`` the env reward of each turn; ``penalties`` each turn's invalid-action penalty, taken
+    off that row's score after discounting (:func:`step_returns`; fold them into ``rewards`` instead for the
+    propagated convention); ``anchors`` (raw observations) are needed by
     ``gigpo``, ``clusters`` (observation-cluster ids, -1 = none) by ``slea``; ``values`` (an option: one
     critic value per row) by ``turn_ppo``. The common settings go to the estimators that take them; other
-    ``options`` must be the estimator's own settings (``gigpo``: ``cross_step_stats``,
+    ``options`` must be the estimator's own settings (``gigpo``: ``cross_step_stats``, ``singleton``,
     ``similarity_threshold``). Unknown ``name`` → ``KeyError`` listing the known ones; unknown option →
     ``TypeError``. Token-level algorithms (``ppo``) have no per-row form: use :func:`estimate`.
     """
@@ -296,7 +374,7 @@ def compute_advantages(
         own = [p for p in spec.settings if p not in _COMMON] or ["none"]
         raise TypeError(f"algorithm {spec.name!r} takes no option {', '.join(unknown)}; its options: {', '.join(own)}")
     batch = StepBatch(group_ids, traj_ids, steps, rewards, anchors=_optional(anchors, object),
-                      clusters=_optional(clusters, np.int64),
+                      clusters=_optional(clusters, np.int64), penalties=_optional(penalties, np.float64),
                       values=None if values is None else [np.atleast_1d(np.asarray(v, np.float64)) for v in values])
     settings = {"gamma": gamma, "step_weight": step_weight, "std_norm": std_norm, "eps": eps, **options}
     return estimate(spec, batch, settings).rows

@@ -29,7 +29,8 @@ class StepBatch:
     ``anchors``: raw observations (GiGPO's step groups); ``clusters``: observation-cluster ids, -1 = none
     (SLEA-RL); ``response_lengths``: response tokens per row; ``values``: the critic's values per row — one
     (``turn`` level: at the row's turn boundary) or one per response token (``token`` level) — when the algorithm
-    needs a critic.
+    needs a critic; ``penalties``: the invalid-action penalty of each row, kept apart from ``rewards`` (the env's)
+    so estimators can charge it to that row only, after discounting (``None``: already folded into ``rewards``).
     """
 
     group_ids: np.ndarray
@@ -40,23 +41,36 @@ class StepBatch:
     clusters: np.ndarray | None = None
     response_lengths: np.ndarray | None = None
     values: list[np.ndarray] | None = None
+    penalties: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.group_ids)
         self.rewards = as_rewards(self.rewards, n)
+        if self.penalties is not None:
+            self.penalties = as_rewards(self.penalties, n)
         for name in ("group_ids", "traj_ids", "steps", "anchors", "clusters", "response_lengths", "values"):
             col = getattr(self, name)
             if col is not None and len(col) != n:
                 raise ValueError(f"{name} has {len(col)} rows, group_ids {n}")
 
     @classmethod
-    def from_steps(cls, steps: list[Step], values: list[np.ndarray] | None = None) -> StepBatch:
-        """The batch of a rollout's step rows (``values``: the critic's, in row order)."""
+    def from_steps(cls, steps: list[Step], values: list[np.ndarray] | None = None,
+                   penalty_at: str = "step") -> StepBatch:
+        """The batch of a rollout's step rows (``values``: the critic's, in row order). ``penalty_at``: where
+        invalid-action penalties go — ``"step"``: kept apart (``penalties``), charged to their own row after
+        discounting (GiGPO's reference code); ``"return"``: folded into the rewards before discounting, so they
+        lower every earlier step's return too."""
+        if penalty_at not in ("step", "return"):
+            raise ValueError(f"penalty_at must be 'step' or 'return', got {penalty_at!r}")
+        pen = np.asarray([s.penalty for s in steps], dtype=np.float64)
+        folded = np.asarray([s.reward for s in steps], dtype=np.float64)
+        apart = penalty_at == "step"
         return cls(
             group_ids=np.asarray([s.group_id for s in steps], dtype=np.int64),
             traj_ids=np.asarray([s.traj_id for s in steps], dtype=np.int64),
             steps=np.asarray([s.step for s in steps], dtype=np.int64),
-            rewards=np.asarray([s.reward for s in steps], dtype=np.float64),
+            rewards=folded + pen if apart else folded,
+            penalties=pen if apart else None,
             anchors=np.asarray([s.anchor for s in steps], dtype=object),
             clusters=np.asarray([s.cluster_id for s in steps], dtype=np.int64),
             response_lengths=np.asarray([len(s.response_ids) for s in steps], dtype=np.int64),
@@ -66,6 +80,11 @@ class StepBatch:
     @property
     def n(self) -> int:
         return len(self.rewards)
+
+    @property
+    def folded_rewards(self) -> np.ndarray:
+        """Rewards with the penalties folded in (``r_t − p_t``): what a critic's returns are built from."""
+        return self.rewards if self.penalties is None else self.rewards - self.penalties
 
     @cached_property
     def rows(self) -> RowIndex:

@@ -141,9 +141,11 @@ def _critic_values(batch: StepBatch) -> list[np.ndarray]:
 def ppo(batch: StepBatch, *, gae_gamma: float, gae_lambda: float, adv_whiten: bool) -> Advantages:
     """PPO with token-level GAE (Schulman et al. 2017; GAE 2016 Eq. 16; Ouyang et al. 2022 for LLMs): one
     advantage per response token from the critic's value before each token (layout: module docstring);
-    ``adv_whiten`` whitens the policy's advantages over the batch's tokens (the critic's targets stay raw)."""
+    ``adv_whiten`` whitens the policy's advantages over the batch's tokens (the critic's targets stay raw).
+    Invalid-action penalties are part of the rewards the critic learns (a value function has no "after
+    discounting" place for them)."""
     lengths = batch.column("response_lengths", "response lengths")
-    adv_t, ret_t = trajectory_token_gae(batch.rows, batch.rewards, lengths, _critic_values(batch), gae_gamma,
+    adv_t, ret_t = trajectory_token_gae(batch.rows, batch.folded_rewards, lengths, _critic_values(batch), gae_gamma,
                                         gae_lambda)
     if adv_whiten and any(len(x) for x in adv_t):
         flat = whiten(np.concatenate(adv_t), eps=WHITEN_EPS)
@@ -159,5 +161,5 @@ def turn_ppo(batch: StepBatch, *, turn_gamma: float, turn_lambda: float, adv_whi
     value at each row's turn boundary (the last prompt token); ``adv_whiten`` whitens over the batch's rows."""
     _check(turn_gamma, turn_lambda)
     v = np.array([x[0] if len(x) else 0.0 for x in _critic_values(batch)])
-    adv, ret = _turn_gae(batch.rows, batch.rewards, v, float(turn_gamma), float(turn_lambda))
+    adv, ret = _turn_gae(batch.rows, batch.folded_rewards, v, float(turn_gamma), float(turn_lambda))
     return Advantages(whiten(adv, eps=WHITEN_EPS) if adv_whiten else adv, returns=[np.array([x]) for x in ret])

@@ -68,6 +68,22 @@ class RolloutStats:
     parse_kinds: dict[str, int] = field(default_factory=dict)
 
 
+FEEDBACK_MAX_CHARS = 160
+
+
+def invalid_feedback(state_obs: str, answer: str | None, info: dict[str, Any]) -> str:
+    """What the agent is told after an invalid answer: the env's own answer when it differs from the state's
+    observation (Search-R1's format hint, ScienceWorld's "No known action matches that input."), else the
+    env's ``info["error"]``, else (an answer that never reached the env) that it is not a valid command."""
+    if answer is not None and answer.strip() and answer.strip() != state_obs.strip():
+        text = answer.strip()
+    elif info.get("error"):
+        text = str(info["error"]).strip()
+    else:
+        text = "it is not one of the valid commands."
+    return text if len(text) <= FEEDBACK_MAX_CHARS else text[: FEEDBACK_MAX_CHARS - 3].rstrip() + "..."
+
+
 @dataclass
 class _Live:
     """An env whose episode is running: what the agent sees next."""
@@ -77,6 +93,11 @@ class _Live:
     key: tuple[int, ...]  # (rng salt, env seed, copy): the row's sampling stream, with the turn appended
     past: list[tuple[str, str]] = field(default_factory=list)
     task_exp: Any = None  # held retrieval for mode "task"
+    feedback: str = ""  # why the last answer was invalid (the env's own words when it gave any), shown once
+
+    def shown(self) -> str:
+        """The observation the prompt shows: the state's, after the feedback on an invalid last answer."""
+        return f"Your last answer was invalid: {self.feedback}\n{self.obs}" if self.feedback else self.obs
 
 
 @dataclass
@@ -163,7 +184,7 @@ class RolloutCollector:
             else:  # task mode holds the episode's first retrieval; the cluster is still per step
                 exp = st.task_exp
                 cid = self.experience.cluster(st.obs, tr.task_type) if self.experience is not None else -1
-            prompt = self.builder.build(ep.instructions, tr.goal, st.obs, st.info.get("admissible_actions"),
+            prompt = self.builder.build(ep.instructions, tr.goal, st.shown(), st.info.get("admissible_actions"),
                                         st.past, exp.text if exp is not None else "")
             out.append(_Pending(i, prompt, exp, int(cid)))
         return out
@@ -205,17 +226,18 @@ class RolloutCollector:
             else:
                 obs, reward, term, trunc, info = results[p.env]
             valid = p.action is not None and not info.get("invalid", False)
-            if not valid:
-                reward -= self.cfg.invalid_penalty
+            penalty = 0.0 if valid else float(self.cfg.invalid_penalty)
             tr.steps.append(Step(
                 group_id=tr.group_id, traj_id=tr.traj_id, step=turn, anchor=st.obs,
                 prompt_ids=p.prompt, response_ids=p.ids, old_logprobs=p.logprobs,
-                reward=float(reward), done=bool(term or trunc or turn == self.max_steps - 1), valid=valid,
+                reward=float(reward) - penalty, penalty=penalty,
+                done=bool(term or trunc or turn == self.max_steps - 1), valid=valid,
                 action=p.action or "", response_text=p.text, task_type=tr.task_type, cluster_id=p.cluster_id,
                 experience_ids=list(p.exp.entry_ids) if p.exp is not None else [],
                 info={"parse": p.parse, "fault": info["fault"]} if "fault" in info else {"parse": p.parse},
             ))
             st.past.append((st.obs, p.action if p.action is not None else f"{p.text.strip()[:40]} (invalid)"))
+            st.feedback = "" if valid else invalid_feedback(st.obs, obs if p.action is not None else None, info)
             if valid:
                 st.obs, st.info = obs, {**st.info, **info}
             if term or trunc:

@@ -8,6 +8,7 @@ throughput on CPU (reference/pilot.md).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from dataclasses import dataclass
@@ -83,13 +84,20 @@ def _right_aligned(rows: list[list[float]], k: int) -> torch.Tensor:
 
 
 @torch.no_grad()
-def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temperature: float, dtype: str) -> None:
-    """Fill ``ref_logprobs``: the base model with LoRA adapters disabled (or the model itself otherwise)."""
-    ctx = model.disable_adapter() if hasattr(model, "disable_adapter") else None
-    with ctx if ctx is not None else torch.no_grad():
+def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temperature: float, dtype: str,
+                       reference=None) -> None:
+    """Fill ``ref_logprobs`` from π_ref: ``reference`` (a frozen copy of the starting weights) when given, else
+    ``model`` with its LoRA adapters disabled. A model without adapters and no ``reference`` is an error: its
+    "reference" would be the current policy and the KL term would be 0."""
+    if reference is None and not hasattr(model, "disable_adapter"):
+        raise ValueError("the KL reference of a fully fine-tuned policy must be a frozen copy of the starting "
+                         "weights: pass reference=")
+    ctx = model.disable_adapter() if reference is None else contextlib.nullcontext()
+    net = model if reference is None else reference
+    with ctx:
         for start in range(0, len(samples), micro_batch):
             chunk = samples[start:start + micro_batch]
-            logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype)
+            logp, mask = response_logprobs(net, chunk, temperature=temperature, dtype=dtype)
             for s, row, m in zip(chunk, logp, mask):
                 s.ref_logprobs = row[m.bool()].tolist()
 
