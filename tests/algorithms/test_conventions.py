@@ -85,7 +85,7 @@ def test_from_steps_keeps_penalties_apart_or_folds_them():
 
 def test_singleton_group_rules():
     g, t, s, r = [0, 1, 1], [0, 0, 1], [0, 0, 0], [2.0, 1.0, 0.0]  # group 0 has one trajectory, R = 2
-    kw = dict(eps=1e-6)
+    kw = {"eps": 1e-6}
     assert compute_advantages("grpo", g, t, s, r, **kw)[0] == 0.0
     assert compute_advantages("grpo", g, t, s, r, singleton="reference", **kw)[0] == approx(2.0 / (1 + 1e-6),
                                                                                             rel=1e-12)

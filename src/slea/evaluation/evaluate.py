@@ -22,7 +22,9 @@ from slea.types import Trajectory
 
 
 def summarize(trajs: list[Trajectory]) -> dict[str, float]:
-    """Success, mean return, invalid-action rate and mean episode length of a set of episodes."""
+    """Success, mean return, invalid-action rate and mean episode length of a set of episodes, and the
+    fraction of decision steps whose prompt held retrieved experiences (``retrieval_hit_rate``, 0 without a
+    library)."""
     n = max(len(trajs), 1)
     steps = sum(len(t.steps) for t in trajs)
     return {
@@ -31,6 +33,7 @@ def summarize(trajs: list[Trajectory]) -> dict[str, float]:
         "invalid_rate": sum(t.invalid_count for t in trajs) / max(steps, 1),
         "episode_len": steps / n,
         "episodes": float(len(trajs)),
+        "retrieval_hit_rate": sum(bool(s.experience_ids) for t in trajs for s in t.steps) / max(steps, 1),
     }
 
 
