@@ -11,7 +11,8 @@ One episode per env, read top to bottom in :meth:`RolloutCollector.collect`:
 3. ``_finish``: episodes that ran out of steps are truncated.
 
 An unparseable or inadmissible answer does not step the env: it is an invalid step with a penalty, and the agent
-sees the same observation again. Sampling is keyed per row by (purpose, env seed, copy, turn)
+sees the same observation again, after a line saying why (:func:`invalid_feedback`: the env's own words when it
+gave any, such as Search-R1's format hint). Sampling is keyed per row by (purpose, env seed, copy, turn)
 (``HFGenerator.generate(rng_keys=...)``): an episode's tokens do not depend on what else ran in the process.
 
 The experience source is duck-typed (``cluster(obs, task_type) -> int`` and
