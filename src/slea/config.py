@@ -82,6 +82,9 @@ class RolloutSection(_Section):
     history: int = Field(2, ge=0)  # last-k (observation, action) pairs in the prompt
     obs_max_chars: int = Field(400, ge=20)
     invalid_penalty: float = Field(0.1, ge=0)  # subtracted from the reward of an invalid step
+    # where the estimators charge it: "step" = that row's score only, after discounting (GiGPO's reference
+    # code); "return" = folded into the reward before discounting (lowers every earlier step's return too)
+    invalid_penalty_at: Literal["step", "return"] = "step"
     one_shot: bool = True  # include the fixed example exchange (the 135M model needs it)
     fuzzy_cutoff: float = Field(0.75, ge=0, le=1)
 
@@ -165,7 +168,17 @@ class ExperienceSection(_Section):
     k_traj: int = Field(5, ge=1)
     novelty_threshold: float = Field(0.85, gt=0, le=1)
     eta: Literal["median"] | float = "median"
+    # T+ when η is the batch's best return: "top" = the trajectories at the top (R >= η, unless all are equal);
+    # "strict" = R > η as printed in the paper (empty once half the batch reaches the top return)
+    eta_tie: Literal["top", "strict"] = "top"
+    # a warning's z: "neg_return" = −R (the clearest failure is admitted and retrieved first); "return" = R (paper)
+    warning_score: Literal["neg_return", "return"] = "neg_return"
     extractor: str = "rule"  # a registered extractor (rule | llm), or "my_pkg.my_module:my_factory"
+    # the model that answers an extractor's prompts: None = the policy's base weights (LoRA adapters disabled; a
+    # frozen copy of model.name_or_path without LoRA); "embedded", "tiny" or an HF folder = that model, frozen
+    extractor_model: str | None = None
+    extract_max_new_tokens: int = Field(128, ge=8)  # token budget of one extraction answer (several lines)
+    extract_temperature: float = Field(0.0, ge=0)  # 0 = greedy
     use_embeddings: bool = False
 
 

@@ -7,7 +7,9 @@ from hypothesis import strategies as st
 
 from slea.experience.extraction import (
     LLMExtractor,
+    Names,
     RuleExtractor,
+    command_shape,
     extract_candidates,
     load_template,
     parse_llm_list,
@@ -44,29 +46,96 @@ def test_split_at_batch_median_and_fixed_eta():
     assert pos == [] and len(neg) == 3  # all equal: nothing beats the median
 
 
-def test_rule_strategies_name_actions_link_clusters_and_score_R():
+def test_rule_strategies_are_about_the_task_type_link_clusters_and_score_R():
     t = make_traj(7, ["open fridge", "take apple", "eat apple"], [0.0, 0.0, 1.0], won=True)
     cands = RuleExtractor().strategies(t)
     assert {c.level for c in cands} == {"example", "pattern", "principle"}
     assert all(c.zone == "pos" and c.score == 1.0 and c.sources == [7] for c in cands)
     ex = next(c for c in cands if c.level == "example")
-    assert "eat apple" in ex.text and ex.clusters == [102]
+    assert "'eat <object>'" in ex.text and "the goal names" in ex.text and ex.clusters == [102]
     pat = next(c for c in cands if c.level == "pattern")
-    assert "open fridge > take apple > eat apple" in pat.text and pat.clusters == [100, 101, 102]
+    assert "'open <object>' → 'take <object>' → 'eat <object>'" in pat.text and pat.clusters == [100, 101, 102]
+    assert any("Open or unlock what is closed" in c.text for c in cands)
+    for c in cands:  # nothing names the game's objects: the lessons transfer
+        assert "apple" not in c.text.lower() and "fridge" not in c.text.lower()
 
 
 def test_rule_warnings_from_invalid_repeated_and_last_actions():
-    t = make_traj(3, ["dance", "go west", "go west", "go west", "eat table"], [-0.1, 0, 0, 0, 0], invalid=(0,))
+    t = make_traj(3, ["dance", "take table", "go west", "go west", "go west", "eat table"], [-0.1, -0.1, 0, 0, 0, 0],
+                  invalid=(0, 1))
     cands = RuleExtractor().warnings(t)
     texts = " | ".join(c.text for c in cands)
-    assert "'dance' was not a valid command" in texts
-    assert "Repeating 'go west' (3 times)" in texts
-    assert "'eat table' ended the episode without success" in texts
+    assert "A made-up command whose verb is not in the list of valid commands is rejected" in texts  # 'dance'
+    assert "'take <object>' was rejected: it was not in the list of valid commands at that point" in texts
+    assert "Invalid answers wasted 2 of 6 steps" in texts
+    assert "Repeating 'go <direction>' (3 times)" in texts
+    assert "'eat <object>' ended the episode in failure" in texts and "table" not in texts
     assert all(c.zone == "neg" and c.score == t.episode_return for c in cands)
-    inv = next(c for c in cands if "dance" in c.text)
-    assert inv.clusters == [100]
+    inv = next(c for c in cands if "made-up" in c.text)
+    assert inv.clusters == [100] and inv.level == "example"
     tr = make_traj(4, ["look", "look"], [0, 0], truncated=True)
-    assert any(c.level == "principle" and "ran out of steps" in c.text for c in RuleExtractor().warnings(tr))
+    assert any(c.level == "principle" and "Running out of steps" in c.text for c in RuleExtractor().warnings(tr))
+
+
+SHOWER = "-= Shower =-\nYou've entered a shower. You see a fondue on the floor."
+PLAYROOM = "-= Playroom =-\nYou are in a playroom. There is an exit to the east."
+TH_GOAL = ("Who's got a virtual machine and is about to play through a fast paced round of textworld? You do! "
+           "Your first objective is to recover the fondue from the floor of the shower.")
+
+
+def _tw(tid, plan, *, won=False, truncated=False):
+    t = Trajectory(group_id=0, traj_id=tid, goal=TH_GOAL, task_type="treasure_hunter", won=won, truncated=truncated)
+    for i, (obs, act, r, ok) in enumerate(plan):
+        t.steps.append(Step(0, tid, i, obs, [], [], [], reward=r, done=i == len(plan) - 1, valid=ok,
+                            action=act if ok else "", response_text=act, cluster_id=i))
+    return t
+
+
+def test_rule_lessons_name_no_object_or_room_of_the_game():
+    """Per-game recipes ("For 'recover the fondue…', take fondue") cannot help an unseen game: every rule text
+    speaks of command shapes and the task type only."""
+    win = _tw(1, [(PLAYROOM, "go east", 0, True), (SHOWER, "take fondue", 1.0, True)], won=True)
+    lose = _tw(2, [(PLAYROOM, "I want to find the fondue", -0.1, False), (PLAYROOM, "go east", 0, True),
+                   (SHOWER, "go west", 0, True), (PLAYROOM, "go east", 0, True), (SHOWER, "go west", 0, True),
+                   (PLAYROOM, "look", 0, True), (PLAYROOM, "look", 0, True), (PLAYROOM, "take fondue", -0.1, False)],
+               truncated=True)
+    r = RuleExtractor()
+    pos, neg = r.strategies(win), r.warnings(lose)
+    for c in pos + neg:
+        low = c.text.lower()
+        assert not any(w in low for w in ("fondue", "shower", "playroom", "east", "west", "recover")), c.text
+    texts = " | ".join(c.text for c in pos)
+    assert "When the object the goal names is in view, 'take <object>' at once" in texts
+    assert "'go <direction>' → 'take <object>'" in texts
+    warn = " | ".join(c.text for c in neg)
+    assert "A free-form sentence instead of a command is rejected" in warn
+    assert "back and forth between the same two rooms" in warn
+    assert "'look', 'examine' and 'inventory' change nothing" in warn
+    assert "Running out of steps" in warn
+    # two games of the same type give the same lesson texts (novelty then merges them in the library)
+    other = Trajectory(group_id=1, traj_id=9, goal="Your task is to pick up the cabbage from the floor of the kitchen.",
+                       task_type="treasure_hunter", won=True)
+    other.steps = [Step(1, 9, 0, "-= Hall =-\nA hall.", [], [], [], action="go north", cluster_id=7),
+                   Step(1, 9, 1, "-= Kitchen =-\nYou see a cabbage.", [], [], [], reward=1.0, done=True,
+                        action="take cabbage", cluster_id=8)]
+    assert [c.text for c in r.strategies(other)] == [c.text for c in pos]
+
+
+def test_command_shapes_and_name_abstraction():
+    assert command_shape("take fondue from floor") == (
+        "take", "take <object> from <place>", {"fondue": "<object>", "floor": "<place>"})
+    assert command_shape("unlock wooden chest with key")[1] == "unlock <object> with <tool>"
+    assert command_shape("go south")[1] == "go <direction>"
+    assert command_shape("go to countertop 1")[1] == "go to <place>"
+    assert command_shape("put apple 1 in/on fridge 1")[1] == "put <object> in/on <place>"
+    assert command_shape("look")[1] == "look" and command_shape("up")[1] == "up"
+    assert command_shape("search[red running shoes]")[1] == "search[<text>]"
+    assert command_shape("I think we should open it")[1] == "i …"  # prose
+    assert command_shape("") == ("", "", {})
+    names = Names(_tw(1, [(PLAYROOM, "go east", 0, True), (SHOWER, "take fondue", 1.0, True)], won=True))
+    assert names.goal_names == {"fondue", "shower"}
+    assert names.abstract("Take the fondue from the Shower, then go back to the playroom.") == (
+        "Take <object> from <room>, then go back to <room>.")
 
 
 def test_summarize_goal_keeps_the_task_and_drops_the_framing():
@@ -148,19 +217,24 @@ def test_llm_extractor_uses_answers_and_falls_back_per_trajectory():
 
     def gen(prompts):
         seen.extend(prompts)
-        return ["1. principle: Take the food before trying to eat it.\n2. example: In the kitchen, take apple.",
+        return ["principle: Take the food before trying to eat it.\n2. example: In the kitchen, take the apple first.",
                 "<think>hmm</think>\n???"]
 
     ex = LLMExtractor(gen)
     cands = ex.extract([win], [lose])
     pos = [c for c in cands if c.zone == "pos"]
     neg = [c for c in cands if c.zone == "neg"]
-    assert [c.text for c in pos] == ["Take the food before trying to eat it.", "In the kitchen, take apple."]
-    assert pos[0].level == "principle" and pos[0].clusters == [100, 101] and pos[0].score == 1.0
-    assert neg and "not a valid command" in neg[0].text  # unusable answer -> rule fallback
-    assert ex.stats["fallback"] == 1
-    assert "Eat the apple" in seen[0] and "SUCCEEDED" in seen[0] and "FAILED" in seen[1]
-    assert "take apple" in seen[0]
+    # several lessons from one answer; the game's names become placeholders
+    assert [c.text for c in pos] == ["Take the food before trying to eat it.", "In <room>, take <object> first."]
+    assert pos[0].level == "principle" and pos[1].level == "example"
+    assert pos[0].clusters == [100, 101] and pos[0].score == 1.0
+    assert neg and "A made-up command" in neg[0].text  # unusable answer ('dance') -> rule fallback
+    assert ex.stats["fallback"] == 1 and ex.stats["llm_items"] == 2 and ex.stats["llm_answers"] == 2
+    # chat messages: system (what a lesson is) + user (the episode) + the "- " prefill of the answer
+    assert [m["role"] for m in seen[0]] == ["system", "user", "assistant"] and seen[0][2]["content"] == "- "
+    assert "OTHER games" in seen[0][0]["content"]
+    assert "eat the apple" in seen[0][1]["content"] and "SUCCEEDED" in seen[0][1]["content"]
+    assert "FAILED" in seen[1][1]["content"] and "take apple" in seen[0][1]["content"]
 
     def boom(prompts):
         raise RuntimeError("generator down")
@@ -169,6 +243,44 @@ def test_llm_extractor_uses_answers_and_falls_back_per_trajectory():
     assert cands and {c.zone for c in cands} == {"pos", "neg"}
     cands = LLMExtractor(lambda p: ["only one answer"]).extract([win], [lose])
     assert {c.zone for c in cands} == {"pos", "neg"}
+
+
+# What SmolLM2-135M-style answers look like after the "- " prefill: the first line continues the prefill, lines
+# echo the rules and the episode, repeat themselves, ramble, and the budget cuts the last one.
+SMALL_MODEL_ANSWER = """When the goal names an object and it is in view, take it right away.
+- A lesson is one sentence of advice: what to do, or what to avoid, and when.
+- Start: in the kitchen: You are in a kitchen.
+- Commands typed: open fridge; take apple; eat apple (reward 1)
+- Open the fridge before you look for food inside it.
+- Open the fridge before you look for food inside it.
+- Good job!
+- """ + "The agent should always consider every possible option and " * 6 + """forever.
+* Lesson 3: Eat the apple once you are holding it
+- You see a kitchen with a closed fridge and a table.
+- If you are stuck, try the"""
+
+
+def test_parse_messy_multiline_llm_output():
+    win = make_traj(1, ["open fridge", "take apple", "eat apple"], [0, 0, 1], won=True)
+    ex = LLMExtractor(lambda prompts: [SMALL_MODEL_ANSWER])
+    items = ex.parse(SMALL_MODEL_ANSWER, win, "pos")
+    texts = [t for _, t in items]
+    assert texts == ["When the goal names an object and it is in view, take it right away.",
+                     "Open <object> before you look for food inside it.",
+                     "Eat <object> once you are holding it"]  # max_items = 3
+    st = ex.stats
+    assert st["drop_echo"] == 1 and st["drop_dup"] == 1 and st["drop_long"] == 1 and st["drop_junk"] == 4
+    assert st["drop_cut"] == 1 and st["lines"] == 11
+    # a plain parse (no prompt to compare with) keeps the echoed rule line, never the restated episode lines
+    plain = [t for _, t in parse_llm_list(SMALL_MODEL_ANSWER)]
+    assert "A lesson is one sentence of advice: what to do, or what to avoid, and when." in plain
+    assert not any(t.startswith(("Start", "Commands", "You see")) for t in plain)  # episode restated: never
+    # a description is not advice: dropped by the extractor's lesson gate (parse_llm_list keeps it)
+    assert ex.parse("- The kitchen has a nice red table in the corner.", win, "pos") == []
+    assert ex.stats["drop_not_advice"] == 1
+    # through extract: the three lessons become candidates, nothing falls back
+    cands = ex.extract([win], [])
+    assert [c.text for c in cands] == texts and ex.stats["fallback"] == 0
 
 
 def test_templates_and_extract_candidates():

@@ -79,16 +79,18 @@ class ExperienceManager:
                                "admitted_pos": 0, "admitted_neg": 0, "used_entries": 0, "used_success": 0}
         with lib.transaction():
             if trajectories:
-                eta, _, _ = split_outcomes(trajectories, cfg.eta)
+                _, better, _ = split_outcomes(trajectories, cfg.eta, cfg.eta_tie)
+                better_ids = {id(t) for t in better}
                 for t in trajectories:
-                    ok = bool(t.won) or t.episode_return > eta
+                    ok = bool(t.won) or id(t) in better_ids
                     for eid in dict.fromkeys(e for s in t.steps for e in s.experience_ids):
                         if eid in lib:
                             lib.record_usage(eid, success=ok, iteration=iteration)
                             m["used_entries"] += 1
                             m["used_success"] += ok
             _, cands, info = extract_candidates(trajectories, eta=cfg.eta, k_traj=cfg.k_traj,
-                                                extractor=self.extractor)
+                                                extractor=self.extractor, eta_tie=cfg.eta_tie,
+                                                warning_score=cfg.warning_score)
             m.update(info)
             caps = {"pos": cfg.k_strat, "neg": cfg.k_warn}
             admitted = {"pos": 0, "neg": 0}

@@ -97,13 +97,58 @@ class Estimate:
 
 
 def _experience(cfg: RunConfig, spec, run_dir: Path, generator):
+    """The experience manager, with the ``generate_text`` its extractor asks (``experience.extractor: llm``).
+
+    ``generate_text(prompts) -> texts``: a prompt is a user message or chat messages (a last assistant message is
+    a prefill the answer continues); rendered with the tokenizer's chat template; answered multi-line (EOS stops
+    it) within ``experience.extract_max_new_tokens``, greedy unless ``experience.extract_temperature`` > 0 (then
+    keyed by the prompt, reproducible); by the policy's base weights (LoRA adapters disabled for the call), or by
+    ``experience.extractor_model`` (loaded once, frozen, on first use; also the base without LoRA)."""
     if cfg.experience.mode == "off" and "clusters" not in spec.needs:
         return None
+    import contextlib
+    import zlib
+
     from slea.experience.manager import ExperienceManager
 
-    def generate_text(prompts: list[str]) -> list[str]:
-        ids = [generator.tok(p, add_special_tokens=False).input_ids for p in prompts]
-        return [g.text for g in generator.generate(ids, max_new_tokens=96, temperature=0.7)]
+    x = cfg.experience
+    engine: list = []  # [(HFGenerator, disable_adapter?)], built on first use
+
+    def extractor_engine():
+        if not engine:
+            if x.extractor_model is None and hasattr(generator.model, "disable_adapter"):
+                engine.append((HFGenerator(generator.model, generator.tok, dtype=cfg.model.dtype,
+                                           stop_at_newline=False), True))
+            else:
+                name = x.extractor_model or cfg.model.name_or_path
+                mcfg = cfg.model.model_copy(update={"name_or_path": name, "lora": False, "tokenizer": (
+                    cfg.model.tokenizer if x.extractor_model is None else None)})
+                model, tok = load_policy(mcfg)
+                model.requires_grad_(False).eval()
+                engine.append((HFGenerator(model, tok, dtype=cfg.model.dtype, stop_at_newline=False), False))
+        return engine[0]
+
+    def render(tok, prompt) -> str:
+        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+        prefill = ""
+        if len(msgs) > 1 and msgs[-1].get("role") == "assistant":
+            prefill = msgs.pop()["content"]
+        if getattr(tok, "chat_template", None):
+            text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
+        else:
+            text = "\n\n".join(m["content"] for m in msgs) + "\n\n"
+        return text + prefill
+
+    def generate_text(prompts: list) -> list[str]:
+        gen, base = extractor_engine()
+        texts = [render(gen.tok, p) for p in prompts]
+        ids = [gen.tok(t, add_special_tokens=False).input_ids for t in texts]
+        temp = x.extract_temperature
+        keys = [[zlib.crc32(t.encode("utf-8", "replace"))] for t in texts] if temp > 0 else None
+        with gen.model.disable_adapter() if base else contextlib.nullcontext():
+            outs = gen.generate(ids, max_new_tokens=x.extract_max_new_tokens, temperature=temp, rng_keys=keys,
+                                stop_at_newline=False)
+        return [g.text for g in outs]
 
     return ExperienceManager(cfg.experience, run_dir / "library.sqlite", generate_text=generate_text)
 
@@ -119,6 +164,7 @@ class Trainer:
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
+        self.reference = self._frozen_reference()
         self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype)
         builder = PromptBuilder(self.tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
                                 one_shot=cfg.rollout.one_shot)
@@ -182,7 +228,7 @@ class Trainer:
         if bad or not rows:  # numerical guard: a NaN/inf reward skips the update and the library's evolution
             return Estimate([], None, nonfinite_rewards=bad)
         values = self.critic.values(self.model, rows) if self.critic is not None else None
-        adv = estimate(self.spec, StepBatch.from_steps(rows, values),
+        adv = estimate(self.spec, StepBatch.from_steps(rows, values, self.cfg.rollout.invalid_penalty_at),
                        estimator_settings(self.cfg.algorithm, self.spec))
         bad_adv = nonfinite_count(adv.rows)  # a token-level row's value is its tokens' mean: NaN when any is
         tokens = adv.per_token([len(s.response_ids) for s in rows])
@@ -193,6 +239,21 @@ class Trainer:
         """Phase 3: the experience library learns from the iteration's clean episodes (when there is one)."""
         return self.experience.evolve(trajs, it) if self.experience is not None else {}
 
+    @property
+    def needs_reference(self) -> bool:
+        return self.cfg.algorithm.kl_coef > 0 or "reference" in self.spec.needs
+
+    def _frozen_reference(self):
+        """π_ref for the KL term. With LoRA it is the policy with its adapters disabled (no copy); a fully
+        fine-tuned policy has no such view, so the pretrained weights are loaded once more and frozen (also on
+        resume: the reference is always the starting model, never the resumed one)."""
+        if not self.needs_reference or hasattr(self.model, "disable_adapter"):
+            return None
+        ref, _ = load_policy(self.cfg.model.model_copy(update={"lora": False}))
+        ref.eval()
+        ref.requires_grad_(False)
+        return ref
+
     def update(self, est: Estimate, it: int) -> tuple[dict[str, float], dict[str, float]]:
         """Phase 4: clipped policy-gradient steps on the samples, then the critic's steps."""
         cfg = self.cfg
@@ -200,9 +261,10 @@ class Trainer:
             return {"skipped_updates": float(cfg.train.updates_per_iter)}, {}
         upd: dict[str, float] = {}
         if est.samples:
-            if cfg.algorithm.kl_coef > 0 or "reference" in self.spec.needs:
-                reference_logprobs(self.model, est.samples, micro_batch=cfg.train.micro_batch,
-                                   temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
+            if self.needs_reference:
+                reference_logprobs(self.model, est.samples, reference=self.reference,
+                                   micro_batch=cfg.train.micro_batch, temperature=cfg.rollout.temperature,
+                                   dtype=cfg.model.dtype)
             with Progress(f"iteration {it + 1} update ({len(est.samples)} samples)",
                           total=cfg.train.updates_per_iter) as bar:
                 upd = ppo_update(self.model, self.optimizer, est.samples, cfg.algorithm, cfg.train,
