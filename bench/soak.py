@@ -226,7 +226,7 @@ def fuzz(n: int, seed: int) -> dict:
     except ImportError:
         pass
     try:
-        from slea.experience.extraction import parse_llm_list
+        from slea.experience.llm_extractor import parse_llm_list
 
         parsers["extraction"] = lambda t: parse_llm_list(clean_text(t))
     except ImportError:

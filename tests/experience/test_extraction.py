@@ -5,16 +5,12 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from slea.experience.extraction import (
-    LLMExtractor,
+from slea.experience.extraction import extract_candidates, select, split_outcomes
+from slea.experience.llm_extractor import LLMExtractor, load_template, parse_llm_list
+from slea.experience.rule_extractor import (
     Names,
     RuleExtractor,
     command_shape,
-    extract_candidates,
-    load_template,
-    parse_llm_list,
-    select,
-    split_outcomes,
     summarize_goal,
     summarize_observation,
 )

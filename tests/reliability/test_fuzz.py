@@ -114,7 +114,7 @@ def test_search_qa_tag_parser_on_the_adversarial_corpus():
 
 
 # -- experience extraction -----------------------------------------------------------------------------------
-HAS_EXTRACTION = importlib.util.find_spec("slea.experience.extraction") is not None
+HAS_EXTRACTION = importlib.util.find_spec("slea.experience.llm_extractor") is not None
 
 
 def _check_items(items, max_items=10):
@@ -126,18 +126,18 @@ def _check_items(items, max_items=10):
         assert "<|" not in text and "|>" not in text  # chat markers neutralised
 
 
-@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.extraction not present")
+@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.llm_extractor not present")
 @FUZZ
 @given(st.one_of(texts, st.lists(texts, max_size=6).map("\n".join)))
 def test_extraction_parser_never_raises(text):
-    from slea.experience.extraction import parse_llm_list
+    from slea.experience.llm_extractor import parse_llm_list
 
     _check_items(parse_llm_list(text))
 
 
-@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.extraction not present")
+@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.llm_extractor not present")
 def test_extraction_parser_on_the_adversarial_corpus():
-    from slea.experience.extraction import parse_llm_list
+    from slea.experience.llm_extractor import parse_llm_list
 
     for text in corpus(seed=3):  # as the LLM extractor gets it: a generator's cleaned, capped answer
         _check_items(parse_llm_list(clean_text(text)))
@@ -153,9 +153,9 @@ def _trajectory(response_text: str, won: bool):
     return Trajectory(0, 0, goal="take the coin", steps=steps, won=won)
 
 
-@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.extraction not present")
+@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.llm_extractor not present")
 def test_llm_extractor_survives_garbage_answers_and_broken_generators():
-    from slea.experience.extraction import LLMExtractor
+    from slea.experience.llm_extractor import LLMExtractor
 
     rng = random.Random(4)
     pos, neg = [_trajectory("take coin", True)], [_trajectory(clean_text(adversarial_text(rng)), False)]
@@ -170,7 +170,7 @@ def test_llm_extractor_survives_garbage_answers_and_broken_generators():
                 assert "<|im_start|>" not in c.text
 
 
-@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.extraction not present")
+@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.llm_extractor not present")
 def test_rollout_with_garbage_output_yields_invalid_steps_and_storable_lessons(tiny_policy, tmp_path):
     """Garbage answers through the real loop: parsed as invalid, never crash; lessons drawn from them store."""
     import slea.envs  # noqa: F401

@@ -1,0 +1,372 @@
+"""The ``rule`` extractor: deterministic lessons about the task *type*, and the text helpers it shares.
+
+:class:`RuleExtractor` reads a trajectory's goal, actions, observations and outcome (verb patterns,
+preconditions, exploration, invalid commands, loops, running out of steps). Commands appear as
+:func:`command_shape` shapes and :class:`Names` replaces the game's object and room names by placeholders
+(``<object>``, ``<place>``, ``<tool>``, ``<room>``), so a lesson applies to unseen games of the same kind.
+:func:`summarize_observation` and :func:`summarize_goal` give the short contexts of the candidates. It is the
+default extractor and the fallback of ``llm`` (:mod:`slea.experience.llm_extractor`).
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Sequence
+from itertools import pairwise
+
+from slea.experience.extraction import Candidate, GenerateText, register_extractor, step_clusters
+from slea.experience.library import sanitize
+from slea.types import Trajectory
+
+_ROOM = re.compile(r"-=\s*(.+?)\s*=-")
+_SENT = re.compile(r"(?<=[.!?])\s+")
+
+
+def summarize_observation(obs: str, max_chars: int = 90) -> str:
+    """A short, stable description of an observation: the room (TextWorld header) and its first sentence."""
+    text = " ".join(str(obs).split())
+    room = ""
+    m = _ROOM.search(text)
+    if m:
+        room = m.group(1).strip()
+        text = (text[: m.start()] + text[m.end():]).strip()
+    first = _SENT.split(text, maxsplit=1)[0] if text else ""
+    if not room and len(first) > 1 and first[0].isupper() and first[1].islower():
+        first = first[0].lower() + first[1:]  # reads as "When you take the apple."
+    out = f"in the {room.lower()}: {first}" if room else first
+    return sanitize(_clip_words(out, max_chars), max_chars + 1)
+
+
+def _clip_words(text: str, max_chars: int) -> str:
+    """``text`` cut at a word boundary within ``max_chars``, with an ellipsis when cut."""
+    if len(text) <= max_chars:
+        return text
+    return (text[:max_chars].rsplit(" ", 1)[0] or text[:max_chars]).rstrip(",;: ") + "…"
+
+
+# Framing around a task statement (TextWorld's goals open with a greeting and hedge every step): sentences made
+# only of it are dropped, and it is cut from the head of what remains, so summaries start with the task itself.
+_FILLER_SENTENCE = re.compile(
+    r"^(?:hey|hi|hello|welcome|thanks|thank you|alright|okay|ok|that's it|that's all|good luck|it's time to|"
+    r"get ready|are you ready|i hope you're ready|here is how to play|here is your task|you are now playing|"
+    r"this is)\b", re.IGNORECASE)
+_FILLER_HEAD = re.compile(
+    r"^(?:(?:your|the|today's) (?:(?:first|next|final) )?(?:task|objective|goal|mission|step)(?: for today)? is to|"
+    r"first(?: off| of all| step| stop)?|then|and then|and|okay|ok|after that|next|once you've done that|"
+    r"once you manage that|if you can succeed at that|with that (?:done|accomplished)|that done|please|you could,? like|"
+    r"if it's not too much trouble|i need you to|you need to|you have to|you should|make sure to|"
+    r"make an effort to|make an attempt to|try to|attempt to|you'll have to|i want you to)\b,?\s*", re.IGNORECASE)
+
+
+def summarize_goal(goal: str, max_chars: int = 70) -> str:
+    """The task in a goal text, short: filler sentences dropped, leading framing cut ("Your task is to", "First
+    off, if it's not too much trouble, I need you to"), shortened at a word boundary."""
+    sents = [x.strip() for x in _SENT.split(" ".join(str(goal).split())) if x.strip()]
+    kept = [x for x in sents if not _FILLER_SENTENCE.match(x)] or sents
+    parts = []
+    for x in kept:
+        prev = None
+        while prev != x:
+            prev, x = x, _FILLER_HEAD.sub("", x, count=1)
+        x = x.rstrip(".!")
+        if x:
+            parts.append(x[0].lower() + x[1:] if len(x) > 1 and x[1].islower() else x)
+    return _clip_words("; ".join(parts) or "the task", max_chars)
+
+
+def _steps(n: int) -> str:
+    return f"{n} step" if n == 1 else f"{n} steps"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Abstraction: commands and texts without the names of one game
+# ---------------------------------------------------------------------------------------------------------------
+PLACEHOLDERS = ("<object>", "<place>", "<tool>", "<room>", "<text>", "<direction>")
+_DIRECTIONS = frozenset({
+    "north", "south", "east", "west", "up", "down", "northeast", "northwest", "southeast", "southwest",
+    "left", "right", "forward", "back", "forwards", "backwards"})
+_OPPOSITE = {"north": "south", "south": "north", "east": "west", "west": "east", "up": "down", "down": "up",
+             "left": "right", "right": "left", "northeast": "southwest", "southwest": "northeast",
+             "northwest": "southeast", "southeast": "northwest"}
+_PREP = re.compile(r"\b(in/on|with|from|into|onto|inside|in|on|to|under|at)\b")
+_ARTICLE = re.compile(r"^(?:the|a|an|some|your|my)\s+", re.IGNORECASE)
+_BRACKET = re.compile(r"^([a-z_]+)\[(.*)\]$")
+NOOP_VERBS = frozenset({"look", "examine", "inventory", "l", "x", "i", "check", "read", "wait"})
+# verbs of text-game commands (TextWorld, ALFWorld, ScienceWorld, WebShop, Sokoban): an invalid answer with
+# another verb is a made-up command, one with these a real command used where it does not apply
+GAME_VERBS = frozenset({
+    "go", "take", "drop", "put", "insert", "open", "close", "unlock", "lock", "eat", "drink",
+    "examine", "look", "inventory", "cook", "slice", "chop", "dice", "heat", "cool", "clean", "use",
+    "toggle", "move", "pick", "focus", "pour", "mix", "connect", "disconnect", "activate",
+    "deactivate", "wait", "read", "teleport", "search", "click", "push", "pull", "up", "down", "left",
+    "right"})
+# first words that start a sentence, not a command ("I want to find the key", "The door is locked")
+_NOT_VERBS = frozenset({
+    "i", "i'm", "i'll", "im", "you", "we", "the", "a", "an", "it", "it's", "my", "this", "that",
+    "there", "these", "to", "should", "will", "would", "maybe", "ok", "okay", "sure", "yes", "no",
+    "let", "let's", "lets", "first", "then", "so", "now", "because", "since", "if", "what", "why",
+    "how", "answer", "command", "action"})
+_MAX_COMMAND_WORDS = 7
+
+
+def command_shape(action: str) -> tuple[str, str, dict[str, str]]:
+    """``(verb, shape, names)`` of a command, the shape with its objects replaced by role placeholders:
+    ``'take fondue from floor'`` → ``('take', 'take <object> from <place>', {'fondue': '<object>', 'floor':
+    '<place>'})``; ``'unlock chest with key'`` → ``'unlock <object> with <tool>'``; ``'go to countertop 1'`` →
+    ``'go to <place>'``; ``'go south'`` → ``'go <direction>'``; bare verbs stay (``'look'``, ``'up'``);
+    ``search[...]`` → ``search[<text>]``; prose or a long free-text answer → ``'<first word> …'``."""
+    low = " ".join(str(action).split()).strip().lower().lstrip("-*•>:.'\"` ").rstrip("'\"` ")
+    if not low:
+        return "", "", {}
+    m = _BRACKET.match(low)
+    if m:
+        verb, arg = m.group(1), m.group(2).strip()
+        if verb == "search" or len(arg.split()) > 3:
+            return verb, f"{verb}[<text>]", ({arg: "<text>"} if arg else {})
+        return verb, low, {}
+    words = low.split()
+    verb = re.sub(r"[^a-z_'-]", "", words[0]) or words[0][:12]
+    if (len(words) > _MAX_COMMAND_WORDS or "<" in low or "\n" in str(action).strip() or verb in _NOT_VERBS
+            or re.search(r"[,;:?!]|\.\s|\.$", low)):
+        return verb, f"{verb} …", {}  # prose, not a command
+    rest = " ".join(words[1:])
+    if not rest:
+        return verb, low, {}
+    if all(w in _DIRECTIONS for w in rest.split()):
+        return verb, f"{verb} <direction>", {}
+    pieces = _PREP.split(rest)  # [arg, prep, arg, prep, arg...]
+    shape, names = [verb], {}
+    for i, piece in enumerate(pieces):
+        piece = piece.strip()
+        if not piece:
+            continue
+        if i % 2 == 1:  # a preposition
+            shape.append(piece)
+            continue
+        if all(w in _DIRECTIONS for w in piece.split()):
+            shape.append("<direction>")
+            continue
+        prev = pieces[i - 1].strip() if i > 0 else ""
+        role = "<object>" if i == 0 else ("<tool>" if prev == "with" else "<place>")
+        shape.append(role)
+        name = _ARTICLE.sub("", piece).strip()
+        if name:
+            names.setdefault(name, role)
+            bare = re.sub(r"\s+\d+$", "", name)  # ALFWorld's "apple 1" is also "apple"
+            if bare != name:
+                names.setdefault(bare, role)
+    return verb, " ".join(shape), names
+
+
+def _room(anchor: str) -> str:
+    m = _ROOM.search(str(anchor))
+    return m.group(1).strip().lower() if m else ""
+
+
+def _mentions(text: str, name: str) -> bool:
+    return bool(name) and re.search(rf"(?<![\w-]){re.escape(name)}(?![\w-])", str(text), re.IGNORECASE) is not None
+
+
+class Names:
+    """The names of one trajectory's game (objects of its commands, rooms of its observations) and
+    :meth:`abstract`, which writes a text without them."""
+
+    def __init__(self, t: Trajectory) -> None:
+        found: dict[str, str] = {}
+        for s in t.steps:
+            said = s.action if s.valid and s.action else (s.response_text or "").strip()
+            for name, role in (command_shape(said)[2] if len(said.split()) <= 4 else {}).items():
+                found.setdefault(name, role)
+            room = _room(s.anchor)
+            if room:
+                found.setdefault(room, "<room>")
+        self.names = {n: r for n, r in found.items()
+                      if len(n) >= 3 and n not in _DIRECTIONS and n not in NOOP_VERBS}
+        order = sorted(self.names, key=len, reverse=True)  # longest first: "red apple" before "apple"
+        self._pattern = (re.compile(r"(?<![\w<-])(?:the |a |an |some )?(" + "|".join(map(re.escape, order))
+                                    + r")(?![\w>-])", re.IGNORECASE) if order else None)
+        self.goal_names = {n for n in self.names if _mentions(t.goal, n)}
+
+    def abstract(self, text: str) -> str:
+        """``text`` with every known name replaced by its placeholder (a leading article is dropped with it)."""
+        if self._pattern is None:
+            return text
+        return self._pattern.sub(lambda m: self.names.get(m.group(1).lower(), "<object>"), text)
+
+
+def _runs(shapes: list[tuple[str, str]]) -> list[str]:
+    """A plan as runs of one verb: ``'go …' ×2 → 'take <object>'``."""
+    out: list[tuple[str, str, int]] = []
+    for verb, shape in shapes:
+        if out and out[-1][0] == verb:
+            v, s, n = out[-1]
+            out[-1] = (v, s if s == shape else f"{verb} …", n + 1)
+        else:
+            out.append((verb, shape, 1))
+    return [f"'{s}'" if n == 1 else f"'{s}' ×{n}" for _, s, n in out]
+
+
+def _rooms_path(t: Trajectory) -> list[str]:
+    """The rooms the agent went through, consecutive repeats merged (TextWorld room headers)."""
+    path: list[str] = []
+    for s in t.steps:
+        r = _room(s.anchor)
+        if r and (not path or path[-1] != r):
+            path.append(r)
+    return path
+
+
+def _back_and_forth(t: Trajectory) -> int:
+    """How many moves undid the previous one: A → B → A room bounces, or 'go x' right after 'go opposite(x)'."""
+    path = _rooms_path(t)
+    bounces = sum(1 for i in range(2, len(path)) if path[i] == path[i - 2])
+    moves = [s.action.lower().split() for s in t.steps if s.valid and s.action]
+    undo = sum(1 for a, b in pairwise(moves)
+               if len(a) == 2 and len(b) == 2 and a[0] == b[0] == "go" and _OPPOSITE.get(a[1]) == b[1])
+    return max(bounces, undo)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Rule-based extractor
+# ---------------------------------------------------------------------------------------------------------------
+class RuleExtractor:
+    """Deterministic lessons about the task type from a trajectory's goal, actions, observations and outcome.
+
+    Strategies (a T+ trajectory): the move that earned the reward (example), the winning plan as verb runs
+    (pattern), open/unlock before use, exploring unvisited rooms, the commands that did the work (principles).
+    Warnings (a T− trajectory): invalid answers (examples and a principle), penalised moves, a command repeated
+    without progress, going back and forth between two rooms, commands that change nothing, running out of
+    steps, the move that lost the game. Commands appear as :func:`command_shape` shapes and no text names an
+    object or room of the game, so the lessons apply to unseen games of the same type.
+    """
+
+    def __init__(self, max_examples: int = 2) -> None:
+        self.max_examples = max_examples
+
+    def extract(self, pos: Sequence[Trajectory], neg: Sequence[Trajectory]) -> list[Candidate]:
+        """Strategies from each trajectory of ``pos``, warnings from each of ``neg``."""
+        return [c for t in pos for c in self.strategies(t)] + [c for t in neg for c in self.warnings(t)]
+
+    def strategies(self, t: Trajectory) -> list[Candidate]:
+        valid = [s for s in t.steps if s.valid and s.action]
+        if not valid:
+            return []
+        names = Names(t)
+        base = {"zone": "pos", "score": t.episode_return, "task_type": t.task_type, "sources": [t.traj_id]}
+        goal = summarize_goal(t.goal or "the task")
+        out: list[Candidate] = []
+        shapes = [command_shape(s.action) for s in valid]
+        key = [s for s in valid if s.reward > 0] or [valid[-1]]
+        for s in key[-self.max_examples:]:
+            _, shape, nm = command_shape(s.action)
+            named = [n for n in nm if n in names.goal_names]
+            if named and any(_mentions(s.anchor, n) for n in named):
+                text = f"When the object the goal names is in view, '{shape}' at once: that move earned the reward."
+            elif named:
+                text = f"'{shape}' on what the goal names earned the reward."
+            else:
+                text = f"'{shape}' earned the reward on this kind of task."
+            out.append(Candidate(text, level="example", context=summarize_observation(s.anchor),
+                                 clusters=step_clusters([s]), **base))
+        clean = not t.invalid_count and not any(n >= 2 for n in Counter(s.action for s in valid).values())
+        if len(valid) >= 2:
+            plan = _runs([(v, sh) for v, sh, _ in shapes])
+            if len(plan) > 6:
+                plan = plan[:2] + ["…"] + plan[-3:]
+            out.append(Candidate(f"A winning plan: {' → '.join(plan)} ({_steps(len(valid))}"
+                                 f"{', no step wasted' if clean else ''}).", level="pattern",
+                                 context=summarize_observation(valid[0].anchor), clusters=step_clusters(valid), **base))
+        for i, (verb, shape, _) in enumerate(shapes):
+            if verb in ("open", "unlock"):
+                nxt = next(((v, sh) for v, sh, _ in shapes[i + 1:] if v not in ("open", "unlock")
+                            and v not in NOOP_VERBS), None)
+                if nxt is not None:
+                    out.append(Candidate(f"Open or unlock what is closed before using what it holds or guards: "
+                                         f"'{shape}' came before '{nxt[1]}'.", level="principle", context=goal,
+                                         clusters=step_clusters(valid[i:i + 1]), **base))
+                    break
+        path = _rooms_path(t)
+        moves = sum(1 for v, sh, _ in shapes if v == "go")
+        if moves >= 2 and len(path) == len(set(path)):
+            out.append(Candidate("Explore by taking exits to rooms not visited yet ('go <direction>'), never back "
+                                 "the way you came, until what the goal names is in view.", level="principle",
+                                 context=goal, clusters=step_clusters(valid[:1]), **base))
+        verbs = list(dict.fromkeys(v for v, _, _ in shapes if v and v not in NOOP_VERBS))
+        if verbs:
+            used = ", ".join(f"'{v} …'" for v in verbs[:3])
+            out.append(Candidate(f"On this kind of task the work is done by {used} commands on what the goal "
+                                 f"names{'; looking around is not needed' if clean else ''}.", level="principle",
+                                 context=goal, clusters=step_clusters(valid[:1]), **base))
+        return out
+
+    def warnings(self, t: Trajectory) -> list[Candidate]:
+        base = {"zone": "neg", "score": t.episode_return, "task_type": t.task_type, "sources": [t.traj_id]}
+        goal = summarize_goal(t.goal or "the task")
+        out: list[Candidate] = []
+        n = len(t.steps)
+        invalid = [s for s in t.steps if not s.valid]
+        seen: set[str] = set()
+        known = GAME_VERBS | {command_shape(s.action)[0] for s in t.steps if s.valid and s.action}
+        for s in invalid:
+            said = (s.action or s.response_text or "").strip()
+            verb, shape, _ = command_shape(said.splitlines()[0] if said else "")
+            if not shape:
+                key, text = "", "An empty answer is an invalid step: always reply with one command from the list."
+            elif shape.endswith("…"):
+                key, text = "…", ("A free-form sentence instead of a command is rejected: reply with one command "
+                                  "copied exactly from the list of valid commands.")
+            elif verb not in known:
+                key, text = "?", ("A made-up command whose verb is not in the list of valid commands is rejected: "
+                                  "use only the commands listed.")
+            else:
+                key, text = shape, (f"'{shape}' was rejected: it was not in the list of valid commands at that "
+                                    f"point, so check the list before acting.")
+            if key in seen or len(seen) >= self.max_examples:
+                continue
+            seen.add(key)
+            out.append(Candidate(text, level="example", context=summarize_observation(s.anchor),
+                                 clusters=step_clusters([s]), **base))
+        if len(invalid) >= 2:
+            out.append(Candidate(f"Invalid answers wasted {len(invalid)} of {_steps(n)}: answer with exactly one "
+                                 f"command copied from the list of valid commands, nothing else.", level="principle",
+                                 context=goal, clusters=step_clusters(invalid), **base))
+        penal = [s for s in t.steps if s.valid and s.action and s.reward < 0]
+        for s in penal[: self.max_examples]:
+            out.append(Candidate(f"'{command_shape(s.action)[1]}' was penalised: avoid it in this situation.",
+                                 level="example", context=summarize_observation(s.anchor),
+                                 clusters=step_clusters([s]), **base))
+        valid = [s for s in t.steps if s.valid and s.action]
+        for act, k in Counter(s.action for s in valid).most_common(1):
+            steps = [s for s in valid if s.action == act]
+            if k >= 3 and not any(s.reward > 0 for s in steps):
+                out.append(Candidate(f"Repeating '{command_shape(act)[1]}' ({k} times) brought nothing new: after "
+                                     f"one try, choose a command you have not used yet.", level="pattern",
+                                     context=summarize_observation(steps[0].anchor), clusters=step_clusters(steps),
+                                     **base))
+        if _back_and_forth(t) >= 2:
+            out.append(Candidate("Going back and forth between the same two rooms wastes steps: take an exit you "
+                                 "have not tried yet.", level="pattern", context=goal, clusters=step_clusters(valid),
+                                 **base))
+        noop = [s for s in valid if command_shape(s.action)[0] in NOOP_VERBS]
+        if not t.won and len(noop) >= 2:
+            out.append(Candidate(f"'look', 'examine' and 'inventory' change nothing: they took {len(noop)} of "
+                                 f"{_steps(n)} of a failed episode.", level="pattern",
+                                 context=summarize_observation(noop[0].anchor), clusters=step_clusters(noop), **base))
+        if t.steps and not t.won:
+            last = t.steps[-1]
+            if t.truncated:
+                out.append(Candidate(f"Running out of steps ({n}) is how this task is lost: head for exits not "
+                                     f"tried yet and act on what the goal names as soon as it is in view.",
+                                     level="principle", context=goal, clusters=step_clusters(t.steps[-1:]), **base))
+            elif last.valid and last.action and last.done:
+                out.append(Candidate(f"'{command_shape(last.action)[1]}' ended the episode in failure: check that a "
+                                     f"move is what the goal asks before making it.", level="example",
+                                     context=summarize_observation(last.anchor), clusters=step_clusters([last]), **base))
+        return out
+
+
+@register_extractor("rule")
+def rule_extractor(generate_text: GenerateText | None = None) -> RuleExtractor:
+    """The deterministic rules (:class:`RuleExtractor`); ``generate_text`` is not used."""
+    return RuleExtractor()
