@@ -1,4 +1,5 @@
-"""Observation clustering: difflib-ratio semantics at the threshold, scoping, eviction, persistence, exactness."""
+"""Observation clustering: difflib-ratio semantics at the threshold, scoping, eviction, persistence, exactness
+(the default index against difflib scans, and the bounds its exactness rests on)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,10 @@ import random
 import sqlite3
 
 import pytest
+from rapidfuzz.distance import Indel, LCSseq
 
-from slea.experience.clustering import ObservationIndex, difflib_ratio
+from slea.experience.clustering import _CAP, _K, ObservationIndex, _histogram, difflib_ratio
+from slea.experience.textmatch import _need
 from slea.testing.clustering import ExactScanIndex, rand_index
 
 ROOM = ("-= Kitchen =-\nYou are in a kitchen. A normal one. You see a closed fridge and an oven here. On the "
@@ -176,18 +179,160 @@ def _stream(n: int, seed: int = 0) -> list[tuple[str, str]]:
     return out
 
 
-def test_fast_index_equals_exact_difflib_scan_on_perturbed_strings():
+def test_default_index_equals_plain_difflib_scan_on_perturbed_strings():
     stream = _stream(300)
     ref = ExactScanIndex(0.85, fast=False, bounds=False)  # the plain difflib scan
     want = [ref.assign(o, t) for t, o in stream]
-    exact = ObservationIndex(0.85, exact=True)
+    exact = ObservationIndex(0.85)
+    assert exact.exact
     assert [exact.assign(o, t) for t, o in stream] == want
-    fast = ObservationIndex(0.85)
-    got = [fast.assign(o, t) for t, o in stream]
+    approx = ObservationIndex(0.85, exact=False)
+    got = [approx.assign(o, t) for t, o in stream]
     assert rand_index(want, got) >= 0.99
+
+
+# 26 words: every text shares most of its characters and words with many others, so many pairs sit near δ —
+# the corpus on which the former candidate filter opened clusters although a prototype at ratio >= δ existed.
+_WORDS26 = ["apple", "door", "north", "south", "east", "west", "key", "table", "chest", "lamp", "box", "fridge",
+            "oven", "knife", "carrot", "coin", "shelf", "sofa", "bed", "counter", "cellar", "attic", "garden",
+            "kitchen", "pantry", "hall"]
+
+
+def _low_vocab_stream(n: int, seed: int) -> list[tuple[str, str]]:
+    """n observations (two task types): word edits of n/8 random base texts of 2-30 words from 26 words."""
+    rng = random.Random(seed)
+    bases = [" ".join(rng.choice(_WORDS26) for _ in range(rng.randint(2, 30))) for _ in range(n // 8)]
+    out = []
+    for _ in range(n):
+        words = rng.choice(bases).split()
+        for _ in range(rng.choice([0, 1, 1, 2, 3, 5, 8])):
+            i, op = rng.randrange(len(words)), rng.random()
+            if op < 0.4:
+                words[i] = rng.choice(_WORDS26)
+            elif op < 0.7:
+                words.insert(i, rng.choice(_WORDS26))
+            elif len(words) > 1:
+                del words[i]
+        out.append((rng.choice("ab"), " ".join(words)))
+    return out
+
+
+def _missed_joins(got: list[int], want: list[int]) -> int:
+    """Observations that opened a cluster in ``got`` although the reference joined an existing one."""
+    seen_got: set[int] = set()
+    seen_want: set[int] = set()
+    missed = 0
+    for g, w in zip(got, want):
+        missed += g not in seen_got and w in seen_want
+        seen_got.add(g)
+        seen_want.add(w)
+    return missed
+
+
+def test_exact_index_equals_exact_scan_on_low_vocabulary_corpus():
+    stream = _low_vocab_stream(1000, seed=0)
+    ref = ExactScanIndex(0.85)  # every prototype, difflib's ratio (bit-identical kernel), rigorous bounds only
+    want = [ref.assign(o, t) for t, o in stream]
+    idx = ObservationIndex(0.85)
+    got = [idx.assign(o, t) for t, o in stream]
+    assert _missed_joins(got, want) == 0
+    assert got == want  # the same clusters, the same ids (ids count up in both)
+    assert len(idx) == len(ref) > 400  # many clusters, most observations joining one
+    assert idx.stats["bounded"] < idx.stats["searched"] * len(idx) / 4  # the bounds did prune
+
+
+def test_exact_index_equals_plain_difflib_scan_on_low_vocabulary_corpus():
+    stream = _low_vocab_stream(150, seed=1)
+    ref = ExactScanIndex(0.85, fast=False, bounds=False)  # SequenceMatcher(None, o, proto).ratio() for every proto
+    want = [ref.assign(o, t) for t, o in stream]
+    idx = ObservationIndex(0.85)
+    assert [idx.assign(o, t) for t, o in stream] == want
+
+
+def test_approximate_mode_never_joins_below_threshold():
+    stream = _low_vocab_stream(400, seed=2)
+    idx = ObservationIndex(0.85, exact=False)
+    for t, o in stream:
+        n = len(idx)
+        cid = idx.assign(o, t)
+        if len(idx) == n and idx.prototype(cid) != o:
+            assert difflib_ratio(o, idx.prototype(cid)) >= 0.85
+
+
+def _random_pairs(seed: int, n: int) -> list[tuple[str, str]]:
+    rng = random.Random(seed)
+    pairs = [(ROOM, ROOM.replace("closed", "open")), ("", ""), ("", "a"), ("é", "e"), ("abcdefghijklmnopqrst",
+                                                                                     "abcdefghijklmnopqXYZ")]
+    for _ in range(n):
+        alphabet = "ab c.\nxé"[: rng.randint(2, 9)]
+        a = "".join(rng.choice(alphabet) for _ in range(rng.choice([rng.randint(0, 60), rng.randint(150, 400)])))
+        b = _perturb(rng, a) if a.split() and rng.random() < 0.6 else "".join(
+            rng.choice(alphabet) for _ in range(rng.randint(0, 400)))
+        pairs.append((a, b))
+    return pairs
+
+
+def test_indel_and_histogram_bound_difflib_on_random_strings():
+    """M (difflib's matches, autojunk on from 200 characters) <= LCS <= Σ min of bucketed byte counts."""
+    for a, b in _random_pairs(0, 400):
+        sm = difflib.SequenceMatcher(None, a, b)
+        m = sum(block.size for block in sm.get_matching_blocks())
+        lcs = LCSseq.similarity(a, b)
+        assert m <= lcs, (a, b)
+        assert Indel.normalized_similarity(a, b) >= sm.ratio() - 1e-12
+        hist = _histogram(a.encode()).astype(int), _histogram(b.encode()).astype(int)
+        assert len(hist[0]) == _K and sum(map(min, *hist)) >= lcs
+
+
+def test_lcs_cutoff_keeps_every_pair_at_threshold():
+    """The index asks rapidfuzz for the LCS with an integer cutoff at or below the matches δ needs, so a pair
+    exactly at δ survives (rapidfuzz 3.14's float cutoff on the normalised score, 0.85, drops this first pair)."""
+    a, b = "abcdefghijklmnopqrst", "abcdefghijklmnopqXYZ"
+    assert difflib_ratio(a, b) == Indel.normalized_similarity(a, b) == 0.85
+    for delta in (0.6, 0.85, 0.95):
+        idx = ObservationIndex(delta)
+        for a, b in _random_pairs(1, 200) + [("abcdefghijklmnopqrst", "abcdefghijklmnopqXYZ")]:
+            total = len(a) + len(b)
+            if total and difflib_ratio(a, b) >= delta:
+                need = _need(delta, total)
+                assert LCSseq.similarity(a, b, score_cutoff=int(idx._half * total)) >= need, (a, b, delta)
+
+
+def test_histogram_saturates_past_its_cap():
+    assert (_histogram(b"e" * (_CAP + 1)) == _CAP).all()
+    assert _histogram(b"ee").sum() == 2
+
+
+def test_evicting_a_middle_row_keeps_the_moved_prototype_findable():
+    rng = random.Random(3)
+    idx = ObservationIndex(0.85, max_clusters=20)
+    texts = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz ") for _ in range(80)) for _ in range(20)]
+    ids = [idx.assign(t) for t in texts]
+    assert len(set(ids)) == 20
+    for c in ids[2:]:
+        idx._touch(c)  # ids[0], ids[1] are now the least recently used
+    idx.assign("A completely different observation about a kitchen and an oven.")  # evicts ids[0]
+    assert ids[0] not in idx
+    for t, c in zip(texts[1:], ids[1:]):
+        assert idx.lookup(t + "!") == c  # found through the histogram and LCS steps, not the memo
 
 
 def test_rand_index():
     assert rand_index([1, 1, 2, 2], [5, 5, 7, 7]) == 1.0
     assert rand_index([1, 1, 1, 1], [1, 2, 3, 4]) == 0.0
     assert rand_index([1], [2]) == 1.0
+
+
+def test_joins_a_pair_that_shares_no_four_characters_in_a_row():
+    """Why the exact index bounds every prototype instead of indexing q-grams or words: a pair at ratio 0.857."""
+    rng = random.Random(0)
+    a = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(120))
+    b = "".join(a[i:i + 3] + "#" for i in range(0, 120, 3))
+    assert difflib_ratio(b, a) >= 0.85
+    assert not {a[i:i + 4] for i in range(len(a) - 3)} & {b[i:i + 4] for i in range(len(b) - 3)}
+    idx = ObservationIndex(0.85)
+    fillers = ["".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(130)) for _ in range(20)]
+    for f in fillers:  # enough prototypes for the histogram step to run
+        idx.assign(f)
+    c = idx.assign(a)
+    assert idx.assign(b) == c

@@ -2,27 +2,29 @@
 
 Semantics (DESIGN.md, "Observation clustering"): an observation joins the *most similar* existing cluster of the
 same task type whose prototype (its first member) has ``difflib.SequenceMatcher(None, observation,
-prototype).ratio() >= δ``; ties go to the oldest cluster; if none qualifies a new cluster opens with the
-observation as prototype. An observation seen before keeps the cluster it got the first time (so identical
-anchors always share a cluster, which step grouping relies on), as long as that cluster is alive.
+prototype).ratio() >= δ`` (default autojunk, the call the reference scan makes); ties go to the oldest cluster
+(lowest id); if none qualifies, a new cluster opens with the observation as prototype. An observation seen before
+keeps the cluster it got the first time (identical anchors share a step group) while that cluster lives.
 
-The index never scans every cluster:
+The default, ``exact=True``, decides exactly that (no missed join, no wrong winner) with a cascade of upper bounds
+on difflib's match count M (ratio = 2M/(la + lb)), each of which only discards prototypes that cannot qualify:
 
-1. exact-repeat fast path: a dict from (task type, observation) to cluster id;
-2. candidate filter: an inverted index from word unigrams/bigrams of the prototypes to cluster ids; a query
-   counts hits over its rarest features only (a fixed work budget; a feature shared by more than
-   ``posting_cap`` prototypes keeps only the most recent ones and is used only when nothing rarer is shared),
-   so the cost does not grow with the number of clusters;
-3. cheap upper bounds on the ratio, most selective last: the length bound ``2·min/(la+lb)`` (difflib's
-   ``real_quick_ratio``) and ``2·(P + S + min(middles))/(la+lb)`` with P, S the common prefix/suffix (the LCS, and
-   so difflib's match count, never exceeds it), which prunes almost every non-winner;
-4. exact ratio, in decreasing bound order, with early exit once a candidate cannot beat the best so far. The exact
-   ratio is :func:`~slea.experience.textmatch.fast_ratio` (slea/experience/textmatch.py): difflib's own
-   matching-block algorithm, bit-identical, with C-level block search and early exit.
+1. repeats: a dict from (task type, observation) to cluster id (about 1 µs);
+2. character histograms of every prototype of the task type, vectorised (numpy): M <= LCS <= Σ_c min(count_a(c),
+   count_b(c)) (difflib's quick_ratio; it implies the length bound 2·min(la, lb)/(la + lb));
+3. the LCS itself: rapidfuzz ``LCSseq.similarity`` (bit-parallel in C, banded by an integer cutoff just below
+   the matches δ needs, so no float edge). difflib's matching blocks form a common subsequence, so M <= LCS;
+4. the exact count, raced: the survivors' matching-block recursions
+   (:class:`~slea.experience.textmatch._Match`, bit-identical to difflib) are refined one rectangle at a time,
+   always the one with the highest upper bound, until one is provably the most similar or none reaches δ.
 
-Bounded: at most ``max_clusters`` live clusters; the least recently used one is evicted when a new one opens.
-Evicted ids are never reused and never matched again (every candidate and memo hit is checked for liveness).
-State persists to SQLite tables (``obs_clusters``, ``obs_memo``, ``obs_meta``) or a plain dict.
+Step 2 touches every prototype of the task type — no exact filter can do less, since at δ = 0.85 two texts can
+qualify without sharing any 4 consecutive characters — so its cost (and that of step 3 where histograms look
+alike) grows with the clusters of one task type (bench/retrieval.py measures it). ``exact=False`` replaces step 2 by an inverted index over word features whose
+cost does not grow; it may miss a qualifying prototype (and then open a cluster), never joins one below δ.
+
+At most ``max_clusters`` live clusters: the least recently used is evicted when a new one opens; evicted ids are
+never reused nor matched again. State persists to SQLite (``obs_clusters``, ``obs_memo``, ``obs_meta``) or a dict.
 """
 
 from __future__ import annotations
@@ -37,45 +39,92 @@ from operator import mul, xor
 from typing import Any
 from zlib import crc32
 
-from slea.experience.textmatch import (
-    _LCS_MAX,
-    PreparedText,
-    _Match,
-    _need,
-    difflib_ratio,
-    fast_ratio,
-    lcs_length,
-    matching_count,
-)
+import numpy as np
+from rapidfuzz.distance import LCSseq
 
-__all__ = [
-    "ObservationIndex",
-    "PreparedText",
-    "difflib_ratio",
-    "fast_ratio",
-    "matching_count",
-]
+from slea.experience.textmatch import PreparedText, _Match, _need, difflib_ratio, fast_ratio, matching_count
+
+__all__ = ["ObservationIndex", "PreparedText", "difflib_ratio", "fast_ratio", "matching_count"]
+
+_NP_SLACK = 1e-6  # the histogram bound compares with δ minus this (float rounding of 2M/(la+lb) >= δ)
+_SCAN_ALL = 12  # task types with at most this many prototypes skip the histogram step (numpy call overhead)
 
 
-# ---------------------------------------------------------------------------------------------------------------
-# The index
-# ---------------------------------------------------------------------------------------------------------------
-def _gate(threshold: float, n_features: int) -> float:
-    """Least word-feature Dice a pair at difflib ratio >= threshold shows in practice (non-exact mode only).
+# -- step 2: character histograms ----------------------------------------------------------------------------
+def _bucket_table() -> bytes:
+    """UTF-8 byte -> one of 64 buckets: letters case-folded, digits, the rest (punctuation, non-ASCII) hashed.
 
-    Calibrated on TextWorld observations (bench/retrieval.py re-measures the agreement): a pair at ratio 0.85
-    differs in at most ~15% of its characters, i.e. a few words, which costs each changed word one unigram and
-    two bigrams; short texts lose a larger share. Pairs below this Dice are skipped without an exact ratio.
+    Merging characters into a bucket keeps the bound an upper bound (a min of sums is at least the sum of mins),
+    and a matched character brings the same bytes to both sides, so byte counts bound character matches too.
     """
-    g = threshold - 0.1 - 13.0 * (1.0 - threshold) / (n_features ** 0.5 if n_features else 1.0)
-    return max(0.0, g)
+    alpha = [ord(chr(i).lower()) - 97 if chr(i).isascii() and chr(i).isalpha() else -1 for i in range(256)]
+    return bytes(a if a >= 0 else 26 + i - 48 if 48 <= i <= 57 else 36 + i % 28 for i, a in enumerate(alpha))
+
+
+_BUCKET = _bucket_table()
+_K = 64
+_CAP = np.iinfo(np.uint16).max  # texts of more bytes get no histogram bound (a saturated row always passes)
+
+
+def _histogram(raw: bytes) -> np.ndarray:
+    """Bucketed byte counts (uint16) of a UTF-8 text of at most ``_CAP`` bytes, else all ``_CAP``."""
+    if len(raw) > _CAP:
+        return np.full(_K, _CAP, np.uint16)
+    return np.bincount(np.frombuffer(raw.translate(_BUCKET), np.uint8), minlength=_K).astype(np.uint16)
+
+
+class _Table:
+    """One task type's prototypes, one row each (in any order): histogram, length term, cluster id, text."""
+
+    __slots__ = ("cids", "hist", "n", "texts", "weight")
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.hist = np.zeros((8, _K), np.uint16)
+        self.weight = np.zeros(8)  # (δ - slack)/2 · len(prototype)
+        self.cids: list[int] = []
+        self.texts: list[str] = []
+
+    def add(self, cid: int, text: str, weight: float) -> int:
+        n = self.n
+        if n == len(self.weight):  # grow by doubling
+            self.hist = np.concatenate([self.hist, np.zeros_like(self.hist)])
+            self.weight = np.concatenate([self.weight, np.zeros_like(self.weight)])
+        self.hist[n] = _histogram(text.encode("utf-8", "surrogatepass"))
+        self.weight[n] = weight
+        self.cids.append(cid)
+        self.texts.append(text)
+        self.n = n + 1
+        return n
+
+    def remove(self, row: int) -> int:
+        """Drop a row (the last row moves into it); returns the moved row's cluster id, or -1."""
+        last = self.n = self.n - 1
+        self.hist[row], self.weight[row] = self.hist[last], self.weight[last]
+        cid, text = self.cids.pop(), self.texts.pop()
+        if row == last:
+            return -1
+        self.cids[row], self.texts[row] = cid, text
+        return cid
+
+    def bounded(self, text: str, half_delta: float) -> list[int] | range:
+        """Rows whose histogram bound reaches δ: ``Σ min(h_a, h_b) >= (δ - slack)/2 · (la + lb)``."""
+        n = self.n
+        raw = text.encode("utf-8", "surrogatepass")
+        if n <= _SCAN_ALL or len(raw) > _CAP:
+            return range(n)
+        s = np.minimum(self.hist[:n], _histogram(raw)).sum(1, dtype=np.int32)
+        return np.flatnonzero(s >= self.weight[:n] + half_delta * len(text)).tolist()
+
+
+# -- exact=False: word-feature candidate filter ---------------------------------------------------------------
+_MIX = 0x9E3779B1  # odd 32-bit multiplier: mixes a bigram's first word into the low bits, stays below 2**64
+_SMALL = 48  # texts with more features are indexed and looked up by a 1-in-8 sample
 
 
 def _features(text: str) -> set[int]:
-    """Word unigrams and bigrams; texts of a few words also get character trigrams (a one-word edit there is
-    a large share of the text); every text gets its first and last 6 characters. Features are CRC-32 based
-    ints — deterministic across processes (Python's str hash is salted per process), small in the postings
-    and invisible to the garbage collector — computed with C-level maps only."""
+    """Word unigrams and bigrams (character trigrams too for texts of a few words) and the first/last 6 characters,
+    as CRC-32 based ints: deterministic across processes and small in the postings."""
     b = text.encode("utf-8", "surrogatepass")
     toks = b.split()
     h = list(map(crc32, toks))
@@ -86,41 +135,91 @@ def _features(text: str) -> set[int]:
     if b:
         f.add(crc32(b[:6], 1) | (1 << 33))
         f.add(crc32(b[-6:], 2) | (1 << 34))
+    if len(f) > _SMALL:  # content-defined sample, which near-duplicates share in proportion to what they share
+        f = {x for x in f if not x & 7}
     return f
 
 
-_MIX = 0x9E3779B1  # odd 32-bit multiplier: mixes a bigram's first word into the low bits, stays below 2**64
-_SMALL = 48  # texts with more features are represented (indexed, looked up, compared) by a 1-in-8 sample
+class _Postings:
+    """Feature -> ids of the clusters whose prototype has it (oldest first; the most recent ``cap``), one task
+    type. Evicted ids stay until pushed out (candidates are checked for liveness); an empty text is feature 0."""
+
+    __slots__ = ("cap", "post")
+
+    def __init__(self, cap: int) -> None:
+        self.post: dict[int, array] = {}
+        self.cap = cap
+
+    def add(self, cid: int, text: str) -> None:
+        for f in _features(text) or (0,):
+            v = self.post.get(f)
+            if v is None:
+                self.post[f] = array("q", (cid,))  # arrays: compact, not tracked by the garbage collector
+            else:
+                if len(v) >= self.cap:
+                    del v[0]
+                v.append(cid)
+
+    def candidates(self, text: str, max_candidates: int, budget: int) -> list[int]:
+        """The clusters sharing the most of the query's rarest features, counted within a fixed work budget."""
+        lists = sorted((v for f in (_features(text) or (0,)) if (v := self.post.get(f)) is not None), key=len)
+        take = []
+        for v in lists:
+            if budget <= 0 and take:
+                break
+            take.append(v)
+            budget -= len(v)
+        counts = Counter(chain.from_iterable(reversed(v) for v in take))  # ties: the most recent
+        return [c for c, _ in counts.most_common(max_candidates)]
 
 
-def _sketch(feats: set[int]) -> set[int]:
-    """The features a text is indexed and looked up by: all of them for small texts, else the content-defined
-    1-in-8 sample (hash & 7 == 0), which near-duplicates share in proportion to what they share overall."""
-    if len(feats) <= _SMALL:
-        return feats
-    return {h for h in feats if not h & 7}
+def _race(race: dict[int, tuple[_Match, int, int]]) -> tuple[int, int]:
+    """The cluster with the highest exact difflib ratio >= δ among the survivors (ties: lowest id), or -1.
+
+    Each survivor's match count lies in [total so far, min(total + pending, LCS)]; the survivor with the highest
+    upper bound is refined one rectangle at a time (largest first) until its lower bound beats every rival's
+    upper bound (or it is exact and still on top), so a clear winner costs a few rectangles, not a full ratio.
+    Returns (winner, rectangles refined).
+    """
+    steps = 0
+    while race:
+        lead, lead_ub, lead_lb, rival = -1, -1.0, -1.0, -1.0
+        for cid in sorted(race):  # ascending ids: among equal bounds the oldest leads
+            m, total, need = race[cid]
+            u = m.ub()
+            if u < need:
+                del race[cid]
+                continue
+            ur = 2.0 * u / total if total else 1.0
+            if ur > lead_ub:
+                rival = max(rival, lead_ub)
+                lead, lead_ub, lead_lb = cid, ur, 2.0 * m.total / total if total else 1.0
+            else:
+                rival = max(rival, ur)
+        if lead < 0:
+            return -1, steps
+        m, _, need = race[lead]
+        if not m.heap or (lead_lb > rival and m.total >= need):
+            return lead, steps
+        m.step()
+        steps += 1
+    return -1, steps
 
 
-class _Scope:
-    """Per-task-type candidate structures."""
-
-    __slots__ = ("bare", "postings")
-
-    def __init__(self) -> None:
-        self.postings: dict[int, int | array] = {}  # feature -> cluster id, or ids (oldest first)
-        self.bare: list[int] = []  # prototypes with no word feature (empty or whitespace-only)
+def _text(observation: object) -> str:
+    return observation if isinstance(observation, str) else "" if observation is None else str(observation)
 
 
 class ObservationIndex:
     """Observation → cluster id, with difflib-ratio semantics at threshold δ, scoped by task type.
 
     ``assign`` is the only mutating call the rollout needs; ``lookup`` answers without creating or touching.
-    Parameters beyond ``threshold`` and ``max_clusters`` tune speed vs. exhaustiveness of the candidate filter
-    (bench/retrieval.py measures both). ``max_candidates`` / ``work_budget`` default to 6 / 128 and to the wider
-    12 / 256 in ``exact`` mode, which trades speed for agreement with the plain scan.
+    ``exact=False`` switches to the approximate word-feature candidate filter (``max_candidates`` / ``work_budget``
+    / ``posting_cap`` tune it; they are ignored in exact mode). ``prepared_cache`` bounds the cached difflib
+    preparations of prototypes, ``memo_size`` the exact-repeat dict.
     """
 
-    def __init__(self, threshold: float = 0.85, max_clusters: int = 100_000, *, exact: bool = False,
+    def __init__(self, threshold: float = 0.85, max_clusters: int = 100_000, *, exact: bool = True,
                  memo_size: int = 200_000, prepared_cache: int = 16384,
                  max_candidates: int | None = None, posting_cap: int = 256, work_budget: int | None = None) -> None:
         if not 0.0 < threshold <= 1.0:
@@ -130,22 +229,24 @@ class ObservationIndex:
         self.threshold = float(threshold)
         self.max_clusters = int(max_clusters)
         self.exact = bool(exact)
-        self._sketch: dict[int, tuple[int, array]] = {}  # cid -> (feature count, sketch)
         self.memo_size = int(memo_size)
         self.prepared_cache = int(prepared_cache)
-        self.max_candidates = int(max_candidates if max_candidates is not None else 12 if exact else 6)
+        self.max_candidates = int(max_candidates if max_candidates is not None else 6)
         self.posting_cap = int(posting_cap)
-        self.work_budget = int(work_budget if work_budget is not None else 256 if exact else 128)
+        self.work_budget = int(work_budget if work_budget is not None else 128)
+        self._half = (self.threshold - _NP_SLACK) / 2.0
         self._next_id = 0
         self._proto: dict[int, str] = {}
         self._scope_of: dict[int, str] = {}
         self._size: dict[int, int] = {}
+        self._row: dict[int, int] = {}  # cid -> row in its task type's table
         self._lru: dict[int, None] = {}  # insertion order = recency (oldest first)
         self._tick: dict[int, int] = {}  # last use, on a counter (persisted: it restores the LRU order)
         self._clock = 0
         self._memo: dict[tuple[str, str], int] = {}
         self._prep: dict[int, PreparedText] = {}
-        self._scopes: dict[str, _Scope] = {}
+        self._tables: dict[str, _Table] = {}
+        self._postings: dict[str, _Postings] = {}
         # persistence bookkeeping (what changed since the last save)
         self._dirty: set[int] = set()
         self._evicted: set[int] = set()
@@ -176,8 +277,7 @@ class ObservationIndex:
 
     def assign(self, observation: str, task_type: str = "") -> int:
         """The cluster of ``observation`` (joining the best qualifying cluster or opening a new one)."""
-        if not isinstance(observation, str):
-            observation = "" if observation is None else str(observation)
+        observation = _text(observation)
         key = (task_type, observation)
         cid = self._memo.get(key)
         if cid is not None and cid in self._proto:
@@ -195,14 +295,56 @@ class ObservationIndex:
 
     def lookup(self, observation: str, task_type: str = "") -> int:
         """The cluster ``assign`` would join, or -1 where it would open a new one; changes nothing."""
-        if not isinstance(observation, str):
-            observation = "" if observation is None else str(observation)
+        observation = _text(observation)
         cid = self._memo.get((task_type, observation))
         if cid is not None and cid in self._proto:
             return cid
         return self._search(observation, task_type, record=False)
 
-    # -- internals ---------------------------------------------------------------------------------------------
+    # -- search ------------------------------------------------------------------------------------------------
+    def _search(self, observation: str, task_type: str, record: bool = True) -> int:
+        table = self._tables.get(task_type)
+        if table is None or not table.n:
+            return -1
+        if self.exact:
+            rows = table.bounded(observation, self._half)
+        else:
+            cands = self._postings[task_type].candidates(observation, self.max_candidates, self.work_budget)
+            rows = [self._row[c] for c in cands if c in self._row]
+        best, counts = self._best(observation, table, rows)
+        if record:
+            self.stats.update(searched=1, bounded=counts[0], lcs_passed=counts[1], exact_steps=counts[2])
+        return best
+
+    def _best(self, a: str, table: _Table, rows: list[int] | range) -> tuple[int, tuple[int, int, int]]:
+        """The most similar qualifying prototype among ``rows`` (-1 if none), and (rows, LCS survivors, steps)."""
+        la = len(a)
+        texts, cids = table.texts, table.cids
+        lcs = LCSseq.similarity
+        half = self._half
+        race = {}  # cid -> (difflib's matching-block recursion capped by the LCS, la + lb, matches needed for δ)
+        for r in rows:
+            b = texts[r]
+            total = la + len(b)
+            cap = lcs(a, b, score_cutoff=int(half * total))  # C, banded by the cutoff (<= need); 0 below it
+            if (cap or not total) and cap >= (need := _need(self.threshold, total)):
+                cid = cids[r]
+                race[cid] = (_Match(a, self._prepared(cid), cap), total, need)
+        if not race:
+            return -1, (len(rows), 0, 0)
+        best, steps = _race(race)
+        return best, (len(rows), len(race), steps)
+
+    def _prepared(self, cid: int) -> PreparedText:
+        p = self._prep.get(cid)
+        if p is None:
+            p = PreparedText(self._proto[cid])
+            if len(self._prep) >= self.prepared_cache:
+                del self._prep[next(iter(self._prep))]
+            self._prep[cid] = p
+        return p
+
+    # -- bookkeeping -------------------------------------------------------------------------------------------
     def _touch(self, cid: int) -> None:
         lru = self._lru
         del lru[cid]
@@ -221,131 +363,6 @@ class ObservationIndex:
             del memo[old]
             self._memo_added.pop(old, None)
             self._memo_dropped.add(old)
-
-    def _prepared(self, cid: int) -> PreparedText:
-        p = self._prep.get(cid)
-        if p is None:
-            p = PreparedText(self._proto[cid])
-            if len(self._prep) >= self.prepared_cache:
-                del self._prep[next(iter(self._prep))]
-            self._prep[cid] = p
-        return p
-
-    def _candidates(self, feats: set[int], n_features: int, scope: _Scope) -> list[int]:
-        post = scope.postings
-        cap = self.posting_cap
-        singles: list[int] = []  # features held by one cluster: the rarest of all
-        lists = []
-        full = None
-        for f in feats:
-            v = post.get(f)
-            if v is None:
-                continue
-            if v.__class__ is int:
-                singles.append(v)
-            elif len(v) < cap:
-                lists.append(v)
-            elif full is None:
-                full = v
-        if n_features <= 2 and scope.bare:
-            lists.append(scope.bare)
-        if not lists and not singles:
-            # every shared feature is saturated (many clusters alike): the most recent clusters sharing one
-            return full[-self.max_candidates:] if full is not None else []
-        lists.sort(key=len)
-        budget = self.work_budget - len(singles)
-        take = 0
-        for lst in lists:
-            if budget <= 0:
-                break
-            budget -= len(lst)
-            take += 1
-        counts = Counter(chain(singles, chain.from_iterable(lists[:take])))
-        if len(counts) <= self.max_candidates:
-            return list(counts)
-        return [c for c, _ in counts.most_common(self.max_candidates)]
-
-    def _search(self, observation: str, task_type: str, record: bool = True) -> int:
-        scope = self._scopes.get(task_type)
-        if scope is None:
-            return -1
-        feats = _features(observation)
-        nf = len(feats)
-        qs = _sketch(feats)
-        cands = self._candidates(qs, nf, scope)
-        if not cands:
-            return -1
-        q8 = qs if nf > _SMALL else None  # the query's 1-in-8 sample, made on demand
-        a = observation
-        la = len(a)
-        thr = self.threshold
-        proto = self._proto
-        gate = not self.exact
-        ranked = []
-        for cid in cands:
-            b = proto.get(cid)
-            if b is None:  # evicted
-                continue
-            lb = len(b)
-            if 2.0 * (min(lb, la)) / (la + lb) < thr:  # length bound (difflib's real_quick_ratio)
-                continue
-            n_p, sk = self._sketch[cid]
-            tot = nf + n_p
-            if nf <= _SMALL and n_p <= _SMALL:  # both sketches are the full feature sets: exact Dice
-                dice = 2.0 * len(feats.intersection(sk)) / tot if tot else 1.0
-            else:  # estimate on the common 1-in-8 sample
-                if q8 is None:
-                    q8 = {h for h in feats if not h & 7}
-                p8 = sk if n_p > _SMALL else [h for h in sk if not h & 7]
-                den = len(q8) + len(p8)
-                dice = 2.0 * len(q8.intersection(p8)) / den if den else 0.0
-            if gate and dice < _gate(thr, tot):
-                continue
-            ranked.append((-dice, cid))
-        if not ranked:
-            return -1
-        # race the candidates on rigorous bounds of their match counts: refine the one with the highest upper
-        # bound until one is certainly the most similar (or none can reach δ)
-        race: dict[int, tuple[_Match, int, int]] = {}  # cid -> (matcher, a+b length, matches needed for δ)
-        for _, cid in ranked:
-            lb = len(proto[cid])
-            total = la + lb
-            need = _need(thr, total)
-            p = self._prepared(cid)
-            # rigorous: LCS >= difflib's matches (tight without popular elements; with them it rarely prunes)
-            cap = lcs_length(a, p) if (lb <= _LCS_MAX and not p.popular) else None
-            if cap is not None and cap < need:
-                continue
-            race[cid] = (_Match(a, p, cap), total, need)
-        steps = 0
-        best = -1
-        while race:
-            lead, lead_ub, lead_lb, rival = -1, -1.0, -1.0, -1.0
-            for cid in sorted(race):
-                m, total, need = race[cid]
-                u = m.ub()
-                if u < need:
-                    del race[cid]
-                    continue
-                ur = 2.0 * u / total if total else 1.0
-                if ur > lead_ub:
-                    if lead >= 0:
-                        rival = max(rival, lead_ub)
-                    lead, lead_ub, lead_lb = cid, ur, 2.0 * m.total / total if total else 1.0
-                else:
-                    rival = max(rival, ur)
-            if lead < 0:
-                break
-            m, total, need = race[lead]
-            if not m.heap or (lead_lb > rival and m.total >= need):
-                best = lead  # exact and >= every other bound, or already provably above all of them
-                break
-            m.step()
-            steps += 1
-        if record:
-            self.stats["searched"] += 1
-            self.stats["exact_steps"] += steps
-        return best
 
     def _create(self, observation: str, task_type: str) -> int:
         cid = self._next_id
@@ -367,41 +384,29 @@ class ObservationIndex:
         self._tick[cid] = tick
         self._dirty.add(cid)
         self._evicted.discard(cid)
-        scope = self._scopes.get(task_type)
-        if scope is None:
-            scope = self._scopes[task_type] = _Scope()
-        full = _features(prototype)
-        feats = _sketch(full)
-        self._sketch[cid] = (len(full), array("Q", feats))
-        if not feats:
-            scope.bare.append(cid)
-            return
-        post = scope.postings
-        cap = self.posting_cap
-        for f in feats:
-            v = post.get(f)
-            if v is None:
-                post[f] = cid
-            elif v.__class__ is int:
-                post[f] = array("q", (v, cid))  # arrays: compact, and not tracked by the garbage collector
-            else:
-                if len(v) >= cap:  # a saturated feature keeps the most recent `cap` clusters
-                    del v[0]
-                v.append(cid)
+        table = self._tables.get(task_type)
+        if table is None:
+            table = self._tables[task_type] = _Table()
+        self._row[cid] = table.add(cid, prototype, self._half * len(prototype))
+        if not self.exact:
+            post = self._postings.get(task_type)
+            if post is None:
+                post = self._postings[task_type] = _Postings(self.posting_cap)
+            post.add(cid, prototype)
 
     def _evict(self, cid: int) -> None:
         self.stats["evicted"] += 1
         del self._lru[cid]
         del self._proto[cid]
-        scope = self._scopes[self._scope_of.pop(cid)]
+        moved = self._tables[self._scope_of.pop(cid)].remove(self._row[cid])
+        if moved >= 0:
+            self._row[moved] = self._row[cid]
+        del self._row[cid]
         del self._size[cid]
         del self._tick[cid]
         self._prep.pop(cid, None)
-        del self._sketch[cid]
         self._dirty.discard(cid)
         self._evicted.add(cid)
-        if scope.bare and cid in scope.bare:
-            scope.bare.remove(cid)
         # postings and memo entries keep the dead id lazily: every read checks liveness, ids are never reused
 
     # -- persistence -------------------------------------------------------------------------------------------
