@@ -4,7 +4,8 @@ Every run is a ``slea compare`` sub-run (identical env seeds per seed, the same 
 so equal env-step budgets up to episodes that end early; the same held-out games), kept under
 ``bench/results/evidence/<job>/<variant>/runs/<algorithm>-s<seed>/``: a finished run is reused, an interrupted
 one resumes from its checkpoint, so the comparison continues across sessions. One run per invocation, so a
-2-core machine runs them one at a time (through ``../shared/bin/heavy``)::
+2-core machine runs them one at a time (through ``../shared/bin/heavy``; ``$SLEA_EVIDENCE_DIR`` puts the results elsewhere, e.g. when the
+code runs from another checkout)::
 
     python bench/slea_evidence.py run --job default --variant slea --seed 0
     python bench/slea_evidence.py library-off --job default --variant slea --seed 0   # same policy, no library
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -29,7 +31,7 @@ import numpy as np
 from slea.trainer import compare
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "bench" / "results" / "evidence"
+RESULTS = Path(os.environ.get("SLEA_EVIDENCE_DIR") or ROOT / "bench" / "results" / "evidence")
 
 # The default job is `make train`'s (configs/slea.yaml = configs/default.yaml plus SLEA-RL's settings), with a
 # fixed iteration budget instead of a time budget (equal env-step budgets whatever the machine's speed) and
