@@ -110,9 +110,9 @@ def test_eviction_is_lru_and_evicted_ids_never_match_again():
     assert ids[1] not in idx and ids[0] in idx and ids[2] in idx and d in idx
     again = idx.assign(obs[1])  # the evicted prototype opens a new cluster with a fresh id
     assert again not in ids and again != d
-    for o in obs:
-        assert idx.lookup(o) in idx or idx.lookup(o) == -1
-    assert all(c in idx for c in (idx.lookup(o) for o in obs) if c != -1)
+    # LRU before the last assign: charlie, alpha, delta -> charlie (ids[2]) was evicted to make room
+    assert ids[2] not in idx and sorted([ids[0], d, again]) == sorted(c for c, *_ in idx.clusters())
+    assert [idx.lookup(o) for o in obs] == [ids[0], again, -1, d]  # charlie's text no longer matches anything
 
 
 def test_sqlite_round_trip_and_incremental_saves(tmp_path):

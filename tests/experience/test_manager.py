@@ -44,8 +44,21 @@ def test_gates_warmup_min_entries_and_mode_off(tmp_path):
     r = m.retrieve(KITCHEN, task_type="tw", iteration=5)
     assert isinstance(r, RetrievalResult) and r.text == "" and r.entry_ids == []  # empty library
     assert r.cluster_id == m.cluster(KITCHEN, "tw") >= 0  # the cluster is given even when gated
-    m.evolve(batch(m), 0)
-    assert len(m.library) >= 3
+    met = m.evolve(batch(m), 0)
+    # by hand: R = 1.0, -0.1, 0.0 -> η = median = 0; T+ = {1}, T− = {2, 3}; warnings scored z = −R.
+    # Traj 1 (open fridge, drink milk: won) -> 2 principles (open before use; the verbs), the plan, the
+    # rewarded move. Traj 2 (z = 0.1) -> 'go north' ×3 repeated, the made-up 'dance', the last move lost;
+    # traj 3 (z = 0.0) -> its last move lost, a duplicate of traj 2's: merged (sources 2+3, z = max = 0.1).
+    got = sorted((e.zone, e.level, e.task_type, round(e.score, 9), sorted(e.sources))
+                 for e in m.library.entries())
+    assert got == sorted([
+        ("pos", "principle", "tw", 1.0, [1]), ("pos", "principle", "tw", 1.0, [1]),
+        ("pos", "pattern", "tw", 1.0, [1]), ("pos", "example", "tw", 1.0, [1]),
+        ("neg", "pattern", "tw", 0.1, [2]), ("neg", "example", "tw", 0.1, [2]),
+        ("neg", "example", "tw", 0.1, [2, 3]),
+    ])
+    assert (met["added"], met["duplicate"], met["candidates"]) == (7, 1, 8)
+    assert len(m.library) == 7 >= m.cfg.min_entries
     assert m.retrieve(KITCHEN, task_type="tw", iteration=1).text == ""  # warm-up
     open_ = m.retrieve(KITCHEN, task_type="tw", iteration=2)
     assert open_.text and open_.entry_ids
@@ -80,11 +93,22 @@ def test_evolve_metrics_rate_limits_and_links(tmp_path):
     for key in ("added", "replaced", "rejected", "duplicate", "size_pos", "size_neg", "eta", "t_pos", "t_neg",
                 "candidates", "clusters", "evolve_s"):
         assert key in met and isinstance(met[key], float)
-    assert met["admitted_pos"] == 2 and met["admitted_neg"] == 1 and met["rate_limited"] > 0
+    assert met["admitted_pos"] == 2 and met["admitted_neg"] == 1
+    assert met["candidates"] == 8 and met["rate_limited"] == 8 - 3  # 4 strategies + 4 warnings, 3 admitted
     assert met["size_pos"] == 2 and met["size_neg"] == 1
     for e in m.library.entries():
         assert e.clusters and all(c in m.index for c in e.clusters)
-        assert e.score == (1.0 if e.zone == "pos" else e.score)
+    kitchen, hall = m.cluster(KITCHEN, "tw"), m.cluster(HALL, "tw")
+    # strategies z = R(traj 1) = 1.0, first two in admission order: the principles (both from its first step);
+    # warnings z = −R: traj 2 (R = −0.1, z = 0.1) goes before traj 3 (z = 0), its pattern before its
+    # examples
+    got = sorted((e.zone, e.level, round(e.score, 9), e.sources, e.clusters, e.text[:40])
+                 for e in m.library.entries())
+    assert got == [
+        ("neg", "pattern", 0.1, [2], [hall], "Repeating 'go <direction>' (3 times) bro"),
+        ("pos", "principle", 1.0, [1], [kitchen], "On this kind of task the work is done by"),
+        ("pos", "principle", 1.0, [1], [kitchen], "Open or unlock what is closed before usi"),
+    ]
     m.close()
 
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import random
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -57,23 +56,20 @@ def test_parse_action_never_raises(text, adm):
 def test_parse_action_on_the_adversarial_corpus_and_non_strings():
     """As the rollout calls it: on the collector's cleaned answer (capped at MAX_ANSWER_CHARS)."""
     adm = ["take coin", "go north", "open door"]
-    slowest = 0.0
     for text in corpus():
-        t0 = time.perf_counter()
         _check_action(clean_text(text), adm)
         _check_action(clean_text(text), None)
-        slowest = max(slowest, time.perf_counter() - t0)
-    assert slowest < 1.0  # bounded: no input makes a step's parse hang
     for junk in (None, b"take coin", 42, ["take coin"], float("nan")):
         assert parse_action(junk, adm) == (None, "invalid")
     assert parse_action("  Command: take coin.  ", adm) == ("take coin", "exact")
 
 
-def test_parse_action_is_fast_on_long_degenerate_lines():
+def test_parse_action_reads_a_bounded_prefix_of_long_degenerate_lines():
+    """Only the first 1000 characters of the first non-empty line are matched (what keeps the cost bounded):
+    a command after 8000 blanks is past the cap, so the answer is invalid."""
     for text in ("!" * 8000 + "x", " " * 8000 + "take coin"):
-        t0 = time.perf_counter()
-        parse_action(text, ["take coin"])
-        assert time.perf_counter() - t0 < 0.05
+        assert parse_action(text, ["take coin"]) == (None, "invalid")
+    assert parse_action(" " * 900 + "take coin", ["take coin"]) == ("take coin", "exact")  # within the cap
 
 
 def test_clean_text_makes_any_output_storable():

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ast
 import pickle
+import re
 import shutil
 from pathlib import Path
 
@@ -111,8 +112,9 @@ def test_a_manifest_naming_foreign_files_is_refused(tmp_path):
 
 
 def test_base_model_folder_with_only_a_pickled_checkpoint_never_runs_it(tmp_path):
-    """A model folder (``model.name_or_path``) that offers only ``pytorch_model.bin``: transformers may try it,
-    but with ``weights_only`` unpickling, so the planted code never runs."""
+    """A model folder (``model.name_or_path``) that offers only ``pytorch_model.bin``: ``load_policy`` asks
+    transformers for safetensors only (``use_safetensors=True``), so the folder is refused with transformers'
+    OSError for the missing ``model.safetensors`` and the pickled file is never opened."""
     from slea.config import ModelSection
     from slea.policy.model import load_policy
     from slea.policy.tiny import tiny_model_dir
@@ -122,7 +124,8 @@ def test_base_model_folder_with_only_a_pickled_checkpoint_never_runs_it(tmp_path
     (folder / "model.safetensors").unlink()
     marker = tmp_path / "PWNED"
     _plant(folder, marker, names=("pytorch_model.bin",))
-    with pytest.raises(Exception):  # noqa: B017  (transformers' own error type varies by version)
+    refused = rf"no file named model\.safetensors found in directory {re.escape(str(folder))}"
+    with pytest.raises(OSError, match=refused):
         load_policy(ModelSection(name_or_path=str(folder), lora=False, dtype="float32"))
     assert not marker.exists()
 

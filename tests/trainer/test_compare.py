@@ -70,20 +70,36 @@ def _fake_run(root: Path, algo: str, seed: int, succ: list[float], steps: list[f
 
 
 def test_table_statistics_and_interpolation(tmp_path):
-    runs = [_fake_run(tmp_path, "a", 0, [0.0, 0.5, 1.0], [10, 20, 30], 0.4),
-            _fake_run(tmp_path, "a", 1, [0.0, 1.0], [20, 40], 0.6),
-            _fake_run(tmp_path, "b", 0, [0.2, 0.2, 0.2], [10, 20, 40], 0.1)]
+    curves = {("a", 0): ([0.0, 0.5, 1.0], [10, 20, 40]), ("a", 1): ([0.0, 1.0], [20, 60]),
+              ("b", 0): ([0.2, 0.2, 0.2], [10, 20, 40])}
+    heldout = {("a", 0): 0.4, ("a", 1): 0.6, ("b", 0): 0.1}
+    runs = [_fake_run(tmp_path, al, sd, succ, steps, heldout[(al, sd)])
+            for (al, sd), (succ, steps) in curves.items()]
     t = summarize_runs(runs)
-    assert t["budgets"] == [8, 15, 22, 30]  # fractions of the shortest run (30 env steps)
+    # budgets: 25/50/75/100 % of the shortest run's env steps (its last env_steps row), here exact integers
+    shortest = min(steps[-1] for _, steps in curves.values())
+    assert shortest == 40 and t["budgets"] == [shortest // 4, shortest // 2, 3 * shortest // 4, shortest]
     a = t["algorithms"]["a"]
     assert a["heldout_success"]["mean"] == pytest.approx(0.5)
     assert a["heldout_success"]["std"] == pytest.approx(np.std([0.4, 0.6], ddof=1))
-    # at 30 steps: seed 0 → 1.0; seed 1 → halfway between (20, 0) and (40, 1) = 0.5
-    assert a["train_success_at_env_steps"]["30"]["values"] == pytest.approx([1.0, 0.5])
-    assert a["train_success_at_env_steps"]["15"]["values"] == pytest.approx([0.25, 0.0])
+    # seed 0: (10, 0) (20, .5) (40, 1); seed 1: (20, 0) (60, 1), its first value (0) below 20 steps
+    at = a["train_success_at_env_steps"]
+    assert list(at) == [str(b) for b in t["budgets"]]
+    assert at["10"]["values"] == pytest.approx([0.0, 0.0])
+    assert at["20"]["values"] == pytest.approx([0.5, 0.0])
+    assert at["30"]["values"] == pytest.approx([0.75, 0.25])  # halfway between the logged points around 30
+    assert at["40"]["values"] == pytest.approx([1.0, 0.5])
+    b_at = t["algorithms"]["b"]["train_success_at_env_steps"]
+    assert list(b_at) == list(at) and all(v["values"] == pytest.approx([0.2]) for v in b_at.values())
     assert t["algorithms"]["b"]["heldout_success"]["std"] == 0.0
+    assert a["env_steps"]["values"] == [40.0, 60.0] and a["iterations"]["values"] == [3.0, 2.0]
     md = table_markdown(t)
     assert "0.500 ± 0.141" in md and "| b | 1 | 0.100 |" in md
+    assert " | ".join(f"train succ. @ {b} steps" for b in (10, 20, 30, 40)) in md
+    # a shortest run of 30 steps: budgets are whole env steps within half a step of 7.5, 15, 22.5 and 30
+    odd = summarize_runs([_fake_run(tmp_path / "odd", "c", 0, [0.0, 1.0], [10, 30], 0.0)])["budgets"]
+    assert len(odd) == 4 and all(isinstance(b, int) and abs(b - f * 30) <= 0.5
+                                 for b, f in zip(odd, (0.25, 0.5, 0.75, 1.0)))
 
 
 def test_env_steps_fallback_for_old_runs():
