@@ -4,6 +4,7 @@ and `slea envs`' data column."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -51,11 +52,23 @@ def test_alfworld_success_per_task_type_and_all():
 
 
 def test_webshop_score_and_success():
-    trajs = [traj(won=True, score=100.0), traj(score=50.0), traj(score=25.0), traj()]  # no score: 0
+    trajs = [traj(won=True, score=100.0), traj(score=50.0), traj(score=25.0), traj(score=0.0)]
     t = R.build_table("webshop", [("greedy", trajs)])
     assert t.columns == ["Score", "Succ. %"]
     assert t.value("greedy", "Score") == pytest.approx(175 / 4)
     assert t.value("greedy", "Succ. %") == 25.0
+
+
+def test_missing_or_nan_score_is_missing_not_zero(caplog):
+    trajs = [traj(score=80.0), traj(), traj(score=float("nan"))]  # no score, NaN score: left out, not 0
+    with caplog.at_level(logging.WARNING, logger="slea.evaluation.report"):
+        t = R.build_table("webshop", {"a": trajs, "b": [traj(), traj(score=float("nan"))]})
+    assert t.value("a", "Score") == 80.0 and t.value("b", "Score") is None
+    assert "| b | – | 0.0 | 2 |" in t.to_markdown()
+    assert any("2 of 3 episodes" in r.getMessage() for r in caplog.records)
+    qa = R.build_table("search_qa", {"x": [traj("hotpotqa", em=1.0, f1=1.0), traj("nq")]})
+    assert qa.value("x", "nq EM") is None and qa.value("x", "Avg EM") is None  # not averaged over hotpotqa alone
+    assert R.PaperTable.fmt(R.Cell(float("nan"), 1)) == "–"
 
 
 def test_scienceworld_seen_unseen_from_task_and_variation():
@@ -79,7 +92,8 @@ def test_scienceworld_seen_unseen_from_task_and_variation():
 
 def test_search_qa_em_f1_per_dataset_and_average():
     trajs = [traj("hotpotqa", True, em=1.0, f1=1.0), traj("hotpotqa", em=0.0, f1=0.5),
-             traj("nq", em=0.0, f1=0.2), traj("nq", em=0.0, f1=0.0), traj("nq", True, em=1.0, f1=1.0), traj("nq")]
+             traj("nq", em=0.0, f1=0.2), traj("nq", em=0.0, f1=0.0), traj("nq", True, em=1.0, f1=1.0),
+             traj("nq", em=0.0, f1=0.0)]
     t = R.build_table("search_qa", {"grpo": trajs})
     assert t.value("grpo", "hotpotqa EM") == 50.0 and t.value("grpo", "hotpotqa F1") == 75.0
     assert t.value("grpo", "nq EM") == 25.0 and t.value("grpo", "nq F1") == pytest.approx(30.0)

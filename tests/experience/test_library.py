@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from slea.experience import library as L
 from slea.experience.library import ExperienceLibrary, sanitize
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
@@ -155,3 +157,19 @@ def test_bad_arguments(tmp_path):
         lib.add("text", "pos", "anecdote", 1.0)
     assert lib.add("   ", "pos", "example", 1.0).status == "rejected"
     assert lib.add("A fine lesson about nothing much.", "pos", "example", float("nan")).status == "rejected"
+
+
+def test_failed_embedder_load_is_warned_once_and_reported(monkeypatch, caplog):
+    def broken_load():
+        raise OSError("weights missing")
+
+    monkeypatch.setattr(L._Embedder, "_instance", None)
+    monkeypatch.setattr(L._Embedder, "_failed", False)
+    monkeypatch.setattr(L._Embedder, "_load", staticmethod(broken_load))
+    lib = ExperienceLibrary(None, use_embeddings=True)
+    with caplog.at_level(logging.WARNING, logger="slea.experience.library"):
+        for text in ("open the drawer first", "look under the bed", "open the drawer first please"):
+            lib.add(text, "pos", "pattern", 1.0)
+    assert len([r for r in caplog.records if "embedder failed to load" in r.getMessage()]) == 1
+    assert lib.summary()["embedder_failed"] == 1 and len(lib) >= 2
+    assert "embedder_failed" not in ExperienceLibrary(None).summary()  # embeddings off: nothing to report

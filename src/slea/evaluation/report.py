@@ -25,12 +25,15 @@ the table says so.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from slea.types import Trajectory
+
+log = logging.getLogger(__name__)
 
 GENERIC = "generic"
 
@@ -96,13 +99,23 @@ def family_of(env_id: str) -> str:
 # ------------------------------------------------------------------------------------------------------------
 # Helpers
 # ------------------------------------------------------------------------------------------------------------
-def _num(info: dict[str, Any], key: str, default: float = 0.0) -> float:
-    v = info.get(key, default)
+def _num(info: dict[str, Any], key: str) -> float | None:
+    """``info[key]`` as a finite float; None when it is absent, not a number, or NaN / inf."""
     try:
-        v = float(v)
-    except (TypeError, ValueError):
-        return default
-    return v if math.isfinite(v) else default
+        v = float(info[key])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def _scores(trajs: Sequence[Trajectory], key: str, scale: float = 1.0) -> Cell:
+    """Mean of ``scale * final_info[key]`` over the episodes that report it. Episodes without a finite value
+    are left out (never counted as 0) and a warning says how many; none reporting it: a missing cell (–)."""
+    vals = [v for v in (_num(t.final_info, key) for t in trajs) if v is not None]
+    if len(vals) < len(trajs):
+        log.warning("%d of %d episodes have no finite %r: left out of its mean", len(trajs) - len(vals),
+                    len(trajs), key)
+    return _mean(scale * v for v in vals)
 
 
 def _mean(values: Iterable[float]) -> Cell:
@@ -159,7 +172,7 @@ def alfworld_cells(trajs: Sequence[Trajectory]) -> dict[str, Cell]:
 @family_table("webshop", title="WebShop", last=("Score", "Succ. %"),
               note="Score = mean final score (0-100), Succ. = score 100 (SLEA-RL Table 1, GiGPO Table 1)")
 def webshop_cells(trajs: Sequence[Trajectory]) -> dict[str, Cell]:
-    return {"Score": _mean(_num(t.final_info, "score") for t in trajs), "Succ. %": _success(trajs)}
+    return {"Score": _scores(trajs, "score"), "Succ. %": _success(trajs)}
 
 
 SCIENCEWORLD_SPLITS = {"dev": "Seen", "test": "Unseen", "train": "Train"}
@@ -187,13 +200,13 @@ def scienceworld_cells(trajs: Sequence[Trajectory], per_task: bool | None = None
                        max_auto_tasks: int = 6) -> dict[str, Cell]:
     splits = _by(trajs, scienceworld_split)
     order = sorted(splits, key=lambda s: (list(SCIENCEWORLD_SPLITS).index(s) if s in SCIENCEWORLD_SPLITS else 9, s))
-    cells = {SCIENCEWORLD_SPLITS.get(s, s): _mean(_num(t.final_info, "score") for t in splits[s]) for s in order}
+    cells = {SCIENCEWORLD_SPLITS.get(s, s): _scores(splits[s], "score") for s in order}
     tasks = _by(trajs, lambda t: str(t.final_info.get("task") or _task_type(t)))
     if per_task or (per_task is None and 1 < len(tasks) <= max_auto_tasks):
         for task in sorted(tasks):
-            cells[task] = _mean(_num(t.final_info, "score") for t in tasks[task])
+            cells[task] = _scores(tasks[task], "score")
     if len(splits) > 1:
-        cells["All"] = _mean(_num(t.final_info, "score") for t in trajs)
+        cells["All"] = _scores(trajs, "score")
     return cells
 
 
@@ -204,15 +217,22 @@ def search_qa_cells(trajs: Sequence[Trajectory]) -> dict[str, Cell]:
     cells: dict[str, Cell] = {}
     ems, f1s = [], []
     for ds in sorted(datasets):
-        em = _mean(100.0 * _num(t.final_info, "em") for t in datasets[ds])
-        f1 = _mean(100.0 * _num(t.final_info, "f1") for t in datasets[ds])
+        em = _scores(datasets[ds], "em", 100.0)
+        f1 = _scores(datasets[ds], "f1", 100.0)
         cells[f"{ds} EM"], cells[f"{ds} F1"] = em, f1
         ems.append(em.value)
         f1s.append(f1.value)
     if len(datasets) > 1:
-        cells["Avg EM"] = Cell(sum(ems) / len(ems), len(trajs))
-        cells["Avg F1"] = Cell(sum(f1s) / len(f1s), len(trajs))
+        cells["Avg EM"] = _average(ems, len(trajs))
+        cells["Avg F1"] = _average(f1s, len(trajs))
     return cells
+
+
+def _average(values: Sequence[float | None], n: int) -> Cell:
+    """Mean over datasets; missing (–) when any dataset has no value, rather than averaging the rest."""
+    if not values or any(v is None for v in values):
+        return Cell(None, n)
+    return Cell(sum(values) / len(values), n)
 
 
 def _success_per_type(trajs: Sequence[Trajectory]) -> dict[str, Cell]:
@@ -268,7 +288,10 @@ class PaperTable:
     # -- renderings ------------------------------------------------------------------------------------------
     @staticmethod
     def fmt(cell: Cell | None) -> str:
-        return "–" if cell is None or cell.value is None else f"{cell.value:.1f}"
+        """``–`` for a missing cell: no value, or a NaN / inf one (e.g. read back from a JSON report)."""
+        if cell is None or cell.value is None or not math.isfinite(cell.value):
+            return "–"
+        return f"{cell.value:.1f}"
 
     def to_markdown(self, *, first: str = "Model / method", title: bool = True) -> str:
         cols = self.columns

