@@ -48,7 +48,7 @@ from slea.envs.textworld import clean_observation
 from slea.experience.clustering import ObservationIndex
 from slea.experience.library import Entry, ExperienceLibrary
 from slea.experience.retrieval import Retriever
-from slea.testing.clustering import ExactScanIndex, rand_index
+from slea.testing.clustering import ExactScanIndex, low_vocab_stream, missed_joins, rand_index
 
 CORPUS = ROOT / "bench" / "data" / "textworld_obs.jsonl.gz"
 DELTA = 0.85
@@ -141,38 +141,6 @@ def perturb(rng: random.Random, text: str, frac: float, prefix: bool = False) ->
     if prefix:
         words = [rng.choice(VOCAB), rng.choice(VOCAB)] + words
     return " ".join(words)
-
-
-def low_vocab_stream(n: int = 3000, seed: int = 0) -> list[tuple[str, str]]:
-    """Seeded synthetic observations from 26 words (two task types): word edits of n/8 base texts of 2-30 words."""
-    words26 = VOCAB[:26]
-    rng = random.Random(seed)
-    bases = [" ".join(rng.choice(words26) for _ in range(rng.randint(2, 30))) for _ in range(n // 8)]
-    out = []
-    for _ in range(n):
-        w = rng.choice(bases).split()
-        for _ in range(rng.choice([0, 1, 1, 2, 3, 5, 8])):
-            i, op = rng.randrange(len(w)), rng.random()
-            if op < 0.4:
-                w[i] = rng.choice(words26)
-            elif op < 0.7:
-                w.insert(i, rng.choice(words26))
-            elif len(w) > 1:
-                del w[i]
-        out.append((rng.choice("ab"), " ".join(w)))
-    return out
-
-
-def missed_joins(got: list[int], want: list[int]) -> int:
-    """Observations that opened a cluster in ``got`` although the exact scan joined an existing one."""
-    seen_got: set[int] = set()
-    seen_want: set[int] = set()
-    missed = 0
-    for g, w in zip(got, want):
-        missed += g not in seen_got and w in seen_want
-        seen_got.add(g)
-        seen_want.add(w)
-    return missed
 
 
 def by_length(stream, wall, cpu, long_from: int = 300) -> dict:

@@ -12,7 +12,7 @@ from rapidfuzz.distance import Indel, LCSseq
 
 from slea.experience.clustering import _CAP, _K, ObservationIndex, _histogram, difflib_ratio
 from slea.experience.textmatch import _need
-from slea.testing.clustering import ExactScanIndex, rand_index
+from slea.testing.clustering import ExactScanIndex, low_vocab_stream, missed_joins, rand_index
 
 ROOM = ("-= Kitchen =-\nYou are in a kitchen. A normal one. You see a closed fridge and an oven here. On the "
         "counter you make out a knife, a red apple and a cookbook. There is an open door leading north and an "
@@ -192,57 +192,20 @@ def test_default_index_equals_plain_difflib_scan_on_perturbed_strings():
 
 
 # 26 words: every text shares most of its characters and words with many others, so many pairs sit near δ —
-# the corpus on which the former candidate filter opened clusters although a prototype at ratio >= δ existed.
-_WORDS26 = ["apple", "door", "north", "south", "east", "west", "key", "table", "chest", "lamp", "box", "fridge",
-            "oven", "knife", "carrot", "coin", "shelf", "sofa", "bed", "counter", "cellar", "attic", "garden",
-            "kitchen", "pantry", "hall"]
-
-
-def _low_vocab_stream(n: int, seed: int) -> list[tuple[str, str]]:
-    """n observations (two task types): word edits of n/8 random base texts of 2-30 words from 26 words."""
-    rng = random.Random(seed)
-    bases = [" ".join(rng.choice(_WORDS26) for _ in range(rng.randint(2, 30))) for _ in range(n // 8)]
-    out = []
-    for _ in range(n):
-        words = rng.choice(bases).split()
-        for _ in range(rng.choice([0, 1, 1, 2, 3, 5, 8])):
-            i, op = rng.randrange(len(words)), rng.random()
-            if op < 0.4:
-                words[i] = rng.choice(_WORDS26)
-            elif op < 0.7:
-                words.insert(i, rng.choice(_WORDS26))
-            elif len(words) > 1:
-                del words[i]
-        out.append((rng.choice("ab"), " ".join(words)))
-    return out
-
-
-def _missed_joins(got: list[int], want: list[int]) -> int:
-    """Observations that opened a cluster in ``got`` although the reference joined an existing one."""
-    seen_got: set[int] = set()
-    seen_want: set[int] = set()
-    missed = 0
-    for g, w in zip(got, want):
-        missed += g not in seen_got and w in seen_want
-        seen_got.add(g)
-        seen_want.add(w)
-    return missed
-
-
 def test_exact_index_equals_exact_scan_on_low_vocabulary_corpus():
-    stream = _low_vocab_stream(1000, seed=0)
+    stream = low_vocab_stream(1000, seed=0)
     ref = ExactScanIndex(0.85)  # every prototype, difflib's ratio (bit-identical kernel), rigorous bounds only
     want = [ref.assign(o, t) for t, o in stream]
     idx = ObservationIndex(0.85)
     got = [idx.assign(o, t) for t, o in stream]
-    assert _missed_joins(got, want) == 0
+    assert missed_joins(got, want) == 0
     assert got == want  # the same clusters, the same ids (ids count up in both)
     assert len(idx) == len(ref) > 400  # many clusters, most observations joining one
     assert idx.stats["bounded"] < idx.stats["searched"] * len(idx) / 4  # the bounds did prune
 
 
 def test_exact_index_equals_plain_difflib_scan_on_low_vocabulary_corpus():
-    stream = _low_vocab_stream(150, seed=1)
+    stream = low_vocab_stream(150, seed=1)
     ref = ExactScanIndex(0.85, fast=False, bounds=False)  # SequenceMatcher(None, o, proto).ratio() for every proto
     want = [ref.assign(o, t) for t, o in stream]
     idx = ObservationIndex(0.85)
@@ -250,7 +213,7 @@ def test_exact_index_equals_plain_difflib_scan_on_low_vocabulary_corpus():
 
 
 def test_approximate_mode_never_joins_below_threshold():
-    stream = _low_vocab_stream(400, seed=2)
+    stream = low_vocab_stream(400, seed=2)
     idx = ObservationIndex(0.85, exact=False)
     for t, o in stream:
         n = len(idx)

@@ -4,12 +4,13 @@ index that measures how far two clusterings agree (tests/experience/test_cluster
 from __future__ import annotations
 
 import difflib
+import random
 from collections import Counter
 from typing import Any
 
 from slea.experience.textmatch import _LCS_MAX, PreparedText, _need, fast_ratio, lcs_length, match_upper_bound
 
-__all__ = ["ExactScanIndex", "rand_index"]
+__all__ = ["WORDS26", "ExactScanIndex", "low_vocab_stream", "missed_joins", "rand_index"]
 
 
 class ExactScanIndex:
@@ -85,3 +86,41 @@ def rand_index(labels_a: list, labels_b: list) -> float:
     same_both = pairs(Counter(zip(labels_a, labels_b)))
     total = n * (n - 1) // 2
     return (total - same_a - same_b + 2 * same_both) / total
+
+
+# 26 words: the corpus on which the former candidate filter opened clusters although a prototype at ratio >= δ
+# existed (tests/experience/test_clustering.py and bench/retrieval.py both use it).
+WORDS26 = ["apple", "door", "north", "south", "east", "west", "key", "table", "chest", "lamp", "box", "fridge",
+           "oven", "knife", "carrot", "coin", "shelf", "sofa", "bed", "counter", "cellar", "attic", "garden",
+           "kitchen", "pantry", "hall"]
+
+
+def low_vocab_stream(n: int = 3000, seed: int = 0) -> list[tuple[str, str]]:
+    """Seeded synthetic observations from 26 words (two task types): word edits of n/8 base texts of 2-30 words."""
+    rng = random.Random(seed)
+    bases = [" ".join(rng.choice(WORDS26) for _ in range(rng.randint(2, 30))) for _ in range(n // 8)]
+    out = []
+    for _ in range(n):
+        words = rng.choice(bases).split()
+        for _ in range(rng.choice([0, 1, 1, 2, 3, 5, 8])):
+            i, op = rng.randrange(len(words)), rng.random()
+            if op < 0.4:
+                words[i] = rng.choice(WORDS26)
+            elif op < 0.7:
+                words.insert(i, rng.choice(WORDS26))
+            elif len(words) > 1:
+                del words[i]
+        out.append((rng.choice("ab"), " ".join(words)))
+    return out
+
+
+def missed_joins(got: list[int], want: list[int]) -> int:
+    """Observations that opened a cluster in ``got`` although the reference (``want``) joined an existing one."""
+    seen_got: set[int] = set()
+    seen_want: set[int] = set()
+    missed = 0
+    for g, w in zip(got, want):
+        missed += g not in seen_got and w in seen_want
+        seen_got.add(g)
+        seen_want.add(w)
+    return missed
