@@ -50,14 +50,27 @@ def _traj(observations, actions, **kw) -> Traj:
     return Traj("slea/TextWorld-v0", "t1", turns=turns, **kw)
 
 
-@pytest.fixture
-def lora_policy():
-    """A fresh LoRA-wrapped tiny model (adapter B = 0: the policy starts equal to its reference)."""
+@pytest.fixture(scope="module")
+def _loaded():
     from slea.config import ModelSection
     from slea.policy.model import load_policy
 
     torch.manual_seed(0)
-    return load_policy(ModelSection(name_or_path="tiny", lora=True, lora_r=4, dtype="float32"))
+    model, tok = load_policy(ModelSection(name_or_path="tiny", lora=True, lora_r=4, dtype="float32"))
+    start = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    return model, tok, start
+
+
+@pytest.fixture
+def lora_policy(_loaded):
+    """The LoRA-wrapped tiny model with its adapter as built (B = 0: the policy starts equal to its reference);
+    loaded once per module, the adapter reset before every test."""
+    model, tok, start = _loaded
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n in start:
+                p.copy_(start[n])
+    return model, tok
 
 
 def _encoder(tok):
@@ -122,16 +135,24 @@ def test_encode_pair_is_one_sample_per_turn(lora_policy):
     assert tok.decode(s.prompt_ids).endswith("<|im_start|>assistant\n")
 
 
-def test_dpo_step_moves_the_margin_up(lora_policy):
+@pytest.mark.parametrize(("method", "start_loss"), [
+    ("dpo", math.log(2)),       # -log sigmoid(0)
+    ("turn_dpo", math.log(2)),
+    ("dil", 1.0),               # UKL: r_l - log r_w = e^0 - 0
+    ("tlm_dre", 1.0),           # Eq.17: exp(0) - c_w * 0
+])
+def test_one_step_moves_the_margin_up(lora_policy, method, start_loss):
     model, tok = lora_policy
     batch = _pairs(tok)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
-    met = alignment_step(model, opt, batch, "dpo", beta=0.5, micro_batch=16)
+    met = alignment_step(model, opt, batch, method, beta=0.5, micro_batch=16)
     # the adapter starts at 0, so before the step the policy is its reference: every log-ratio is 0
     assert met["margin"] == pytest.approx(0.0, abs=1e-5)
-    assert met["loss"] == pytest.approx(math.log(2), abs=1e-5)  # -log sigmoid(0)
+    assert met["loss"] == pytest.approx(start_loss, abs=1e-5)
     assert met["skipped"] == 0.0 and met["pairs"] == 2 and met["turns"] == 8
     assert all(s.ref_logprobs is not None for p in batch for s in p.chosen + p.rejected)
+    # (chosen - rejected) summed log-ratio after the step; the tiny model's turns all sit below the pivot, so
+    # the turn-weighted methods weigh every turn 1 and this is also their weighted margin
     assert _margin(model, batch) > 0.05
 
 
@@ -187,12 +208,12 @@ def test_tlm_dre_step_uses_the_turn_weights(lora_policy):
     batch = _pairs(tok)
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad], lr=1e-2)
     # adequacy of the tiny random model is low (~1/vocab): with pivot 0.9 every turn is uncertain (omega_U)
-    met = alignment_step(model, opt, batch, "tlm_dre", micro_batch=4)
+    met = alignment_step(model, opt, batch, "tlm_dre", micro_batch=16)
     assert met["low_weight_frac"] == 0.0
     samples = [s for p in batch for s in p.chosen + p.rejected]
     p = [math.exp(np.mean(s.ref_logprobs)) for s in samples]
     pivot = float(np.median(p))
-    met = alignment_step(model, opt, batch, "tlm_dre", micro_batch=4, pivot=pivot)
+    met = alignment_step(model, opt, batch, "tlm_dre", micro_batch=16, pivot=pivot)
     assert met["low_weight_frac"] == pytest.approx(sum(x > pivot for x in p) / len(p))
     assert met["skipped"] == 0.0 and math.isfinite(met["loss"]) and met["grad_norm"] > 0
 
