@@ -155,8 +155,9 @@ def chosen_log_factor(ref_turn_logprobs: torch.Tensor, weights: torch.Tensor, to
       turns above the pivot contribute, each at least ``p_pivot^{1−ω_L}``, so ``c_w ≥ 0.9^{0.8·n}`` for ``n``
       turns: the chosen term keeps its weight on long trajectories.
     * ``"turn"`` (the literal Eq.17): whole-turn probabilities, ``log c_w = Σ_i (1 − ω_i) · Σ_j log π_ref(y_{i,j})``.
-      Summed in log space it never produces NaN, but it is ``e^{−(1−ω_L)·(tokens in confident turns)·…}``: on a
-      long expert trajectory ``c_w`` goes to 0 and the loss keeps only its rejected term.
+      Summed in log space it never produces NaN, but a turn of ``n`` tokens at per-token probability ``p``
+      contributes ``p^{n(1−ω)}``: on a long expert trajectory ``c_w`` goes to 0 and the loss keeps only its
+      rejected term.
     * ``"none"``: ``c_w = 1`` (drop the factor; the chosen term is then DIL's with the multiscale ratio).
 
     A constant: built from ``π_ref`` only, returned detached."""

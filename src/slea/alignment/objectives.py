@@ -93,7 +93,7 @@ class TurnStats:
     logp: torch.Tensor  # Σ_j log π_θ over the turn's action tokens (differentiable)
     ref_logp: torch.Tensor  # Σ_j log π_ref (a constant; zeros when the method needs no reference)
     tokens: torch.Tensor  # action tokens per turn; 0 on padding
-    adequacy: torch.Tensor  # tlm-DRE Eq.9 p_i under π_ref; 1 on padding (and without a reference)
+    adequacy: torch.Tensor  # tlm-DRE Eq.9 p_i under π_ref (float64); 1 on padding (and without a reference)
     mask: torch.Tensor  # 1 on real turns
 
     @property
@@ -124,7 +124,8 @@ def _side(sums: torch.Tensor, layout: list[list[int]], samples: Sequence[Sample]
     p = np.ones(n + 1)
     if refs:
         p[[i for i, ok in enumerate(has_ref) if ok]] = turn_adequacy(refs)
-    return TurnStats(padded[idx], ref[idx], tokens[idx], torch.as_tensor(p, dtype=sums.dtype)[idx], mask)
+    # adequacy stays float64: Eq.10 compares it with the pivot, and a float32 rounding could flip a turn at the edge
+    return TurnStats(padded[idx], ref[idx], tokens[idx], torch.as_tensor(p, dtype=torch.float64)[idx], mask)
 
 
 # -- registry ---------------------------------------------------------------------------------------------------
