@@ -4,8 +4,10 @@ measured in the same run.
 Generation: slea's engine (shared-prefix + duplicate-prompt prefill reuse) vs ``transformers.generate`` on the
 same rollout-like prompts (4 tasks x 8 copies, the default's turn-0 batch, and a mixed later-turn batch).
 Training: slea's update forward/backward (LM head on response positions only, shared prefix) vs the same
-model and samples with the head over every position and no prefix sharing (what TRL's GRPOTrainer does on CPU,
-reference/trl-baseline.md); and adapters on the top 15 layers only vs on all 30. Writes bench/results/throughput.json and prints a table.
+model and samples with the head over every position and no prefix sharing: an *emulation* of how TRL's
+GRPOTrainer computes log-probs on CPU (reference/trl-baseline.md), written here, not TRL itself (TRL is not
+installed or run; measuring the real library is the scale-out issue's); and adapters on the top 15 layers only vs
+on all 30. Writes bench/results/throughput.json and prints a table.
 
     .venv/bin/python bench/throughput.py [--model embedded] [--reps 2]
 """
@@ -52,7 +54,8 @@ def hf_generate(model, tok, batch: list[list[int]], max_new: int, dtype: str) ->
 
 
 def full_logits_logprobs(model, samples: list[Sample], dtype: str) -> torch.Tensor:
-    """Baseline: head over every position, no prefix sharing."""
+    """Baseline, an emulation of TRL's CPU log-prob path (not TRL itself): head over every position, no prefix
+    sharing."""
     seqs = [s.prompt_ids + s.response_ids for s in samples]
     ids, attn = left_pad(seqs, 0)
     pos = (attn.cumsum(-1) - 1).clamp(min=0)
@@ -133,7 +136,7 @@ def main() -> None:
         base_s = r.get("hf_generate_s", r.get("full_logits_s", r.get("all_layers_s")))
         print(f"{key:36s} {r['slea_s']:9.2f}s {base_s:9.2f}s {r['speedup']:7.2f}x")
     t = results["training/16x~300tok"]
-    print(f"training tokens/s: slea {t['slea_tok_s']:.0f}, full-logits baseline {t['full_logits_tok_s']:.0f}, "
+    print(f"training tokens/s: slea {t['slea_tok_s']:.0f}, full-logits baseline (TRL emulation) {t['full_logits_tok_s']:.0f}, "
           f"LoRA on the top 15 layers {results['training/16x~300tok, LoRA top 15 layers']['slea_tok_s']:.0f}")
 
 

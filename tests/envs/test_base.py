@@ -93,8 +93,11 @@ def test_contract_fills_info_and_never_raises(fake_ids):
         obs2, reward, term, trunc, info = env.step(bad)  # type: ignore[arg-type]
         assert info["invalid"] is True and obs2 == obs and reward == 0.0 and not term and not trunc
         assert info["goal"] == "say ok" and "lost" in info
-    obs2, reward, term, _, info = env.step("boom")  # the engine raises: an invalid step, not a crash
-    assert info["invalid"] is True and "RuntimeError" in info["error"] and obs2 == obs
+    # the engine raises: a fault (the episode ends, truncated), neither an invalid action nor a crash
+    obs2, reward, term, trunc, info = env.step("boom")
+    assert (obs2, reward, term, trunc) == (obs, 0.0, False, True)
+    assert info["fault"] == "error" and info["invalid"] is False and info["error"] == "RuntimeError: engine crashed"
+    assert info["goal"] == "say ok" and "lost" in info  # the contract's keys, as on every step
     obs2, reward, term, _, info = env.step("ok")
     assert (obs2, reward, term, info["invalid"], info["won"]) == ("fine", 1.0, True, False, True)
     with pytest.raises(NotImplementedError):

@@ -89,11 +89,51 @@ def test_a_reset_that_keeps_failing_sits_the_episode_out(tiny_policy):
     assert len(trajs[1].steps) >= 1
 
 
-def test_faults_propagate_when_handling_is_off():
+def test_an_engine_exception_inside_the_env_is_a_fault_not_an_invalid_action():
+    """The engine raises inside ``_step``: TextEnv.step's catch answers with a fault (the episode ends, no reward,
+    no invalid flag, so no invalid-action penalty), and the env is left as the engine left it (dead here)."""
+    env = FaultyEnv(crash_prob=1.0)
+    obs, _ = env.reset(seed=3)
+    got = env.step("up")
+    assert got[:4] == (obs, 0.0, False, True)
+    assert got[4]["fault"] == "error" and got[4]["invalid"] is False
+    assert got[4]["error"] == "InjectedFault: injected crash at turn 0" and env.injected["crash"] == 1
+    with pytest.raises(InjectedFault):
+        env.reset(seed=3)  # a reset is not caught by the env: the pool's own guard handles it
+
+
+def test_the_rollout_does_not_penalise_or_learn_from_an_engine_fault(tiny_policy):
+    """Through the collector: the faulted step is valid (no invalid penalty), ends the episode truncated, carries
+    ``fault``, so the trainer drops the episode (rl._faulted)."""
+    from slea.config import RolloutSection
+    from slea.policy.generation import Generation
+    from slea.policy.prompts import PromptBuilder
+    from slea.rollout.collector import RolloutCollector
+    from slea.trainer.rl import _faulted
+
+    class Up:
+        def generate(self, prompts, **kw):
+            return [Generation([5], [-0.1], "up") for _ in prompts]
+
+    pool = EnvPool(FAULTY_ID, 1, 2, {**SOKO, "crash_prob": 1.0})
+    col = RolloutCollector(Up(), PromptBuilder(tiny_policy[1]), RolloutSection(invalid_penalty=0.5), max_steps=4)
+    trajs, _ = col.collect(pool, [3])
+    for t in trajs:
+        (step,) = t.steps
+        assert step.valid and step.penalty == 0.0 and step.reward == 0.0 and step.info["fault"] == "error"
+        assert t.truncated and _faulted(t)
+    assert pool.take_fault_stats()["env_errors"] == 2
+
+
+def test_with_handling_off_the_pool_passes_the_fault_through_without_rebuilding():
     pool = EnvPool(FAULTY_ID, 1, 1, {**SOKO, "crash_prob": 1.0}, handle_faults=False)
     pool.reset([0])
+    env = pool.envs[0]
+    _, _, _, trunc, info = pool.step({0: "up"})[0]
+    assert trunc and info["fault"] == "error"
+    assert pool.envs[0] is env and env.dead and pool.fault_counts["env_errors"] == 0  # not counted, not rebuilt
     with pytest.raises(InjectedFault):
-        pool.step({0: "up"})
+        pool.reset([0])  # a reset's exception propagates
 
 
 def test_fault_decisions_are_pure_functions_of_seed_turn_and_action():
@@ -106,11 +146,11 @@ def test_fault_decisions_are_pure_functions_of_seed_turn_and_action():
             env.dead = False
             env.reset(seed=seed)
             for act in ("up", "left", "down"):
-                try:
-                    got.append(env.step(act)[1])
-                except InjectedFault:
+                _, reward, _, _, info = env.step(act)
+                if info.get("fault"):
                     got.append("crash")
                     break
+                got.append(reward)
         trace.append([("nan" if isinstance(g, float) and math.isnan(g) else g) for g in got])
     assert trace[0] == trace[1] and "crash" in trace[0] and "nan" in trace[0]
 

@@ -5,13 +5,14 @@ candidate. Bounded: a few seconds in all (bench/soak.py runs the same corpus for
 
 from __future__ import annotations
 
-import importlib.util
 import random
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+# In-tree modules need only core dependencies: one that fails to import fails this file, never skips it.
+from slea.envs import search_qa
+from slea.experience.llm_extractor import LLMExtractor, parse_llm_list
 from slea.policy.prompts import parse_action
 from slea.rollout.collector import clean_text
 from slea.testing.faulty_env import ADVERSARIAL, GarbageGenerator, adversarial_text
@@ -80,10 +81,6 @@ def test_clean_text_makes_any_output_storable():
 
 
 # -- Search-QA ----------------------------------------------------------------------------------------------
-try:
-    from slea.envs import search_qa
-except ImportError:  # the family is optional
-    search_qa = None
 
 
 def _check_qa(text):
@@ -94,14 +91,12 @@ def _check_qa(text):
         assert content == " ".join(content.split())
 
 
-@pytest.mark.skipif(search_qa is None, reason="slea.envs.search_qa not present")
 @FUZZ
 @given(texts)
 def test_search_qa_tag_parser_never_raises(text):
     _check_qa(text)
 
 
-@pytest.mark.skipif(search_qa is None, reason="slea.envs.search_qa not present")
 def test_search_qa_tag_parser_on_the_adversarial_corpus():
     for text in corpus(seed=2):
         _check_qa(text)
@@ -110,7 +105,6 @@ def test_search_qa_tag_parser_on_the_adversarial_corpus():
 
 
 # -- experience extraction -----------------------------------------------------------------------------------
-HAS_EXTRACTION = importlib.util.find_spec("slea.experience.llm_extractor") is not None
 
 
 def _check_items(items, max_items=10):
@@ -122,19 +116,13 @@ def _check_items(items, max_items=10):
         assert "<|" not in text and "|>" not in text  # chat markers neutralised
 
 
-@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.llm_extractor not present")
 @FUZZ
 @given(st.one_of(texts, st.lists(texts, max_size=6).map("\n".join)))
 def test_extraction_parser_never_raises(text):
-    from slea.experience.llm_extractor import parse_llm_list
-
     _check_items(parse_llm_list(text))
 
 
-@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.llm_extractor not present")
 def test_extraction_parser_on_the_adversarial_corpus():
-    from slea.experience.llm_extractor import parse_llm_list
-
     for text in corpus(seed=3):  # as the LLM extractor gets it: a generator's cleaned, capped answer
         _check_items(parse_llm_list(clean_text(text)))
     for junk in (None, 3, b"1. do this thing now", ["a list"]):
@@ -149,10 +137,7 @@ def _trajectory(response_text: str, won: bool):
     return Trajectory(0, 0, goal="take the coin", steps=steps, won=won)
 
 
-@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.llm_extractor not present")
 def test_llm_extractor_survives_garbage_answers_and_broken_generators():
-    from slea.experience.llm_extractor import LLMExtractor
-
     rng = random.Random(4)
     pos, neg = [_trajectory("take coin", True)], [_trajectory(clean_text(adversarial_text(rng)), False)]
     answers = [lambda ps: [adversarial_text(rng) for _ in ps], lambda ps: [], lambda ps: [None] * len(ps),
@@ -166,7 +151,6 @@ def test_llm_extractor_survives_garbage_answers_and_broken_generators():
                 assert "<|im_start|>" not in c.text
 
 
-@pytest.mark.skipif(not HAS_EXTRACTION, reason="slea.experience.llm_extractor not present")
 def test_rollout_with_garbage_output_yields_invalid_steps_and_storable_lessons(tiny_policy, tmp_path):
     """Garbage answers through the real loop: parsed as invalid, never crash; lessons drawn from them store."""
     import slea.envs  # noqa: F401

@@ -6,20 +6,19 @@
 * checkpoint validation: damaged, truncated, half-written or non-finite checkpoints are skipped with a
   warning and the previous one is used; nothing is applied from a checkpoint that fails to load;
 * metrics truncation and library restore are atomic;
-* slow: ``slea train`` on the smoke preset SIGKILLed at a random moment after a checkpoint appears, resumed
-  with ``slea train --resume``, equals an uninterrupted run (metrics, final weights, held-out eval).
+* slow: ``slea train`` on the smoke preset SIGKILLed at a fixed moment (inside iteration 1's checkpoint, its files
+  written, not yet renamed into place), resumed with ``slea train --resume``, equals an uninterrupted run
+  (metrics, final weights that training changed, held-out eval).
 """
 
 from __future__ import annotations
 
 import json
 import os
-import random
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -86,6 +85,7 @@ def test_killed_in_process_then_resumed_equals_uninterrupted(tmp_path, rel, capl
     rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(tmp_path / "ref/metrics.jsonl"))
     assert _library_rows(run / "library.sqlite") == _library_rows(tmp_path / "ref/library.sqlite")
     got, want = _final_weights(run), _final_weights(tmp_path / "ref")
+    assert _trained(want), "the reference run never changed its weights: the comparison would prove nothing"
     assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
     a = json.loads((run / "eval/after.json").read_text())
     b = json.loads((tmp_path / "ref/eval/after.json").read_text())
@@ -269,38 +269,68 @@ SMOKE_OVERRIDES = ["--set", "train.iterations=4", "--set", "rollout.fuzzy_cutoff
                    "--set", "eval.games=1", "--set", "eval.episodes_per_game=2"]
 
 
+# A plugin module the killed run imports (``plugins: [kill_plugin]``): the process SIGKILLs itself at one fixed
+# moment, inside iteration 1's checkpoint after every file of it is written and before it is renamed into place
+# (so a half-done ``.tmp-iter_000001`` is left behind). Armed by $SLEA_TEST_KILL_AT only, so the resumed process
+# (same config, same plugin) runs on.
+KILL_PLUGIN = """
+import os, signal
+from slea.trainer import checkpoint
+
+AT = os.environ.get("SLEA_TEST_KILL_AT")
+if AT is not None:
+    real_save, real_fsync, armed = checkpoint.save_checkpoint, checkpoint._fsync, []
+
+    def save_checkpoint(root, iteration, *args, **kwargs):
+        if iteration == int(AT):
+            armed.append(iteration)
+        return real_save(root, iteration, *args, **kwargs)
+
+    def fsync(path):
+        real_fsync(path)
+        if armed and path.name.startswith(".tmp-"):  # the folder itself, after all its files
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    checkpoint.save_checkpoint, checkpoint._fsync = save_checkpoint, fsync
+"""
+
+
+def _trained(weights: dict[str, torch.Tensor]) -> bool:
+    """LoRA's B matrices start at exactly 0: any non-zero entry means the updates changed the weights."""
+    bs = [t for k, t in weights.items() if "lora_B" in k]
+    return bool(bs) and any(bool(t.abs().max() > 0) for t in bs)
+
+
 @pytest.mark.slow
 def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
     pytest.importorskip("textworld")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("SLEA_TEST_KILL_AT", None)
+    (tmp_path / "kill_plugin.py").write_text(KILL_PLUGIN)
     smoke = str(ROOT / "configs/smoke.yaml")
+    over = [*SMOKE_OVERRIDES, "--set", "plugins=[kill_plugin]"]
     ref = tmp_path / "ref"
-    r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={ref}", *SMOKE_OVERRIDES), env=env,
+    r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={ref}", *over), env=env, cwd=tmp_path,
                        capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
+    want = _final_weights(ref)
+    assert _trained(want), "the reference run never changed its weights: the comparison would prove nothing"
 
     run = tmp_path / "run"
-    rng = random.Random(os.getpid())
-    kill_after = rng.choice([0, 1, 2])  # the checkpoint after which the kill lands, plus a random delay
-    proc = subprocess.Popen(_slea("train", smoke, "--set", f"run.dir={run}", *SMOKE_OVERRIDES), env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 300
-    while not (run / "checkpoints" / f"iter_{kill_after:06d}").is_dir():
-        assert proc.poll() is None, "the run ended before the kill"
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    time.sleep(rng.uniform(0.0, 2.0))
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=60)
-    rows_at_kill = len(read_metrics(run / "metrics.jsonl"))
+    r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={run}", *over), env={**env, "SLEA_TEST_KILL_AT": "1"},
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-3000:])
+    assert (run / "checkpoints" / ".tmp-iter_000001" / "manifest.json").is_file()  # killed mid-checkpoint
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000000"]
+    assert [row["iteration"] for row in read_metrics(run / "metrics.jsonl")] == [0, 1]
 
-    r = subprocess.run(_slea("train", "--resume", str(run)), env=env, capture_output=True, text=True, timeout=600,
-                       check=False)
+    r = subprocess.run(_slea("train", "--resume", str(run)), env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "resumed from" in r.stdout, (kill_after, rows_at_kill, r.stdout[-2000:])
+    assert "resumed from iter_000000" in r.stdout, r.stdout[-2000:]
     rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl"))
-    got, want = _final_weights(run), _final_weights(ref)
-    assert all(torch.equal(got[k], want[k]) for k in want)
+    got = _final_weights(run)
+    assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in want)
     a = json.loads((run / "eval/after.json").read_text())
     b = json.loads((ref / "eval/after.json").read_text())
     assert a["sampled"] == b["sampled"]

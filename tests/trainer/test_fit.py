@@ -49,3 +49,14 @@ def test_full_finetune_kl_reference_is_the_frozen_starting_model(tmp_path):
     assert all(torch.equal(start[n], ref_now[n]) for n in start)  # the reference never moves
     assert m["update/kl"] > 0  # measured against the starting weights (the policy itself would give 0)
     t.log.close()
+
+
+def test_budget_spent_starts_an_iteration_only_if_it_ends_within_half_an_iteration_of_the_budget():
+    from slea.trainer.rl import budget_spent
+
+    assert not budget_spent(0.0, 0.0, 1e-3)  # the first iteration always starts
+    assert not budget_spent(80.0, 30.0, 100.0)  # 80 + 15 = 95 ≤ 100: expected to end at 110, within 15 s
+    assert budget_spent(90.0, 30.0, 100.0)  # 90 + 15 = 105 > 100
+    assert not budget_spent(100.0, 0.0, 100.0)  # exactly at the budget with no estimate: 100 > 100 is false
+    assert budget_spent(100.1, 0.0, 100.0)
+    assert not budget_spent(1e9, 1e9, None)  # no budget

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import random
 import sys
 from collections.abc import Iterator
@@ -160,6 +161,14 @@ def engine_guard() -> Iterator[None]:
 _ACCELERATED = False
 
 
+class PlannerFailed(RuntimeError):
+    """The planner expert (fast-downward) found no plan from a state of an unfinished game."""
+
+
+class GenerationError(RuntimeError):
+    """No game could be made: the engine failed on a drawn room, or no room was solved in MAX_ATTEMPTS."""
+
+
 def accelerate_engine() -> None:
     """Make textworld's PDDL engine faster, with the same text out (idempotent, process-wide).
 
@@ -233,10 +242,23 @@ def make_engine(expert: str | None = "handcoded", facts: bool = False, accelerat
         AlfredExpertType,
         AlfredInfos,
     )
+    from alfworld.agents.expert.handcoded_expert import HandCodedAgentFailed
     from textworld.envs import PddlEnv
 
     if accelerate:
         accelerate_engine()
+
+    class Pddl(PddlEnv):
+        """textworld's PDDL env, reading a game file through a closed handle (its own ``load`` leaves the file to
+        the garbage collector: a ResourceWarning per load)."""
+
+        def load(self, filename_or_data: Any) -> None:
+            if isinstance(filename_or_data, (str, os.PathLike)):
+                with open(filename_or_data, encoding="utf-8") as fh:
+                    super().load(json.load(fh))
+                self._game_file = filename_or_data
+            else:
+                super().load(filename_or_data)
 
     class Expert(AlfredExpert):
         """alfworld's expert, with its state tracking taught the grammar's ``move X to Y`` command.
@@ -254,17 +276,25 @@ def make_engine(expert: str | None = "handcoded", facts: bool = False, accelerat
             return self.state, reward, done
 
         def _gather_infos(self) -> None:
-            # The hand-coded expert gives up by raising (timeout, no subgoal left) after the game has already
-            # stepped; report "no advice" instead of losing the step.
+            # The hand-coded expert gives up by raising after the game has already stepped: HandCodedAgentFailed
+            # (no subgoal left), or alfworld's plain Exception("Timeout") (its step budget). That is "no advice"
+            # (an empty plan, the step kept); any other exception is an engine failure and propagates.
             try:
                 super()._gather_infos()
-            except Exception:  # noqa: BLE001
+            except HandCodedAgentFailed:
                 self.state["extra.expert_plan"] = []
+            except Exception as exc:
+                if type(exc) is not Exception or exc.args != ("Timeout",):
+                    raise
+                self.state["extra.expert_plan"] = []
+            if self.expert_type == AlfredExpertType.PLANNER and not self.state.get("won") and \
+                    not self.state.get("extra.expert_plan"):
+                raise PlannerFailed("fast-downward found no plan from this state")
 
     infos = textworld.EnvInfos(
         won=True, admissible_commands=True, facts=facts, extras=["gamefile", "walkthrough"]
     )
-    env = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))
+    env = AlfredInfos(AlfredDemangler(Pddl(infos), shuffle=False))
     if expert:
         kind = {"handcoded": AlfredExpertType.HANDCODED, "planner": AlfredExpertType.PLANNER}[expert]
         env = Expert(env, expert_type=kind)
@@ -288,25 +318,24 @@ def seeded_random(state: Any) -> Iterator[list[Any]]:
 def play_expert(
     engine: Any, game_file: str, seed: int, max_steps: int = MAX_EXPERT_STEPS
 ) -> list[str] | None:
-    """The hand-coded expert's commands until it wins (None if it fails or needs more than ``max_steps``)."""
+    """The expert's commands until it wins; None when it gives up (no advice), loses, or needs more than
+    ``max_steps`` (the room is then redrawn). An engine or planner failure raises: it is never read as a room
+    the expert cannot solve, nor stored as an empty plan."""
     rng_state = random.Random(f"expert:{seed}").getstate()
     commands: list[str] = []
     with engine_guard(), seeded_random(rng_state):
-        try:
-            engine.load(game_file)
-            state = engine.reset()
-            for _ in range(max_steps):
-                plan = state.get("extra.expert_plan") or []
-                if not plan:
-                    return None
-                commands.append(plan[0])
-                state, _score, done = engine.step(plan[0])
-                if state.get("won"):
-                    return commands
-                if done:
-                    return None
-        except Exception:  # noqa: BLE001  (the expert gives up by raising; the room is redrawn)
-            return None
+        engine.load(game_file)
+        state = engine.reset()
+        for _ in range(max_steps):
+            plan = state.get("extra.expert_plan") or []
+            if not plan:
+                return None
+            commands.append(plan[0])
+            state, _score, done = engine.step(plan[0])
+            if state.get("won"):
+                return commands
+            if done:
+                return None
     return None
 
 
@@ -560,10 +589,14 @@ def generate(task: str, seed: int, workdir: Any, engine: Any = None) -> tuple[An
         gamedata, traj = built
         folder = workdir / f"attempt-{attempt}"
         write_game(folder, gamedata, traj)
-        walkthrough = play_expert(engine, str(folder / "game.tw-pddl"), seed)
+        try:
+            walkthrough = play_expert(engine, str(folder / "game.tw-pddl"), seed)
+        except Exception as exc:
+            raise GenerationError(f"generating ALFWorld {task} game {seed} (attempt {attempt}): the engine "
+                                  f"failed: {type(exc).__name__}: {exc}") from exc
         if walkthrough:
             gamedata.update(solvable=True, walkthrough=walkthrough)
             traj["slea"]["expert_steps"] = len(walkthrough)
             write_game(folder, gamedata, traj)
             return folder, traj
-    raise RuntimeError(f"no solvable {task} game for seed {seed} in {MAX_ATTEMPTS} attempts")
+    raise GenerationError(f"no solvable {task} game for seed {seed} in {MAX_ATTEMPTS} attempts")

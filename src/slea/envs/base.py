@@ -72,9 +72,10 @@ DEFAULT_INSTRUCTIONS = Instructions(
 class TextEnv(gym.Env):
     """Base class of slea's text environments.
 
-    Subclasses implement :meth:`_reset` and :meth:`_step`; the base fills the contract's ``info`` keys and
-    turns any exception raised while executing an action into an invalid step, so a bad action never
-    crashes a rollout. Subclasses may override :meth:`_info_defaults` to add family keys (``lost``,
+    Subclasses implement :meth:`_reset` and :meth:`_step`; the base fills the contract's ``info`` keys. A
+    ``_step`` answers a bad action itself (:meth:`_reject`: an invalid step); an exception it raises is the
+    engine's failure, which :meth:`step` turns into a *fault* (:meth:`_fault`: the episode ends, truncated,
+    with ``info["fault"]``), never into an invalid action and never into a crash of the rollout. Subclasses may override :meth:`_info_defaults` to add family keys (``lost``,
     ``walkthrough``...) to every info, the invalid-step infos included.
     """
 
@@ -114,13 +115,19 @@ class TextEnv(gym.Env):
             return self._invalid("Empty or non-text action.")
         try:
             obs, reward, terminated, truncated, info = self._step(action.strip())
-        except (OSError, EOFError):  # a dead engine (lost JVM, broken pipe): the pool restarts this env
-            raise
-        except Exception as exc:  # noqa: BLE001  (an engine that chokes on an action must not end the run)
-            return self._invalid(f"The action could not be executed ({type(exc).__name__}).")
+        except Exception as exc:  # noqa: BLE001  (the engine failed, not the policy: a fault, not a crash)
+            return self._fault(exc)
         self._last_obs = obs
         info.setdefault("invalid", False)
         return obs, float(reward), bool(terminated), bool(truncated), self._fill(info)
+
+    def _fault(self, exc: Exception) -> StepResult:
+        """The step whose engine raised: the episode ends there (``truncated``, reward 0) with ``info["fault"]
+        = "error"`` and the exception in ``info["error"]``. It is not an invalid action (the policy is not
+        penalised for the engine's failure); :class:`slea.envs.pool.EnvPool` counts it as an env error, rebuilds
+        the env, and the trainer does not learn from the episode."""
+        info = {"invalid": False, "fault": "error", "error": f"{type(exc).__name__}: {exc}"[:500]}
+        return self._last_obs, 0.0, False, True, self._fill(info)
 
     def _reject(self, why: str) -> StepResult:
         """What a family's ``_step`` returns for an action it refuses (no reset yet, episode over, ...):

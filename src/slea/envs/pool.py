@@ -6,8 +6,9 @@ named in ``actions`` and refuses finished ones. Every single env call goes throu
 (and :meth:`EnvPool.reset_one`), the one place to wrap with a per-step timeout or to send to a remote
 worker later. Env cost is about 1% of an iteration, so sequential stepping is fine on a laptop.
 
-Faults (docs/reliability.md). An env call that raises, or that does not return within ``step_timeout_s``
-(``reset_timeout_s`` for resets), is a *fault*: the env is abandoned and replaced by a fresh instance built
+Faults (docs/reliability.md). An env call that raises, that does not return within ``step_timeout_s``
+(``reset_timeout_s`` for resets), or a step whose engine raised inside ``TextEnv.step`` (answered with
+``info["fault"]``), is a *fault*: the env is abandoned and replaced by a fresh instance built
 with the same id and kwargs, and the episode ends there:
 
 * a faulted step returns ``(last observation, 0.0, terminated=False, truncated=True, info)`` with
@@ -228,9 +229,14 @@ class EnvPool:
         self._count("calls")
         ok, out = self._guarded(i, "step", lambda e: e.step(action), self.step_timeout_s, "env_timeouts",
                                 "env_errors")
-        if ok:
+        if ok and "fault" not in out[4]:
             return out
-        kind = out
+        if ok:  # the env caught its engine's exception (TextEnv.step): the same fault as one raised here
+            self._count("env_errors")
+            self.last_error = f"step of env {i}: {out[4].get('error', '')}"
+            kind = str(out[4]["fault"])
+        else:
+            kind = out
         self.restart(i)
         obs, info = self.last[i] if self.last[i] is not None else ("", {})
         info = {k: v for k, v in info.items() if k not in ("invalid", "error")}

@@ -1,7 +1,9 @@
 """Fault injection for reliability tests and the soak benchmark (bench/soak.py, docs/reliability.md).
 
 * :class:`FaultyEnv` (id ``slea/test-Faulty-v0``) wraps any registered env and, deterministically, crashes,
-  hangs, or returns a NaN reward. Every decision is a pure function of ``(fault_seed, kind, reset seed, turn,
+  hangs, or returns a NaN reward, inside its engine calls (``_reset`` / ``_step``), so the real fault handling
+  runs: ``TextEnv.step`` turns a step's exception into a fault result, :class:`slea.envs.pool.EnvPool` counts it
+  and rebuilds the env. Every decision is a pure function of ``(fault_seed, kind, reset seed, turn,
   action)`` — never of a process-global RNG or of how many episodes the instance played — so a run killed
   and resumed meets exactly the faults an uninterrupted run meets. A crash leaves the instance *dead*
   (every later call raises, as a real engine whose process died), so only a rebuild brings it back.
@@ -78,16 +80,18 @@ class FaultyEnv(TextEnv):
         if self.dead:
             raise InjectedFault("the env process is dead (an earlier injected crash)")
 
-    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
+    # The faults are the engine's: they happen inside ``_reset`` / ``_step``, so TextEnv.step's own catch (a
+    # step's exception becomes a fault result) and the pool's (a reset's exception, a timeout) are what run.
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict]:
         self._check_alive()
         if seed is not None and unit(self.fault_seed, "reset", seed) < self.reset_crash_prob:
             self._inject("reset_crash")
             self.dead = True
             raise InjectedFault(f"injected crash on reset (seed {seed})")
         self._seed, self._turn = seed, 0
-        return self.inner.reset(seed=seed, options=options)
+        return self.inner.reset(seed=seed, options=options or None)
 
-    def step(self, action: str) -> StepResult:
+    def _step(self, action: str) -> StepResult:
         self._check_alive()
         key = (self.fault_seed, self._seed, self._turn, str(action))
         self._turn += 1

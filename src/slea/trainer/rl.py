@@ -74,6 +74,13 @@ def iteration_seeds(run_seed: int, iteration: int, groups: int) -> list[int]:
     return [int(s) for s in rng.integers(0, 2**31 - 1, size=groups)]
 
 
+def budget_spent(elapsed_s: float, last_iteration_s: float, budget_s: float | None) -> bool:
+    """Whether ``train.time_budget_s`` forbids starting another iteration: one is started only while it is
+    expected (as long as the last one) to end less than half an iteration past the budget. The first iteration
+    always starts (no last one: 0 s); ``None`` is no budget."""
+    return budget_s is not None and elapsed_s + 0.5 * last_iteration_s > budget_s
+
+
 def check_provided(spec, provides: frozenset[str] = PROVIDES) -> None:
     """A :class:`ConfigError` when the algorithm needs what this trainer cannot give."""
     missing = sorted(spec.needs - provides)
@@ -343,9 +350,8 @@ class Trainer:
         t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
         last_iter_s, last_run, last_saved = 0.0, self.start_iteration - 1, self.start_iteration - 1
         for it in range(self.start_iteration, cfg.train.iterations):
-            budget = cfg.train.time_budget_s
-            if budget is not None and time.perf_counter() - t_train + 0.5 * last_iter_s > budget:
-                log.info("time budget of %.0fs reached after %d iterations", budget, it)
+            if budget_spent(time.perf_counter() - t_train, last_iter_s, cfg.train.time_budget_s):
+                log.info("time budget of %.0fs reached after %d iterations", cfg.train.time_budget_s, it)
                 break
             m = self.iteration(it)
             last_run = it

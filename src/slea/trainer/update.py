@@ -36,8 +36,13 @@ class Sample:
 
 def to_samples(rows: list[Step], token_advantages: list[np.ndarray], skip_zero: bool) -> list[Sample]:
     """The training rows of a batch: every step row with a response, with its per-token advantages; with
-    ``skip_zero`` rows whose advantages are all 0 are left out (they add no policy gradient; under
-    ``token-mean`` aggregation they would only enlarge the denominator)."""
+    ``skip_zero`` rows whose advantages are all 0 are left out.
+
+    Such rows add no policy gradient, but kept they count in the aggregation's denominator: skipping them
+    scales the policy gradient up by ``N_all / N_kept`` under ``token-mean`` (response tokens) and by
+    ``B_all / B_kept`` under the ``seq-mean-*`` modes (rows). So with ``skip_zero`` the step size does not shrink
+    when many groups have equal returns (as DAPO's dynamic sampling keeps it); the KL term, when there is one,
+    is then averaged over the kept rows' tokens only."""
     return [Sample(r.prompt_ids, r.response_ids, r.old_logprobs, [float(x) for x in a])
             for r, a in zip(rows, token_advantages)
             if r.response_ids and not (skip_zero and np.all(np.abs(a) < 1e-8))]
@@ -102,16 +107,24 @@ def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temper
                 s.ref_logprobs = row[m.bool()].tolist()
 
 
+def minibatches(n_rows: int, updates: int, rng: random.Random) -> list[list[int]]:
+    """Row indices of the ``min(updates, n_rows)`` mini-batches of one iteration: a shuffled order dealt round
+    robin, so every row lands in exactly one mini-batch and sizes differ by at most one."""
+    order = list(range(n_rows))
+    rng.shuffle(order)
+    n_mini = min(updates, n_rows)
+    return [order[i::n_mini] for i in range(n_mini)]
+
+
 def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, temperature: float,
                dtype: str, rng: random.Random, progress=None) -> dict[str, float]:
-    """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches, with gradient accumulation
-    over micro-batches weighted so the aggregate equals one pass over the whole mini-batch."""
+    """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches (:func:`minibatches`), with
+    gradient accumulation over micro-batches weighted so the gradient equals one pass over the whole mini-batch,
+    for every aggregation mode and for the KL term (β · token-mean of the mini-batch's KL)."""
     loss_fn = get_policy_loss(algo_cfg.policy_loss)
     kwargs = loss_settings(algo_cfg, loss_fn)
-    order = list(range(len(samples)))
-    rng.shuffle(order)
-    n_mini = min(train_cfg.updates_per_iter, len(samples))
-    minis = [order[i::n_mini] for i in range(n_mini)]
+    minis = minibatches(len(samples), train_cfg.updates_per_iter, rng)
+    n_mini = len(minis)
     params = [p for p in model.parameters() if p.requires_grad]
     agg = algo_cfg.loss_agg
     totals: dict[str, float] = {}
@@ -124,25 +137,31 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
         # longer token prefix (system, example, goal, often the whole turn-0 prompt) and pads less. The
         # gradient is the same sum over the mini-batch whatever the grouping.
         rows = sorted((samples[i] for i in mini), key=lambda s: (s.prompt_ids, s.response_ids))
-        mini_tokens = sum(len(s.response_ids) for s in rows)
+        mini_tokens = max(sum(len(s.response_ids) for s in rows), 1)
+        # Every micro-batch is padded to the mini-batch's response length, so a divisor that depends on it
+        # (seq-mean-token-sum-norm's T) is the one-large-batch value whatever the micro-batch size.
+        k = max(len(s.response_ids) for s in rows)
         optimizer.zero_grad(set_to_none=True)
         metrics_acc: dict[str, float] = {}
         for start in range(0, len(rows), train_cfg.micro_batch):
             chunk = rows[start:start + train_cfg.micro_batch]
             logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype)
-            k = mask.shape[1]
+            pad = (k - mask.shape[1], 0)
+            logp, mask = torch.nn.functional.pad(logp, pad), torch.nn.functional.pad(mask, pad)
             old = _right_aligned([s.old_logprobs for s in chunk], k)
             adv = _right_aligned([s.advantages for s in chunk], k)
             loss, met = loss_fn(logp, old, adv, mask, **kwargs)
+            weight = (mask.sum().item() / mini_tokens) if agg == "token-mean" else len(chunk) / len(rows)
+            total = loss * weight
             if algo_cfg.kl_coef > 0 and chunk[0].ref_logprobs is not None:
+                # β · token-mean(KL) over the mini-batch, whatever the policy loss's aggregation: this chunk's
+                # share is its KL sum over the mini-batch's response tokens.
                 ref = _right_aligned([s.ref_logprobs or [] for s in chunk], k)
-                kl = kl_penalty(logp, ref, algo_cfg.kl_estimator)
-                kl_mean = (kl * mask).sum() / mask.sum().clamp(min=1)
-                loss = loss + algo_cfg.kl_coef * kl_mean
-                met = dict(met, kl=float(kl_mean.detach()))
-            weight = (mask.sum().item() / max(mini_tokens, 1)) if agg == "token-mean" else len(chunk) / len(rows)
-            (loss * weight).backward()
-            met = dict(met, loss=float(loss.detach()))
+                kl_share = (kl_penalty(logp, ref, algo_cfg.kl_estimator) * mask).sum() / mini_tokens
+                total = total + algo_cfg.kl_coef * kl_share
+                metrics_acc["kl"] = metrics_acc.get("kl", 0.0) + float(kl_share.detach())
+            total.backward()
+            metrics_acc["loss"] = metrics_acc.get("loss", 0.0) + float(total.detach())
             for key, v in met.items():
                 if key.endswith("_max_dev"):  # a max stays a max across micro-batches
                     metrics_acc[key] = max(metrics_acc.get(key, 0.0), float(v))

@@ -1,0 +1,286 @@
+"""What one training step does, on the tiny model (slea/trainer/update.py).
+
+The loss maths is tested against hand-worked values in tests/algorithms/test_losses.py; here the update
+itself: the direction it moves log-probabilities, that micro-batching and the mini-batch split do not change the
+gradient, that each row's advantage reaches its own response tokens and nothing else, what
+``skip_zero_advantage`` does to the token-mean denominator, and that the KL reference is the reference's forward.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from slea.algorithms.batch import Advantages
+from slea.config import AlgorithmSection, ModelSection, TrainSection
+from slea.policy.model import load_policy
+from slea.trainer import update as U
+from slea.types import Step
+
+NO_CLIP = 1e9  # gradient comparisons: clip_grad_norm_ must not rescale
+
+
+@pytest.fixture
+def model(tiny_policy):
+    """A private copy of the tiny fp32 model (updates must not leak into the session fixture)."""
+    m = copy.deepcopy(tiny_policy[0])
+    m.requires_grad_(True)
+    return m
+
+
+def _samples(n: int, *, seed: int = 0, advantages=None) -> list[U.Sample]:
+    """``n`` rows whose prompts share a 6-token prefix and then differ in increasing order (so the update's
+    prompt sort keeps this order), with prompts of 3–9 own tokens and responses of 1–5 tokens."""
+    rng = random.Random(seed)
+    common = [rng.randrange(10, 700) for _ in range(6)]
+    out = []
+    for i in range(n):
+        prompt = common + [100 + i] + [rng.randrange(10, 700) for _ in range(rng.randint(2, 8))]
+        response = [rng.randrange(10, 700) for _ in range(rng.randint(1, 5))]
+        adv = advantages[i] if advantages is not None else rng.choice([-1.5, -0.5, 0.7, 2.0])
+        out.append(U.Sample(prompt, response, [0.0] * len(response), [float(adv)] * len(response)))
+    return out
+
+
+@torch.no_grad()
+def _logprobs(model, samples) -> list[list[float]]:
+    """Each sample's response log-probs, by a plain full forward per sample (independent of the update's
+    batched, prefix-shared, right-aligned layout)."""
+    out = []
+    for s in samples:
+        ids = torch.tensor([s.prompt_ids + s.response_ids])
+        logits = model(input_ids=ids).logits[0].float()
+        logp = torch.log_softmax(logits[len(s.prompt_ids) - 1:-1], dim=-1)
+        out.append(logp.gather(-1, torch.tensor(s.response_ids).unsqueeze(-1)).squeeze(-1).tolist())
+    return out
+
+
+def _on_policy(model, samples) -> list[U.Sample]:
+    """The samples with old log-probs equal to the model's own (ratio 1 at the first step)."""
+    model.eval()
+    for s, lp in zip(samples, _logprobs(model, samples)):
+        s.old_logprobs = lp
+    return samples
+
+
+def _gradient(model, samples, *, micro_batch: int, agg: str = "token-mean", kl_coef: float = 0.0,
+              updates: int = 1) -> list[torch.Tensor]:
+    """The gradient ppo_update leaves on the parameters (SGD with lr 0 never moves them)."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    U.ppo_update(model, torch.optim.SGD(params, lr=0.0), samples, AlgorithmSection(loss_agg=agg, kl_coef=kl_coef),
+                 TrainSection(updates_per_iter=updates, micro_batch=micro_batch, grad_clip=NO_CLIP),
+                 temperature=1.0, dtype="float32", rng=random.Random(0))
+    return [p.grad.detach().clone() for p in params]
+
+
+def _assert_same_gradient(a, b, rtol=1e-4):
+    scale = max(float(g.abs().max()) for g in a)
+    assert scale > 0
+    for ga, gb in zip(a, b):
+        torch.testing.assert_close(gb, ga, rtol=rtol, atol=rtol * scale)
+
+
+# -- direction ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("adv", [1.0, -1.0])
+def test_one_step_moves_the_response_logprob_with_the_sign_of_its_advantage(model, adv):
+    """AdamW's first step is lr·sign(g) per weight, so log π(response) changes by ≈ lr·A·Σ|∂ log π/∂θ| / N: up
+    for a positive advantage, down for a negative one."""
+    samples = _on_policy(model, _samples(1, advantages=[adv]))
+    before = sum(_logprobs(model, samples)[0])
+    params = [p for p in model.parameters() if p.requires_grad]
+    U.ppo_update(model, torch.optim.AdamW(params, lr=1e-3), samples, AlgorithmSection(),
+                 TrainSection(updates_per_iter=1), temperature=1.0, dtype="float32", rng=random.Random(0))
+    after = sum(_logprobs(model, samples)[0])
+    assert (after - before) * adv > 1e-4, (before, after)
+
+
+def test_a_mixed_batch_raises_positive_and_lowers_negative_responses(model):
+    samples = _on_policy(model, _samples(4, advantages=[1.0, -1.0, 1.0, -1.0]))
+    before = [sum(x) for x in _logprobs(model, samples)]
+    params = [p for p in model.parameters() if p.requires_grad]
+    U.ppo_update(model, torch.optim.AdamW(params, lr=1e-3), samples, AlgorithmSection(),
+                 TrainSection(updates_per_iter=1, micro_batch=2), temperature=1.0, dtype="float32",
+                 rng=random.Random(0))
+    after = [sum(x) for x in _logprobs(model, samples)]
+    moved = [(a - b) * s.advantages[0] for a, b, s in zip(after, before, samples)]
+    assert all(m > 0 for m in moved), moved
+
+
+# -- micro-batches, mini-batches --------------------------------------------------------------------------------
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+                                 "seq-mean-token-sum-norm"])
+def test_micro_batch_accumulation_equals_one_large_batch(model, agg):
+    """The same mini-batch in one forward (micro_batch 7), in 3+3+1 and in single rows: the same gradient."""
+    samples = _samples(7, seed=1)
+    for i, s in enumerate(samples):  # off-policy by a little, inside the clip range
+        s.old_logprobs = [0.05 * ((i + j) % 3 - 1) + lp for j, lp in enumerate(_logprobs(model, [s])[0])]
+    whole = _gradient(model, samples, micro_batch=7, agg=agg)
+    for mb in (3, 1):
+        _assert_same_gradient(whole, _gradient(model, samples, micro_batch=mb, agg=agg))
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_micro_batch_accumulation_of_the_kl_term_equals_one_large_batch(model, agg):
+    """β · token-mean(KL) over the whole mini-batch, however it is cut into micro-batches."""
+    samples = _on_policy(model, _samples(5, seed=2))
+    for i, s in enumerate(samples):
+        s.ref_logprobs = [lp - 0.3 * ((i + j) % 2) for j, lp in enumerate(s.old_logprobs)]
+        s.advantages = [0.0] * len(s.advantages)  # the KL term alone
+    whole = _gradient(model, samples, micro_batch=5, agg=agg, kl_coef=0.5)
+    _assert_same_gradient(whole, _gradient(model, samples, micro_batch=2, agg=agg, kl_coef=0.5))
+
+
+def test_minibatches_cover_every_row_once():
+    for n, updates in ((7, 3), (4, 4), (3, 5), (10, 1)):
+        minis = U.minibatches(n, updates, random.Random(n))
+        assert len(minis) == min(updates, n)
+        assert sorted(i for m in minis for i in m) == list(range(n))  # every row, exactly once
+        assert max(map(len, minis)) - min(map(len, minis)) <= 1
+
+
+def test_ppo_update_trains_on_every_row_once_per_iteration(model, monkeypatch):
+    """Through the real update: 7 rows, 3 optimizer steps; the forwards see each row exactly once."""
+    seen: list[int] = []
+    steps: list[int] = []
+    real = U.response_logprobs
+
+    def recording(m, chunk, **kw):
+        seen.extend(s.prompt_ids[6] - 100 for s in chunk)  # the row's own first token: its index
+        return real(m, chunk, **kw)
+
+    monkeypatch.setattr(U, "response_logprobs", recording)
+    samples = _on_policy(model, _samples(7, seed=3))
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = U.ppo_update(model, torch.optim.AdamW(params, lr=1e-4), samples, AlgorithmSection(),
+                       TrainSection(updates_per_iter=3, micro_batch=2), temperature=1.0, dtype="float32",
+                       rng=random.Random(5), progress=lambda done, total: steps.append(done))
+    assert sorted(seen) == list(range(7))
+    assert steps == [0, 1, 2] and out["skipped_updates"] == 0.0 and out["trained_samples"] == 7.0
+
+
+# -- where the advantage goes -----------------------------------------------------------------------------------
+def _rows(samples) -> list[Step]:
+    return [Step(0, i, 0, f"obs {i}", s.prompt_ids, s.response_ids, [0.0] * len(s.response_ids))
+            for i, s in enumerate(samples)]
+
+
+def test_each_rows_advantage_reaches_exactly_its_response_tokens(model):
+    """Per-row advantages as the trainer passes them (Advantages.per_token → to_samples → ppo_update). The loss
+    gradient at the LM head's output is, at ratio 1 with token-mean over N response tokens,
+    ∂L/∂z[i, j, :] = A_i / N · (softmax(z[i, j]) − onehot(target)) at the positions that predict a response
+    token of row i, and exactly 0 at every prompt and padding position of the batch."""
+    base = _samples(4, seed=4)
+    rows = _rows(base)
+    adv = np.array([2.0, -1.0, 0.5, -3.0])
+    tokens = Advantages(adv).per_token([len(r.response_ids) for r in rows])
+    samples = _on_policy(model, U.to_samples(rows, tokens, skip_zero=False))
+    assert [s.advantages for s in samples] == [[a] * len(s.response_ids) for a, s in zip(adv, samples)]
+
+    captured: list[torch.Tensor] = []
+
+    def keep(_module, _inputs, out):
+        out.retain_grad()
+        captured.append(out)
+
+    hook = model.lm_head.register_forward_hook(keep)
+    try:
+        _gradient(model, samples, micro_batch=4)
+    finally:
+        hook.remove()
+    lens = [len(s.response_ids) for s in samples]
+    k = max(lens)
+    (z,) = [t for t in captured if t.shape[:2] == (4, k + 1)]  # the rows' forward (not the shared prefix's)
+    n_tokens = sum(lens)
+    probs = torch.softmax(z.detach(), dim=-1)
+    expected = torch.zeros_like(z)
+    for i, s in enumerate(samples):
+        for t, tok in enumerate(s.response_ids):
+            j = k - lens[i] + t  # column j predicts the token at right-aligned position j + 1
+            onehot = torch.nn.functional.one_hot(torch.tensor(tok), z.shape[-1]).float()
+            expected[i, j] = adv[i] / n_tokens * (probs[i, j] - onehot)
+    torch.testing.assert_close(z.grad, expected, rtol=1e-4, atol=1e-7)
+    assert (z.grad[1, : k - lens[1]] == 0).all() and (z.grad[:, k] == 0).all()  # prompt / padding / past the end
+
+
+# -- skip_zero_advantage -----------------------------------------------------------------------------------------
+def test_to_samples_drops_rows_without_a_response_and_with_skip_zero_rows_with_zero_advantage():
+    base = _samples(4, seed=5)
+    rows = _rows(base)
+    rows[3].response_ids = []  # e.g. an empty answer: nothing to train on
+    tokens = [np.full(len(r.response_ids), a) for r, a in zip(rows, [1.0, 0.0, -1.0, 2.0])]
+    tokens[2][0] = 0.0  # partly zero (a token-level estimator): kept
+    kept = U.to_samples(rows, tokens, skip_zero=True)
+    assert [s.prompt_ids for s in kept] == [rows[0].prompt_ids, rows[2].prompt_ids]
+    assert kept[1].advantages == [0.0] + [-1.0] * (len(rows[2].response_ids) - 1)
+    assert [s.prompt_ids for s in U.to_samples(rows, tokens, skip_zero=False)] == [r.prompt_ids for r in rows[:3]]
+
+
+@pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
+def test_skipping_zero_advantage_rows_shrinks_the_denominator(model, agg):
+    """Skipped rows carry no gradient but count in the denominator when kept: under token-mean the skipped
+    batch's gradient is the kept one's times N_all / N_kept (tokens), under seq-mean-token-mean times
+    B_all / B_kept (rows)."""
+    base = _samples(6, seed=6, advantages=[1.0, 0.0, -2.0, 0.0, 0.0, 0.5])
+    rows = _rows(base)
+    tokens = [np.asarray(s.advantages) for s in base]
+    kept = _on_policy(model, U.to_samples(rows, tokens, skip_zero=False))
+    skipped = _on_policy(model, U.to_samples(rows, tokens, skip_zero=True))
+    assert len(kept) == 6 and len(skipped) == 3
+    if agg == "token-mean":
+        factor = sum(len(s.response_ids) for s in kept) / sum(len(s.response_ids) for s in skipped)
+    else:
+        factor = 6 / 3
+    g_all = _gradient(model, kept, micro_batch=6, agg=agg)
+    g_skip = _gradient(model, skipped, micro_batch=6, agg=agg)
+    _assert_same_gradient([g * factor for g in g_all], g_skip)
+
+
+# -- the KL reference ---------------------------------------------------------------------------------------------
+def test_lora_reference_logprobs_equal_a_forward_of_the_base_model(tiny_policy):
+    """π_ref of a LoRA policy is the policy with adapters disabled: its log-probs (at temperature 0.7) equal a
+    plain forward of the base model loaded on its own, and differ from the adapted policy's."""
+    torch.manual_seed(1)
+    policy, _ = load_policy(ModelSection(name_or_path="tiny", lora=True, dtype="float32"))
+    with torch.no_grad():  # LoRA's B starts at 0 (a no-op adapter): move it so the policy differs from its base
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.2)
+    samples = _samples(5, seed=7)
+    U.reference_logprobs(policy, samples, micro_batch=2, temperature=0.7, dtype="float32")
+    base = tiny_policy[0]
+    scaled = _Tempered(base, 0.7)
+    for s, want in zip(samples, _logprobs(scaled, samples)):
+        np.testing.assert_allclose(s.ref_logprobs, want, rtol=1e-5, atol=1e-5)
+    adapted = _logprobs(_Tempered(policy, 0.7), samples)
+    assert max(abs(a - b) for s, row in zip(samples, adapted) for a, b in zip(s.ref_logprobs, row)) > 1e-3
+
+
+def test_full_finetune_reference_logprobs_equal_a_forward_of_the_frozen_copy(model, tiny_policy):
+    reference = tiny_policy[0]
+    with torch.no_grad():  # the policy has moved away from its start
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    samples = _samples(4, seed=8)
+    with pytest.raises(ValueError, match="frozen copy"):
+        U.reference_logprobs(model, samples, micro_batch=4, temperature=1.0, dtype="float32")
+    U.reference_logprobs(model, samples, reference=reference, micro_batch=3, temperature=1.0, dtype="float32")
+    for s, want, moved in zip(samples, _logprobs(reference, samples), _logprobs(model, samples)):
+        np.testing.assert_allclose(s.ref_logprobs, want, rtol=1e-5, atol=1e-5)
+        assert max(abs(a - b) for a, b in zip(s.ref_logprobs, moved)) > 1e-4
+
+
+class _Tempered(torch.nn.Module):
+    """A model whose logits are divided by a temperature (what the update's log-probs use)."""
+
+    def __init__(self, inner, temperature: float):
+        super().__init__()
+        self.inner, self.temperature = inner, temperature
+
+    def forward(self, **kw):
+        out = self.inner(**kw)
+        out.logits = out.logits / self.temperature
+        return out
