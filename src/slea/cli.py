@@ -24,6 +24,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn a
                   "experience library (SLEA-RL) and the methods it is compared with.")
 library_app = typer.Typer(no_args_is_help=True, help="Inspect a run's experience library.")
 app.add_typer(library_app, name="library")
+data_app = typer.Typer(no_args_is_help=True, help="Make alignment data (expert trajectories).")
+app.add_typer(data_app, name="data")
 console = Console()
 err = Console(stderr=True)
 
@@ -212,8 +214,7 @@ def eval_(
     torch.set_num_threads(cfg.run.threads)
     last = latest_checkpoint(run / "checkpoints") if run else None
     model, tok = load_policy(cfg.model, adapter_dir=last)
-    builder = PromptBuilder(tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
-                            one_shot=cfg.rollout.one_shot)
+    builder = PromptBuilder.from_rollout(tok, cfg.rollout)
     kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}  # as training's evaluation
     if split is not None:
         kwargs["split"] = split
@@ -317,6 +318,49 @@ def library_export(run: Path, out: Path) -> None:
 
     export_jsonl(_library_path(run), out)
     console.print(f"wrote {out}")
+
+
+@data_app.command("expert")
+def data_expert(
+    env: str | None = typer.Option(None, "--env", help="env id (default: the config's env.id)"),
+    split: str = typer.Option("train", "--split", help="env split the tasks come from"),
+    n: int = typer.Option(..., "-n", help="number of tasks: env seeds FIRST .. FIRST+n-1"),
+    first: int = typer.Option(0, "--first", help="first env seed"),
+    out: Path | None = typer.Option(None, "--out", help="JSONL file (default data/expert-<env>-<split>.jsonl)"),
+    config: Path | None = typer.Option(None, "--config", help="YAML config whose env and rollout settings apply"),
+    set_: list[str] = typer.Option([], "--set", help="override, e.g. --set env.max_steps=50"),
+) -> None:
+    """Replay the env's expert on n tasks and save the winning episodes as JSONL, each turn rendered with the
+    prompt a rollout with this config's settings would show (rollout.history, rollout.obs_max_chars,
+    rollout.one_shot); replays longer than env.max_steps or not won are dropped and counted."""
+    cfg = _config(config, ([f"env.id={env}"] if env else []) + list(set_))
+    if n < 1:
+        raise _fail(f"data expert: -n must be at least 1 (got {n})")
+    _require_env(cfg.env.id)
+    from slea.alignment.data import expert_source, expert_trajectories, save_jsonl
+    from slea.envs import registered
+    from slea.policy.prompts import PromptBuilder
+
+    if expert_source(cfg.env.id) is None:
+        with_expert = sorted(i for i in registered() if expert_source(i) is not None)
+        raise _fail(f"data expert: {cfg.env.id} has no expert source (envs with one: {', '.join(with_expert)})")
+    out = out or Path("data") / f"expert-{cfg.env.id.rsplit('/', 1)[-1].lower()}-{split}.jsonl"
+    builder = PromptBuilder.from_rollout(None, cfg.rollout)  # messages only: no tokenizer needed
+    kwargs = {**cfg.env.kwargs, "split": split}
+    try:
+        trajs, dropped = expert_trajectories(cfg.env.id, kwargs, list(range(first, first + n)), builder,
+                                             max_steps=cfg.env.max_steps, fuzzy_cutoff=cfg.rollout.fuzzy_cutoff)
+    except (ValueError, KeyError, FileNotFoundError) as exc:  # e.g. an unknown split or task name
+        raise _fail(f"data expert: {cfg.env.id}: {exc.args[0] if exc.args else exc}") from None
+    save_jsonl(out, trajs)
+    turns = sum(len(t.turns) for t in trajs)
+    console.print(f"kept {len(trajs)} of {n} expert episodes ({turns} turns, {turns / max(len(trajs), 1):.1f} "
+                  f"per episode); source {expert_source(cfg.env.id)}", markup=False, highlight=False)
+    if dropped:
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items()))
+        hint = f" (env.max_steps is {cfg.env.max_steps})" if "too many steps" in dropped else ""
+        console.print(f"dropped {sum(dropped.values())}: {why}{hint}", markup=False, highlight=False)
+    console.print(f"wrote {out}", markup=False, highlight=False)
 
 
 def main() -> None:  # pragma: no cover
