@@ -137,3 +137,20 @@ def test_data_expert_writes_jsonl_and_refuses_envs_without_an_expert(tmp_path):
     one_line_exit_2(slea("data", "expert", "--env", "slea/WebShopServer-v0", "-n", "1"), "has no expert source")
     one_line_exit_2(slea("data", "expert", "--env", "slea/WebShop-v0", "--split", "nope", "-n", "1",
                          "--out", str(out)), "data expert: slea/WebShop-v0")
+
+
+def test_align_end_to_end_on_the_tiny_preset_and_resume(tmp_path):
+    pytest.importorskip("slea.alignment.objectives")
+    run = tmp_path / "align"
+    small = ["--set", f"run.dir={run}", "--set", "align.expert_episodes=2", "--set", "align.samples_per_task=1",
+             "--set", "eval.games=1"]
+    r = slea("align", str(ROOT / "configs/align_tiny.yaml"), "--method", "tlm_dre", *small)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stage align: wrote align.json" in r.stdout and "heldout: sampled success" in r.stdout
+    assert json.loads((run / "align.json").read_text())["method"] == "tlm_dre"
+    assert json.loads((run / "eval" / "eval-heldout.json").read_text())["checkpoint"] == "iter_000002"
+    one_line_exit_2(slea("align", str(ROOT / "configs/align_tiny.yaml"), *small), "--resume")
+    r = slea("align", "--resume", str(run))
+    assert r.returncode == 0 and "stage align: done (align.json exists), skipped" in r.stdout, r.stdout
+    one_line_exit_2(slea("align", str(ROOT / "configs/align_tiny.yaml"), "--method", "ppo", "--set",
+                         f"run.dir={tmp_path / 'other'}"), "align.method: unknown method 'ppo'")

@@ -93,6 +93,45 @@ def train(
     console.print(summary_table(summary))
 
 
+@app.command()
+def align(
+    config: Path | None = typer.Argument(None, help="YAML config (its align section; see docs/alignment.md)"),
+    method: str | None = typer.Option(None, "--method", help="sft | dpo | turn_dpo | dil | tlm_dre "
+                                      "(default: align.method)"),
+    set_: list[str] = typer.Option([], "--set", help="override, e.g. --set align.samples_per_task=2"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue the run in this folder"),
+) -> None:
+    """Offline alignment: expert data, SFT, K samples per task with the SFT policy, (expert, failure) pairs, one
+    alignment epoch, evaluation on align.eval_splits. Every stage writes into the run folder; a stage whose
+    output exists is skipped, so --resume continues an interrupted run."""
+    over = list(set_) + ([f"align.method={method}"] if method else [])
+    if resume is not None:
+        if not (resume / "config.yaml").is_file():
+            raise _fail(f"--resume: {resume} has no config.yaml (not a run folder)")
+        cfg = _config(resume / "config.yaml", over + [f"run.dir={resume}"])
+    else:
+        cfg = _config(config, over)
+    _require_env(cfg.env.id)
+    from slea.alignment.pipeline import AlignPipeline
+    from slea.config import ConfigError
+    from slea.trainer.rl import run_dir_for
+
+    run_dir = run_dir_for(cfg)
+    if resume is None and (run_dir / "config.yaml").is_file():
+        raise _fail(f"align: {run_dir} is already a run folder; continue it with --resume {run_dir}")
+    try:
+        pipeline = AlignPipeline(cfg, run_dir, say=lambda m: console.print(m, markup=False, highlight=False,
+                                                                           soft_wrap=True))
+        console.print(f"run folder: {run_dir}")
+        results = pipeline.run()
+    except ConfigError as exc:
+        raise _fail(f"config error: {exc}") from None
+    for split, res in results.items():
+        s, g = res["sampled"], res.get("greedy") or {}
+        console.print(f"{split}: sampled success {s['success']:.3f}, greedy success "
+                      f"{g.get('success', float('nan')):.3f}", markup=False, highlight=False)
+
+
 def summary_table(summary: dict) -> Table:
     t = Table(title="held-out evaluation")
     t.add_column("")

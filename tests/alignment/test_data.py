@@ -72,7 +72,8 @@ def test_expert_turns_are_token_equal_to_the_rollouts_prompts(tw_rollout_and_exp
             assert response == step.response_ids
             assert turn.action == step.action
         assert exp.ret == pytest.approx(roll.episode_return)
-        assert exp.task == roll.goal and exp.seed == roll.seed and exp.split == "train"
+        assert exp.goal == roll.goal and exp.seed == roll.seed and exp.split == "train"
+        assert exp.task == f"train:{roll.seed}"
     clipped = [t for e in expert for t in e.turns if "..." in t.messages[-1]["content"]]
     assert clipped, "obs_max_chars=120 should clip some observation"
 
@@ -100,7 +101,7 @@ def test_sampled_turns_keep_their_own_response_ids(tiny_policy):
 
 def _traj(**kw):
     turns = [Turn([{"role": "system", "content": "s"}, {"role": "user", "content": "Observation: é ✓"}], "take coin")]
-    base = {"env": "slea/TextWorld-v0", "task": "find the coin", "split": "train", "seed": 3,
+    base = {"env": "slea/TextWorld-v0", "task": "train:3", "split": "train", "seed": 3, "goal": "find the coin",
             "source": "walkthrough", "success": True, "ret": 1.0, "turns": turns}
     return Trajectory(**{**base, **kw})
 
@@ -150,7 +151,7 @@ def test_webshop_goal_product_replays_win():
         # the first prompt is the one a rollout shows: the family's system prompt, its example, then the turn
         msgs = t.turns[0].messages
         assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user"]
-        assert msgs[-1]["content"].startswith(f"Goal: {t.task}") and msgs[-1]["content"].endswith("Your action:")
+        assert msgs[-1]["content"].startswith(f"Goal: {t.goal}") and msgs[-1]["content"].endswith("Your action:")
 
 
 def test_search_qa_gold_answer_searches_then_answers():

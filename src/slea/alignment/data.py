@@ -65,8 +65,9 @@ class Turn:
 class Trajectory:
     """One episode of alignment data, with its provenance.
 
-    ``task`` is the goal text the agent saw; the task *instance* is ``(env, split, seed)`` (two games may share a
-    goal text), which is what expert and sampled trajectories are paired on. ``source`` is one of
+    ``task`` names the task instance, :func:`task_id` of split and env seed (``"train:3"``): what expert and
+    sampled trajectories of one task share, and what pairs are made on (``slea.alignment.pairs``); ``goal`` is
+    the goal text the agent saw (two games may share one). ``source`` is one of
     :data:`SOURCES`; ``ret`` the sum of the env's rewards. ``prompt`` records the prompt settings the turns
     were rendered with (``history``, ``obs_max_chars``, ``one_shot``), so a consumer can check that they match
     its rollouts'; ``final_info`` the numbers and short strings of the env's last info (``score``, ``em``...);
@@ -80,11 +81,17 @@ class Trajectory:
     success: bool
     ret: float
     turns: list[Turn]
+    goal: str = ""
     task_type: str = ""
     skipped: int = 0
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     prompt: dict[str, Any] = field(default_factory=dict)
     final_info: dict[str, Any] = field(default_factory=dict)
+
+
+def task_id(split: str, seed: int) -> str:
+    """The id of the task an env plays when reset with ``seed`` on ``split``: ``"<split>:<seed>"``."""
+    return f"{split}:{int(seed)}"
 
 
 # -- files ------------------------------------------------------------------------------------------------------
@@ -217,8 +224,9 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
             break
     if not (done and info.get("won")):
         return None, "not won"
-    return Trajectory(env=env_id, task=view.goal, split=split, seed=int(seed), source=source, success=True,
-                      ret=ret, turns=turns, task_type=str(info.get("task_type", "")), skipped=skipped,
+    return Trajectory(env=env_id, task=task_id(split, seed), split=split, seed=int(seed), source=source,
+                      success=True, ret=ret, turns=turns, goal=view.goal, task_type=str(info.get("task_type", "")),
+                      skipped=skipped,
                       env_kwargs=dict(env_kwargs or {}), prompt=prompt_settings(builder),
                       final_info=final_info(info)), ""
 
@@ -226,6 +234,22 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
 def prompt_settings(builder: PromptBuilder) -> dict[str, Any]:
     """The prompt settings a trajectory was rendered with (compare with a run's ``rollout`` section)."""
     return {"history": builder.history, "obs_max_chars": builder.obs_max_chars, "one_shot": builder.one_shot}
+
+
+def sampled_trajectory(traj, env_id: str, split: str, builder: PromptBuilder,
+                       env_kwargs: dict[str, Any] | None = None) -> Trajectory:
+    """A rollout's trajectory (``slea.types.Trajectory`` from a collector made with ``keep_messages=True``) as
+    alignment data, source ``sampled``: each turn keeps its prompt messages, the model's text and its exact
+    response ids."""
+    turns = []
+    for step in traj.steps:
+        if "messages" not in step.info:
+            raise ValueError("sampled trajectories need the prompt messages: RolloutCollector(keep_messages=True)")
+        turns.append(Turn(step.info["messages"], step.response_text, response_ids=list(step.response_ids)))
+    return Trajectory(env=env_id, task=task_id(split, traj.seed), split=split, seed=int(traj.seed),
+                      source="sampled", success=bool(traj.won), ret=float(traj.episode_return), turns=turns,
+                      goal=traj.goal, task_type=traj.task_type, env_kwargs=dict(env_kwargs or {}),
+                      prompt=prompt_settings(builder), final_info=dict(traj.final_info))
 
 
 def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], builder: PromptBuilder, *,

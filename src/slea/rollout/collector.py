@@ -88,6 +88,7 @@ class _Pending:
     prompt: list[int]
     exp: Any
     cluster_id: int
+    messages: list[dict[str, str]] | None = None  # kept when the collector keeps messages
     text: str = ""
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -106,8 +107,12 @@ class _Episode:
 
 class RolloutCollector:
     def __init__(self, generator, builder: PromptBuilder, rollout_cfg, max_steps: int,
-                 experience: ExperienceSource | None = None, experience_mode: str = "off"):
+                 experience: ExperienceSource | None = None, experience_mode: str = "off",
+                 keep_messages: bool = False):
+        """``keep_messages``: also record each step's prompt as chat messages, ``Step.info["messages"]`` (what
+        alignment data stores: slea.alignment.data)."""
         self.gen = generator
+        self.keep_messages = keep_messages
         self.builder = builder
         self.cfg = rollout_cfg
         self.max_steps = max_steps
@@ -164,9 +169,9 @@ class RolloutCollector:
             else:  # task mode holds the episode's first retrieval; the cluster is still per step
                 exp = st.task_exp
                 cid = self.experience.cluster(st.obs, tr.task_type) if self.experience is not None else -1
-            prompt = self.builder.encode(st.messages(self.builder, ep.instructions,
-                                                     exp.text if exp is not None else ""))
-            out.append(_Pending(i, prompt, exp, int(cid)))
+            messages = st.messages(self.builder, ep.instructions, exp.text if exp is not None else "")
+            out.append(_Pending(i, self.builder.encode(messages), exp, int(cid),
+                                messages if self.keep_messages else None))
         return out
 
     def _generate(self, pending: list[_Pending], ep: _Episode, turn: int, temperature: float,
@@ -214,7 +219,7 @@ class RolloutCollector:
                 done=bool(term or trunc or turn == self.max_steps - 1), valid=valid,
                 action=p.action or "", response_text=p.text, task_type=tr.task_type, cluster_id=p.cluster_id,
                 experience_ids=list(p.exp.entry_ids) if p.exp is not None else [],
-                info={"parse": p.parse, "fault": info["fault"]} if "fault" in info else {"parse": p.parse},
+                info=self._step_info(p, info),
             ))
             st.advance(p.text, p.action, obs, info)
             if term or trunc:
@@ -222,6 +227,15 @@ class RolloutCollector:
                 tr.final_info = final_info(info)
                 tr.truncated = bool(trunc and not term)
                 del ep.live[p.env]
+
+    @staticmethod
+    def _step_info(p: _Pending, info: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"parse": p.parse}
+        if "fault" in info:
+            out["fault"] = info["fault"]
+        if p.messages is not None:
+            out["messages"] = p.messages
+        return out
 
     def _finish(self, ep: _Episode) -> None:
         for i, st in ep.live.items():  # ran out of steps
