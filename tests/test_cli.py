@@ -125,13 +125,16 @@ def test_slea_run_builds_a_library_the_cli_can_inspect(tmp_path):
 def test_data_expert_writes_jsonl_and_refuses_envs_without_an_expert(tmp_path):
     out = tmp_path / "webshop.jsonl"
     r = slea("data", "expert", "--env", "slea/WebShop-v0", "--split", "train", "-n", "3", "--out", str(out),
-             "--set", "env.max_steps=15", "--set", "rollout.history=1")
+             "--set", "env.max_steps=15", "--set", "rollout.history=1", "--set", "model.name_or_path=tiny",
+             "--set", "rollout.max_new_tokens=6")
     assert r.returncode == 0, r.stderr[-2000:]
+    assert "turns need more than rollout.max_new_tokens=6 tokens with tiny's tokenizer" in r.stdout, r.stdout
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [row["seed"] for row in rows] == [0, 1, 2] and all(row["success"] for row in rows)
     assert rows[0]["source"] == "goal_product" and rows[0]["prompt"]["history"] == 1
     assert "kept 3 of 3 expert episodes" in r.stdout
-    r = slea("data", "expert", "--env", "slea/WebShop-v0", "-n", "2", "--out", str(out), "--set", "env.max_steps=2")
+    r = slea("data", "expert", "--env", "slea/WebShop-v0", "-n", "2", "--out", str(out), "--set", "env.max_steps=2",
+             "--no-tokens")
     assert r.returncode == 0 and "dropped 2: too many steps: 2 (env.max_steps is 2)" in r.stdout, r.stdout
     assert out.read_text() == ""
     one_line_exit_2(slea("data", "expert", "--env", "slea/WebShopServer-v0", "-n", "1"), "has no expert source")

@@ -43,6 +43,11 @@ def _fail(msg: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
+def _plain(msg: str) -> None:
+    """One line of progress as it is (no markup, highlighting or re-wrapping)."""
+    console.print(msg, markup=False, highlight=False, soft_wrap=True)
+
+
 def _config(config: Path | None, overrides: list[str]):
     from slea.config import ConfigError, load_config
 
@@ -120,16 +125,14 @@ def align(
     if resume is None and (run_dir / "config.yaml").is_file():
         raise _fail(f"align: {run_dir} is already a run folder; continue it with --resume {run_dir}")
     try:
-        pipeline = AlignPipeline(cfg, run_dir, say=lambda m: console.print(m, markup=False, highlight=False,
-                                                                           soft_wrap=True))
+        pipeline = AlignPipeline(cfg, run_dir, say=_plain)
         console.print(f"run folder: {run_dir}")
         results = pipeline.run()
     except ConfigError as exc:
         raise _fail(f"config error: {exc}") from None
     for split, res in results.items():
         s, g = res["sampled"], res.get("greedy") or {}
-        console.print(f"{split}: sampled success {s['success']:.3f}, greedy success "
-                      f"{g.get('success', float('nan')):.3f}", markup=False, highlight=False)
+        _plain(f"{split}: sampled success {s['success']:.3f}, greedy success {g.get('success', float('nan')):.3f}")
 
 
 def summary_table(summary: dict) -> Table:
@@ -368,6 +371,8 @@ def data_expert(
     out: Path | None = typer.Option(None, "--out", help="JSONL file (default data/expert-<env>-<split>.jsonl)"),
     config: Path | None = typer.Option(None, "--config", help="YAML config whose env and rollout settings apply"),
     set_: list[str] = typer.Option([], "--set", help="override, e.g. --set env.max_steps=50"),
+    tokens: bool = typer.Option(True, "--tokens/--no-tokens", help="count the turns longer than "
+                                "rollout.max_new_tokens with model.name_or_path's tokenizer"),
 ) -> None:
     """Replay the env's expert on n tasks and save the winning episodes as JSONL, each turn rendered with the
     prompt a rollout with this config's settings would show (rollout.history, rollout.obs_max_chars,
@@ -393,13 +398,27 @@ def data_expert(
         raise _fail(f"data expert: {cfg.env.id}: {exc.args[0] if exc.args else exc}") from None
     save_jsonl(out, trajs)
     turns = sum(len(t.turns) for t in trajs)
-    console.print(f"kept {len(trajs)} of {n} expert episodes ({turns} turns, {turns / max(len(trajs), 1):.1f} "
-                  f"per episode); source {expert_source(cfg.env.id)}", markup=False, highlight=False)
+    _plain(f"kept {len(trajs)} of {n} expert episodes ({turns} turns, {turns / max(len(trajs), 1):.1f} per "
+           f"episode); source {expert_source(cfg.env.id)}")
+    skipped = sum(t.skipped for t in trajs)
+    if skipped:
+        _plain(f"left out {skipped} expert actions a rollout would not play as written (not a valid command, "
+               f"or refused by the env)")
     if dropped:
         why = ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items()))
         hint = f" (env.max_steps is {cfg.env.max_steps})" if "too many steps" in dropped else ""
-        console.print(f"dropped {sum(dropped.values())}: {why}{hint}", markup=False, highlight=False)
-    console.print(f"wrote {out}", markup=False, highlight=False)
+        _plain(f"dropped {sum(dropped.values())}: {why}{hint}")
+    if trajs and tokens:
+        from slea.alignment.data import turns_over_budget
+        from slea.policy.model import load_tokenizer
+
+        long = turns_over_budget(trajs, load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path),
+                                 cfg.rollout.max_new_tokens)
+        if long:
+            _plain(f"warning: {long} of {turns} turns need more than rollout.max_new_tokens="
+                   f"{cfg.rollout.max_new_tokens} tokens with {cfg.model.name_or_path}'s tokenizer (a rollout cuts "
+                   f"them)")
+    _plain(f"wrote {out}")
 
 
 def main() -> None:  # pragma: no cover

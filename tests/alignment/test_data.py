@@ -210,3 +210,13 @@ def test_actions_the_rollout_would_not_play_are_skipped_and_counted():
     assert why == "" and traj.skipped == 2 and plain.skipped == 0
     assert [t.action for t in traj.turns] == [t.action for t in plain.turns]
     assert [t.messages for t in traj.turns] == [t.messages for t in plain.turns]
+
+
+def test_turns_over_the_token_budget_are_counted(tiny_policy):
+    from slea.alignment.data import turns_over_budget
+
+    _, tok = tiny_policy
+    n = len(tok("take coin", add_special_tokens=False).input_ids) + 1  # the action's tokens, then EOS
+    trajs = [_traj(), _traj(source="sampled", turns=[Turn([], "take coin", response_ids=[1] * 50)])]
+    assert turns_over_budget(trajs, tok, n) == 0
+    assert turns_over_budget(trajs, tok, n - 1) == 1  # the sampled turn's own ids are what they are

@@ -177,6 +177,13 @@ def encode_turn(builder: PromptBuilder, turn: Turn) -> tuple[list[int], list[int
     return prompt, response
 
 
+def turns_over_budget(trajectories: list[Trajectory], tokenizer, max_new_tokens: int) -> int:
+    """How many expert turns need more response tokens (EOS included) than ``max_new_tokens``: a rollout with
+    that budget would cut them (raise ``rollout.max_new_tokens``)."""
+    return sum(len(action_ids(tokenizer, t.action)) > max_new_tokens
+               for traj in trajectories for t in traj.turns if t.response_ids is None)
+
+
 # -- expert replay ------------------------------------------------------------------------------------------------
 def expert_source(env_id: str) -> str | None:
     """The expert source an env id's family declares (None: it has no expert); builds nothing."""
