@@ -233,8 +233,7 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
         return None, "not won"
     return Trajectory(env=env_id, task=task_id(split, seed), split=split, seed=int(seed), source=source,
                       success=True, ret=ret, turns=turns, goal=view.goal, task_type=str(info.get("task_type", "")),
-                      skipped=skipped,
-                      env_kwargs=dict(env_kwargs or {}), prompt=prompt_settings(builder),
+                      skipped=skipped, env_kwargs=dict(env_kwargs or {}), prompt=prompt_settings(builder),
                       final_info=final_info(info)), ""
 
 
@@ -263,7 +262,8 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], seeds: list[int
                         max_steps: int | None = None, fuzzy_cutoff: float = 0.75
                         ) -> tuple[list[Trajectory], Counter[str]]:
     """Expert trajectories of the tasks ``seeds`` (one env, reset with each seed in turn) and the count of
-    dropped replays by reason. ``env_kwargs`` (``split`` included) build the env."""
+    dropped replays by reason. ``env_kwargs`` (``split`` included) build the env; the trajectories record the
+    env's own name of its split (``env.split``: ``dev`` for ScienceWorld's ``seen``)."""
     if expert_source(env_id) is None:
         raise ValueError(f"{env_id} has no expert source")
     kept: list[Trajectory] = []

@@ -192,6 +192,7 @@ class AlignPipeline:
         collector = RolloutCollector(HFGenerator(self.model, self.tok, dtype=cfg.model.dtype), self.builder,
                                      cfg.rollout, cfg.env.max_steps, keep_messages=True)
         kwargs = {**cfg.env.kwargs, "split": a.expert_split}
+        split = expert[0].split  # the env's own name of the split: the expert's task ids use it
         seeds = sorted({t.seed for t in expert})
         out = []
         for start in range(0, len(seeds), cfg.rollout.groups):
@@ -200,7 +201,7 @@ class AlignPipeline:
                          reset_timeout_s=cfg.env.reset_timeout_s) as pool:
                 trajs, _ = collector.collect(pool, chunk, temperature=a.sample_temperature, rng_salt=TRAIN_SALT,
                                              traj_offset=len(out))
-            out += [sampled_trajectory(t, cfg.env.id, a.expert_split, self.builder, kwargs) for t in trajs]
+            out += [sampled_trajectory(t, cfg.env.id, split, self.builder, kwargs) for t in trajs]
         wins = sum(t.success for t in out)
         self.say(f"  sampled {len(out)} episodes on {len(seeds)} tasks: {wins} won, {len(out) - wins} failed")
         save_jsonl(self.dir / "samples.jsonl", out)
