@@ -121,8 +121,7 @@ def run_family(name: str, spec: dict[str, Any], model, tok, model_cfg: ModelSect
     if smoke and "num_games" in kwargs:
         kwargs["num_games"] = 1
     rollout = RolloutSection(**{"temperature": 1.0, **spec["rollout"]})
-    builder = PromptBuilder(tok, history=rollout.history, obs_max_chars=rollout.obs_max_chars,
-                            one_shot=rollout.one_shot)
+    builder = PromptBuilder.from_rollout(tok, rollout)
     gen = HFGenerator(model, tok, dtype=model_cfg.dtype)
     collector = RolloutCollector(gen, builder, rollout, max_steps)
     eval_cfg = EvalSection(games=games, episodes_per_game=episodes, temperature=0.0 if greedy_only else 1.0,

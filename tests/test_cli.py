@@ -200,3 +200,39 @@ def test_eval_embedded_end_to_end(tmp_path):
     assert 0.0 <= res["sampled"]["success"] <= 1.0 and 0.0 <= res["sampled"]["invalid_rate"] <= 1.0
     assert (out / "eval" / "eval-heldout-Sokoban-v0.md").read_text().strip()
     assert "wrote" in r.stdout
+
+def test_data_expert_writes_jsonl_and_refuses_envs_without_an_expert(tmp_path):
+    out = tmp_path / "webshop.jsonl"
+    r = slea("data", "expert", "--env", "slea/WebShop-v0", "--split", "train", "-n", "3", "--out", str(out),
+             "--set", "env.max_steps=15", "--set", "rollout.history=1", "--set", "model.name_or_path=tiny",
+             "--set", "rollout.max_new_tokens=6")
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "turns need more than rollout.max_new_tokens=6 tokens with tiny's tokenizer" in r.stdout, r.stdout
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [row["seed"] for row in rows] == [0, 1, 2] and all(row["success"] for row in rows)
+    assert rows[0]["source"] == "goal_product" and rows[0]["prompt"]["history"] == 1
+    assert "kept 3 of 3 expert episodes" in r.stdout
+    r = slea("data", "expert", "--env", "slea/WebShop-v0", "-n", "2", "--out", str(out), "--set", "env.max_steps=2",
+             "--no-tokens")
+    assert r.returncode == 0 and "dropped 2: too many steps: 2 (env.max_steps is 2)" in r.stdout, r.stdout
+    assert out.read_text() == ""
+    one_line_exit_2(slea("data", "expert", "--env", "slea/WebShopServer-v0", "-n", "1"), "has no expert source")
+    one_line_exit_2(slea("data", "expert", "--env", "slea/WebShop-v0", "--split", "nope", "-n", "1",
+                         "--out", str(out)), "data expert: slea/WebShop-v0")
+
+
+def test_align_end_to_end_on_the_tiny_preset_and_resume(tmp_path):
+    pytest.importorskip("slea.alignment.objectives")
+    run = tmp_path / "align"
+    small = ["--set", f"run.dir={run}", "--set", "align.expert_episodes=2", "--set", "align.samples_per_task=1",
+             "--set", "eval.games=1"]
+    r = slea("align", str(ROOT / "configs/align_tiny.yaml"), "--method", "tlm_dre", *small)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "stage align: wrote align.json" in r.stdout and "heldout: sampled success" in r.stdout
+    assert json.loads((run / "align.json").read_text())["method"] == "tlm_dre"
+    assert json.loads((run / "eval" / "eval-heldout.json").read_text())["checkpoint"] == "iter_000002"
+    one_line_exit_2(slea("align", str(ROOT / "configs/align_tiny.yaml"), *small), "--resume")
+    r = slea("align", "--resume", str(run))
+    assert r.returncode == 0 and "stage align: done (align.json exists), skipped" in r.stdout, r.stdout
+    one_line_exit_2(slea("align", str(ROOT / "configs/align_tiny.yaml"), "--method", "ppo", "--set",
+                         f"run.dir={tmp_path / 'other'}"), "align.method: unknown method 'ppo'")

@@ -24,6 +24,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn a
                   "experience library (SLEA-RL) and the methods it is compared with.")
 library_app = typer.Typer(no_args_is_help=True, help="Inspect a run's experience library.")
 app.add_typer(library_app, name="library")
+data_app = typer.Typer(no_args_is_help=True, help="Make alignment data (expert trajectories).")
+app.add_typer(data_app, name="data")
 console = Console()
 err = Console(stderr=True)
 
@@ -39,6 +41,11 @@ def _fail(msg: str, code: int = 2) -> typer.Exit:
     """Print one line on stderr; return the Exit to raise (``raise _fail(...) from None``)."""
     err.print(msg, markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
+
+
+def _plain(msg: str) -> None:
+    """One line of progress as it is (no markup, highlighting or re-wrapping)."""
+    console.print(msg, markup=False, highlight=False, soft_wrap=True)
 
 
 def _config(config: Path | None, overrides: list[str]):
@@ -89,6 +96,43 @@ def train(
     except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
         raise _fail(f"run halted: {exc}", 3) from None
     console.print(summary_table(summary))
+
+
+@app.command()
+def align(
+    config: Path | None = typer.Argument(None, help="YAML config (its align section; see docs/alignment.md)"),
+    method: str | None = typer.Option(None, "--method", help="sft | dpo | turn_dpo | dil | tlm_dre "
+                                      "(default: align.method)"),
+    set_: list[str] = typer.Option([], "--set", help="override, e.g. --set align.samples_per_task=2"),
+    resume: Path | None = typer.Option(None, "--resume", help="continue the run in this folder"),
+) -> None:
+    """Offline alignment: expert data, SFT, K samples per task with the SFT policy, (expert, failure) pairs, one
+    alignment epoch, evaluation on align.eval_splits. Every stage writes into the run folder; a stage whose
+    output exists is skipped, so --resume continues an interrupted run."""
+    over = list(set_) + ([f"align.method={method}"] if method else [])
+    if resume is not None:
+        if not (resume / "config.yaml").is_file():
+            raise _fail(f"--resume: {resume} has no config.yaml (not a run folder)")
+        cfg = _config(resume / "config.yaml", over + [f"run.dir={resume}"])
+    else:
+        cfg = _config(config, over)
+    _require_env(cfg.env.id)
+    from slea.alignment.pipeline import AlignPipeline
+    from slea.config import ConfigError
+    from slea.trainer.rl import run_dir_for
+
+    run_dir = run_dir_for(cfg)
+    if resume is None and (run_dir / "config.yaml").is_file():
+        raise _fail(f"align: {run_dir} is already a run folder; continue it with --resume {run_dir}")
+    try:
+        pipeline = AlignPipeline(cfg, run_dir, say=_plain)
+        console.print(f"run folder: {run_dir}")
+        results = pipeline.run()
+    except ConfigError as exc:
+        raise _fail(f"config error: {exc}") from None
+    for split, res in results.items():
+        s, g = res["sampled"], res.get("greedy") or {}
+        _plain(f"{split}: sampled success {s['success']:.3f}, greedy success {g.get('success', float('nan')):.3f}")
 
 
 def summary_table(summary: dict) -> Table:
@@ -212,8 +256,7 @@ def eval_(
     torch.set_num_threads(cfg.run.threads)
     last = latest_checkpoint(run / "checkpoints") if run else None
     model, tok = load_policy(cfg.model, adapter_dir=last)
-    builder = PromptBuilder(tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
-                            one_shot=cfg.rollout.one_shot)
+    builder = PromptBuilder.from_rollout(tok, cfg.rollout)
     kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}  # as training's evaluation
     if split is not None:
         kwargs["split"] = split
@@ -317,6 +360,65 @@ def library_export(run: Path, out: Path) -> None:
 
     export_jsonl(_library_path(run), out)
     console.print(f"wrote {out}")
+
+
+@data_app.command("expert")
+def data_expert(
+    env: str | None = typer.Option(None, "--env", help="env id (default: the config's env.id)"),
+    split: str = typer.Option("train", "--split", help="env split the tasks come from"),
+    n: int = typer.Option(..., "-n", help="number of tasks: env seeds FIRST .. FIRST+n-1"),
+    first: int = typer.Option(0, "--first", help="first env seed"),
+    out: Path | None = typer.Option(None, "--out", help="JSONL file (default data/expert-<env>-<split>.jsonl)"),
+    config: Path | None = typer.Option(None, "--config", help="YAML config whose env and rollout settings apply"),
+    set_: list[str] = typer.Option([], "--set", help="override, e.g. --set env.max_steps=50"),
+    tokens: bool = typer.Option(True, "--tokens/--no-tokens", help="count the turns longer than "
+                                "rollout.max_new_tokens with model.name_or_path's tokenizer"),
+) -> None:
+    """Replay the env's expert on n tasks and save the winning episodes as JSONL, each turn rendered with the
+    prompt a rollout with this config's settings would show (rollout.history, rollout.obs_max_chars,
+    rollout.one_shot); replays longer than env.max_steps or not won are dropped and counted."""
+    cfg = _config(config, ([f"env.id={env}"] if env else []) + list(set_))
+    if n < 1:
+        raise _fail(f"data expert: -n must be at least 1 (got {n})")
+    _require_env(cfg.env.id)
+    from slea.alignment.data import expert_source, expert_trajectories, save_jsonl
+    from slea.envs import registered
+    from slea.policy.prompts import PromptBuilder
+
+    if expert_source(cfg.env.id) is None:
+        with_expert = sorted(i for i in registered() if expert_source(i) is not None)
+        raise _fail(f"data expert: {cfg.env.id} has no expert source (envs with one: {', '.join(with_expert)})")
+    out = out or Path("data") / f"expert-{cfg.env.id.rsplit('/', 1)[-1].lower()}-{split}.jsonl"
+    builder = PromptBuilder.from_rollout(None, cfg.rollout)  # messages only: no tokenizer needed
+    kwargs = {**cfg.env.kwargs, "split": split}
+    try:
+        trajs, dropped = expert_trajectories(cfg.env.id, kwargs, list(range(first, first + n)), builder,
+                                             max_steps=cfg.env.max_steps, fuzzy_cutoff=cfg.rollout.fuzzy_cutoff)
+    except (ValueError, KeyError, FileNotFoundError) as exc:  # e.g. an unknown split or task name
+        raise _fail(f"data expert: {cfg.env.id}: {exc.args[0] if exc.args else exc}") from None
+    save_jsonl(out, trajs)
+    turns = sum(len(t.turns) for t in trajs)
+    _plain(f"kept {len(trajs)} of {n} expert episodes ({turns} turns, {turns / max(len(trajs), 1):.1f} per "
+           f"episode); source {expert_source(cfg.env.id)}")
+    skipped = sum(t.skipped for t in trajs)
+    if skipped:
+        _plain(f"left out {skipped} expert actions a rollout would not play as written (not a valid command, "
+               f"or refused by the env)")
+    if dropped:
+        why = ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items()))
+        hint = f" (env.max_steps is {cfg.env.max_steps})" if "too many steps" in dropped else ""
+        _plain(f"dropped {sum(dropped.values())}: {why}{hint}")
+    if trajs and tokens:
+        from slea.alignment.data import turns_over_budget
+        from slea.policy.model import load_tokenizer
+
+        long = turns_over_budget(trajs, load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path),
+                                 cfg.rollout.max_new_tokens)
+        if long:
+            _plain(f"warning: {long} of {turns} turns need more than rollout.max_new_tokens="
+                   f"{cfg.rollout.max_new_tokens} tokens with {cfg.model.name_or_path}'s tokenizer (a rollout cuts "
+                   f"them)")
+    _plain(f"wrote {out}")
 
 
 def main() -> None:  # pragma: no cover

@@ -56,6 +56,9 @@ class ModelSection(_Section):
     # which decoder layers get adapters: None = all; N = the last N; a list = those indices. Adapters on the
     # top layers only spare the backward pass through the frozen bottom ones (bench/throughput.py measures it).
     lora_layers: int | list[int] | None = None
+    # start from a run's weights: the trainable weights (LoRA adapter or full model) of RUN's latest checkpoint,
+    # loaded into the model this section builds (which must be RUN's: same model, tokenizer and LoRA shape)
+    init_from: str | None = None
 
 
 class EnvSection(_Section):
@@ -182,6 +185,35 @@ class ExperienceSection(_Section):
     use_embeddings: bool = False
 
 
+class AlignSection(_Section):
+    """Offline alignment, ``slea align`` (tlm-DRE's pipeline, reference/papers.md §3.2; docs/alignment.md).
+
+    The paper's learning rates are for full fine-tuning of 7B models (SFT 1e-5 to 2e-5, alignment 7e-7 to 1e-6);
+    the defaults here are for LoRA on a small model."""
+
+    method: str = "tlm_dre"  # a registered alignment method: sft | dpo | turn_dpo | dil | tlm_dre
+    expert_split: str = "train"  # the env split the expert tasks come from
+    expert_episodes: int = Field(32, ge=1)  # expert tasks: env seeds 0 .. n-1 (replays that fail are dropped)
+    sft_epochs: int = Field(3, ge=0)  # paper: 3
+    sft_lr: float = Field(1e-4, gt=0)
+    sft_batch_size: int = Field(4, ge=1)  # expert trajectories per SFT step
+    samples_per_task: int = Field(4, ge=1)  # K trajectories sampled per expert task with the SFT policy
+    sample_temperature: float = Field(1.0, ge=0)  # paper: 1
+    max_pairs_per_task: int | None = Field(None, ge=1)  # failures paired per task (None: all)
+    epochs: int = Field(1, ge=1)  # alignment epochs over the pairs (paper: 1)
+    lr: float = Field(1e-5, gt=0)  # alignment learning rate
+    batch_size: int = Field(4, ge=1)  # pairs per alignment step (paper: 4)
+    # the methods' settings (each method reads those it declares; slea.alignment.objectives)
+    beta: float = Field(0.1, gt=0)  # dpo, turn_dpo
+    kernel: Literal["ukl", "lsif", "bce", "basu"] = "ukl"  # dil, tlm_dre
+    alpha: float = Field(0.5, gt=0)  # the Basu-α kernel's α
+    pivot: float = Field(0.9, ge=0, le=1)  # Eq.10 p_pivot
+    omega_low: float = Field(0.2, ge=0)  # Eq.10 ω_L (turns the reference is sure of)
+    omega_high: float = Field(1.0, ge=0)  # Eq.10 ω_U
+    chosen_factor: Literal["mean", "turn", "none"] = "mean"  # tlm_dre: Eq.17's chosen-side factor (mean: per token)
+    eval_splits: list[str] = ["heldout"]  # env splits the final policy is evaluated on (e.g. seen, unseen)
+
+
 class RunConfig(_Section):
     plugins: list[str] = Field(default_factory=list)  # modules imported first: a user's algorithms, losses, envs
     run: RunSection = Field(default_factory=RunSection)
@@ -192,6 +224,7 @@ class RunConfig(_Section):
     train: TrainSection = Field(default_factory=TrainSection)
     eval: EvalSection = Field(default_factory=EvalSection)
     experience: ExperienceSection = Field(default_factory=ExperienceSection)
+    align: AlignSection = Field(default_factory=AlignSection)
 
     @model_validator(mode="after")
     def _check_against_registries(self, info: ValidationInfo) -> RunConfig:

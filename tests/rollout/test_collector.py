@@ -7,7 +7,8 @@ from slea.config import RolloutSection
 from slea.envs.pool import EnvPool
 from slea.policy.generation import Generation, HFGenerator
 from slea.policy.prompts import PromptBuilder
-from slea.rollout.collector import FEEDBACK_MAX_CHARS, RolloutCollector, invalid_feedback
+from slea.rollout.collector import RolloutCollector
+from slea.rollout.view import FEEDBACK_MAX_CHARS, invalid_feedback
 
 pytest.importorskip("textworld")
 ENV = "slea/TextWorld-v0"

@@ -390,6 +390,7 @@ class ALFWorldEnv(TextEnv):
 
     # -- the contract ---------------------------------------------------------------------------------
     instructions = INSTRUCTIONS
+    expert_source = "expert_plan"  # info["walkthrough"]: the stored expert run (hand-coded expert)
 
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         from slea.envs.alfworld_gen import make_engine

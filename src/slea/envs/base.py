@@ -83,6 +83,10 @@ class TextEnv(gym.Env):
     task_type: str = ""
     # What the agent is told about this env (system prompt, example exchange, answer cue): a family sets its own.
     instructions: ClassVar[Instructions] = DEFAULT_INSTRUCTIONS
+    # Where the family's expert demonstrations come from (``walkthrough``, ``gold_path``, ...; None: no expert).
+    # A family that names one puts its expert's actions from the initial state in the reset's
+    # ``info["walkthrough"]`` (slea.alignment.data replays them to make expert trajectories).
+    expert_source: ClassVar[str | None] = None
 
     def __init__(self) -> None:
         super().__init__()
@@ -228,6 +232,15 @@ def make(id: str, **kwargs: Any) -> TextEnv:
     if missing:
         hint = f"pip install 'slea[{spec.extra}]'" if spec.extra else "install " + ", ".join(missing)
         raise MissingExtraError(f"{id} needs {', '.join(missing)}: {hint}")
-    module_name, _, cls_name = spec.entry_point.partition(":")
-    cls = getattr(importlib.import_module(module_name), cls_name)
-    return cls(**{**spec.kwargs, **kwargs})
+    return env_class(id)(**{**spec.kwargs, **kwargs})
+
+
+def env_class(id: str) -> type[TextEnv]:
+    """The class a registered id builds (its module is imported; families import their engines only when an
+    env is built, so this is cheap and needs no extra). Class attributes such as ``instructions`` and
+    ``expert_source`` can be read without building an env."""
+    if id not in _REGISTRY:
+        known = ", ".join(sorted(_REGISTRY)) or "none"
+        raise KeyError(f"unknown env id {id!r}; registered: {known}")
+    module_name, _, cls_name = _REGISTRY[id].entry_point.partition(":")
+    return getattr(importlib.import_module(module_name), cls_name)

@@ -464,6 +464,7 @@ class ScienceWorldEnv(TextEnv):
 
     # -- the contract ---------------------------------------------------------------------------------
     instructions = INSTRUCTIONS
+    expert_source = "gold_path"  # info["walkthrough"]: the engine's gold action sequence
 
     def _episode_index(self, seed: int | None, options: dict[str, Any]) -> int:
         if options.get("task") is not None:

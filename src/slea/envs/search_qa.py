@@ -367,6 +367,7 @@ class SearchQAEnv(TextEnv):
         return self._first_observation(), {}
 
     instructions = INSTRUCTIONS
+    expert_source = "gold_answer"  # info["walkthrough"]: a search for the question, then the first gold answer
 
     def _first_observation(self) -> str:
         assert self._item is not None

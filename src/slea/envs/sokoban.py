@@ -453,6 +453,7 @@ class SokobanEnv(TextEnv):
         self._goal = GOAL
 
     instructions = INSTRUCTIONS
+    expert_source = "solver"  # info["walkthrough"]: a shortest solution (BFS)
 
     def room_seed(self, game: int) -> int:
         """The internal generator seed of room ``game`` of this split."""

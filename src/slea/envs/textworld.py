@@ -227,6 +227,7 @@ class TextWorldEnv(TextEnv):
 
     # -- the contract ------------------------------------------------------------------------------------
     instructions = INSTRUCTIONS
+    expert_source = "walkthrough"  # info["walkthrough"]: the game's walkthrough
 
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         index = self._pick(self.num_games, seed, options)

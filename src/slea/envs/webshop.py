@@ -115,6 +115,7 @@ class WebShopEnv(TextEnv):
         self._s: dict[str, Any] = {}
 
     instructions = INSTRUCTIONS
+    expert_source = "goal_product"  # info["walkthrough"]: search, open the goal's product, pick options, buy
 
     # -- state --------------------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:

@@ -108,8 +108,11 @@ def load_tokenizer(name_or_path: str):
 def load_policy(model_cfg, adapter_dir: str | Path | None = None):
     """Return ``(model, tokenizer)``; LoRA-wrapped when ``model_cfg.lora``.
 
-    ``adapter_dir`` loads saved adapter (or full) weights from a checkpoint, safetensors only.
+    ``adapter_dir`` loads saved adapter (or full) weights from a checkpoint, safetensors only; without it,
+    ``model_cfg.init_from`` names a run whose latest checkpoint is loaded (:func:`init_checkpoint`).
     """
+    if adapter_dir is None and getattr(model_cfg, "init_from", None):
+        adapter_dir = init_checkpoint(model_cfg)
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
@@ -136,6 +139,37 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None):
 
         load_trainable(model, adapter_dir)
     return model, tok
+
+
+# the model settings a run's weights depend on: a run started from another's weights must share them
+WEIGHT_SHAPE_KEYS = ("name_or_path", "tokenizer", "lora", "lora_r", "lora_alpha", "lora_targets", "lora_layers")
+
+
+def init_checkpoint(model_cfg) -> Path:
+    """The checkpoint ``model_cfg.init_from`` (a run folder) starts from: its latest valid checkpoint. The run's
+    model settings that shape its weights (:data:`WEIGHT_SHAPE_KEYS`) must equal ``model_cfg``'s; anything
+    else is a :class:`ConfigError` naming ``model.init_from``."""
+    import yaml
+
+    from slea.trainer.checkpoint import latest_checkpoint
+
+    run = Path(model_cfg.init_from)
+    if not (run / "config.yaml").is_file():
+        raise ConfigError(f"model.init_from: {run} is not a run folder (no config.yaml)")
+    try:
+        theirs = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("model") or {}
+    except yaml.YAMLError:
+        raise ConfigError(f"model.init_from: {run}/config.yaml is not valid YAML") from None
+    defaults = type(model_cfg).model_fields
+    for key in WEIGHT_SHAPE_KEYS:
+        mine, other = getattr(model_cfg, key), theirs.get(key, defaults[key].default)
+        if mine != other:
+            raise ConfigError(f"model.init_from: {run} was trained with model.{key}={other!r}, this config has "
+                              f"{mine!r}")
+    last = latest_checkpoint(run / "checkpoints")
+    if last is None:
+        raise ConfigError(f"model.init_from: {run} has no checkpoint")
+    return last
 
 
 def lora_layer_indices(spec: int | list[int] | None, num_layers: int) -> list[int] | None:

@@ -41,6 +41,12 @@ class PromptBuilder:
     obs_max_chars: int = 400
     one_shot: bool = True
 
+    @classmethod
+    def from_rollout(cls, tokenizer, rollout) -> PromptBuilder:
+        """The builder a run's rollouts use: history window, observation clipping and the one-shot example from
+        its ``rollout`` config section (every prompt of a run, rollouts and expert data, comes from here)."""
+        return cls(tokenizer, history=rollout.history, obs_max_chars=rollout.obs_max_chars, one_shot=rollout.one_shot)
+
     def messages(self, instructions: Instructions, goal: str, observation: str, admissible: list[str] | None,
                  past: list[tuple[str, str]], experience: str = "") -> list[dict[str, str]]:
         """Chat messages: ``instructions.system`` (+ experience), the example exchange when ``one_shot``, then

@@ -11,9 +11,11 @@ One episode per env, read top to bottom in :meth:`RolloutCollector.collect`:
 3. ``_finish``: episodes that ran out of steps are truncated.
 
 An unparseable or inadmissible answer does not step the env: it is an invalid step with a penalty, and the agent
-sees the same observation again, after a line saying why (:func:`invalid_feedback`: the env's own words when it
-gave any, such as Search-R1's format hint). Sampling is keyed per row by (purpose, env seed, copy, turn)
-(``HFGenerator.generate(rng_keys=...)``): an episode's tokens do not depend on what else ran in the process.
+sees the same observation again, after a line saying why (:func:`slea.rollout.view.invalid_feedback`: the env's
+own words when it gave any, such as Search-R1's format hint). What the agent sees and how a turn changes it is
+:class:`slea.rollout.view.AgentView`, shared with expert data (:mod:`slea.alignment.data`). Sampling is keyed
+per row by (purpose, env seed, copy, turn) (``HFGenerator.generate(rng_keys=...)``): an episode's tokens do not
+depend on what else ran in the process.
 
 The experience source is duck-typed (``cluster(obs, task_type) -> int`` and
 ``retrieve(obs, task_type=, goal=, iteration=) -> obj with cluster_id, entry_ids, text``), so rollouts run
@@ -28,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from slea.policy.prompts import PromptBuilder, parse_action
+from slea.rollout.view import AgentView
 from slea.types import Instructions, Step, Trajectory
 
 # rng_salt of the two purposes: training rollouts and held-out evaluation draw from disjoint streams
@@ -69,36 +72,12 @@ class RolloutStats:
     parse_kinds: dict[str, int] = field(default_factory=dict)
 
 
-FEEDBACK_MAX_CHARS = 160
-
-
-def invalid_feedback(state_obs: str, answer: str | None, info: dict[str, Any]) -> str:
-    """What the agent is told after an invalid answer: the env's own answer when it differs from the state's
-    observation (Search-R1's format hint, ScienceWorld's "No known action matches that input."), else the
-    env's ``info["error"]``, else (an answer that never reached the env) that it is not a valid command."""
-    if answer is not None and answer.strip() and answer.strip() != state_obs.strip():
-        text = answer.strip()
-    elif info.get("error"):
-        text = str(info["error"]).strip()
-    else:
-        text = "it is not one of the valid commands."
-    return text if len(text) <= FEEDBACK_MAX_CHARS else text[: FEEDBACK_MAX_CHARS - 3].rstrip() + "..."
-
-
 @dataclass
-class _Live:
-    """An env whose episode is running: what the agent sees next."""
+class _Live(AgentView):
+    """An env whose episode is running: what the agent sees next (:class:`AgentView`), and its sampling key."""
 
-    obs: str
-    info: dict[str, Any]
-    key: tuple[int, ...]  # (rng salt, env seed, copy): the row's sampling stream, with the turn appended
-    past: list[tuple[str, str]] = field(default_factory=list)
+    key: tuple[int, ...] = ()  # (rng salt, env seed, copy): the row's sampling stream, with the turn appended
     task_exp: Any = None  # held retrieval for mode "task"
-    feedback: str = ""  # why the last answer was invalid (the env's own words when it gave any), shown once
-
-    def shown(self) -> str:
-        """The observation the prompt shows: the state's, after the feedback on an invalid last answer."""
-        return f"Your last answer was invalid: {self.feedback}\n{self.obs}" if self.feedback else self.obs
 
 
 @dataclass
@@ -109,6 +88,7 @@ class _Pending:
     prompt: list[int]
     exp: Any
     cluster_id: int
+    messages: list[dict[str, str]] | None = None  # kept when the collector keeps messages
     text: str = ""
     ids: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
@@ -127,8 +107,12 @@ class _Episode:
 
 class RolloutCollector:
     def __init__(self, generator, builder: PromptBuilder, rollout_cfg, max_steps: int,
-                 experience: ExperienceSource | None = None, experience_mode: str = "off"):
+                 experience: ExperienceSource | None = None, experience_mode: str = "off",
+                 keep_messages: bool = False):
+        """``keep_messages``: also record each step's prompt as chat messages, ``Step.info["messages"]`` (what
+        alignment data stores: slea.alignment.data)."""
         self.gen = generator
+        self.keep_messages = keep_messages
         self.builder = builder
         self.cfg = rollout_cfg
         self.max_steps = max_steps
@@ -169,7 +153,7 @@ class RolloutCollector:
             if "fault" in info:  # the env could not be reset (EnvPool rebuilt it): it sits this episode out
                 trajs[i].truncated = True
             else:
-                live[i] = _Live(obs, info, key=(int(rng_salt), int(seeds[g]) % 2**63, copy))
+                live[i] = _Live(obs, info, goal=trajs[i].goal, key=(int(rng_salt), int(seeds[g]) % 2**63, copy))
         if self.mode == "task":  # retrieve once per episode, from the first observation
             for i, st in live.items():
                 st.task_exp = self._retrieve(st, trajs[i], iteration, stats)
@@ -185,9 +169,9 @@ class RolloutCollector:
             else:  # task mode holds the episode's first retrieval; the cluster is still per step
                 exp = st.task_exp
                 cid = self.experience.cluster(st.obs, tr.task_type) if self.experience is not None else -1
-            prompt = self.builder.build(ep.instructions, tr.goal, st.shown(), st.info.get("admissible_actions"),
-                                        st.past, exp.text if exp is not None else "")
-            out.append(_Pending(i, prompt, exp, int(cid)))
+            messages = st.messages(self.builder, ep.instructions, exp.text if exp is not None else "")
+            out.append(_Pending(i, self.builder.encode(messages), exp, int(cid),
+                                messages if self.keep_messages else None))
         return out
 
     def _generate(self, pending: list[_Pending], ep: _Episode, turn: int, temperature: float,
@@ -235,17 +219,23 @@ class RolloutCollector:
                 done=bool(term or trunc or turn == self.max_steps - 1), valid=valid,
                 action=p.action or "", response_text=p.text, task_type=tr.task_type, cluster_id=p.cluster_id,
                 experience_ids=list(p.exp.entry_ids) if p.exp is not None else [],
-                info={"parse": p.parse, "fault": info["fault"]} if "fault" in info else {"parse": p.parse},
+                info=self._step_info(p, info),
             ))
-            st.past.append((st.obs, p.action if p.action is not None else f"{p.text.strip()[:40]} (invalid)"))
-            st.feedback = "" if valid else invalid_feedback(st.obs, obs if p.action is not None else None, info)
-            if valid:
-                st.obs, st.info = obs, {**st.info, **info}
+            st.advance(p.text, p.action, obs, info)
             if term or trunc:
                 tr.won = bool(info.get("won", False))
                 tr.final_info = final_info(info)
                 tr.truncated = bool(trunc and not term)
                 del ep.live[p.env]
+
+    @staticmethod
+    def _step_info(p: _Pending, info: dict[str, Any]) -> dict[str, Any]:
+        out: dict[str, Any] = {"parse": p.parse}
+        if "fault" in info:
+            out["fault"] = info["fault"]
+        if p.messages is not None:
+            out["messages"] = p.messages
+        return out
 
     def _finish(self, ep: _Episode) -> None:
         for i, st in ep.live.items():  # ran out of steps

@@ -173,8 +173,7 @@ class Trainer:
         self.model, self.tok = load_policy(cfg.model)
         self.reference = self._frozen_reference()
         self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype)
-        builder = PromptBuilder(self.tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
-                                one_shot=cfg.rollout.one_shot)
+        builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.experience = _experience(cfg, self.spec, self.dir, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,

@@ -1,0 +1,282 @@
+"""Expert trajectories for offline alignment, rendered exactly as the agent sees its prompts at rollout.
+
+tlm-DRE, ETO and DIL (reference/papers.md §3.2) start from a policy fine-tuned on expert trajectories. Every
+env family that has an expert names it (``TextEnv.expert_source``) and gives its actions from the initial state
+in the reset's ``info["walkthrough"]``:
+
+============  ================  ====================================================================
+source        families          what the expert does
+============  ================  ====================================================================
+walkthrough   TextWorld         the game's walkthrough
+gold_path     ScienceWorld      the engine's gold action sequence
+expert_plan   ALFWorld          the stored expert run (generated games: the hand-coded expert's win)
+goal_product  WebShop (offline) search, open the goal's product, choose its options, buy
+gold_answer   Search-QA         ``<search>question</search>`` (a retrieval step), then the gold answer
+solver        Sokoban           a shortest solution (BFS)
+sampled       (any)             a trajectory sampled from a policy (the failures the pairs are built from)
+============  ================  ====================================================================
+
+:func:`replay_expert` plays those actions in the real env and renders each turn through the rollout's own
+state machine (:class:`slea.rollout.view.AgentView`) and prompt builder (the family's instructions, the history
+window, observation clipping, the one-shot example), and every expert action goes through the rollout's parser
+(``parse_action``) before it steps the env: an action the rollout would not play as written, or that the env
+refuses, is left out (and counted); a replay that does not end in a win within the step budget is dropped (and
+counted).
+
+A turn stores chat messages and the action text, not token ids, so a data file serves any tokenizer;
+:func:`encode_turn` gives the ids a training step needs: the prompt as ``PromptBuilder.encode`` renders it, and
+the response a rollout would have produced for that action: the action's tokens, then the end-of-turn token
+(EOS: where the generator stops, and what the chat template puts after an assistant message; the generator
+keeps the stop token in a step's response ids).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from slea.atomic import atomic_open
+from slea.envs.base import env_class, make
+from slea.policy.prompts import PromptBuilder, parse_action
+from slea.rollout.collector import final_info
+from slea.rollout.view import AgentView
+
+SOURCES = ("walkthrough", "gold_path", "expert_plan", "goal_product", "gold_answer", "solver", "sampled")
+
+
+@dataclass
+class Turn:
+    """One decision: the chat messages of its prompt and the action answered.
+
+    ``response_ids``: the exact response ids when the turn was sampled from a policy (they may end without EOS,
+    at a newline or at the token budget); None for an expert turn, whose ids :func:`encode_turn` derives from
+    ``action``."""
+
+    messages: list[dict[str, str]]
+    action: str
+    response_ids: list[int] | None = None
+
+
+@dataclass
+class Trajectory:
+    """One episode of alignment data, with its provenance.
+
+    ``task`` names the task instance, :func:`task_id` of split and env seed (``"train:3"``): what expert and
+    sampled trajectories of one task share, and what pairs are made on (``slea.alignment.pairs``); ``goal`` is
+    the goal text the agent saw (two games may share one). ``source`` is one of
+    :data:`SOURCES`; ``ret`` the sum of the env's rewards. ``prompt`` records the prompt settings the turns
+    were rendered with (``history``, ``obs_max_chars``, ``one_shot``), so a consumer can check that they match
+    its rollouts'; ``final_info`` the numbers and short strings of the env's last info (``score``, ``em``...);
+    ``skipped`` the expert actions left out of a replay (:func:`replay_expert`)."""
+
+    env: str
+    task: str
+    split: str
+    seed: int
+    source: str
+    success: bool
+    ret: float
+    turns: list[Turn]
+    goal: str = ""
+    task_type: str = ""
+    skipped: int = 0
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    prompt: dict[str, Any] = field(default_factory=dict)
+    final_info: dict[str, Any] = field(default_factory=dict)
+
+
+def task_id(split: str, seed: int) -> str:
+    """The id of the task an env plays when reset with ``seed`` on ``split``: ``"<split>:<seed>"``."""
+    return f"{split}:{int(seed)}"
+
+
+# -- files ------------------------------------------------------------------------------------------------------
+def to_dict(traj: Trajectory) -> dict[str, Any]:
+    out = dataclasses.asdict(traj)
+    for t in out["turns"]:
+        if t["response_ids"] is None:
+            del t["response_ids"]
+    return out
+
+
+def from_dict(row: dict[str, Any]) -> Trajectory:
+    """A trajectory from its JSON object; a missing, unknown or mistyped field raises ``ValueError`` (``TypeError``) naming it."""
+    if not isinstance(row, dict):
+        raise TypeError(f"expected a JSON object, got {type(row).__name__}")
+    names = {f.name for f in dataclasses.fields(Trajectory)}
+    unknown = sorted(set(row) - names)
+    if unknown:
+        raise ValueError(f"unknown field {unknown[0]!r}")
+    required = [f.name for f in dataclasses.fields(Trajectory)
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    missing = [k for k in required if k not in row]
+    if missing:
+        raise ValueError(f"missing field {missing[0]!r}")
+    if row["source"] not in SOURCES:
+        raise ValueError(f"source {row['source']!r} is not one of {', '.join(SOURCES)}")
+    if not isinstance(row["turns"], list):
+        raise TypeError("turns: expected a list")
+    turns = [_turn(t, k) for k, t in enumerate(row["turns"])]
+    return Trajectory(**{**row, "turns": turns, "seed": int(row["seed"]), "ret": float(row["ret"]),
+                         "success": bool(row["success"])})
+
+
+def _turn(row: Any, k: int) -> Turn:
+    shaped = isinstance(row, dict) and isinstance(row.get("action"), str) and isinstance(row.get("messages"), list)
+    if not shaped:
+        raise ValueError(f"turns[{k}]: expected {{'messages': [...], 'action': str}}")
+    if any(not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str)
+           for m in row["messages"]):
+        raise ValueError(f"turns[{k}].messages: expected {{'role': str, 'content': str}} objects")
+    ids = row.get("response_ids")
+    if ids is not None and (not isinstance(ids, list) or not all(isinstance(i, int) for i in ids)):
+        raise ValueError(f"turns[{k}].response_ids: expected a list of ints")
+    return Turn(messages=row["messages"], action=row["action"], response_ids=ids)
+
+
+def save_jsonl(path: str | Path, trajectories: list[Trajectory]) -> Path:
+    """Write one trajectory per line, atomically (a killed write leaves the old file or none)."""
+    with atomic_open(path) as fh:
+        for traj in trajectories:
+            fh.write(json.dumps(to_dict(traj), ensure_ascii=False) + "\n")
+    return Path(path)
+
+
+def load_jsonl(path: str | Path) -> list[Trajectory]:
+    """Read a file written by :func:`save_jsonl`; a malformed line raises ``ValueError`` naming file and line."""
+    path = Path(path)
+    out = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                out.append(from_dict(json.loads(line)))
+            except (json.JSONDecodeError, ValueError, TypeError) as exc:
+                raise ValueError(f"{path}:{n}: {exc}") from None
+    return out
+
+
+# -- token ids ----------------------------------------------------------------------------------------------------
+def action_ids(tokenizer, action: str) -> list[int]:
+    """The response ids a rollout produces when the policy answers ``action``: its tokens, then EOS (the
+    generator stops there and keeps the stop token; the chat template closes an assistant message with it)."""
+    return list(tokenizer(action, add_special_tokens=False).input_ids) + [int(tokenizer.eos_token_id)]
+
+
+def encode_turn(builder: PromptBuilder, turn: Turn) -> tuple[list[int], list[int]]:
+    """``(prompt_ids, response_ids)`` of a turn with ``builder``'s tokenizer: the prompt exactly as the rollout
+    encodes it, the response as :func:`action_ids` (or the turn's own sampled ids)."""
+    prompt = builder.encode(turn.messages)
+    response = list(turn.response_ids) if turn.response_ids is not None else action_ids(builder.tokenizer,
+                                                                                           turn.action)
+    return prompt, response
+
+
+def turns_over_budget(trajectories: list[Trajectory], tokenizer, max_new_tokens: int) -> int:
+    """How many expert turns need more response tokens (EOS included) than ``max_new_tokens``: a rollout with
+    that budget would cut them (raise ``rollout.max_new_tokens``)."""
+    return sum(len(action_ids(tokenizer, t.action)) > max_new_tokens
+               for traj in trajectories for t in traj.turns if t.response_ids is None)
+
+
+# -- expert replay ------------------------------------------------------------------------------------------------
+def expert_source(env_id: str) -> str | None:
+    """The expert source an env id's family declares (None: it has no expert); builds nothing."""
+    return env_class(env_id).expert_source
+
+
+def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split: str = "",
+                  max_steps: int | None = None, fuzzy_cutoff: float = 0.75,
+                  env_kwargs: dict[str, Any] | None = None) -> tuple[Trajectory | None, str]:
+    """Play the expert's actions on ``env`` reset with ``seed``; ``(trajectory, "")``, or ``(None, why)`` when
+    the replay is not a win within the step budget (``why``: ``no expert actions``, ``too many steps``,
+    ``not won``).
+
+    Each turn's prompt is rendered from the state the rollout would be in (:class:`AgentView`). An expert action
+    that the rollout's parser would not play as written (not in the valid-command list: a fuzzy match would
+    step *another* command) or that the env refuses (``invalid``: no effect) is left out and counted in
+    ``Trajectory.skipped``; ScienceWorld's gold paths hold such no-ops ("open door to kitchen" when it is
+    open). The replay must still end in a win."""
+    source = getattr(env, "expert_source", None)
+    obs, info = env.reset(seed=seed)
+    view = AgentView.start(obs, info)
+    actions = [str(a) for a in (info.get("walkthrough") or [])]
+    if not actions or source is None:
+        return None, "no expert actions"
+    turns: list[Turn] = []
+    ret, done, skipped = 0.0, False, 0
+    for text in actions:
+        action, kind = parse_action(text, view.info.get("admissible_actions"), fuzzy_cutoff)
+        if action is None or kind not in ("exact", "free"):
+            skipped += 1
+            continue
+        if max_steps is not None and len(turns) >= max_steps:
+            return None, "too many steps"
+        messages = view.messages(builder, env.instructions)
+        obs, reward, terminated, truncated, step_info = env.step(action)
+        if step_info.get("invalid"):
+            skipped += 1
+            continue
+        info = step_info
+        view.advance(action, action, obs, info)
+        turns.append(Turn(messages, action))
+        ret += float(reward)
+        if terminated or truncated:
+            done = True
+            break
+    if not (done and info.get("won")):
+        return None, "not won"
+    return Trajectory(env=env_id, task=task_id(split, seed), split=split, seed=int(seed), source=source,
+                      success=True, ret=ret, turns=turns, goal=view.goal, task_type=str(info.get("task_type", "")),
+                      skipped=skipped, env_kwargs=dict(env_kwargs or {}), prompt=prompt_settings(builder),
+                      final_info=final_info(info)), ""
+
+
+def prompt_settings(builder: PromptBuilder) -> dict[str, Any]:
+    """The prompt settings a trajectory was rendered with (compare with a run's ``rollout`` section)."""
+    return {"history": builder.history, "obs_max_chars": builder.obs_max_chars, "one_shot": builder.one_shot}
+
+
+def sampled_trajectory(traj, env_id: str, split: str, builder: PromptBuilder,
+                       env_kwargs: dict[str, Any] | None = None) -> Trajectory:
+    """A rollout's trajectory (``slea.types.Trajectory`` from a collector made with ``keep_messages=True``) as
+    alignment data, source ``sampled``: each turn keeps its prompt messages, the model's text and its exact
+    response ids."""
+    turns = []
+    for step in traj.steps:
+        if "messages" not in step.info:
+            raise ValueError("sampled trajectories need the prompt messages: RolloutCollector(keep_messages=True)")
+        turns.append(Turn(step.info["messages"], step.response_text, response_ids=list(step.response_ids)))
+    return Trajectory(env=env_id, task=task_id(split, traj.seed), split=split, seed=int(traj.seed),
+                      source="sampled", success=bool(traj.won), ret=float(traj.episode_return), turns=turns,
+                      goal=traj.goal, task_type=traj.task_type, env_kwargs=dict(env_kwargs or {}),
+                      prompt=prompt_settings(builder), final_info=dict(traj.final_info))
+
+
+def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], builder: PromptBuilder, *,
+                        max_steps: int | None = None, fuzzy_cutoff: float = 0.75
+                        ) -> tuple[list[Trajectory], Counter[str]]:
+    """Expert trajectories of the tasks ``seeds`` (one env, reset with each seed in turn) and the count of
+    dropped replays by reason. ``env_kwargs`` (``split`` included) build the env; the trajectories record the
+    env's own name of its split (``env.split``: ``dev`` for ScienceWorld's ``seen``)."""
+    if expert_source(env_id) is None:
+        raise ValueError(f"{env_id} has no expert source")
+    kept: list[Trajectory] = []
+    dropped: Counter[str] = Counter()
+    env = make(env_id, **env_kwargs)
+    try:
+        for seed in seeds:
+            traj, why = replay_expert(env, env_id, seed, builder, split=str(getattr(env, "split", "")),
+                                      max_steps=max_steps, fuzzy_cutoff=fuzzy_cutoff, env_kwargs=env_kwargs)
+            if traj is None:
+                dropped[why] += 1
+            else:
+                kept.append(traj)
+    finally:
+        env.close()
+    return kept, dropped
