@@ -145,9 +145,9 @@ def run(p: Plan, say: Callable[[str], None] | None = None) -> dict[str, Any]:
             try:
                 trainer.fit(resume=resume)
             finally:
-                pool = getattr(trainer, "pool", None)
-                if pool is not None:  # runs share this process: release each one's envs
-                    pool.close()
+                rollouts = getattr(trainer, "rollouts", None)
+                if rollouts is not None:  # runs share this process: release each one's envs
+                    rollouts.close()
             del trainer
             gc.collect()
         runs.append(sub)
