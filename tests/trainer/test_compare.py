@@ -62,7 +62,7 @@ def test_compare_two_algorithms_then_reuse(tmp_path):
 def _fake_run(root: Path, algo: str, seed: int, succ: list[float], steps: list[float], heldout: float) -> SubRun:
     d = root / "runs" / f"{algo}-s{seed}"
     (d / "eval").mkdir(parents=True)
-    rows = [{"iteration": i, "train/success": s, "train/return": s, "env_steps": e}
+    rows = [{"iteration": i, "train/success": s, "train/return": s, "env_steps": e, "rollouts": 4 * (i + 1)}
             for i, (s, e) in enumerate(zip(succ, steps))]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "eval/summary.json").write_text(json.dumps({"after": {"sampled": {"success": heldout}}, "wall_s": 60}))
@@ -93,6 +93,7 @@ def test_table_statistics_and_interpolation(tmp_path):
     assert list(b_at) == list(at) and all(v["values"] == pytest.approx([0.2]) for v in b_at.values())
     assert t["algorithms"]["b"]["heldout_success"]["std"] == 0.0
     assert a["env_steps"]["values"] == [40.0, 60.0] and a["iterations"]["values"] == [3.0, 2.0]
+    assert a["rollouts"]["values"] == [12.0, 8.0]  # the last row's cumulative count: 4 per iteration
     md = table_markdown(t)
     assert "0.500 ± 0.141" in md and "| b | 1 | 0.100 |" in md
     assert " | ".join(f"train succ. @ {b} steps" for b in (10, 20, 30, 40)) in md
