@@ -155,7 +155,7 @@ def test_boundaries_and_forks_continue_the_trunk_exactly(tiny_policy):
     b1 = trunk.boundaries[1]
     sibs, _ = col.fork(EnvPool("slea/Sokoban-v0", 1, 2), {0: (trunk, b1), 1: (trunk, b1)}, traj_offset=10)
     assert sib_gen.prompts[0] == [b1.prompt_ids, b1.prompt_ids]  # c_1 as recorded, not rebuilt
-    key = lambda s: (s.step, s.anchor, s.prompt_ids, s.action, s.reward, s.done)  # noqa: E731
+    key = lambda s: (s.step, s.anchor, s.prompt_ids, s.action, s.reward, s.done)
     for s in sibs:
         assert s.traj_id in (10, 11) and s.group_id == 0 and s.seed == trunk.seed
         assert [key(r) for r in s.steps] == [key(r) for r in trunk.steps[1:]]
