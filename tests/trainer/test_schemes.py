@@ -16,7 +16,7 @@ import torch
 import slea.testing.two_turn  # noqa: F401  (registers slea/FirstChoice-v0)
 from slea.config import ConfigError, build_config
 from slea.testing.two_turn import is_right
-from slea.trainer.schemes import OnPolicyRollouts, SiblingRollouts, scheme_for
+from slea.trainer.schemes import OnPolicyRollouts, SiblingRollouts, close, scheme_for
 
 GROUPS, G = 2, 5
 
@@ -97,7 +97,7 @@ def test_rounds_run_in_reverse_turn_order_on_the_latest_weights_and_train_turn_k
     assert m["rollouts"] == m["budget/rollouts"] and m["episodes"] == GROUPS
     played = sum(len(t.steps) for b in seen_batches for t in b.trajs + b.collected)
     assert m["budget/env_steps"] == m["env_steps"] == played
-    tr.rollouts.close()
+    close(tr.rollouts)
     tr.log.close()
 
 
@@ -123,5 +123,5 @@ def test_one_rtpo_iteration_raises_the_right_first_choice(tmp_path):
     assert 0.05 < p0 < 0.95  # the untrained model makes both choices
     assert m["update/trained_samples"] > 0
     assert p1 > p0, (p0, p1)
-    tr.rollouts.close()
+    close(tr.rollouts)
     tr.log.close()

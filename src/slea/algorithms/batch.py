@@ -111,6 +111,11 @@ class Advantages:
     returns: list[np.ndarray] | None = None
     train: np.ndarray | None = None
 
+    @property
+    def trained_rows(self) -> np.ndarray:
+        """The advantages of the rows the update trains on (all rows without a ``train`` mask)."""
+        return self.rows if self.train is None else self.rows[self.train]
+
     def per_token(self, lengths: Any) -> list[np.ndarray]:
         """One array per row with one advantage per response token: the token advantages, or the row's
         advantage broadcast to its ``lengths[i]`` tokens."""

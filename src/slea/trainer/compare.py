@@ -148,7 +148,9 @@ def run(p: Plan, say: Callable[[str], None] | None = None) -> dict[str, Any]:
             finally:
                 rollouts = getattr(trainer, "rollouts", None)
                 if rollouts is not None:  # runs share this process: release each one's envs
-                    rollouts.close()
+                    from slea.trainer.schemes import close
+
+                    close(rollouts)
             del trainer
             gc.collect()
         runs.append(sub)

@@ -42,6 +42,15 @@ class Phases:
 SUMMED = ("skipped_updates", "trained_tokens", "trained_samples")
 
 
+def sum_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """Key-wise sums of several rounds' counts (sampling counts, rollout counts, seconds)."""
+    out: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = out.get(k, 0.0) + float(v)
+    return out
+
+
 def merge_updates(rounds: list[dict[str, float]]) -> dict[str, float]:
     """One iteration's update (or critic) metrics from its rounds': counts summed, maxima kept, the rest the
     mean over the rounds that report it."""

@@ -17,6 +17,7 @@ The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -39,12 +40,12 @@ from slea.policy.prompts import PromptBuilder
 from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector, RolloutStats
 from slea.trainer import checkpoint as ckpt
+from slea.trainer import schemes
 from slea.trainer.critic import Critic
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
-from slea.trainer.metrics import Phases, iteration_metrics, merge_updates
+from slea.trainer.metrics import Phases, iteration_metrics, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
 from slea.trainer.sampling import Batch, merge_stats
-from slea.trainer.schemes import scheme_for
 from slea.trainer.update import Sample, ppo_update, reference_logprobs, to_samples
 from slea.types import Trajectory, flatten
 
@@ -85,7 +86,7 @@ def check_provided(spec, provides: frozenset[str] = PROVIDES) -> None:
 
 @dataclass
 class Estimate:
-    """Phase 2's output: the training rows and what the metrics and the critic need."""
+    """A round's advantages: the training rows and what the metrics and the critic need."""
 
     samples: list[Sample]
     advantages: Advantages | None
@@ -186,7 +187,7 @@ class Trainer:
         self.experience = _experience(cfg, self.spec, self.dir, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
-        self.rollouts = scheme_for(self.spec.needs)(self.collector, cfg)  # chosen by the spec's needs
+        self.rollouts = schemes.scheme_for(self.spec.needs)(self.collector, cfg)  # chosen by the spec's needs
         self.pool = self.rollouts.pool
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
@@ -228,30 +229,22 @@ class Trainer:
     def metrics(self, rounds: list[Round], streak: int, seconds: float) -> dict[str, float]:
         """The iteration's metrics row, over its rounds."""
         batches = [r.batch for r in rounds]
-        stats = RolloutStats()
-        for b in batches:
-            stats = merge_stats(stats, b.stats)
-        sampling: dict[str, float] = {}
-        for b in batches:
-            for k, v in b.metrics.items():
-                sampling[k] = sampling.get(k, 0.0) + v
-        adv = [r.est.advantages.rows[r.est.advantages.train] if r.est.advantages.train is not None
-               else r.est.advantages.rows for r in rounds if r.est.advantages is not None]
+        ests = [r.est for r in rounds]
         phases = Phases(
-            played=[t for b in batches for t in b.collected], clean=sum(r.clean for r in rounds), rollout=stats,
-            sampling=sampling, faults=self.pool.take_fault_stats(),
-            advantages=np.concatenate(adv) if adv else np.zeros(0),
-            nonfinite_rewards=sum(r.est.nonfinite_rewards for r in rounds),
-            nonfinite_advantages=sum(r.est.nonfinite_advantages for r in rounds),
-            bad_update_streak=streak, library={k: v for r in rounds for k, v in r.library.items()},
+            played=[t for b in batches for t in b.collected], clean=sum(r.clean for r in rounds),
+            rollout=functools.reduce(merge_stats, (b.stats for b in batches), RolloutStats()),
+            sampling=sum_metrics([b.metrics for b in batches]), faults=schemes.take_fault_stats(self.rollouts),
+            advantages=np.concatenate([e.advantages.trained_rows for e in ests if e.advantages is not None] or [[]]),
+            nonfinite_rewards=sum(e.nonfinite_rewards for e in ests),
+            nonfinite_advantages=sum(e.nonfinite_advantages for e in ests),
+            bad_update_streak=streak, library=sum_metrics([r.library for r in rounds]),
             update=merge_updates([r.update for r in rounds]), critic=merge_updates([r.critic for r in rounds]),
-            seconds={"library": sum(r.seconds["library"] for r in rounds),
-                     "train": sum(r.seconds["train"] for r in rounds), "iteration": seconds},
+            seconds={**sum_metrics([r.seconds for r in rounds]), "iteration": seconds},
             rollouts=sum(b.rollouts for b in batches), env_steps=sum(b.env_steps for b in batches))
         return iteration_metrics(phases, self.episodes, self.env_steps, self.rollout_count)
 
     def advantages(self, trajs: list[Trajectory]) -> Estimate:
-        """Phase 2: the algorithm's advantages, one per response token of every step row."""
+        """Round phase 1: the algorithm's advantages, one per response token of every step row."""
         rows = flatten(trajs)
         bad = nonfinite_count([s.reward for s in rows])
         if bad or not rows:  # numerical guard: a NaN/inf reward skips the update and the library's evolution
@@ -266,7 +259,7 @@ class Trainer:
         return Estimate(samples, adv, nonfinite_advantages=bad_adv)
 
     def evolve(self, trajs: list[Trajectory], it: int) -> dict[str, float]:
-        """Phase 3: the experience library learns from the iteration's clean episodes (when there is one)."""
+        """Round phase 2: the experience library learns from the round's clean episodes (when there is one)."""
         return self.experience.evolve(trajs, it) if self.experience is not None else {}
 
     @property
@@ -285,7 +278,7 @@ class Trainer:
         return ref
 
     def update(self, est: Estimate, it: int) -> tuple[dict[str, float], dict[str, float]]:
-        """Phase 4: clipped policy-gradient steps on the samples, then the critic's steps."""
+        """Round phase 3: clipped policy-gradient steps on the samples, then the critic's steps."""
         cfg = self.cfg
         if not est.ok:
             return {"skipped_updates": float(cfg.train.updates_per_iter)}, {}
@@ -391,7 +384,8 @@ class Trainer:
             # Guards stop the run before this iteration's checkpoint: the last one stays the last good one.
             self.bad_updates.check(it, self.last_checkpoint)
             check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
-                             cfg.env.max_fault_rate, it, self.pool.last_error, self.last_checkpoint)
+                             cfg.env.max_fault_rate, it, schemes.last_error(self.rollouts),
+                             self.last_checkpoint)
             if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1:
                 self.save(it)
                 last_saved = it

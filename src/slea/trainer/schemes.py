@@ -28,15 +28,34 @@ from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector
 from slea.trainer.sampling import Batch, collect_batch, merge_stats
 
-__all__ = ["OnPolicyRollouts", "RolloutScheme", "SiblingRollouts", "scheme_for"]
+__all__ = ["OnPolicyRollouts", "RolloutScheme", "SiblingRollouts", "close", "last_error", "scheme_for",
+           "take_fault_stats"]
 
 
 class RolloutScheme(Protocol):
-    pool: EnvPool  # the pool every round starts from (its fault statistics are logged)
+    pool: EnvPool  # the pool every iteration starts from
+    pools: tuple[EnvPool, ...]  # every pool the scheme plays in (fault statistics, closing)
 
     def rounds(self, it: int, seeds: list[int]) -> Iterator[Batch]: ...
 
-    def close(self) -> None: ...
+
+def take_fault_stats(scheme: RolloutScheme) -> dict[str, int]:
+    """The fault counts of all the scheme's pools since the last call, summed (then cleared)."""
+    out: dict[str, int] = {}
+    for pool in scheme.pools:
+        for k, v in pool.take_fault_stats().items():
+            out[k] = out.get(k, 0) + v
+    return out
+
+
+def last_error(scheme: RolloutScheme) -> str:
+    """The latest env error of the scheme's pools ('' when none)."""
+    return next((p.last_error for p in scheme.pools if p.last_error), "")
+
+
+def close(scheme: RolloutScheme) -> None:
+    for pool in scheme.pools:
+        pool.close()
 
 
 def _pool(cfg, copies: int, groups: int | None = None) -> EnvPool:
@@ -59,6 +78,7 @@ class OnPolicyRollouts:
     def __init__(self, collector: RolloutCollector, cfg):
         self.collector, self.cfg = collector, cfg
         self.pool = _pool(cfg, cfg.rollout.group_size)
+        self.pools = (self.pool,)
 
     def rounds(self, it: int, seeds: list[int]) -> Iterator[Batch]:
         a = self.cfg.algorithm
@@ -67,9 +87,6 @@ class OnPolicyRollouts:
                                   dynamic=a.dynamic_sampling, max_refill_rounds=a.max_refill_rounds,
                                   progress=_note(bar, len(self.pool)))
         yield batch
-
-    def close(self) -> None:
-        self.pool.close()
 
 
 class SiblingRollouts:
@@ -82,6 +99,7 @@ class SiblingRollouts:
         self.collector, self.cfg = collector, cfg
         self.pool = _pool(cfg, cfg.rollout.trunks)
         self.siblings = _pool(cfg, cfg.rollout.group_size - 1, groups=len(self.pool))
+        self.pools = (self.pool, self.siblings)
 
     def rounds(self, it: int, seeds: list[int]) -> Iterator[Batch]:
         with _bar(self.cfg, it, "trunks") as bar:
@@ -107,10 +125,6 @@ class SiblingRollouts:
                 metrics.update({"rollout/trunk_rollouts": float(len(trunks)), "rollout/turns_forked": float(depth)})
             yield Batch(trajs=sibs, collected=trunks if first else [], stats=merge_stats(stats, st) if first else st,
                         metrics=metrics, continuations=sibs)
-
-    def close(self) -> None:
-        self.pool.close()
-        self.siblings.close()
 
 
 # need -> scheme: the first of an algorithm's needs (sorted) that has a scheme picks it, else the on-policy one
