@@ -122,6 +122,7 @@ def test_slea_run_builds_a_library_the_cli_can_inspect(tmp_path):
     assert out.read_text().strip(), "exported entries"
 
 
+@pytest.mark.slow
 def test_rtpo_trains_end_to_end_and_is_refused_without_snapshots(tmp_path):
     smoke = str(ROOT / "configs/smoke.yaml")
     one_line_exit_2(slea("train", smoke, "--set", "algorithm.name=rtpo", "--set", "env.id=slea/WebShopServer-v0",

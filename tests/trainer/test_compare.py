@@ -122,6 +122,21 @@ def test_plan_validates_every_sub_config_first(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_rtpo_preset_plans_against_grpo_and_gigpo_at_one_budget(tmp_path):
+    from slea.config import ConfigError
+
+    p = plan(str(ROOT / "configs" / "rtpo.yaml"), ["rtpo", "grpo", "gigpo"], [0, 1], tmp_path)
+    cfgs = {(s.algorithm, s.seed): c for s, c in p.items}
+    rtpo, grpo = cfgs[("rtpo", 0)], cfgs[("grpo", 0)]
+    assert (rtpo.algorithm.gamma, rtpo.algorithm.loss_agg) == (1.0, "seq-mean-token-mean")  # rtpo's defaults only
+    assert (grpo.algorithm.gamma, grpo.algorithm.loss_agg) == (0.95, "token-mean")
+    assert {c.train.env_step_budget for c in cfgs.values()} == {2000}  # one budget for all: matched
+    assert p.spec["algorithm_defaults"]["rtpo"]["algorithm.skip_zero_advantage"] is False
+    # rollout.trunks is read by rtpo: accepted in the comparison, refused for grpo alone
+    with pytest.raises(ConfigError, match="rollout.trunks"):
+        plan(str(ROOT / "configs" / "rtpo.yaml"), ["grpo"], [0], tmp_path, overrides=["rollout.trunks=2"])
+
+
 def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
     import torch
 

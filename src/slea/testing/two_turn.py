@@ -29,8 +29,9 @@ class FirstChoiceEnv(TextEnv):
     snapshots = "replay"  # the base's fallback: reset with the seed, replay the answers
     instructions = Instructions(system="Answer with one word.")
 
-    def __init__(self) -> None:
+    def __init__(self, split: str = "train") -> None:
         super().__init__()
+        self.split = split  # one task on every split
         self._turn = 0
         self._right = False
 

@@ -277,6 +277,9 @@ def table_markdown(table: dict[str, Any]) -> str:
         "Held-out success: sampled episodes on the held-out games after training (mean ± std over seeds, ddof=1).",
         ("Train success @ N steps: the per-iteration train success, linearly interpolated at N cumulative env "
          "steps (budgets = 25/50/75/100% of the shortest run's env steps), mean ± std over seeds."),
+        ("Env steps and rollouts: totals per run (a rollout is a whole episode or, for rtpo, a sibling forked "
+         "from a trunk's turn boundary; train.rollout_budget / train.env_step_budget stop runs at a matched "
+         "budget)."),
     ]
     return "\n".join(lines + notes) + "\n"
 
