@@ -247,7 +247,8 @@ class RolloutCollector:
         return _Episode(trajs, live, pool.instructions)
 
     def _mark_boundaries(self, ep: _Episode, pool, turn: int, pending: list[_Pending]) -> None:
-        context = f"last {self.builder.history} turns"
+        n = self.builder.history
+        context = "identity: every turn" if n >= self.max_steps else f"last {n} turns"
         for p in pending:
             st = ep.live[p.env]
             ep.trajs[p.env].boundaries.append(Boundary(
