@@ -213,7 +213,7 @@ class RunConfig(_Section):
 
         _registered("experience.extractor", get_extractor, self.experience.extractor)
         _check_options(self.algorithm, spec, loss)
-        _check_snapshots(spec, self.env.id)
+        _check_snapshots(spec, self.env.id, self.rollout.group_size)
         unused = unused_settings(self) if (info.context or {}).get("check_unused", True) else {}
         if unused:
             key, why = next(iter(unused.items()))
@@ -221,13 +221,18 @@ class RunConfig(_Section):
         return self
 
 
-def _check_snapshots(spec, env_id: str) -> None:
-    """An algorithm that forks rollouts from env snapshots needs an env that can take them."""
+def _check_snapshots(spec, env_id: str, group_size: int) -> None:
+    """An algorithm that forks rollouts from env snapshots needs an env that can take them, and siblings."""
     from slea.envs.base import snapshot_support
 
-    if "snapshots" in spec.needs and snapshot_support(env_id) == "none":
+    if "snapshots" not in spec.needs:
+        return
+    if snapshot_support(env_id) == "none":
         raise ValueError(f"algorithm.name: {spec.name} forks rollouts from env snapshots, but env.id {env_id} has "
                          f"neither get_state/set_state nor a replay fallback")
+    if group_size < 2:
+        raise ValueError(f"rollout.group_size: {spec.name} forks group_size − 1 siblings per turn boundary, so it "
+                         f"must be >= 2 (got {group_size})")
 
 
 def _registered(key: str, get, value: str):

@@ -49,6 +49,8 @@ def test_rtpo_is_refused_on_an_env_without_snapshots(tmp_path):
         build_config({"env": {"id": "slea/WebShopServer-v0"}, "algorithm": {"name": "rtpo"}})
     msg = str(err.value)
     assert msg.startswith("algorithm.name: rtpo") and "slea/WebShopServer-v0" in msg and "\n" not in msg
+    with pytest.raises(ConfigError, match=r"rollout.group_size: rtpo .* must be >= 2 \(got 1\)"):
+        build_config({"env": {"id": "slea/Sokoban-v0"}, "algorithm": {"name": "rtpo"}, "rollout": {"group_size": 1}})
     with pytest.raises(ConfigError, match="rollout.trunks"):  # a setting only snapshot schemes read
         build_config({"env": {"id": "slea/Sokoban-v0"}, "rollout": {"trunks": 2}})
 

@@ -44,8 +44,9 @@ class Batch:
 
     @property
     def rollouts(self) -> int:
-        """Rollouts played in this round: episodes and continuations, one each."""
-        return len(self.collected) + len(self.continuations)
+        """Rollouts played in this round: episodes and continuations, one each (a continuation whose restore
+        faulted played nothing and is not counted)."""
+        return len(self.collected) + sum(1 for t in self.continuations if t.steps)
 
 
 def refill_seeds(run_seed: int, iteration: int, round_: int, groups: int) -> list[int]:
