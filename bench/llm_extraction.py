@@ -38,7 +38,7 @@ from slea.experience.extraction import select
 from slea.experience.llm_extractor import LLMExtractor
 from slea.experience.manager import ExperienceManager
 from slea.experience.rule_extractor import RuleExtractor
-from slea.trainer.rl import Trainer, _faulted
+from slea.trainer.rl import Trainer, _faulted, iteration_seeds
 from slea.types import Trajectory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,7 +115,8 @@ def collect(trainer: Trainer, batches: int) -> tuple[list[list[Trajectory]], lis
     out, info = [], []
     for it in range(batches):
         t0 = time.perf_counter()
-        batch = trainer.collect(it)
+        seeds = iteration_seeds(trainer.cfg.run.seed, it, trainer.cfg.rollout.groups)
+        batch = next(trainer.rollouts.rounds(it, seeds))
         clean = [t for t in batch.collected if not _faulted(t)]
         sec = time.perf_counter() - t0
         out.append(clean)

@@ -236,3 +236,23 @@ def test_align_end_to_end_on_the_tiny_preset_and_resume(tmp_path):
     assert r.returncode == 0 and "stage align: done (align.json exists), skipped" in r.stdout, r.stdout
     one_line_exit_2(slea("align", str(ROOT / "configs/align_tiny.yaml"), "--method", "ppo", "--set",
                          f"run.dir={tmp_path / 'other'}"), "align.method: unknown method 'ppo'")
+
+@pytest.mark.slow
+def test_rtpo_trains_end_to_end_and_is_refused_without_snapshots(tmp_path):
+    smoke = str(ROOT / "configs/smoke.yaml")
+    one_line_exit_2(slea("train", smoke, "--set", "algorithm.name=rtpo", "--set", "env.id=slea/WebShopServer-v0",
+                         "--set", "env.kwargs={}", "--set", "env.eval_kwargs={}", "--set", f"run.dir={tmp_path / 'x'}"),
+                    "algorithm.name: rtpo forks rollouts from env snapshots", "slea/WebShopServer-v0")
+    run = tmp_path / "run"
+    over = ["algorithm.name=rtpo", "env.id=slea/Sokoban-v0", "env.kwargs={num_games: 4}", "env.eval_kwargs={}",
+            "env.max_steps=2", "rollout.group_size=3", "train.iterations=1", "eval.before=false", "eval.greedy=false",
+            "eval.games=1", "eval.episodes_per_game=1", f"run.dir={run}"]
+    r = slea("train", smoke, *[x for o in over for x in ("--set", o)])
+    assert r.returncode == 0, r.stderr[-3000:]
+    row = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])
+    # 2 trunks (one per group), 2 siblings at each boundary of each trunk (a trunk plays 1 or 2 turns)
+    assert row["rollout/trunk_rollouts"] == 2 and row["rollout/sibling_rollouts"] == 2 * row["rollout/forked_boundaries"]
+    assert 2 <= row["rollout/forked_boundaries"] <= 4 and row["budget/rollouts"] == 2 + row["rollout/sibling_rollouts"]
+    assert row["update/trained_samples"] == row["rollout/sibling_rollouts"]  # the forked turn of every sibling
+    assert re.search(r"iteration 1 turn 0 siblings: \d+/2", r.stdout), r.stdout[-3000:]
+    assert (run / "eval/summary.json").is_file()

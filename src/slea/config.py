@@ -75,14 +75,15 @@ class EnvSection(_Section):
 
 class RolloutSection(_Section):
     groups: int = Field(4, ge=1)  # N task groups per iteration
-    group_size: int = Field(8, ge=1)  # G identical copies per task
+    group_size: int = Field(8, ge=1)  # G identical copies per task (RTPO: 1 trunk + G−1 siblings per boundary)
+    trunks: int = Field(1, ge=1)  # RTPO (algorithms needing snapshots): trunk episodes per task group
     temperature: float = Field(1.0, ge=0)
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     max_new_tokens: int = Field(12, ge=1)
     # None: the env's instructions decide (multi-line for reasoning + tags, else stop at the first newline)
     stop_at_newline: bool | None = None
-    history: int = Field(2, ge=0)  # last-k (observation, action) pairs in the prompt
+    history: int = Field(2, ge=0)  # last-k (observation, action) pairs in the prompt (RTPO's ψ; >= max_steps: all)
     obs_max_chars: int = Field(400, ge=20)
     invalid_penalty: float = Field(0.1, ge=0)  # subtracted from the reward of an invalid step
     # where the estimators charge it: "step" = that row's score only, after discounting (GiGPO's reference
@@ -133,6 +134,10 @@ class TrainSection(_Section):
     save_every: int = Field(1, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
     time_budget_s: float | None = None  # stop starting new iterations after this many seconds
+    # stop starting new iterations once this many rollouts / env steps were played (matched budgets across
+    # algorithms: an RTPO iteration plays trunks plus siblings at every turn, a GRPO one N × G episodes)
+    rollout_budget: int | None = Field(None, ge=1)
+    env_step_budget: int | None = Field(None, ge=1)
     max_bad_updates: int = Field(3, ge=0)  # stop after this many NaN/inf-hit updates in a row (0: never)
     critic_lr: float = Field(1e-3, gt=0)  # ppo/turn_ppo value head (its own AdamW)
     critic_updates: int = Field(8, ge=1)  # critic optimizer steps per iteration
@@ -241,11 +246,26 @@ class RunConfig(_Section):
 
         _registered("experience.extractor", get_extractor, self.experience.extractor)
         _check_options(self.algorithm, spec, loss)
+        _check_snapshots(spec, self.env.id, self.rollout.group_size)
         unused = unused_settings(self) if (info.context or {}).get("check_unused", True) else {}
         if unused:
             key, why = next(iter(unused.items()))
             raise ValueError(f"{key}: {why}")
         return self
+
+
+def _check_snapshots(spec, env_id: str, group_size: int) -> None:
+    """An algorithm that forks rollouts from env snapshots needs an env that can take them, and siblings."""
+    from slea.envs.base import snapshot_support
+
+    if "snapshots" not in spec.needs:
+        return
+    if snapshot_support(env_id) == "none":
+        raise ValueError(f"algorithm.name: {spec.name} forks rollouts from env snapshots, but env.id {env_id} has "
+                         f"neither get_state/set_state nor a replay fallback")
+    if group_size < 2:
+        raise ValueError(f"rollout.group_size: {spec.name} forks group_size − 1 siblings per turn boundary, so it "
+                         f"must be >= 2 (got {group_size})")
 
 
 def _registered(key: str, get, value: str):
@@ -338,6 +358,9 @@ def unused_settings(cfg: RunConfig) -> dict[str, str]:
         reads[f"{sec}.{key}"] = (critic, f"algorithm {spec.name} has no critic")
     reads["algorithm.kl_estimator"] = (a.kl_coef > 0 or "reference" in spec.needs, "algorithm.kl_coef is 0")
     reads["algorithm.max_refill_rounds"] = (a.dynamic_sampling, "algorithm.dynamic_sampling is off")
+    forks = "snapshots" in spec.needs
+    reads["algorithm.dynamic_sampling"] = (not forks, f"algorithm {spec.name} forks from trunk boundaries")
+    reads["rollout.trunks"] = (forks, f"algorithm {spec.name} plays no trunks (it forks no siblings)")
     out = {}
     for dotted, (read, why) in reads.items():
         sec, key = dotted.split(".")

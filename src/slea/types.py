@@ -75,6 +75,9 @@ class Trajectory:
     # The env's info at the episode's end, numbers and short strings only (``score``, ``em``, ``f1``, ``split``,
     # ``task``...): what evaluation tables need beyond ``won`` (slea.evaluation.report).
     final_info: dict[str, Any] = field(default_factory=dict)
+    # Turn boundaries (env snapshot, exact prompt ids...) recorded when the collector is asked to
+    # (``collect(boundaries=True)``, RTPO's trunks): one ``slea.rollout.collector.Boundary`` per turn played.
+    boundaries: list[Any] = field(default_factory=list)
 
     @property
     def episode_return(self) -> float:

@@ -150,3 +150,46 @@ def test_base_instructions_are_the_list_picking_default():
     assert "list of valid commands" in ins.system
     (user, answer), = ins.example
     assert user.endswith("- take apple\n- go north\n- open fridge\nYour command:") and answer == "take apple"
+
+
+class DiceEnv(TextEnv):
+    """Deterministic given its seed: each step's outcome comes from the env's own rng (np_random)."""
+
+    snapshots = "replay"  # opts into the base's replay-from-seed-and-actions fallback
+
+    def _reset(self, seed, options):
+        self._goal, self._admissible, self.total = "roll", ["roll", "hold"], 0
+        return f"start {options.get('tag', '')}", {}
+
+    def _step(self, action):
+        if action == "hold":
+            return f"held at {self.total}", float(self.total), True, False, {}
+        self.total += int(self.np_random.integers(1, 7))
+        return f"total {self.total}", 0.0, False, False, {}
+
+
+def test_replay_fallback_restores_the_rng_and_the_actions():
+    env = DiceEnv()
+    env.reset(seed=11, options={"tag": "x"})
+    for a in ("roll", "bogus", "roll"):
+        env.step(a)
+    snap, seen = env.get_state(), env._last_obs
+    assert snap == {"seed": 11, "options": {"tag": "x"}, "actions": ["roll", "bogus", "roll"]}
+    expected = [env.step(a) for a in ("roll", "roll", "hold")]
+    fresh = DiceEnv()
+    fresh.reset(seed=99)
+    fresh.step("roll")
+    fresh.set_state(snap)
+    assert fresh._last_obs == seen and fresh.get_state() == snap
+    assert [fresh.step(a) for a in ("roll", "roll", "hold")] == expected
+    env.reset(seed=None)
+    with pytest.raises(RuntimeError, match="seed"):  # an unseeded episode cannot be replayed
+        env.get_state()
+
+
+def test_snapshot_support_reads_the_class_without_building_it(fake_ids):
+    register("slea/Dice-v0", f"{__name__}:DiceEnv", family="fake")
+    register("slea/Fake3-v0", f"{__name__}:FakeEnv", family="fake")
+    fake_ids.extend(["slea/Dice-v0", "slea/Fake3-v0"])
+    assert base.snapshot_support("slea/Dice-v0") == "replay"
+    assert base.snapshot_support("slea/Fake3-v0") == "none"  # the default: no snapshots, no fallback

@@ -83,3 +83,13 @@ def test_textworld_pool_groups_play_the_same_game(tw_cache):
         res = pool.step({3: walk[0], 4: "dance"})
         assert res[3][2] and res[3][4]["won"] and res[4][4]["invalid"]
         assert pool.live() == [0, 1, 2, 4, 5]
+
+
+def test_a_faulted_restore_retires_the_env_and_rebuilds_it():
+    pool = EnvPool("slea/Sokoban-v0", num_groups=1, group_size=2)
+    out = pool.reset([3])
+    old = pool.envs[1]
+    assert pool.set_state(1, {"room": None}) is False  # a snapshot the env cannot take: a fault, not a crash
+    assert pool.done[1] and pool.envs[1] is not old and pool.fault_counts["reset_errors"] == 1
+    assert pool.set_state(1, pool.get_state(0), last=out[0]) is True
+    assert not pool.done[1] and pool.last[1] == out[0]

@@ -133,3 +133,36 @@ def test_invalid_feedback_prefers_the_envs_own_words():
     assert invalid_feedback("room", "room", {"error": "Not a valid action: answer up, down, left or right."}) \
         == "Not a valid action: answer up, down, left or right."
     assert invalid_feedback("room", None, {}) == "it is not one of the valid commands."
+
+
+def test_boundaries_and_forks_continue_the_trunk_exactly(tiny_policy):
+    """A trunk records one boundary per turn (its prompt c_k verbatim); siblings forked at turn 1 that answer as
+    the trunk did replay its rows from turn 1 on, generating first from the recorded c_1; a restore that
+    faults leaves an empty truncated sibling."""
+    from dataclasses import replace
+
+    _, tok = tiny_policy
+    moves = ["up", "left", "down", "right", "up"]
+    trunk_gen = Scripted(lambda call, i: moves[call - 1])
+    col = RolloutCollector(trunk_gen, PromptBuilder(tok, history=2), RolloutSection(), max_steps=4)
+    trunks, _ = col.collect(EnvPool("slea/Sokoban-v0", 1, 1), [5], boundaries=True)
+    (trunk,) = trunks
+    assert len(trunk.steps) >= 3 and [b.turn for b in trunk.boundaries] == [s.step for s in trunk.steps]
+    assert [b.prompt_ids for b in trunk.boundaries] == [s.prompt_ids for s in trunk.steps]
+    assert trunk.boundaries[2].past[-1][1] == trunk.steps[1].action and trunk.boundaries[0].context == "last 2 turns"
+
+    sib_gen = Scripted(lambda call, i: moves[call])  # from turn 1 on, the trunk's answers
+    col.gen = sib_gen
+    b1 = trunk.boundaries[1]
+    sibs, _ = col.fork(EnvPool("slea/Sokoban-v0", 1, 2), {0: (trunk, b1), 1: (trunk, b1)}, traj_offset=10)
+    assert sib_gen.prompts[0] == [b1.prompt_ids, b1.prompt_ids]  # c_1 as recorded, not rebuilt
+    key = lambda s: (s.step, s.anchor, s.prompt_ids, s.action, s.reward, s.done)
+    for s in sibs:
+        assert s.traj_id in (10, 11) and s.group_id == 0 and s.seed == trunk.seed
+        assert [key(r) for r in s.steps] == [key(r) for r in trunk.steps[1:]]
+        assert s.won == trunk.won and s.truncated == trunk.truncated
+    broken = replace(b1, env_state={"room": None})
+    sibs, _ = col.fork(EnvPool("slea/Sokoban-v0", 1, 2), {1: (trunk, broken)})
+    assert len(sibs) == 1 and sibs[0].steps == [] and sibs[0].truncated
+    with pytest.raises(ValueError, match="one boundary turn"):
+        col.fork(EnvPool("slea/Sokoban-v0", 1, 2), {0: (trunk, b1), 1: (trunk, trunk.boundaries[0])})

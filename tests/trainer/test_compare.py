@@ -62,7 +62,7 @@ def test_compare_two_algorithms_then_reuse(tmp_path):
 def _fake_run(root: Path, algo: str, seed: int, succ: list[float], steps: list[float], heldout: float) -> SubRun:
     d = root / "runs" / f"{algo}-s{seed}"
     (d / "eval").mkdir(parents=True)
-    rows = [{"iteration": i, "train/success": s, "train/return": s, "env_steps": e}
+    rows = [{"iteration": i, "train/success": s, "train/return": s, "env_steps": e, "rollouts": 4 * (i + 1)}
             for i, (s, e) in enumerate(zip(succ, steps))]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (d / "eval/summary.json").write_text(json.dumps({"after": {"sampled": {"success": heldout}}, "wall_s": 60}))
@@ -93,6 +93,7 @@ def test_table_statistics_and_interpolation(tmp_path):
     assert list(b_at) == list(at) and all(v["values"] == pytest.approx([0.2]) for v in b_at.values())
     assert t["algorithms"]["b"]["heldout_success"]["std"] == 0.0
     assert a["env_steps"]["values"] == [40.0, 60.0] and a["iterations"]["values"] == [3.0, 2.0]
+    assert a["rollouts"]["values"] == [12.0, 8.0]  # the last row's cumulative count: 4 per iteration
     md = table_markdown(t)
     assert "0.500 ± 0.141" in md and "| b | 1 | 0.100 |" in md
     assert " | ".join(f"train succ. @ {b} steps" for b in (10, 20, 30, 40)) in md
@@ -119,6 +120,21 @@ def test_plan_validates_every_sub_config_first(tmp_path):
     with pytest.raises(ConfigError, match="algorithm.name"):
         plan(SMOKE, ["grpo", "nope"], [0], tmp_path)
     assert not (tmp_path / "runs").exists()
+
+
+def test_rtpo_preset_plans_against_grpo_and_gigpo_at_one_budget(tmp_path):
+    from slea.config import ConfigError
+
+    p = plan(str(ROOT / "configs" / "rtpo.yaml"), ["rtpo", "grpo", "gigpo"], [0, 1], tmp_path)
+    cfgs = {(s.algorithm, s.seed): c for s, c in p.items}
+    rtpo, grpo = cfgs[("rtpo", 0)], cfgs[("grpo", 0)]
+    assert (rtpo.algorithm.gamma, rtpo.algorithm.loss_agg) == (1.0, "seq-mean-token-mean")  # rtpo's defaults only
+    assert (grpo.algorithm.gamma, grpo.algorithm.loss_agg) == (0.95, "token-mean")
+    assert {c.train.env_step_budget for c in cfgs.values()} == {2000}  # one budget for all: matched
+    assert p.spec["algorithm_defaults"]["rtpo"]["algorithm.skip_zero_advantage"] is False
+    # rollout.trunks is read by rtpo: accepted in the comparison, refused for grpo alone
+    with pytest.raises(ConfigError, match="rollout.trunks"):
+        plan(str(ROOT / "configs" / "rtpo.yaml"), ["grpo"], [0], tmp_path, overrides=["rollout.trunks=2"])
 
 
 def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):

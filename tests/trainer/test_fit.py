@@ -60,3 +60,24 @@ def test_budget_spent_starts_an_iteration_only_if_it_ends_within_half_an_iterati
     assert not budget_spent(100.0, 0.0, 100.0)  # exactly at the budget with no estimate: 100 > 100 is false
     assert budget_spent(100.1, 0.0, 100.0)
     assert not budget_spent(1e9, 1e9, None)  # no budget
+
+@pytest.mark.slow
+def test_a_rollout_budget_stops_the_run_and_counts_siblings(tmp_path):
+    """train.rollout_budget: rtpo's first iteration on the two-turn env plays 2 trunks and 2 siblings at each of
+    their boundaries (2 + 2·2·2 = 10 rollouts when both trunks play 2 turns) and the budget of 5 ends the run."""
+    from slea.trainer.rl import Trainer, _spent_budget
+
+    run = tmp_path / "run"
+    cfg = load_config(SMOKE, ["plugins=[slea.testing.two_turn]", "env.id=slea/FirstChoice-v0", "env.kwargs={}",
+                              "env.eval_kwargs={}", "algorithm.name=rtpo", "algorithm.kl_coef=0",
+                              "rollout.group_size=3", "rollout.max_new_tokens=1", "train.iterations=4",
+                              "train.rollout_budget=5", "eval.before=false", "eval.greedy=false", "eval.games=1",
+                              "eval.episodes_per_game=1", f"run.dir={run}"])
+    Trainer(cfg).fit()
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0]
+    r = rows[0]
+    assert r["rollouts"] == r["budget/rollouts"] == 2 + 2 * r["rollout/forked_boundaries"] >= 5
+    assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000000"
+    train = cfg.train.model_copy(update={"rollout_budget": None, "env_step_budget": 10})
+    assert _spent_budget(train, 99, 9) == "" and "env-step budget of 10" in _spent_budget(train, 0, 10)

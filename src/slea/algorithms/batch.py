@@ -103,11 +103,18 @@ class StepBatch:
 class Advantages:
     """An estimator's output. ``rows``: one advantage per row (for ``token`` level, the mean of the row's
     token advantages: what metrics show); ``tokens``: per row, one advantage per response token (``token``
-    level only); ``returns``: the critic's regression targets, in the layout of ``StepBatch.values``."""
+    level only); ``returns``: the critic's regression targets, in the layout of ``StepBatch.values``; ``train``:
+    the rows the update trains on (``None``: every row; RTPO trains each sibling's forked turn alone)."""
 
     rows: np.ndarray
     tokens: list[np.ndarray] | None = None
     returns: list[np.ndarray] | None = None
+    train: np.ndarray | None = None
+
+    @property
+    def trained_rows(self) -> np.ndarray:
+        """The advantages of the rows the update trains on (all rows without a ``train`` mask)."""
+        return self.rows if self.train is None else self.rows[self.train]
 
     def per_token(self, lengths: Any) -> list[np.ndarray]:
         """One array per row with one advantage per response token: the token advantages, or the row's
@@ -130,6 +137,8 @@ def estimate(spec: AlgorithmSpec, batch: StepBatch, settings: Mapping[str, Any])
         adv = Advantages(np.asarray(out, dtype=np.float64))
     if adv.rows.shape != (batch.n,):
         raise ValueError(f"algorithm {spec.name!r} returned {adv.rows.shape} advantages for {batch.n} rows")
+    if adv.train is not None and np.shape(adv.train) != (batch.n,):
+        raise ValueError(f"algorithm {spec.name!r} returned a train mask of {np.shape(adv.train)} for {batch.n} rows")
     if spec.level == "token" and adv.tokens is None:
         raise ValueError(f"algorithm {spec.name!r} is token-level but returned no per-token advantages")
     return adv

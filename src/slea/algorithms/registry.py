@@ -39,7 +39,8 @@ NEEDS: dict[str, str] = {
     "offline_data": "a dataset of recorded trajectories or preference pairs",
 }
 
-ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", ("slea.algorithms.advantages", "slea.algorithms.gae"))
+ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", ("slea.algorithms.advantages", "slea.algorithms.gae",
+                                                          "slea.algorithms.rtpo"))
 POLICY_LOSSES: Registry[Callable] = Registry("policy loss", ("slea.algorithms.losses",))
 
 

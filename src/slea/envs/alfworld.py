@@ -310,6 +310,8 @@ class ALFWorldEnv(TextEnv):
         game_files: play these ``.tw-pddl`` files (everything above except ``expert`` is ignored).
     """
 
+    snapshots = "replay"  # get_state/set_state: reset the game, replay its commands
+
     def __init__(
         self,
         tasks: str | Sequence[str] | None = None,

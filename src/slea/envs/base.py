@@ -12,6 +12,13 @@ raises on a bad action: it answers with an observation and ``invalid=True``.
 Every family registers its ids here with the optional extra it needs, so ``slea envs`` can say what is
 usable without importing heavy packages.
 
+Snapshots (RTPO forks sibling rollouts from stored turn boundaries): :attr:`TextEnv.snapshots` says how a
+class restores a state — ``"exact"`` (``get_state`` copies the state itself), ``"replay"`` (``set_state`` resets
+the episode and replays its actions; exact for deterministic engines) or ``"none"``. A deterministic class can
+opt into the base's replay fallback by setting ``snapshots = "replay"`` without writing ``get_state``: the base
+records each episode's ``reset(seed, options)`` and every action sent to ``step`` and replays them.
+:func:`snapshot_support` reads the attribute of a registered id without building an env.
+
 Each family also owns what the agent is told: :attr:`TextEnv.instructions` (a :class:`slea.types.Instructions`:
 system prompt, example exchange, answer cue). Observations carry no instructions of their own, so clipping an
 observation never cuts them.
@@ -24,13 +31,14 @@ import importlib.util
 import string
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 
 from slea.types import Instructions
 
 Obs = str
+SnapshotKind = Literal["exact", "replay", "none"]
 StepResult = tuple[str, float, bool, bool, dict[str, Any]]
 
 
@@ -87,12 +95,16 @@ class TextEnv(gym.Env):
     # A family that names one puts its expert's actions from the initial state in the reset's
     # ``info["walkthrough"]`` (slea.alignment.data replays them to make expert trajectories).
     expert_source: ClassVar[str | None] = None
+    # How get_state/set_state restore a state (module docstring); "replay" without an own get_state opts into
+    # the base's replay-from-seed-and-actions fallback, which is exact only for a deterministic engine.
+    snapshots: ClassVar[SnapshotKind] = "none"
 
     def __init__(self) -> None:
         super().__init__()
         self._goal = ""
         self._admissible: list[str] | None = None
         self._last_obs = ""
+        self._episode_log: dict[str, Any] | None = None  # {"seed", "options", "actions"}: the replay fallback's
         # gymnasium.make's wrappers and the passive checker require both spaces to exist.
         self.observation_space = gym.spaces.Text(
             max_length=TEXT_SPACE_MAX, min_length=0, charset=_TEXT_CHARSET
@@ -110,11 +122,14 @@ class TextEnv(gym.Env):
     # -- the contract ---------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict]:
         super().reset(seed=seed)
+        self._episode_log = {"seed": seed, "options": dict(options or {}), "actions": []}
         obs, info = self._reset(seed, dict(options or {}))
         self._last_obs = obs
         return obs, self._fill(info)
 
     def step(self, action: str) -> StepResult:
+        if self._episode_log is not None:
+            self._episode_log["actions"].append(action)
         if not isinstance(action, str) or not action.strip():
             return self._invalid("Empty or non-text action.")
         try:
@@ -165,12 +180,29 @@ class TextEnv(gym.Env):
         info.setdefault("won", False)
         return info
 
-    # Optional snapshot API (RTPO forks turns from stored boundary states).
+    # -- snapshots (RTPO forks turns from stored boundary states) ---------------------------------------
     def get_state(self) -> Any:
-        raise NotImplementedError(f"{type(self).__name__} has no snapshot support")
+        """A snapshot of the episode so far. The base implements the replay fallback (``snapshots =
+        "replay"``): the episode's reset seed and options and the actions sent since; families with exact or
+        their own replay snapshots override it."""
+        if self.snapshots != "replay":
+            raise NotImplementedError(f"{type(self).__name__} has no snapshot support")
+        log = self._episode_log
+        if log is None:
+            raise RuntimeError("get_state() before reset()")
+        if log["seed"] is None:
+            raise RuntimeError("the replay fallback needs an episode reset with a seed")
+        return {"seed": log["seed"], "options": dict(log["options"]), "actions": list(log["actions"])}
 
     def set_state(self, state: Any) -> None:
-        raise NotImplementedError(f"{type(self).__name__} has no snapshot support")
+        """Restore a :meth:`get_state` snapshot: the replay fallback resets with the snapshot's seed and
+        options and sends its actions again (the env's rng is reseeded, so a deterministic engine ends in
+        exactly the recorded state)."""
+        if self.snapshots != "replay":
+            raise NotImplementedError(f"{type(self).__name__} has no snapshot support")
+        self.reset(seed=int(state["seed"]), options=dict(state.get("options") or {}))
+        for action in state.get("actions", []):
+            self.step(action)
 
 
 @dataclass(frozen=True)
@@ -220,6 +252,19 @@ def _lazy_entry(spec: EnvSpec) -> Callable[..., TextEnv]:
 
 def registered() -> dict[str, EnvSpec]:
     return dict(_REGISTRY)
+
+
+def snapshot_support(id: str) -> SnapshotKind:
+    """How the class registered as ``id`` restores snapshots (:attr:`TextEnv.snapshots`), read without building
+    an env (family modules import their engines lazily); ``"none"`` for an entry point that does not import."""
+    if id not in _REGISTRY:
+        raise KeyError(f"unknown env id {id!r}")
+    module_name, _, cls_name = _REGISTRY[id].entry_point.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), cls_name)
+    except (ImportError, AttributeError):
+        return "none"
+    return getattr(cls, "snapshots", "none")
 
 
 def make(id: str, **kwargs: Any) -> TextEnv:

@@ -291,9 +291,24 @@ class EnvPool:
     def get_state(self, i: int) -> Any:
         return self._env(i).get_state()
 
-    def set_state(self, i: int, state: Any) -> None:
-        self._env(i).set_state(state)
+    def set_state(self, i: int, state: Any, last: tuple[str, dict[str, Any]] | None = None) -> bool:
+        """Restore env ``i`` to a :meth:`get_state` snapshot and mark it live (``last``: the (observation, info)
+        of that state, what a later faulted step answers with). A restore that raises or outlasts
+        ``reset_timeout_s`` (a replay runs the episode again) is a fault, handled like a faulted reset: the env
+        is rebuilt, sits this episode out (done) and ``False`` is returned."""
+        if not self.handle_faults:
+            self._env(i).set_state(state)
+        else:
+            self._count("calls")
+            ok, _ = self._guarded(i, "restore", lambda e: e.set_state(state), self.reset_timeout_s,
+                                  "reset_timeouts", "reset_errors")
+            if not ok:
+                self.restart(i)
+                self.done[i] = True
+                return False
         self.done[i] = False
+        self.last[i] = last
+        return True
 
     def close(self) -> None:
         for env in self.envs:

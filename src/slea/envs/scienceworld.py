@@ -363,6 +363,8 @@ class ScienceWorldEnv(TextEnv):
             order, instead of a split (``split`` and ``variations_per_task`` are then ignored).
     """
 
+    snapshots = "replay"  # get_state/set_state: reset the game, replay its commands
+
     # (task, variation, simplifications) -> gold actions; one per process, so resets agree (module doc).
     _GOLD: ClassVar[dict[tuple[str, int, str], list[str]]] = {}
 

@@ -263,6 +263,8 @@ class SearchQAEnv(TextEnv):
             (Search-R1's own layout; default off: the system prompt, :attr:`instructions`, carries it).
     """
 
+    snapshots = "exact"  # get_state/set_state: the state itself, copied
+
     task_type = "search_qa"
 
     def __init__(

@@ -411,6 +411,8 @@ class SokobanEnv(TextEnv):
         terminate_on_deadlock: end the episode (``lost``) when a box is stuck in a corner.
     """
 
+    snapshots = "exact"  # get_state/set_state: the state itself, copied
+
     task_type = "sokoban"
 
     def __init__(

@@ -133,6 +133,8 @@ class TextWorldEnv(TextEnv):
             it costs ~80 prompt tokens per step and pushes the room's exits past the observation clip.
     """
 
+    snapshots = "replay"  # get_state/set_state: reset the game, replay its commands
+
     def __init__(
         self,
         tasks: Sequence[str] = DEFAULT_TASKS,

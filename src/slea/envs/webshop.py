@@ -92,6 +92,8 @@ class WebShopEnv(TextEnv):
         max_results: results a search returns (WebShop: 50).
     """
 
+    snapshots = "exact"  # get_state/set_state: the state itself, copied
+
     task_type = "webshop"
 
     def __init__(

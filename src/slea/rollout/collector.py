@@ -10,6 +10,13 @@ One episode per env, read top to bottom in :meth:`RolloutCollector.collect`:
    their env) → ``_record`` (one :class:`slea.types.Step` row each; the next observation; finished episodes);
 3. ``_finish``: episodes that ran out of steps are truncated.
 
+Turn boundaries (RTPO, slea/algorithms/rtpo.py). ``collect(..., boundaries=True)`` records, before each turn's
+generation, a :class:`Boundary` per live env on its trajectory: the env snapshot (``pool.get_state``), what the
+agent has seen (observation, history, feedback) and the exact prompt ids ``c_k = ψ(S_k)`` (ψ: the prompt
+builder, the last ``history`` turns; ``history ≥ max_steps`` is the identity). :meth:`RolloutCollector.fork`
+restores boundaries into the envs of another pool and plays them on from turn ``k`` through the same per-turn
+phases; the forked turn is generated from the recorded ``c_k`` itself, not a rebuilt prompt.
+
 An unparseable or inadmissible answer does not step the env: it is an invalid step with a penalty, and the agent
 sees the same observation again, after a line saying why (:func:`slea.rollout.view.invalid_feedback`: the env's
 own words when it gave any, such as Search-R1's format hint). What the agent sees and how a turn changes it is
@@ -78,6 +85,24 @@ class _Live(AgentView):
 
     key: tuple[int, ...] = ()  # (rng salt, env seed, copy): the row's sampling stream, with the turn appended
     task_exp: Any = None  # held retrieval for mode "task"
+    forked: Boundary | None = None  # a fork's first turn: generate from the boundary's recorded prompt
+
+
+@dataclass
+class Boundary:
+    """A trunk's turn boundary ``k``: everything a sibling forked there starts from (RTPO Alg.1 phase 1)."""
+
+    turn: int
+    env_state: Any  # the env's get_state() before the turn's action
+    obs: str
+    info: dict[str, Any]
+    past: list[tuple[str, str]]
+    feedback: str
+    task_exp: Any
+    prompt_ids: list[int]  # c_k = ψ(S_k), exactly as the trunk generated from it
+    exp: Any
+    cluster_id: int
+    context: str  # ψ, in words ("last 2 turns")
 
 
 @dataclass
@@ -100,7 +125,7 @@ class _Pending:
 class _Episode:
     """The state of one ``collect`` call."""
 
-    trajs: list[Trajectory]
+    trajs: dict[int, Trajectory]  # by pool env index
     live: dict[int, _Live]
     instructions: Instructions
 
@@ -120,16 +145,40 @@ class RolloutCollector:
         self.mode = experience_mode if experience is not None else "off"
 
     def collect(self, pool, seeds: list[int], *, iteration: int = 0, temperature: float | None = None,
-                traj_offset: int = 0, rng_salt: int = TRAIN_SALT, progress=None
+                traj_offset: int = 0, rng_salt: int = TRAIN_SALT, boundaries: bool = False, progress=None
                 ) -> tuple[list[Trajectory], RolloutStats]:
-        """Play one episode on every env of ``pool`` (group g reset with ``seeds[g]``)."""
+        """Play one episode on every env of ``pool`` (group g reset with ``seeds[g]``); with ``boundaries``
+        each trajectory records a :class:`Boundary` per turn (``Trajectory.boundaries``)."""
         stats = RolloutStats()
-        temp = self.cfg.temperature if temperature is None else temperature
         ep = self._start(pool, seeds, iteration, traj_offset, rng_salt, stats)
-        for turn in range(self.max_steps):
+        self._play(ep, pool, 0, iteration, temperature, stats, boundaries, progress)
+        return list(ep.trajs.values()), stats
+
+    def fork(self, pool, starts: dict[int, tuple[Trajectory, Boundary]], *, iteration: int = 0,
+             temperature: float | None = None, traj_offset: int = 0, rng_salt: int = TRAIN_SALT, progress=None
+             ) -> tuple[list[Trajectory], RolloutStats]:
+        """Continue from recorded boundaries: env ``i`` of ``pool`` is restored to ``starts[i]``'s boundary
+        (``(trunk, boundary)``; every start shares the boundary's turn ``k``) and plays on from turn ``k`` to
+        the end. Returns one trajectory per start (its rows from turn ``k``, group ``pool.group_of(i)``); an
+        env whose restore faulted returns an empty truncated trajectory."""
+        stats = RolloutStats()
+        turns = {b.turn for _, b in starts.values()}
+        if len(turns) != 1:
+            raise ValueError(f"fork: the starts must share one boundary turn, got {sorted(turns)}")
+        ep = self._restore(pool, starts, traj_offset, rng_salt, stats)
+        self._play(ep, pool, turns.pop(), iteration, temperature, stats, False, progress)
+        return list(ep.trajs.values()), stats
+
+    def _play(self, ep: _Episode, pool, first_turn: int, iteration: int, temperature: float | None,
+              stats: RolloutStats, boundaries: bool, progress) -> None:
+        """The per-turn loop, from ``first_turn`` until every episode ended or ``max_steps`` turns."""
+        temp = self.cfg.temperature if temperature is None else temperature
+        for turn in range(first_turn, self.max_steps):
             if not ep.live:
                 break
             pending = self._prompts(ep, iteration, stats)
+            if boundaries:
+                self._mark_boundaries(ep, pool, turn, pending)
             self._generate(pending, ep, turn, temp, stats)
             self._parse(pending, ep, stats)
             results = self._step_envs(pool, pending, stats)
@@ -137,19 +186,19 @@ class RolloutCollector:
             if progress is not None:  # (turns played, episodes still running: none after the last turn)
                 progress(turn + 1, len(ep.live) if turn + 1 < self.max_steps else 0)
         self._finish(ep)
-        return ep.trajs, stats
 
     # -- the phases -------------------------------------------------------------------------------------------
     def _start(self, pool, seeds, iteration, traj_offset, rng_salt, stats) -> _Episode:
         t0 = time.perf_counter()
         first = pool.reset(seeds)
         stats.env_s += time.perf_counter() - t0
-        trajs, live, copies = [], {}, {}
+        trajs: dict[int, Trajectory] = {}
+        live, copies = {}, {}
         for i, (obs, info) in enumerate(first):
             g = pool.group_of(i)
             copy = copies[g] = copies.get(g, -1) + 1
-            trajs.append(Trajectory(group_id=g, traj_id=traj_offset + i, seed=seeds[g],
-                                    goal=str(info.get("goal", "")), task_type=str(info.get("task_type", ""))))
+            trajs[i] = Trajectory(group_id=g, traj_id=traj_offset + i, seed=seeds[g],
+                                  goal=str(info.get("goal", "")), task_type=str(info.get("task_type", "")))
             if "fault" in info:  # the env could not be reset (EnvPool rebuilt it): it sits this episode out
                 trajs[i].truncated = True
             else:
@@ -159,10 +208,45 @@ class RolloutCollector:
                 st.task_exp = self._retrieve(st, trajs[i], iteration, stats)
         return _Episode(trajs, live, pool.instructions)
 
+    def _restore(self, pool, starts: dict[int, tuple[Trajectory, Boundary]], traj_offset: int, rng_salt: int,
+                 stats: RolloutStats) -> _Episode:
+        """A fork's start: each env restored to its boundary; what the agent had seen, restored with it."""
+        trajs: dict[int, Trajectory] = {}
+        live = {}
+        t0 = time.perf_counter()
+        pool.mark_done(range(len(pool)))  # only the restored envs play
+        for n, i in enumerate(sorted(starts)):
+            trunk, b = starts[i]
+            g = pool.group_of(i)
+            trajs[i] = Trajectory(group_id=g, traj_id=traj_offset + n, seed=trunk.seed, goal=trunk.goal,
+                                  task_type=trunk.task_type)
+            if not pool.set_state(i, b.env_state, last=(b.obs, dict(b.info))):
+                trajs[i].truncated = True  # the restore faulted: this sibling sits the round out
+                continue
+            copy = i - pool.members(g).start
+            key = (int(rng_salt), int(trunk.seed or 0) % 2**63, int(trunk.traj_id), b.turn, copy)
+            live[i] = _Live(b.obs, dict(b.info), key=key, past=list(b.past), task_exp=b.task_exp,
+                            feedback=b.feedback, forked=b)
+        stats.env_s += time.perf_counter() - t0
+        return _Episode(trajs, live, pool.instructions)
+
+    def _mark_boundaries(self, ep: _Episode, pool, turn: int, pending: list[_Pending]) -> None:
+        n = self.builder.history
+        context = "identity: every turn" if n >= self.max_steps else f"last {n} turns"
+        for p in pending:
+            st = ep.live[p.env]
+            ep.trajs[p.env].boundaries.append(Boundary(
+                turn, pool.get_state(p.env), st.obs, dict(st.info), list(st.past),
+                st.feedback, st.task_exp, list(p.prompt), p.exp, p.cluster_id, context))
+
     def _prompts(self, ep: _Episode, iteration: int, stats: RolloutStats) -> list[_Pending]:
         out = []
         for i in sorted(ep.live):
             st, tr = ep.live[i], ep.trajs[i]
+            if st.forked is not None:  # a fork's first turn: c_k exactly as recorded (RTPO: reused verbatim)
+                b, st.forked = st.forked, None
+                out.append(_Pending(i, list(b.prompt_ids), b.exp, int(b.cluster_id)))
+                continue
             if self.mode == "step":  # retrieval assigns this observation's cluster
                 exp = self._retrieve(st, tr, iteration, stats)
                 cid = exp.cluster_id

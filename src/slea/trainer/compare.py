@@ -15,7 +15,8 @@ resumes from it (``Trainer.fit(resume=True)``); a sub-run whose saved config dif
 invocation would use is an error (use another ``--out``), so a folder never mixes settings.
 
 Outputs in ``<out>``: ``table.md`` and ``table.json`` (held-out success after training, mean ± std over
-seeds; train success interpolated at common env-step budgets; env steps; wall time), ``curves.png`` (train
+seeds; train success interpolated at common env-step budgets; env steps; rollouts, one per whole episode or
+RTPO sibling continuation; wall time), ``curves.png`` (train
 success and return against env steps: the mean over seeds with a 95% confidence band), ``compare.json`` (the
 spec of the comparison).
 """
@@ -145,9 +146,11 @@ def run(p: Plan, say: Callable[[str], None] | None = None) -> dict[str, Any]:
             try:
                 trainer.fit(resume=resume)
             finally:
-                pool = getattr(trainer, "pool", None)
-                if pool is not None:  # runs share this process: release each one's envs
-                    pool.close()
+                rollouts = getattr(trainer, "rollouts", None)
+                if rollouts is not None:  # runs share this process: release each one's envs
+                    from slea.trainer.schemes import close
+
+                    close(rollouts)
             del trainer
             gc.collect()
         runs.append(sub)
@@ -198,6 +201,7 @@ def _load(sub: SubRun) -> dict[str, Any]:
             "greedy": (after.get("greedy") or {}).get("success"),
             "before": ((summary.get("before") or {}).get("sampled") or {}).get("success"),
             "env_steps": float(x[-1]) if x.size else 0.0, "wall_s": summary.get("wall_s"),
+            "rollouts": float(rows[-1].get("rollouts", rows[-1].get("episodes", math.nan))) if rows else 0.0,
             "iterations": len(rows)}
 
 
@@ -234,6 +238,7 @@ def summarize_runs(runs: list[SubRun]) -> dict[str, Any]:
             "final_train_success": _stat([float(d["ys"]["train/success"][-1]) if d["x"].size else None
                                           for _, d in mine]),
             "env_steps": _stat([d["env_steps"] for _, d in mine]),
+            "rollouts": _stat([d["rollouts"] for _, d in mine]),
             "iterations": _stat([float(d["iterations"]) for _, d in mine]),
             "wall_s": _stat([d["wall_s"] for _, d in mine]),
         }
@@ -253,7 +258,7 @@ def table_markdown(table: dict[str, Any]) -> str:
     budgets = table["budgets"]
     head = ["algorithm", "seeds", "held-out success", "greedy", "untrained"]
     head += [f"train succ. @ {b} steps" for b in budgets]
-    head += ["env steps", "wall (min)"]
+    head += ["env steps", "rollouts", "wall (min)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for algo, a in table["algorithms"].items():
         wall = a["wall_s"]
@@ -261,7 +266,7 @@ def table_markdown(table: dict[str, Any]) -> str:
         cells = [algo, str(len(a["seeds"])), _fmt(a["heldout_success"]), _fmt(a["heldout_greedy_success"]),
                  _fmt(a["heldout_success_before"])]
         cells += [_fmt(a["train_success_at_env_steps"][str(b)]) for b in budgets]
-        cells += [_fmt(a["env_steps"], 0), _fmt(wall_min, 1)]
+        cells += [_fmt(a["env_steps"], 0), _fmt(a.get("rollouts", {}), 0), _fmt(wall_min, 1)]
         lines.append("| " + " | ".join(cells) + " |")
     spec = table.get("spec", {})
     notes = [
@@ -272,6 +277,9 @@ def table_markdown(table: dict[str, Any]) -> str:
         "Held-out success: sampled episodes on the held-out games after training (mean ± std over seeds, ddof=1).",
         ("Train success @ N steps: the per-iteration train success, linearly interpolated at N cumulative env "
          "steps (budgets = 25/50/75/100% of the shortest run's env steps), mean ± std over seeds."),
+        ("Env steps and rollouts: totals per run (a rollout is a whole episode or, for rtpo, a sibling forked "
+         "from a trunk's turn boundary; train.rollout_budget / train.env_step_budget stop runs at a matched "
+         "budget)."),
     ]
     return "\n".join(lines + notes) + "\n"
 

@@ -1,9 +1,10 @@
 """One iteration's metrics row (metrics.jsonl, TensorBoard), assembled from what each phase returned.
 
 Keys are ``section/name``: ``train/*`` (success, return, invalid rate, episode length of every episode played),
-``adv/*``, ``faults/*``, ``guard/*``, ``sampling/*`` (DAPO), ``library/*``, ``update/*`` (loss, clip fraction,
+``adv/*``, ``budget/*`` (this iteration's rollouts and env steps, RTPO's siblings included), ``rollout/*``
+(what the rollout scheme reports), ``faults/*``, ``guard/*``, ``sampling/*`` (DAPO), ``library/*``, ``update/*`` (loss, clip fraction,
 ratio deviation, grad norm, KL), ``critic/*``, ``tokens/*``, ``time/*``, ``throughput/*``, and the run's
-``episodes`` / ``env_steps`` so far.
+``episodes`` / ``env_steps`` / ``rollouts`` so far.
 """
 
 from __future__ import annotations
@@ -33,9 +34,41 @@ class Phases:
     update: dict[str, float] = field(default_factory=dict)
     critic: dict[str, float] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)  # library, train, iteration
+    rollouts: int = 0  # rollouts played this iteration (episodes and forked continuations)
+    env_steps: int = 0  # env steps played this iteration
 
 
-def iteration_metrics(p: Phases, episodes: int, env_steps: int) -> dict[str, float]:
+# update/critic metrics that add up over an iteration's rounds (the others are averaged over the rounds)
+SUMMED = ("skipped_updates", "trained_tokens", "trained_samples")
+
+
+def sum_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
+    """Key-wise sums of several rounds' counts (sampling counts, rollout counts, seconds)."""
+    out: dict[str, float] = {}
+    for part in parts:
+        for k, v in part.items():
+            out[k] = out.get(k, 0.0) + float(v)
+    return out
+
+
+def merge_updates(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """One iteration's update (or critic) metrics from its rounds': counts summed, maxima kept, the rest the
+    mean over the rounds that report it."""
+    out: dict[str, float] = {}
+    seen: dict[str, int] = {}
+    for r in rounds:
+        for k, v in r.items():
+            if k in SUMMED:
+                out[k] = out.get(k, 0.0) + v
+            elif k.endswith("_max_dev"):
+                out[k] = max(out.get(k, v), v)
+            else:
+                out[k] = out.get(k, 0.0) + v
+                seen[k] = seen.get(k, 0) + 1
+    return {k: v / seen[k] if k in seen else v for k, v in out.items()}
+
+
+def iteration_metrics(p: Phases, episodes: int, env_steps: int, rollouts: int | None = None) -> dict[str, float]:
     adv = p.advantages[np.isfinite(p.advantages)] if p.advantages.size else p.advantages
     r = p.rollout
     trained = p.update.get("trained_tokens", 0.0)
@@ -58,5 +91,7 @@ def iteration_metrics(p: Phases, episodes: int, env_steps: int) -> dict[str, flo
         "time/iteration_s": p.seconds.get("iteration", 0.0),
         "throughput/train_tokens_per_s": trained / max(train_s, 1e-9),
         "episodes": float(episodes), "env_steps": float(env_steps),
+        "rollouts": float(episodes if rollouts is None else rollouts),
+        "budget/rollouts": float(p.rollouts), "budget/env_steps": float(p.env_steps),
     })
     return m

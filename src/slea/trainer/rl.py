@@ -1,21 +1,23 @@
 """The on-policy training loop: collect → advantages → evolve the library → update → log, checkpoint.
 
-One iteration (:meth:`Trainer.iteration`), as a newcomer reads it:
-1. :meth:`Trainer.collect`: N task groups × G copies play one episode each (slea/rollout/collector.py; DAPO
-   dynamic sampling refills groups without signal, slea/trainer/sampling.py);
-2. :meth:`Trainer.advantages`: the registered algorithm's estimator turns the step rows (plus the critic's
+One iteration (:meth:`Trainer.iteration`), as a newcomer reads it: the rollout scheme plays the iteration's
+episodes and hands them over in rounds (slea/trainer/schemes.py: one round of N task groups × G copies; or,
+for an algorithm that needs env snapshots such as RTPO, one round per turn k = K−1 … 0 of siblings forked from
+trunk boundaries, each played after the previous round's update). Each round (:meth:`Trainer.train_round`):
+1. :meth:`Trainer.advantages`: the registered algorithm's estimator turns the step rows (plus the critic's
    values, when it needs a critic) into one advantage per response token (slea/algorithms/);
-3. :meth:`Trainer.evolve`: the experience library learns from the batch, when there is one
+2. :meth:`Trainer.evolve`: the experience library learns from the round's episodes, when there is one
    (slea/experience/manager.py);
-4. :meth:`Trainer.update`: clipped policy-gradient steps on the response tokens (slea/trainer/update.py), then
-   the critic's own steps;
-5. metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py, checkpoint.py).
+3. :meth:`Trainer.update`: clipped policy-gradient steps on the response tokens (slea/trainer/update.py), then
+   the critic's own steps.
+Then metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py, checkpoint.py).
 
 The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import time
@@ -31,27 +33,27 @@ from slea.algorithms.batch import Advantages, StepBatch, estimate
 from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings
-from slea.envs.pool import EnvPool
 from slea.evaluation.evaluate import evaluate, write_eval
 from slea.policy.generation import HFGenerator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.progress import Progress
-from slea.rollout.collector import RolloutCollector
+from slea.rollout.collector import RolloutCollector, RolloutStats
 from slea.trainer import checkpoint as ckpt
+from slea.trainer import schemes
 from slea.trainer.critic import Critic
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
-from slea.trainer.metrics import Phases, iteration_metrics
+from slea.trainer.metrics import Phases, iteration_metrics, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
-from slea.trainer.sampling import Batch, collect_batch
+from slea.trainer.sampling import Batch, merge_stats
 from slea.trainer.update import Sample, ppo_update, reference_logprobs, to_samples
 from slea.types import Trajectory, flatten
 
 log = logging.getLogger(__name__)
 
-# What `slea train` can give an algorithm (AlgorithmSpec.needs); RTPO's snapshots, TeamTR's teams and offline
-# data come with their own trainers.
-PROVIDES = frozenset({"critic", "clusters", "reference"})
+# What `slea train` can give an algorithm (AlgorithmSpec.needs; "snapshots" through its rollout scheme,
+# slea/trainer/schemes.py); TeamTR's teams and offline data come with their own trainers.
+PROVIDES = frozenset({"critic", "clusters", "reference", "snapshots"})
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -91,7 +93,7 @@ def check_provided(spec, provides: frozenset[str] = PROVIDES) -> None:
 
 @dataclass
 class Estimate:
-    """Phase 2's output: the training rows and what the metrics and the critic need."""
+    """A round's advantages: the training rows and what the metrics and the critic need."""
 
     samples: list[Sample]
     advantages: Advantages | None
@@ -101,6 +103,19 @@ class Estimate:
     @property
     def ok(self) -> bool:
         return not (self.nonfinite_rewards or self.nonfinite_advantages)
+
+
+@dataclass
+class Round:
+    """One training round's rollouts and what each phase made of them."""
+
+    batch: Batch
+    clean: int  # its whole episodes not ended by an env fault
+    est: Estimate
+    library: dict[str, float]
+    update: dict[str, float]
+    critic: dict[str, float]
+    seconds: dict[str, float]
 
 
 def _experience(cfg: RunConfig, spec, run_dir: Path, generator):
@@ -178,8 +193,8 @@ class Trainer:
         self.experience = _experience(cfg, self.spec, self.dir, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
-        self.pool = EnvPool(cfg.env.id, cfg.rollout.groups, cfg.rollout.group_size, dict(cfg.env.kwargs),
-                            step_timeout_s=cfg.env.step_timeout_s, reset_timeout_s=cfg.env.reset_timeout_s)
+        self.rollouts = schemes.scheme_for(self.spec.needs)(self.collector, cfg)  # chosen by the spec's needs
+        self.pool = self.rollouts.pool
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                            weight_decay=cfg.train.weight_decay)
@@ -189,13 +204,24 @@ class Trainer:
         self.start_iteration = 0
         self.episodes = 0
         self.env_steps = 0
+        self.rollout_count = 0
         self.bad_updates = BadUpdateGuard(cfg.train.max_bad_updates)
         self.last_checkpoint: str | None = None
 
     # -- one iteration ---------------------------------------------------------------------------------------
     def iteration(self, it: int) -> dict[str, float]:
         t0 = time.perf_counter()
-        batch = self.collect(it)
+        seeds = iteration_seeds(self.cfg.run.seed, it, self.cfg.rollout.groups)
+        rounds = [self.train_round(batch, it) for batch in self.rollouts.rounds(it, seeds)]
+        batches = [r.batch for r in rounds]
+        self.episodes += sum(len(b.collected) for b in batches)
+        self.env_steps += sum(b.env_steps for b in batches)
+        self.rollout_count += sum(b.rollouts for b in batches)
+        streak = self.bad_updates.observe(any(r.update.get("skipped_updates", 0) for r in rounds))
+        return self.metrics(rounds, streak, time.perf_counter() - t0)
+
+    def train_round(self, batch: Batch, it: int) -> Round:
+        """Advantages → library → update on one round of rollouts."""
         train_set = [t for t in batch.trajs if not _faulted(t)]  # an env fault says nothing about the policy
         clean = [t for t in batch.collected if not _faulted(t)]
         est = self.advantages(train_set)
@@ -203,32 +229,28 @@ class Trainer:
         library = self.evolve(clean, it) if est.ok else {}
         t_train = time.perf_counter()
         upd, critic = self.update(est, it)
-        t_end = time.perf_counter()
-        self.episodes += len(batch.collected)
-        self.env_steps += batch.env_steps
-        streak = self.bad_updates.observe(bool(upd.get("skipped_updates", 0)))
-        phases = Phases(
-            played=batch.collected, clean=len(clean), rollout=batch.stats, sampling=batch.metrics,
-            faults=self.pool.take_fault_stats(),
-            advantages=est.advantages.rows if est.advantages is not None else np.zeros(0),
-            nonfinite_rewards=est.nonfinite_rewards, nonfinite_advantages=est.nonfinite_advantages,
-            bad_update_streak=streak, library=library, update=upd, critic=critic,
-            seconds={"library": t_train - t_lib, "train": t_end - t_train, "iteration": t_end - t0})
-        return iteration_metrics(phases, self.episodes, self.env_steps)
+        seconds = {"library": t_train - t_lib, "train": time.perf_counter() - t_train}
+        return Round(batch, len(clean), est, library, upd, critic, seconds)
 
-    def collect(self, it: int) -> Batch:
-        """Phase 1: one episode per env of the pool on this iteration's task seeds."""
-        cfg = self.cfg
-        seeds = iteration_seeds(cfg.run.seed, it, cfg.rollout.groups)
-        n = len(self.pool)
-        with Progress(f"iteration {it + 1} rollout", total=cfg.env.max_steps) as bar:
-            return collect_batch(  # algorithm.dynamic_sampling: groups with equal returns dropped, refilled
-                self.collector, self.pool, seeds, iteration=it, run_seed=cfg.run.seed,
-                dynamic=cfg.algorithm.dynamic_sampling, max_refill_rounds=cfg.algorithm.max_refill_rounds,
-                progress=lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done"))
+    def metrics(self, rounds: list[Round], streak: int, seconds: float) -> dict[str, float]:
+        """The iteration's metrics row, over its rounds."""
+        batches = [r.batch for r in rounds]
+        ests = [r.est for r in rounds]
+        phases = Phases(
+            played=[t for b in batches for t in b.collected], clean=sum(r.clean for r in rounds),
+            rollout=functools.reduce(merge_stats, (b.stats for b in batches), RolloutStats()),
+            sampling=sum_metrics([b.metrics for b in batches]), faults=schemes.take_fault_stats(self.rollouts),
+            advantages=np.concatenate([e.advantages.trained_rows for e in ests if e.advantages is not None] or [[]]),
+            nonfinite_rewards=sum(e.nonfinite_rewards for e in ests),
+            nonfinite_advantages=sum(e.nonfinite_advantages for e in ests),
+            bad_update_streak=streak, library=sum_metrics([r.library for r in rounds]),
+            update=merge_updates([r.update for r in rounds]), critic=merge_updates([r.critic for r in rounds]),
+            seconds={**sum_metrics([r.seconds for r in rounds]), "iteration": seconds},
+            rollouts=sum(b.rollouts for b in batches), env_steps=sum(b.env_steps for b in batches))
+        return iteration_metrics(phases, self.episodes, self.env_steps, self.rollout_count)
 
     def advantages(self, trajs: list[Trajectory]) -> Estimate:
-        """Phase 2: the algorithm's advantages, one per response token of every step row."""
+        """Round phase 1: the algorithm's advantages, one per response token of every step row."""
         rows = flatten(trajs)
         bad = nonfinite_count([s.reward for s in rows])
         if bad or not rows:  # numerical guard: a NaN/inf reward skips the update and the library's evolution
@@ -238,11 +260,12 @@ class Trainer:
                        estimator_settings(self.cfg.algorithm, self.spec))
         bad_adv = nonfinite_count(adv.rows)  # a token-level row's value is its tokens' mean: NaN when any is
         tokens = adv.per_token([len(s.response_ids) for s in rows])
-        samples = [] if bad_adv else to_samples(rows, tokens, self.cfg.algorithm.skip_zero_advantage)
+        samples = [] if bad_adv else to_samples(rows, tokens, self.cfg.algorithm.skip_zero_advantage,
+                                                keep=adv.train)  # RTPO trains each sibling's forked turn alone
         return Estimate(samples, adv, nonfinite_advantages=bad_adv)
 
     def evolve(self, trajs: list[Trajectory], it: int) -> dict[str, float]:
-        """Phase 3: the experience library learns from the iteration's clean episodes (when there is one)."""
+        """Round phase 2: the experience library learns from the round's clean episodes (when there is one)."""
         return self.experience.evolve(trajs, it) if self.experience is not None else {}
 
     @property
@@ -261,7 +284,7 @@ class Trainer:
         return ref
 
     def update(self, est: Estimate, it: int) -> tuple[dict[str, float], dict[str, float]]:
-        """Phase 4: clipped policy-gradient steps on the samples, then the critic's steps."""
+        """Round phase 3: clipped policy-gradient steps on the samples, then the critic's steps."""
         cfg = self.cfg
         if not est.ok:
             return {"skipped_updates": float(cfg.train.updates_per_iter)}, {}
@@ -300,7 +323,8 @@ class Trainer:
         critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
         path = ckpt.save_checkpoint(
             self.dir / "checkpoints", it, self.model, self.optimizer, critic=critic_t,
-            extra={"episodes": self.episodes, "env_steps": self.env_steps, "critic": critic_meta,
+            extra={"episodes": self.episodes, "env_steps": self.env_steps, "rollouts": self.rollout_count,
+                   "critic": critic_meta,
                    "bad_update_streak": self.bad_updates.streak,
                    "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
             keep=cfg.train.keep_checkpoints,
@@ -328,6 +352,7 @@ class Trainer:
         self.start_iteration = it + 1
         self.episodes = int(state.get("episodes", 0))
         self.env_steps = int(state.get("env_steps", 0))
+        self.rollout_count = int(state.get("rollouts", self.episodes))  # older checkpoints: episodes only
         if self.critic is not None:
             self.critic.restore(last, state)
         self.bad_updates.streak = int(state.get("bad_update_streak", 0))
@@ -352,6 +377,10 @@ class Trainer:
             if budget_spent(time.perf_counter() - t_train, last_iter_s, cfg.train.time_budget_s):
                 log.info("time budget of %.0fs reached after %d iterations", cfg.train.time_budget_s, it)
                 break
+            spent = _spent_budget(cfg.train, self.rollout_count, self.env_steps)
+            if spent:
+                log.info("%s reached after %d iterations", spent, it)
+                break
             m = self.iteration(it)
             last_run = it
             last_iter_s = m["time/iteration_s"]
@@ -360,7 +389,8 @@ class Trainer:
             # Guards stop the run before this iteration's checkpoint: the last one stays the last good one.
             self.bad_updates.check(it, self.last_checkpoint)
             check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
-                             cfg.env.max_fault_rate, it, self.pool.last_error, self.last_checkpoint)
+                             cfg.env.max_fault_rate, it, schemes.last_error(self.rollouts),
+                             self.last_checkpoint)
             if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1:
                 self.save(it)
                 last_saved = it
@@ -388,6 +418,15 @@ class Trainer:
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
         write_eval(self.dir, "summary", summary)
         return summary
+
+
+def _spent_budget(train, rollouts: int, env_steps: int) -> str:
+    """Which of ``train.rollout_budget`` / ``train.env_step_budget`` is used up ('' when none is)."""
+    if train.rollout_budget is not None and rollouts >= train.rollout_budget:
+        return f"rollout budget of {train.rollout_budget} ({rollouts} played)"
+    if train.env_step_budget is not None and env_steps >= train.env_step_budget:
+        return f"env-step budget of {train.env_step_budget} ({env_steps} played)"
+    return ""
 
 
 def _faulted(t: Trajectory) -> bool:

@@ -28,14 +28,25 @@ __all__ = ["Batch", "collect_batch", "merge_stats", "refill_seeds", "zero_varian
 
 @dataclass
 class Batch:
+    """One training round's rollouts (slea/trainer/schemes.py)."""
+
     trajs: list[Trajectory]  # what the advantage estimator and the update see
-    collected: list[Trajectory]  # every episode played this iteration (metrics, env steps, library)
+    collected: list[Trajectory]  # every whole episode played (train metrics, env steps, library)
     stats: RolloutStats
     metrics: dict[str, float] = field(default_factory=dict)
+    # rollouts forked mid-episode (RTPO's siblings): counted in the budgets, not in the episode metrics
+    continuations: list[Trajectory] = field(default_factory=list)
 
     @property
     def env_steps(self) -> int:
-        return sum(len(t.steps) for t in self.collected)
+        """Env steps played in this round (episodes and continuations)."""
+        return sum(len(t.steps) for t in self.collected) + sum(len(t.steps) for t in self.continuations)
+
+    @property
+    def rollouts(self) -> int:
+        """Rollouts played in this round: episodes and continuations, one each (a continuation whose restore
+        faulted played nothing and is not counted)."""
+        return len(self.collected) + sum(1 for t in self.continuations if t.steps)
 
 
 def refill_seeds(run_seed: int, iteration: int, round_: int, groups: int) -> list[int]:

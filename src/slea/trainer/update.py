@@ -34,18 +34,21 @@ class Sample:
     ref_logprobs: list[float] | None = None
 
 
-def to_samples(rows: list[Step], token_advantages: list[np.ndarray], skip_zero: bool) -> list[Sample]:
-    """The training rows of a batch: every step row with a response, with its per-token advantages; with
-    ``skip_zero`` rows whose advantages are all 0 are left out.
+def to_samples(rows: list[Step], token_advantages: list[np.ndarray], skip_zero: bool,
+               keep: np.ndarray | None = None) -> list[Sample]:
+    """The training rows of a batch: every step row with a response (and ``keep`` true, when given: the rows
+    the algorithm trains), with its per-token advantages; with ``skip_zero`` rows whose advantages are all 0
+    are left out.
 
     Such rows add no policy gradient, but kept they count in the aggregation's denominator: skipping them
     scales the policy gradient up by ``N_all / N_kept`` under ``token-mean`` (response tokens) and by
     ``B_all / B_kept`` under the ``seq-mean-*`` modes (rows). So with ``skip_zero`` the step size does not shrink
     when many groups have equal returns (as DAPO's dynamic sampling keeps it); the KL term, when there is one,
     is then averaged over the kept rows' tokens only."""
+    keep = np.ones(len(rows), dtype=bool) if keep is None else np.asarray(keep, dtype=bool)
     return [Sample(r.prompt_ids, r.response_ids, r.old_logprobs, [float(x) for x in a])
-            for r, a in zip(rows, token_advantages)
-            if r.response_ids and not (skip_zero and np.all(np.abs(a) < 1e-8))]
+            for r, a, k in zip(rows, token_advantages, keep)
+            if k and r.response_ids and not (skip_zero and np.all(np.abs(a) < 1e-8))]
 
 
 def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0, dtype: str = "bfloat16",
