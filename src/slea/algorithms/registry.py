@@ -39,8 +39,9 @@ NEEDS: dict[str, str] = {
     "offline_data": "a dataset of recorded trajectories or preference pairs",
 }
 
-ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", ("slea.algorithms.advantages", "slea.algorithms.gae"))
-POLICY_LOSSES: Registry[Callable] = Registry("policy loss", ("slea.algorithms.losses",))
+ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", ("slea.algorithms.advantages", "slea.algorithms.gae",
+                                                             "slea.algorithms.teamtr"))
+POLICY_LOSSES: Registry[Callable] = Registry("policy loss", ("slea.algorithms.losses", "slea.algorithms.teamtr"))
 
 
 @dataclass(frozen=True)
