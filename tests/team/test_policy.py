@@ -68,3 +68,19 @@ def test_state_round_trip_and_lora_required(team, perturb):
         build_team_policy(ModelSection(name_or_path="tiny", lora=False), ["a", "b"])
     with pytest.raises(ConfigError, match="unique"):
         build_team_policy(ModelSection(name_or_path="tiny"), ["a", "a"])
+
+
+def test_adapters_round_trip_through_safetensors_files(team, perturb, tmp_path):
+    perturb(team, 0, seed=6)
+    perturb(team, 1, seed=7)
+    saved = [team.state(0), team.state(1)]
+    paths = team.save_adapters(tmp_path / "adapters")
+    assert [p.name for p in paths] == ["planner.safetensors", "actor.safetensors"]
+    perturb(team, 0, seed=8)
+    perturb(team, 1, seed=9)
+    team.load_adapters(tmp_path / "adapters")
+    for agent in (0, 1):
+        assert all(torch.equal(saved[agent][n], p) for n, p in team.named_adapter_parameters(agent).items())
+    (tmp_path / "adapters" / "actor.safetensors").unlink()
+    with pytest.raises(ValueError, match="no adapter file for agent 'actor'"):
+        team.load_adapters(tmp_path / "adapters")

@@ -78,3 +78,5 @@ def test_a_stage_resamples_after_every_agent_update(tmp_path):
         assert r["teamtr/steps"] >= 1 and r["teamtr/token_kl"] <= delta and r["teamtr/beta"] > 0
         assert r["teamtr/samples"] > 0
     assert rows[0]["team/return_after"] == rows[1]["team/return_before"]  # update 1's "after" is update 2's batch
+    assert sorted(p.name for p in (tmp_path / "run" / "adapters").iterdir()) == ["actor.safetensors",
+                                                                                 "planner.safetensors"]

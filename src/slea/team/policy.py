@@ -10,6 +10,7 @@ never trained, so n agents cost one model plus n small adapters.
 from __future__ import annotations
 
 import contextlib
+from pathlib import Path
 
 import torch
 
@@ -60,6 +61,38 @@ class TeamPolicy:
         with torch.no_grad():
             for n, p in self.named_adapter_parameters(agent).items():
                 p.copy_(state[n])
+
+    # -- files -----------------------------------------------------------------------------------------------
+    def save_adapters(self, folder: str | Path) -> list[Path]:
+        """Write every agent's adapter to ``folder/<agent>.safetensors`` (peft's state-dict keys); return the paths."""
+        from peft import get_peft_model_state_dict
+        from safetensors.torch import save_file
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for name in self.agents:
+            sd = get_peft_model_state_dict(self.model, adapter_name=name)
+            path = folder / f"{name}.safetensors"
+            save_file({k: v.detach().contiguous() for k, v in sd.items()}, str(path))
+            paths.append(path)
+        return paths
+
+    def load_adapters(self, folder: str | Path) -> None:
+        """Load every agent's adapter written by :meth:`save_adapters` (safetensors only; a missing or mismatched
+        file is a ``ValueError`` naming it)."""
+        from peft import set_peft_model_state_dict
+        from safetensors.torch import load_file
+
+        for name in self.agents:
+            path = Path(folder) / f"{name}.safetensors"
+            if not path.is_file():
+                raise ValueError(f"no adapter file for agent {name!r}: {path}")
+            result = set_peft_model_state_dict(self.model, load_file(str(path)), adapter_name=name)
+            missing = [k for k in result.missing_keys if f".{name}." in k]
+            if result.unexpected_keys or missing:
+                raise ValueError(f"{path}: does not fit agent {name!r} (unexpected {result.unexpected_keys[:2]}, "
+                                 f"missing {missing[:2]})")
 
 
 def build_team_policy(model_cfg, agents: list[str]) -> TeamPolicy:

@@ -17,7 +17,8 @@ One stage (:meth:`TeamTrainer.stage`; Xie et al. 2026, TeamTR §3, Algorithm "on
 One metrics row per single-agent update (``metrics.jsonl``): ``teamtr/token_kl``, ``teamtr/beta`` (the β of its
 last step), ``teamtr/beta_next``, ``teamtr/steps``, ``teamtr/reverted``, ``team/return_before`` and
 ``team/return_after`` (the coordination regressions of naive sequential training show up as after < before),
-plus the loss's own metrics. The entry point is :class:`TeamTrainer` (``TeamTrainer(cfg, run_dir).fit()``):
+plus the loss's own metrics. After every stage the team's adapters are written to ``<run>/adapters/<agent>.safetensors``
+(:meth:`slea.team.policy.TeamPolicy.save_adapters`; resuming a run is not implemented). The entry point is :class:`TeamTrainer` (``TeamTrainer(cfg, run_dir).fit()``):
 ``slea train`` refuses algorithms that need a team (slea/trainer/rl.py ``PROVIDES``).
 """
 
@@ -240,6 +241,7 @@ class TeamTrainer:
                 log.info("stage %d update %d (%s): return %.3f -> %.3f, token KL %.4f, beta %.3g, %d steps",
                          s + 1, row["position"] + 1, row["role"], row["team/return_before"],
                          row["team/return_after"], row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"])
+            self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
         self.log.close()
         self.pool.close()
         return {"run_dir": str(self.dir), "stages": self.cfg.train.iterations, "updates": self.updates,
