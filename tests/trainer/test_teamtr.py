@@ -3,25 +3,22 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from slea.config import ConfigError, build_config
+from slea.config import ConfigError, build_config, load_config
 from slea.trainer.teamtr import TeamTrainer, check_team_config, stage_order
 
 pytest.importorskip("textworld")
 
-CFG = {
-    "model": {"name_or_path": "tiny", "dtype": "float32", "lora_r": 4},
-    "env": {"id": "slea/TextWorld-v0", "kwargs": {"tasks": ["coin_collector:1"], "num_games": 2}, "max_steps": 2},
-    "rollout": {"groups": 1, "group_size": 2, "max_new_tokens": 4},
-    # a random tiny model rarely scores: keep zero-advantage rows so every agent has samples to update on
-    "algorithm": {"name": "teamtr", "skip_zero_advantage": False},
-    "team": {"max_turns": 2, "order": "reverse", "trust_region": {"min_steps": 1, "max_steps": 2}},
-    "train": {"iterations": 1, "micro_batch": 4, "lr": 1e-2},
-    "eval": {"before": False},
-}
+ROOT = Path(__file__).resolve().parents[2]
+# the documented preset, cut to one stage of one task group; a random tiny model rarely scores, so zero-advantage
+# rows are kept and every agent has samples to update on
+OVERRIDES = ["rollout.groups=1", "team.max_turns=2", "team.order=reverse", "team.trust_region.min_steps=1",
+             "team.trust_region.max_steps=2", "train.iterations=1", "train.lr=0.01",
+             "algorithm.skip_zero_advantage=false"]
 
 
 def test_stage_order():
@@ -42,7 +39,7 @@ def test_config_checked_before_the_model_loads():
 
 
 def test_a_stage_resamples_after_every_agent_update(tmp_path):
-    cfg = build_config(CFG)
+    cfg = load_config(ROOT / "configs/teamtr_smoke.yaml", OVERRIDES)
     tr = TeamTrainer(cfg, tmp_path / "run")
     events = []  # ("collect", draw, adapter states) and ("update", agent) in the order they happen
     collect, update = tr.collector.collect, tr.update_agent
