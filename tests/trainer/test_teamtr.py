@@ -36,6 +36,14 @@ def test_config_checked_before_the_model_loads():
         check_team_config(build_config({"algorithm": {"name": "teamtr"}, "env": {"id": "slea/Sokoban-v0"}}))
     with pytest.raises(ConfigError, match="model.lora"):
         check_team_config(build_config({"algorithm": {"name": "teamtr"}, "model": {"lora": False}}))
+    # settings the team trainer does not read are refused, not ignored
+    for key, value, message in [("kl_coef", 0.1, "algorithm.kl_coef: TeamTR's KL term"),
+                                ("options", {"beta": 0.5}, "algorithm.options.beta: TeamTR adapts β"),
+                                ("dynamic_sampling", True, "algorithm.dynamic_sampling:")]:
+        with pytest.raises(ConfigError, match=message):
+            check_team_config(build_config({"algorithm": {"name": "teamtr", key: value}}))
+    with pytest.raises(ConfigError, match="experience.mode"):
+        check_team_config(build_config({"algorithm": {"name": "teamtr"}, "experience": {"mode": "step"}}))
 
 
 def test_a_stage_resamples_after_every_agent_update(tmp_path):

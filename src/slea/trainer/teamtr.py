@@ -82,6 +82,15 @@ def check_team_config(cfg: RunConfig) -> None:
                           f"not {cfg.env.id}")
     if not cfg.model.lora:
         raise ConfigError("model.lora: a team's agents are LoRA adapters on one base model; set model.lora: true")
+    # what the team trainer does not read must not be set (a value silently ignored is an error)
+    if "beta" in cfg.algorithm.options:
+        raise ConfigError("algorithm.options.beta: TeamTR adapts β; set team.trust_region.beta (its start) instead")
+    if cfg.algorithm.kl_coef > 0:
+        raise ConfigError("algorithm.kl_coef: TeamTR's KL term is the trust region's β·d̂ (team.trust_region)")
+    if cfg.algorithm.dynamic_sampling:
+        raise ConfigError("algorithm.dynamic_sampling: the TeamTR trainer replays the stage's tasks, it refills none")
+    if cfg.experience.mode != "off":
+        raise ConfigError("experience.mode: team rollouts retrieve no experiences; set experience.mode: off")
 
 
 class TeamTrainer:
@@ -143,15 +152,29 @@ class TeamTrainer:
         return to_samples([rows[i] for i in own], [tokens[i] for i in own], self.cfg.algorithm.skip_zero_advantage)
 
     def update_agent(self, agent: int, samples: list[Sample]) -> TrustRegionResult:
-        """One TeamTR single-agent update of ``agent`` on ``samples`` (module docstring, step 3)."""
+        """One TeamTR single-agent update of ``agent`` on ``samples`` (module docstring, step 3).
+
+        ``π_cur``'s log-probs are recomputed first with the training forward (the pre-update weights): the ratio
+        and d̂ then start at exactly 1 and 0, not at the generation-vs-training numerics gap (bf16 autocast)."""
         team = self.team
         team.activate(agent)
         team.model.train()
+        samples = self.recompute_old_logprobs(samples)
         res = trust_region_update(lambda beta: self._step(agent, samples, beta),
                                   lambda: self.measure_kl(samples), lambda: team.state(agent),
                                   lambda saved: team.load_state(agent, saved), self.betas[agent], self.trust_region)
         self.betas[agent] = res.beta
         return res
+
+    @torch.no_grad()
+    def recompute_old_logprobs(self, samples: list[Sample]) -> list[Sample]:
+        """``samples`` with ``old_logprobs`` from the active agent's current weights (the training forward)."""
+        out = []
+        for chunk in self._chunks(samples):
+            logp, mask, _, _ = self._forward(chunk)
+            out += [Sample(s.prompt_ids, s.response_ids, row[m.bool()].tolist(), s.advantages)
+                    for s, row, m in zip(chunk, logp, mask)]
+        return out
 
     def _chunks(self, samples: list[Sample]):
         mb = self.cfg.train.micro_batch
