@@ -213,6 +213,9 @@ class TeamSection(_Section):
     message_max_chars: int = Field(300, ge=20)  # each transcript message clipped to this
     # σ per stage: "random" (a fresh permutation per stage, from the run seed), "fixed" (role order), "reverse"
     order: Literal["random", "fixed", "reverse"] = "random"
+    # true: TeamTR, fresh rollouts of the intermediate team before every single-agent update; false: naive
+    # sequential training (the paper's baseline), every agent of a stage learns from the stage's first rollouts
+    resample: bool = True
     trust_region: TrustRegionSection = Field(default_factory=TrustRegionSection)
 
 

@@ -46,22 +46,24 @@ def test_config_checked_before_the_model_loads():
         check_team_config(build_config({"algorithm": {"name": "teamtr"}, "experience": {"mode": "step"}}))
 
 
-def test_a_stage_resamples_after_every_agent_update(tmp_path):
+def test_a_stage_resamples_after_every_agent_update_and_naive_sequential_does_not(tmp_path):
     cfg = load_config(ROOT / "configs/teamtr_smoke.yaml", OVERRIDES)
     tr = TeamTrainer(cfg, tmp_path / "run")
-    events = []  # ("collect", draw, adapter states) and ("update", agent) in the order they happen
+    events = []  # ("collect", draw, adapter states, episodes) and ("update", agent, samples) in order
     collect, update = tr.collector.collect, tr.update_agent
 
     def counting_collect(pool, seeds, **kw):
-        events.append(("collect", kw["draw"], [tr.team.state(0), tr.team.state(1)]))
-        return collect(pool, seeds, **kw)
+        states = [tr.team.state(0), tr.team.state(1)]
+        episodes, stats = collect(pool, seeds, **kw)
+        events.append(("collect", kw["draw"], states, episodes))
+        return episodes, stats
 
     def counting_update(agent, samples):
-        events.append(("update", agent))
+        events.append(("update", agent, samples))
         return update(agent, samples)
 
     tr.collector.collect, tr.update_agent = counting_collect, counting_update
-    summary = tr.fit()
+    rows = tr.run_stage(0)
     kinds = [(e[0], e[1]) for e in events]
     # σ = reverse: actor (1) then planner (0); a fresh collection before each update and one after the last
     assert kinds == [("collect", 0), ("update", 1), ("collect", 1), ("update", 0), ("collect", 2)]
@@ -73,11 +75,14 @@ def test_a_stage_resamples_after_every_agent_update(tmp_path):
     # update 1 moved the actor only: the planner's adapter is bit-identical, and the second collection was
     # played by that intermediate team (new actor, old planner)
     assert not same(s0[1], s1[1]) and same(s0[0], s1[0])
-    # update 2 moved the planner only
+    # update 2 moved the planner only, on the intermediate team's messages (the second collection)
     assert not same(s1[0], s2[0]) and same(s1[1], s2[1])
+    second = {tuple(s.response_ids) for e in events[2][3] for s in e.rows_of(0)}
+    assert {tuple(s.response_ids) for s in events[3][2]} <= second
 
-    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
-    assert summary["updates"] == 2 and [r["role"] for r in rows] == ["actor", "planner"]
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.pop("iteration") for r in logged] == [0, 1]  # a row per single-agent update
+    assert logged == json.loads(json.dumps(rows)) and [r["role"] for r in rows] == ["actor", "planner"]
     delta = cfg.team.trust_region.delta
     for r in rows:
         assert r["teamtr/steps"] >= 1 and r["teamtr/token_kl"] <= delta and r["teamtr/beta"] > 0
@@ -85,3 +90,13 @@ def test_a_stage_resamples_after_every_agent_update(tmp_path):
     assert rows[0]["team/return_after"] == rows[1]["team/return_before"]  # update 1's "after" is update 2's batch
     assert sorted(p.name for p in (tmp_path / "run" / "adapters").iterdir()) == ["actor.safetensors",
                                                                                  "planner.safetensors"]
+
+    # naive sequential (team.resample: false): both updates learn from the stage's first rollouts
+    tr.cfg.team.resample = False
+    events.clear()
+    rows = tr.run_stage(1)
+    assert [(e[0], e[1]) for e in events] == [("collect", 3), ("update", 1), ("update", 0), ("collect", 5)]
+    first = {tuple(s.response_ids) for e in events[0][3] for s in e.rows_of(0)}
+    assert {tuple(s.response_ids) for s in events[2][2]} <= first  # the planner's samples are stale
+    assert "team/return_after" not in rows[0] and "team/return_after" in rows[1]
+    tr.close()

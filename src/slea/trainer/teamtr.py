@@ -225,7 +225,11 @@ class TeamTrainer:
 
     # -- one stage ---------------------------------------------------------------------------------------------
     def stage(self, s: int) -> list[dict[str, Any]]:
-        """Stage ``s`` (module docstring); returns its metrics rows, one per single-agent update."""
+        """Stage ``s`` (module docstring); returns its metrics rows, one per single-agent update.
+
+        With ``team.resample: false`` (naive sequential training, the paper's baseline) every agent of the stage
+        learns from the stage's first collection (stale rollouts for all but the first), and the team plays again
+        only after the last update: 2 collections per stage, ``team/return_after`` on the last row only."""
         cfg = self.cfg
         seeds = iteration_seeds(cfg.run.seed, s, cfg.rollout.groups)
         order = stage_order(cfg.team.order, len(self.task.roles), cfg.run.seed, s)
@@ -234,23 +238,39 @@ class TeamTrainer:
         for i, agent in enumerate(order):
             t0 = time.perf_counter()
             samples = self.samples_for(agent, episodes)
-            before = mean_return(episodes)
+            row: dict[str, Any] = {"stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
+                                   "team/return_before": mean_return(episodes)}
             if samples:
                 res = self.update_agent(agent, samples)
                 beta_used = res.beta_history[-1]
             else:  # nothing to learn from (no message, or every advantage 0): the agent stays as it is
                 res, beta_used = TrustRegionResult(0.0, self.betas[agent], 0, False), self.betas[agent]
             t_update = time.perf_counter() - t0
-            episodes = self.collect(s, i + 1, seeds)  # π̂^i: fresh rollouts for the next agent, and "after"
+            if cfg.team.resample or i == len(order) - 1:
+                after = self.collect(s, i + 1, seeds)  # π̂^i plays: the return after this update
+                row["team/return_after"] = mean_return(after)
+                row["team/success_after"] = float(np.mean([e.trajectory.won for e in after])) if after else 0.0
+                if cfg.team.resample:
+                    episodes = after  # TeamTR: the next agent learns from the intermediate team's fresh rollouts
             rows.append({
-                "stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
-                "teamtr/token_kl": res.kl, "teamtr/beta": beta_used, "teamtr/beta_next": res.beta,
+                **row, "teamtr/token_kl": res.kl, "teamtr/beta": beta_used, "teamtr/beta_next": res.beta,
                 "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted), "teamtr/samples": len(samples),
-                "team/return_before": before, "team/return_after": mean_return(episodes),
-                "team/success_after": float(np.mean([e.trajectory.won for e in episodes])) if episodes else 0.0,
                 **{f"update/{k}": v for k, v in res.step_metrics.items()},
                 "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
             })
+        return rows
+
+    def run_stage(self, s: int) -> list[dict[str, Any]]:
+        """Stage ``s``, its rows logged (``metrics.jsonl``, TensorBoard) and the team's adapters saved."""
+        rows = self.stage(s)
+        for row in rows:
+            self.log.log(self.updates, row)
+            self.updates += 1
+            log.info("stage %d update %d (%s): return %.3f -> %s, token KL %.4f, beta %.3g, %d steps",
+                     s + 1, row["position"] + 1, row["role"], row["team/return_before"],
+                     f"{row['team/return_after']:.3f}" if "team/return_after" in row else "-",
+                     row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"])
+        self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
         return rows
 
     def fit(self) -> dict[str, Any]:
@@ -258,14 +278,11 @@ class TeamTrainer:
         atomic_write_text(self.dir / "config.yaml", dump_config(self.cfg))
         t_start = time.perf_counter()
         for s in range(self.cfg.train.iterations):
-            for row in self.stage(s):
-                self.log.log(self.updates, row)
-                self.updates += 1
-                log.info("stage %d update %d (%s): return %.3f -> %.3f, token KL %.4f, beta %.3g, %d steps",
-                         s + 1, row["position"] + 1, row["role"], row["team/return_before"],
-                         row["team/return_after"], row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"])
-            self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
-        self.log.close()
-        self.pool.close()
+            self.run_stage(s)
+        self.close()
         return {"run_dir": str(self.dir), "stages": self.cfg.train.iterations, "updates": self.updates,
                 "wall_s": time.perf_counter() - t_start}
+
+    def close(self) -> None:
+        self.log.close()
+        self.pool.close()
