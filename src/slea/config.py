@@ -193,6 +193,9 @@ class TrustRegionSection(_Section):
     beta_max: float = Field(100.0, gt=0)
     min_steps: int = Field(2, ge=1)  # optimizer steps before an update may stop (inside the region)
     max_steps: int = Field(8, ge=1)  # then it stops anyway, back at its last iterate inside the region
+    # d̂ per token: "k1" = Eq.11 as printed (log π_cur − log π_new; can be negative on a sample), "k3" = (r − 1) − log r
+    # (the same expectation, never negative); used by the monitor and by the teamtr loss's penalty
+    kl_estimator: Literal["k1", "k3"] = "k1"
 
     @model_validator(mode="after")
     def _ordered(self) -> TrustRegionSection:

@@ -64,6 +64,11 @@ def test_token_kl_hand_computed():
     # numpy arrays work the same
     assert float(token_kl(cur.numpy(), new.numpy(), mask.numpy())) == approx(0.25)
     assert token_kl(cur, new, torch.zeros_like(mask)).item() == 0.0
+    # k3: Σ_u (r − 1) − log r, log r = new − cur: message 0: log r = −.5, 1 → (e^−.5 − 1 + .5) + (e − 1 − 1)
+    #   = .1065307 + .7182818 = .8248125;  message 1: log r = −1 → e^−1 − 1 + 1 = .3678794;  mean .5963460
+    assert token_kl(cur, new, mask, "k3").item() == approx(0.5963460, abs=1e-6)
+    with pytest.raises(ValueError, match="k1, k3"):
+        token_kl(cur, new, mask, "k2")
 
 
 # -- Eq.10 --------------------------------------------------------------------------------------------------

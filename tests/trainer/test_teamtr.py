@@ -5,20 +5,35 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 
+from slea.algorithms.registry import ALGORITHMS, register_algorithm
 from slea.config import ConfigError, build_config, load_config
 from slea.trainer.teamtr import TeamTrainer, check_team_config, stage_order
 
 pytest.importorskip("textworld")
 
 ROOT = Path(__file__).resolve().parents[2]
-# the documented preset, cut to one stage of one task group; a random tiny model rarely scores, so zero-advantage
-# rows are kept and every agent has samples to update on
+SIGNAL = "test_team_signal"
+# the documented preset, cut to one stage of one task group. A random tiny model never scores, so every team
+# return would be equal and every Eq.9 advantage 0: the stage runs with SIGNAL, an algorithm that needs a team and
+# scores copy 0 of each task +1, copy 1 −1 (the trainer reads any algorithm's spec; Eq.9 is tested on its own).
+# The k3 monitor (never negative) makes "d̂ ≤ δ" telling.
 OVERRIDES = ["rollout.groups=1", "team.max_turns=2", "team.order=reverse", "team.trust_region.min_steps=1",
-             "team.trust_region.max_steps=2", "train.iterations=1", "train.lr=0.01",
-             "algorithm.skip_zero_advantage=false"]
+             "team.trust_region.max_steps=3", "team.trust_region.kl_estimator=k3", "train.iterations=1",
+             "train.lr=0.001", f"algorithm.name={SIGNAL}"]
+
+
+@pytest.fixture
+def signal_algorithm():
+    @register_algorithm(SIGNAL, level="trajectory", needs=("team",), defaults={"algorithm.policy_loss": "teamtr"})
+    def signal(batch):
+        return np.where(batch.traj_ids % 2 == 0, 1.0, -1.0)
+
+    yield SIGNAL
+    ALGORITHMS.remove(SIGNAL)
 
 
 def test_stage_order():
@@ -46,7 +61,7 @@ def test_config_checked_before_the_model_loads():
         check_team_config(build_config({"algorithm": {"name": "teamtr"}, "experience": {"mode": "step"}}))
 
 
-def test_a_stage_resamples_after_every_agent_update_and_naive_sequential_does_not(tmp_path):
+def test_a_stage_resamples_after_every_agent_update_and_naive_sequential_does_not(tmp_path, signal_algorithm):
     cfg = load_config(ROOT / "configs/teamtr_smoke.yaml", OVERRIDES)
     tr = TeamTrainer(cfg, tmp_path / "run")
     events = []  # ("collect", draw, adapter states, episodes) and ("update", agent, samples) in order
@@ -85,7 +100,7 @@ def test_a_stage_resamples_after_every_agent_update_and_naive_sequential_does_no
     assert logged == json.loads(json.dumps(rows)) and [r["role"] for r in rows] == ["actor", "planner"]
     delta = cfg.team.trust_region.delta
     for r in rows:
-        assert r["teamtr/steps"] >= 1 and r["teamtr/token_kl"] <= delta and r["teamtr/beta"] > 0
+        assert r["teamtr/steps"] >= 1 and 0 <= r["teamtr/token_kl"] <= delta and r["teamtr/beta"] > 0
         assert r["teamtr/samples"] > 0
     assert rows[0]["team/return_after"] == rows[1]["team/return_before"]  # update 1's "after" is update 2's batch
     assert sorted(p.name for p in (tmp_path / "run" / "adapters").iterdir()) == ["actor.safetensors",

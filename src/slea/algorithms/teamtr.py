@@ -27,7 +27,7 @@ import numpy as np
 from slea.algorithms.batch import StepBatch
 from slea.algorithms.registry import register_algorithm, register_policy_loss
 
-__all__ = ["BetaDecision", "adapt_beta", "team_advantage", "teamtr", "teamtr_loss", "teamtr_surrogate", "token_kl"]
+__all__ = ["KL_ESTIMATORS", "BetaDecision", "adapt_beta", "team_advantage", "teamtr", "teamtr_loss", "teamtr_surrogate", "token_kl"]
 
 LOG_RATIO_CLAMP = 20.0  # a message's summed log-ratio is clamped before exp (as the token losses, verl)
 
@@ -58,14 +58,28 @@ def team_advantage(returns: Any, group_ids: Any, a_clip: float, eps_norm: float)
     return np.clip(adv, -a_clip, a_clip)
 
 
-def token_kl(logp_cur, logp_new, mask):
+KL_ESTIMATORS = ("k1", "k3")
+
+
+def token_kl(logp_cur, logp_new, mask, estimator: str = "k1"):
     """TeamTR Eq.11 (Lemma 3.2's token decomposition): per message, the sum over its tokens of
     ``log π_cur(x_u|s,x_<u) − log π_new(x_u|s,x_<u)``, averaged over the messages.
 
-    ``(B, T)`` tensors (or numpy arrays), one row per message of the agent being updated, sampled from
-    ``π_cur``; ``mask`` marks each row's tokens. Rows with no token are not messages (left out of the mean);
-    no message at all gives 0. Gradients flow through ``logp_new`` (and ``logp_cur`` unless detached)."""
-    per_message = ((logp_cur - logp_new) * mask).sum(-1)
+    ``(B, T)`` tensors (or, for ``k1``, numpy arrays), one row per message of the agent being updated, sampled from
+    ``π_cur``; ``mask`` marks each row's tokens. Rows with no token are not messages (left out of the mean); no
+    message at all gives 0. Gradients flow through ``logp_new`` (and ``logp_cur`` unless detached).
+
+    ``estimator``: ``k1`` is Eq.11 as printed (an unbiased estimate of KL(π_cur ‖ π_new) that can be negative on a
+    finite sample); ``k3`` sums ``(r − 1) − log r`` with ``r = π_new/π_cur`` instead (Schulman 2020, "Approximating
+    KL Divergence": the same expectation, never negative; the log-ratio clamped to ±20)."""
+    if estimator == "k1":
+        per_token = logp_cur - logp_new
+    elif estimator == "k3":
+        log_r = (logp_new - logp_cur).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        per_token = log_r.exp() - 1.0 - log_r
+    else:
+        raise ValueError(f"token_kl: estimator must be one of {', '.join(KL_ESTIMATORS)}, got {estimator!r}")
+    per_message = (per_token * mask).sum(-1)
     present = mask.sum(-1) > 0
     if not bool(present.any()):
         return per_message.sum() * 0.0
@@ -83,12 +97,14 @@ class Surrogate:
     clip_frac: float
 
 
-def teamtr_surrogate(logp_new, logp_cur, advantages, mask, *, clip_eps: float, beta: float) -> Surrogate:
+def teamtr_surrogate(logp_new, logp_cur, advantages, mask, *, clip_eps: float, beta: float,
+                     kl_estimator: str = "k1") -> Surrogate:
     """TeamTR Eq.10: ``L = E_m[min(w Ã, clip(w, 1−ε, 1+ε) Ã)] − β d̂_KL,tok``.
 
     ``w(m; s) = Π_u π_new(x_u|s,x_<u) / π_cur(x_u|s,x_<u)`` is one ratio per *message* (the product over its
     tokens; its log is clamped to ±20 before ``exp``), ``Ã`` the message's Eq.9 advantage (``(B,)``, or
-    ``(B, T)`` broadcast per token: the masked mean of a row is taken), ``d̂`` is :func:`token_kl`. The mean runs
+    ``(B, T)`` broadcast per token: the masked mean of a row is taken), ``d̂`` is :func:`token_kl` (with
+    ``kl_estimator``). The mean runs
     over messages (rows with at least one token). ``logp_cur`` is treated as data (detached)."""
     logp_cur = logp_cur.detach()
     m = mask.to(logp_new.dtype)
@@ -106,18 +122,21 @@ def teamtr_surrogate(logp_new, logp_cur, advantages, mask, *, clip_eps: float, b
         frac = float((clipped < unclipped)[present].float().mean())
     else:
         surrogate, frac = per_message.sum() * 0.0, 0.0
-    kl = token_kl(logp_cur, logp_new, m)
+    kl = token_kl(logp_cur, logp_new, m, kl_estimator)
     return Surrogate(surrogate - beta * kl, surrogate, kl, w, frac)
 
 
 @register_policy_loss("teamtr")
-def teamtr_loss(logprobs, old_logprobs, advantages, mask, *, clip_ratio: float = 0.1, beta: float = 0.0):
+def teamtr_loss(logprobs, old_logprobs, advantages, mask, *, clip_ratio: float = 0.1, beta: float = 0.0,
+                kl_estimator: str = "k1"):
     """TeamTR Eq.10 as a policy loss (``loss = −L``; message-level ratio, token-decomposed KL penalty with weight
-    ``beta`` against ``old_logprobs``, which for TeamTR are the pre-update agent's ``π_cur``). Default ε 0.1 is
+    ``beta`` against ``old_logprobs``, which for TeamTR are the pre-update agent's ``π_cur``; ``kl_estimator`` as
+    :func:`token_kl`). Default ε 0.1 is
     the paper's ratio clip. Metrics: ``clip_frac`` (messages), ``token_kl``, ``ratio_mean``, ``ratio_max_dev``."""
     import torch  # the inputs are torch tensors already; imported here so looking up algorithms stays torch-free
 
-    s = teamtr_surrogate(logprobs, old_logprobs, advantages, mask, clip_eps=clip_ratio, beta=beta)
+    s = teamtr_surrogate(logprobs, old_logprobs, advantages, mask, clip_eps=clip_ratio, beta=beta,
+                         kl_estimator=kl_estimator)
     with torch.no_grad():
         present = mask.sum(-1) > 0
         w = s.ratio[present] if bool(present.any()) else s.ratio[:0]

@@ -120,10 +120,14 @@ class TeamTrainer:
         self.optimizers = [torch.optim.AdamW(self.team.parameters(j), lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                              weight_decay=cfg.train.weight_decay) for j in range(n)]
         self.betas = [t.trust_region.beta] * n  # each agent carries its own β from update to update
-        self.trust_region = TrustRegion(**t.trust_region.model_dump(exclude={"beta"}))
+        self.trust_region = TrustRegion(**t.trust_region.model_dump(exclude={"beta", "kl_estimator"}))
+        self.kl_estimator = t.trust_region.kl_estimator
         self.loss_fn = get_policy_loss(cfg.algorithm.policy_loss)
         self.loss_kwargs = loss_settings(cfg.algorithm, self.loss_fn)
-        self.loss_takes_beta = "beta" in inspect.signature(self.loss_fn).parameters
+        params = inspect.signature(self.loss_fn).parameters
+        self.loss_takes_beta = "beta" in params
+        if "kl_estimator" in params:
+            self.loss_kwargs["kl_estimator"] = self.kl_estimator
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = RunLog(self.dir)
         self.updates = 0  # single-agent updates done (the metrics rows' index)
@@ -199,7 +203,7 @@ class TeamTrainer:
                 loss, met = self.loss_fn(logp, old, adv, mask, **self.loss_kwargs, beta=beta)
             else:  # a loss without Eq.10's penalty gets it added here
                 loss, met = self.loss_fn(logp, old, adv, mask, **self.loss_kwargs)
-                loss = loss + beta * token_kl(old, logp, mask)
+                loss = loss + beta * token_kl(old, logp, mask, self.kl_estimator)
             weight = len(chunk) / len(samples)
             (loss * weight).backward()
             for key, v in {**met, "loss": float(loss.detach())}.items():
@@ -219,7 +223,7 @@ class TeamTrainer:
         total, messages = 0.0, 0
         for chunk in self._chunks(samples):
             logp, mask, old, _ = self._forward(chunk)
-            total += float(token_kl(old, logp, mask)) * len(chunk)
+            total += float(token_kl(old, logp, mask, self.kl_estimator)) * len(chunk)
             messages += len(chunk)
         return total / max(messages, 1)
 
