@@ -141,7 +141,9 @@ class TeamTrainer:
 
     def samples_for(self, agent: int, episodes: list[TeamEpisode]) -> list[Sample]:
         """Agent ``agent``'s messages with the algorithm's advantage (estimated over every message of the
-        collection, so the team return of every rollout counts), one per response token."""
+        collection, so the team return of every rollout counts), one per response token. Episodes ended by an
+        env fault are left out (a fault says nothing about the team)."""
+        episodes = [e for e in episodes if not any("fault" in s.info for s in e.trajectory.steps)]
         rows = [s for e in episodes for s in e.trajectory.steps]
         mine = np.asarray([a == agent for e in episodes for a in e.agents], dtype=bool)
         if not rows or not mine.any():
