@@ -9,9 +9,13 @@ import numpy as np
 import pytest
 import torch
 
+from slea.algorithms import get_algorithm
 from slea.algorithms.registry import ALGORITHMS, register_algorithm
 from slea.config import ConfigError, build_config, load_config
-from slea.trainer.teamtr import TeamTrainer, check_team_config, stage_order
+from slea.team import SharedContext
+from slea.team.rollout import TeamEpisode
+from slea.trainer.teamtr import TeamTrainer, agent_samples, check_team_config, stage_order
+from slea.types import Step, Trajectory
 
 pytest.importorskip("textworld")
 
@@ -42,6 +46,33 @@ def test_stage_order():
     a = stage_order("random", 4, 1, 2)
     assert sorted(a) == [0, 1, 2, 3] and a == stage_order("random", 4, 1, 2)
     assert len({tuple(stage_order("random", 4, 1, s)) for s in range(8)}) > 1  # a new σ per stage
+
+
+def _episode(traj_id, rewards, fault=False):
+    """A planner (agent 0) + actor (agent 1) episode: one message each per move, the env reward on the actor's."""
+    steps = []
+    for move, r in enumerate(rewards):
+        for agent in (0, 1):
+            info = {"fault": "error"} if fault and agent == 1 else {}
+            steps.append(Step(0, traj_id, 2 * move + agent, "obs", [1, 2], [3 + agent] * (agent + 1),
+                              [-0.5] * (agent + 1), reward=r if agent else 0.0, info=info))
+    return TeamEpisode(Trajectory(0, traj_id, steps=steps), [0, 1] * len(rewards), SharedContext())
+
+
+def test_agent_samples_eq9_over_the_whole_team_then_the_agents_rows():
+    # one task group: τ0 returns 1 (over two moves), τ1 returns 0; τ2 faulted (left out whatever it scored).
+    # Eq.9 over {1, 0}: μ .5, σ sqrt(.25 + 0) = .5 → Ã = +1, −1 on every message of the rollout
+    eps = [_episode(0, [0.0, 1.0]), _episode(1, [0.0, 0.0]), _episode(2, [5.0], fault=True)]
+    spec = get_algorithm("teamtr")
+    planner = agent_samples(eps, 0, spec, {"eps_norm": 0.0}, penalty_at="step", skip_zero=True)
+    assert [s.advantages for s in planner] == [[1.0], [1.0], [-1.0], [-1.0]]  # 1 token per planner message
+    actor = agent_samples(eps, 1, spec, {"eps_norm": 0.0}, penalty_at="step", skip_zero=True)
+    assert [s.advantages for s in actor] == [[1.0, 1.0], [1.0, 1.0], [-1.0, -1.0], [-1.0, -1.0]]
+    assert all(s.response_ids == [4, 4] for s in actor)
+    # equal returns: every advantage 0, so no sample under skip_zero, four all-zero ones without it
+    flat = [_episode(0, [1.0]), _episode(1, [1.0])]
+    assert agent_samples(flat, 0, spec, {}, penalty_at="step", skip_zero=True) == []
+    assert len(agent_samples(flat, 0, spec, {}, penalty_at="step", skip_zero=False)) == 2
 
 
 def test_config_checked_before_the_model_loads():

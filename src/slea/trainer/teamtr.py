@@ -70,6 +70,27 @@ def mean_return(episodes: list[TeamEpisode]) -> float:
     return float(np.mean([e.team_return for e in episodes])) if episodes else 0.0
 
 
+def agent_samples(episodes: list[TeamEpisode], agent: int, spec, settings: dict[str, Any], *, penalty_at: str,
+                  skip_zero: bool) -> list[Sample]:
+    """Agent ``agent``'s messages as training samples, with the algorithm's advantage one per response token.
+
+    The estimator sees every message of the collection (so every rollout's team return counts in its group's
+    statistics); then only the agent's rows are kept. Episodes ended by an env fault are left out (a fault says
+    nothing about the team); non-finite advantages give no sample at all (a warning)."""
+    episodes = [e for e in episodes if not any("fault" in s.info for s in e.trajectory.steps)]
+    rows = [s for e in episodes for s in e.trajectory.steps]
+    mine = [a == agent for e in episodes for a in e.agents]
+    if not any(mine):
+        return []
+    adv = estimate(spec, StepBatch.from_steps(rows, penalty_at=penalty_at), settings)
+    if not np.all(np.isfinite(adv.rows)):
+        log.warning("non-finite advantages: agent %d skips this update", agent)
+        return []
+    tokens = adv.per_token([len(s.response_ids) for s in rows])
+    own = [i for i, m in enumerate(mine) if m]
+    return to_samples([rows[i] for i in own], [tokens[i] for i in own], skip_zero)
+
+
 def check_team_config(cfg: RunConfig) -> None:
     """A :class:`ConfigError` when the config cannot train a team (checked before the model loads)."""
     spec = get_algorithm(cfg.algorithm.name)
@@ -140,22 +161,10 @@ class TeamTrainer:
         return episodes
 
     def samples_for(self, agent: int, episodes: list[TeamEpisode]) -> list[Sample]:
-        """Agent ``agent``'s messages with the algorithm's advantage (estimated over every message of the
-        collection, so the team return of every rollout counts), one per response token. Episodes ended by an
-        env fault are left out (a fault says nothing about the team)."""
-        episodes = [e for e in episodes if not any("fault" in s.info for s in e.trajectory.steps)]
-        rows = [s for e in episodes for s in e.trajectory.steps]
-        mine = np.asarray([a == agent for e in episodes for a in e.agents], dtype=bool)
-        if not rows or not mine.any():
-            return []
-        batch = StepBatch.from_steps(rows, penalty_at=self.cfg.rollout.invalid_penalty_at)
-        adv = estimate(self.spec, batch, estimator_settings(self.cfg.algorithm, self.spec))
-        if not np.all(np.isfinite(adv.rows)):
-            log.warning("non-finite advantages: agent %s skips this update", self.task.agents[agent])
-            return []
-        tokens = adv.per_token([len(s.response_ids) for s in rows])
-        own = [i for i in range(len(rows)) if mine[i]]
-        return to_samples([rows[i] for i in own], [tokens[i] for i in own], self.cfg.algorithm.skip_zero_advantage)
+        """:func:`agent_samples` with this run's algorithm and settings."""
+        return agent_samples(episodes, agent, self.spec, estimator_settings(self.cfg.algorithm, self.spec),
+                             penalty_at=self.cfg.rollout.invalid_penalty_at,
+                             skip_zero=self.cfg.algorithm.skip_zero_advantage)
 
     def update_agent(self, agent: int, samples: list[Sample]) -> TrustRegionResult:
         """One TeamTR single-agent update of ``agent`` on ``samples`` (module docstring, step 3).
