@@ -104,6 +104,8 @@ def test_team_section():
         ("team.trust_region.min_steps=9", "team.trust_region.min_steps: must be <= max_steps"),
         ("team.trust_region.delta=0", "team.trust_region.delta:"),
         ("team.order=sorted", "team.order:"),
+        ("team.rollouts=old", "team.rollouts:"),
+        ("team.iw_clip=1", "team.iw_clip:"),
     ]:
         with pytest.raises(ConfigError) as info:
             build_config({}, ["algorithm.name=teamtr", override])

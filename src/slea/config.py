@@ -216,9 +216,11 @@ class TeamSection(_Section):
     message_max_chars: int = Field(300, ge=20)  # each transcript message clipped to this
     # σ per stage: "random" (a fresh permutation per stage, from the run seed), "fixed" (role order), "reverse"
     order: Literal["random", "fixed", "reverse"] = "random"
-    # true: TeamTR, fresh rollouts of the intermediate team before every single-agent update; false: naive
-    # sequential training (the paper's baseline), every agent of a stage learns from the stage's first rollouts
-    resample: bool = True
+    # "fresh": TeamTR, the intermediate team plays again before every single-agent update. Baselines: "stale" =
+    # naive sequential training, every agent of a stage learns from the stage's first rollouts; "stale_iw" = the
+    # same, each rollout's advantages weighted by the intermediate team's likelihood ratio of it (clipped)
+    rollouts: Literal["fresh", "stale", "stale_iw"] = "fresh"
+    iw_clip: float = Field(5.0, gt=1)  # stale_iw: rollout weights clipped to [1/iw_clip, iw_clip]
     trust_region: TrustRegionSection = Field(default_factory=TrustRegionSection)
 
 

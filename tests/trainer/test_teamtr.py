@@ -8,13 +8,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from pytest import approx
 
 from slea.algorithms import get_algorithm
 from slea.algorithms.registry import ALGORITHMS, register_algorithm
 from slea.config import ConfigError, build_config, load_config
 from slea.team import SharedContext
 from slea.team.rollout import TeamEpisode
-from slea.trainer.teamtr import TeamTrainer, agent_samples, check_team_config, stage_order
+from slea.trainer.teamtr import TeamTrainer, agent_samples, check_team_config, stage_order, stale_weights
 from slea.types import Step, Trajectory
 
 pytest.importorskip("textworld")
@@ -73,6 +74,18 @@ def test_agent_samples_eq9_over_the_whole_team_then_the_agents_rows():
     flat = [_episode(0, [1.0]), _episode(1, [1.0])]
     assert agent_samples(flat, 0, spec, {}, penalty_at="step", skip_zero=True) == []
     assert len(agent_samples(flat, 0, spec, {}, penalty_at="step", skip_zero=False)) == 2
+
+
+def test_stale_weights_and_weighted_samples():
+    # exp of the summed log-ratios, clipped to [1/5, 5]: [1, 2, 100 → 5, 1/100 → .2]
+    assert stale_weights([0.0, np.log(2.0), np.log(100.0), -np.log(100.0)], 5.0).tolist() == approx(
+        [1.0, 2.0, 5.0, 0.2])
+    # the planner's advantages of _episode(0) (+1) and _episode(1) (−1) times weights 2 and .5; the faulted
+    # third episode is dropped with its weight
+    eps = [_episode(0, [0.0, 1.0]), _episode(1, [0.0, 0.0]), _episode(2, [5.0], fault=True)]
+    planner = agent_samples(eps, 0, get_algorithm("teamtr"), {"eps_norm": 0.0}, penalty_at="step", skip_zero=True,
+                            weights=[2.0, 0.5, 3.0])
+    assert [s.advantages for s in planner] == [[2.0], [2.0], [-0.5], [-0.5]]
 
 
 def test_config_checked_before_the_model_loads():
@@ -137,12 +150,22 @@ def test_a_stage_resamples_after_every_agent_update_and_naive_sequential_does_no
     assert sorted(p.name for p in (tmp_path / "run" / "adapters").iterdir()) == ["actor.safetensors",
                                                                                  "planner.safetensors"]
 
-    # naive sequential (team.resample: false): both updates learn from the stage's first rollouts
-    tr.cfg.team.resample = False
+    # naive sequential (team.rollouts: stale): both updates learn from the stage's first rollouts
+    tr.cfg.team.rollouts = "stale"
     events.clear()
     rows = tr.run_stage(1)
     assert [(e[0], e[1]) for e in events] == [("collect", 3), ("update", 1), ("update", 0), ("collect", 5)]
     first = {tuple(s.response_ids) for e in events[0][3] for s in e.rows_of(0)}
     assert {tuple(s.response_ids) for s in events[2][2]} <= first  # the planner's samples are stale
     assert "team/return_after" not in rows[0] and "team/return_after" in rows[1]
+    assert {abs(a) for s in events[2][2] for a in s.advantages} == {1.0}  # unweighted
+
+    # importance-weighted stale rollouts: the planner's advantages carry the updated actor's likelihood ratios
+    tr.cfg.team.rollouts = "stale_iw"
+    events.clear()
+    rows = tr.run_stage(2)
+    assert [(e[0], e[1]) for e in events] == [("collect", 6), ("update", 1), ("update", 0), ("collect", 8)]
+    assert rows[0]["teamtr/iw_mean"] == rows[0]["teamtr/iw_max"] == 1.0  # nobody was updated before the actor
+    weights = {abs(a) for s in events[2][2] for a in s.advantages}
+    assert weights != {1.0} and all(0.2 <= w <= 5.0 for w in weights)
     tr.close()

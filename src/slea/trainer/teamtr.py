@@ -71,14 +71,18 @@ def mean_return(episodes: list[TeamEpisode]) -> float:
 
 
 def agent_samples(episodes: list[TeamEpisode], agent: int, spec, settings: dict[str, Any], *, penalty_at: str,
-                  skip_zero: bool) -> list[Sample]:
+                  skip_zero: bool, weights: list[float] | None = None) -> list[Sample]:
     """Agent ``agent``'s messages as training samples, with the algorithm's advantage one per response token.
 
     The estimator sees every message of the collection (so every rollout's team return counts in its group's
-    statistics); then only the agent's rows are kept. Episodes ended by an env fault are left out (a fault says
+    statistics); then only the agent's rows are kept. ``weights`` (one per episode) multiply the advantages of
+    each episode's rows (the ``stale_iw`` baseline). Episodes ended by an env fault are left out (a fault says
     nothing about the team); non-finite advantages give no sample at all (a warning)."""
-    episodes = [e for e in episodes if not any("fault" in s.info for s in e.trajectory.steps)]
+    weights = [1.0] * len(episodes) if weights is None else list(weights)
+    kept = [(e, w) for e, w in zip(episodes, weights) if not any("fault" in s.info for s in e.trajectory.steps)]
+    episodes = [e for e, _ in kept]
     rows = [s for e in episodes for s in e.trajectory.steps]
+    row_weight = np.asarray([w for e, w in kept for _ in e.trajectory.steps], dtype=np.float64)
     mine = [a == agent for e in episodes for a in e.agents]
     if not any(mine):
         return []
@@ -86,9 +90,17 @@ def agent_samples(episodes: list[TeamEpisode], agent: int, spec, settings: dict[
     if not np.all(np.isfinite(adv.rows)):
         log.warning("non-finite advantages: agent %d skips this update", agent)
         return []
-    tokens = adv.per_token([len(s.response_ids) for s in rows])
+    tokens = [t * w for t, w in zip(adv.per_token([len(s.response_ids) for s in rows]), row_weight)]
     own = [i for i, m in enumerate(mine) if m]
     return to_samples([rows[i] for i in own], [tokens[i] for i in own], skip_zero)
+
+
+def stale_weights(log_ratios: Any, clip: float) -> np.ndarray:
+    """The ``stale_iw`` baseline's rollout weights: ``clip(exp(Σ log π̂^{i−1}(m) − log π̂^0(m)), 1/clip, clip)``
+    per rollout, the sum over the messages of the agents updated earlier in the stage (per-decision importance
+    sampling of a team trajectory, truncated as in Ionides 2008's truncated IS)."""
+    lr = np.asarray(log_ratios, dtype=np.float64)
+    return np.clip(np.exp(np.clip(lr, -50.0, 50.0)), 1.0 / clip, clip)
 
 
 def check_team_config(cfg: RunConfig) -> None:
@@ -160,11 +172,26 @@ class TeamTrainer:
         episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw)
         return episodes
 
-    def samples_for(self, agent: int, episodes: list[TeamEpisode]) -> list[Sample]:
+    def samples_for(self, agent: int, episodes: list[TeamEpisode], weights: list[float] | None = None
+                    ) -> list[Sample]:
         """:func:`agent_samples` with this run's algorithm and settings."""
         return agent_samples(episodes, agent, self.spec, estimator_settings(self.cfg.algorithm, self.spec),
                              penalty_at=self.cfg.rollout.invalid_penalty_at,
-                             skip_zero=self.cfg.algorithm.skip_zero_advantage)
+                             skip_zero=self.cfg.algorithm.skip_zero_advantage, weights=weights)
+
+    @torch.no_grad()
+    def message_logprobs(self, agent: int, episodes: list[TeamEpisode]) -> np.ndarray:
+        """Per episode, the summed log-prob of ``agent``'s messages under its current adapter (training forward)."""
+        self.team.activate(agent)
+        rows = [(k, s) for k, e in enumerate(episodes) for s, a in zip(e.trajectory.steps, e.agents)
+                if a == agent and s.response_ids]
+        out = np.zeros(len(episodes))
+        for start in range(0, len(rows), self.cfg.train.micro_batch):
+            chunk = rows[start:start + self.cfg.train.micro_batch]
+            logp, _, _, _ = self._forward([Sample(s.prompt_ids, s.response_ids, [], []) for _, s in chunk])
+            for (k, _), total in zip(chunk, logp.sum(-1).tolist()):
+                out[k] += total
+        return out
 
     def update_agent(self, agent: int, samples: list[Sample]) -> TrustRegionResult:
         """One TeamTR single-agent update of ``agent`` on ``samples`` (module docstring, step 3).
@@ -242,30 +269,39 @@ class TeamTrainer:
     def stage(self, s: int) -> list[dict[str, Any]]:
         """Stage ``s`` (module docstring); returns its metrics rows, one per single-agent update.
 
-        With ``team.resample: false`` (naive sequential training, the paper's baseline) every agent of the stage
-        learns from the stage's first collection (stale rollouts for all but the first), and the team plays again
-        only after the last update: 2 collections per stage, ``team/return_after`` on the last row only."""
+        Baselines (``team.rollouts``): ``stale``, naive sequential training, every agent of the stage learns from
+        the stage's first collection, and the team plays again only after the last update (2 collections per
+        stage, ``team/return_after`` on the last row only); ``stale_iw``, the same with each rollout's advantages
+        weighted by :func:`stale_weights` of the agents updated before in the stage."""
         cfg = self.cfg
+        mode = cfg.team.rollouts
         seeds = iteration_seeds(cfg.run.seed, s, cfg.rollout.groups)
         order = stage_order(cfg.team.order, len(self.task.roles), cfg.run.seed, s)
         episodes = self.collect(s, 0, seeds)  # π̂^0
+        log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of the updated agents' messages
         rows = []
         for i, agent in enumerate(order):
             t0 = time.perf_counter()
-            samples = self.samples_for(agent, episodes)
+            weights = stale_weights(log_ratio, cfg.team.iw_clip) if mode == "stale_iw" else None
+            samples = self.samples_for(agent, episodes, None if weights is None else weights.tolist())
             row: dict[str, Any] = {"stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
                                    "team/return_before": mean_return(episodes)}
+            if weights is not None:
+                row["teamtr/iw_mean"], row["teamtr/iw_max"] = float(weights.mean()), float(weights.max())
+            before = self.message_logprobs(agent, episodes) if mode == "stale_iw" else None
             if samples:
                 res = self.update_agent(agent, samples)
                 beta_used = res.beta_history[-1]
             else:  # nothing to learn from (no message, or every advantage 0): the agent stays as it is
                 res, beta_used = TrustRegionResult(0.0, self.betas[agent], 0, False), self.betas[agent]
+            if before is not None:
+                log_ratio += self.message_logprobs(agent, episodes) - before
             t_update = time.perf_counter() - t0
-            if cfg.team.resample or i == len(order) - 1:
+            if mode == "fresh" or i == len(order) - 1:
                 after = self.collect(s, i + 1, seeds)  # π̂^i plays: the return after this update
                 row["team/return_after"] = mean_return(after)
                 row["team/success_after"] = float(np.mean([e.trajectory.won for e in after])) if after else 0.0
-                if cfg.team.resample:
+                if mode == "fresh":
                     episodes = after  # TeamTR: the next agent learns from the intermediate team's fresh rollouts
             rows.append({
                 **row, "teamtr/token_kl": res.kl, "teamtr/beta": beta_used, "teamtr/beta_next": res.beta,
