@@ -105,7 +105,7 @@ def test_config_checked_before_the_model_loads():
         check_team_config(build_config({"algorithm": {"name": "teamtr"}, "experience": {"mode": "step"}}))
 
 
-def test_a_stage_resamples_after_every_agent_update_and_naive_sequential_does_not(tmp_path, signal_algorithm):
+def test_a_stage_resamples_after_every_agent_update_and_the_stale_baselines_do_not(tmp_path, signal_algorithm):
     cfg = load_config(ROOT / "configs/teamtr_smoke.yaml", OVERRIDES)
     tr = TeamTrainer(cfg, tmp_path / "run")
     events = []  # ("collect", draw, adapter states, episodes) and ("update", agent, samples) in order

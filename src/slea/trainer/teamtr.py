@@ -14,12 +14,17 @@ One stage (:meth:`TeamTrainer.stage`; Xie et al. 2026, TeamTR §3, Algorithm "on
    * π̂^i = π̂^{i−1} with agent j replaced: the team plays B again. Those rollouts are the return *after* update i
      and the fresh rollouts of update i+1 (n + 1 collections per stage).
 
+The paper's baselines run in the same loop (``team.rollouts``): ``stale`` (naive sequential training: every
+update of a stage learns from π̂^0's rollouts) and ``stale_iw`` (the same, advantages weighted by
+:func:`stale_weights`).
+
 One metrics row per single-agent update (``metrics.jsonl``): ``teamtr/token_kl``, ``teamtr/beta`` (the β of its
 last step), ``teamtr/beta_next``, ``teamtr/steps``, ``teamtr/reverted``, ``team/return_before`` and
-``team/return_after`` (the coordination regressions of naive sequential training show up as after < before),
-plus the loss's own metrics. After every stage the team's adapters are written to ``<run>/adapters/<agent>.safetensors``
-(:meth:`slea.team.policy.TeamPolicy.save_adapters`; resuming a run is not implemented). The entry point is :class:`TeamTrainer` (``TeamTrainer(cfg, run_dir).fit()``):
-``slea train`` refuses algorithms that need a team (slea/trainer/rl.py ``PROVIDES``).
+``team/return_after`` (a coordination regression shows up as after < before), plus the loss's own metrics. After
+every stage the adapters are written to ``<run>/adapters/<agent>.safetensors``
+(:meth:`slea.team.policy.TeamPolicy.save_adapters`; resuming a run is not implemented). The entry point is
+:class:`TeamTrainer` (``TeamTrainer(cfg, run_dir).fit()``): ``slea train`` refuses algorithms that need a team
+(slea/trainer/rl.py ``PROVIDES``).
 """
 
 from __future__ import annotations
