@@ -91,3 +91,28 @@ def test_algorithm_defaults_fill_only_what_the_user_left_unset():
     assert build_config({}, ["algorithm.name=slea"]).experience.mode == "step"
     assert build_config({}, ["algorithm.name=slea", "experience.mode=off"]).experience.mode == "off"
     assert build_config({}, ["algorithm.name=gigpo"]).experience.mode == "off"
+
+
+def test_team_section():
+    cfg = build_config({}, ["algorithm.name=teamtr", "team.trust_region.delta=0.02", "team.router=round-robin"])
+    assert cfg.team.task == "textworld_planner_actor" and cfg.team.trust_region.delta == 0.02
+    assert cfg.algorithm.policy_loss == "teamtr" and cfg.algorithm.clip_eps == 0.1  # the algorithm's defaults
+    assert build_config({}, ["algorithm.name=teamtr", "algorithm.clip_eps=0.2"]).algorithm.clip_eps == 0.2
+    for override, message in [
+        ("team.router=nope", "team.router: unknown router 'nope'; known: round_robin"),
+        ("team.task=nope", "team.task: unknown team task 'nope'; known: searchqa_proposer_critic"),
+        ("team.trust_region.min_steps=9", "team.trust_region.min_steps: must be <= max_steps"),
+        ("team.trust_region.delta=0", "team.trust_region.delta:"),
+        ("team.order=sorted", "team.order:"),
+        ("team.rollouts=old", "team.rollouts:"),
+        ("team.iw_clip=1", "team.iw_clip:"),
+    ]:
+        with pytest.raises(ConfigError) as info:
+            build_config({}, ["algorithm.name=teamtr", override])
+        assert str(info.value).startswith(message), str(info.value)
+    # an algorithm that trains no team reads no team setting: a changed one is refused
+    with pytest.raises(ConfigError, match="team.max_turns: algorithm grpo trains no team"):
+        build_config({}, ["team.max_turns=3"])
+    with pytest.raises(ConfigError, match="team.trust_region: algorithm grpo trains no team"):
+        build_config({}, ["team.trust_region.delta=0.02"])
+    build_config({}, ["team.max_turns=8"])  # the default value passes (a saved config.yaml lists every key)

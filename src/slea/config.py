@@ -219,6 +219,48 @@ class AlignSection(_Section):
     eval_splits: list[str] = ["heldout"]  # env splits the final policy is evaluated on (e.g. seen, unseen)
 
 
+class TrustRegionSection(_Section):
+    """TeamTR's trust region of one single-agent update (slea/trainer/trust_region.py, the rule in
+    slea.algorithms.teamtr.adapt_beta). The paper gives δ_i = 0.01 (stable 0.005-0.02); the β schedule is ours."""
+
+    delta: float = Field(0.01, gt=0)  # δ_i: the measured token KL (Eq.11) an accepted update stays within
+    beta: float = Field(0.01, gt=0)  # every agent's initial β (each agent then carries its own across stages)
+    factor: float = Field(2.0, gt=1)  # β ×factor when d̂ > δ, ÷factor when d̂ < δ/factor
+    beta_min: float = Field(1e-4, gt=0)
+    beta_max: float = Field(100.0, gt=0)
+    min_steps: int = Field(2, ge=1)  # optimizer steps before an update may stop (inside the region)
+    max_steps: int = Field(8, ge=1)  # then it stops anyway, back at its last iterate inside the region
+    # d̂ per token: "k1" = Eq.11 as printed (log π_cur − log π_new; can be negative on a sample), "k3" = (r − 1) − log r
+    # (the same expectation, never negative); used by the monitor and by the teamtr loss's penalty
+    kl_estimator: Literal["k1", "k3"] = "k1"
+
+    @model_validator(mode="after")
+    def _ordered(self) -> TrustRegionSection:
+        if self.beta_min > self.beta_max:
+            raise ValueError("team.trust_region.beta_min: must be <= beta_max")
+        if self.min_steps > self.max_steps:
+            raise ValueError("team.trust_region.min_steps: must be <= max_steps")
+        return self
+
+
+class TeamSection(_Section):
+    """A team of agents sharing one context (slea/team/): read by algorithms that need a team (teamtr)."""
+
+    task: str = "textworld_planner_actor"  # a registered team task (roles, role prompts, envs)
+    router: str = "round_robin"  # a registered router, or "my_pkg.my_module:my_router"
+    max_turns: int = Field(8, ge=1)  # agent messages per episode (a planner + actor pair takes two per move)
+    context_messages: int = Field(6, ge=2)  # the last k shared-context messages in every agent's prompt
+    message_max_chars: int = Field(300, ge=20)  # each transcript message clipped to this
+    # σ per stage: "random" (a fresh permutation per stage, from the run seed), "fixed" (role order), "reverse"
+    order: Literal["random", "fixed", "reverse"] = "random"
+    # "fresh": TeamTR, the intermediate team plays again before every single-agent update. Baselines: "stale" =
+    # naive sequential training, every agent of a stage learns from the stage's first rollouts; "stale_iw" = the
+    # same, each rollout's advantages weighted by the intermediate team's likelihood ratio of it (clipped)
+    rollouts: Literal["fresh", "stale", "stale_iw"] = "fresh"
+    iw_clip: float = Field(5.0, gt=1)  # stale_iw: rollout weights clipped to [1/iw_clip, iw_clip]
+    trust_region: TrustRegionSection = Field(default_factory=TrustRegionSection)
+
+
 class RunConfig(_Section):
     plugins: list[str] = Field(default_factory=list)  # modules imported first: a user's algorithms, losses, envs
     run: RunSection = Field(default_factory=RunSection)
@@ -230,6 +272,7 @@ class RunConfig(_Section):
     eval: EvalSection = Field(default_factory=EvalSection)
     experience: ExperienceSection = Field(default_factory=ExperienceSection)
     align: AlignSection = Field(default_factory=AlignSection)
+    team: TeamSection = Field(default_factory=TeamSection)
 
     @model_validator(mode="after")
     def _check_against_registries(self, info: ValidationInfo) -> RunConfig:
@@ -245,6 +288,10 @@ class RunConfig(_Section):
         from slea.experience.extraction import get_extractor
 
         _registered("experience.extractor", get_extractor, self.experience.extractor)
+        from slea.team import get_router, get_team_task
+
+        _registered("team.task", get_team_task, self.team.task)
+        _registered("team.router", get_router, self.team.router)
         _check_options(self.algorithm, spec, loss)
         _check_snapshots(spec, self.env.id, self.rollout.group_size)
         unused = unused_settings(self) if (info.context or {}).get("check_unused", True) else {}
@@ -367,6 +414,9 @@ def unused_settings(cfg: RunConfig) -> dict[str, str]:
         section = getattr(cfg, sec)
         if not read and getattr(section, key) != type(section).model_fields[key].default:
             out[dotted] = why
+    if "team" not in spec.needs:
+        changed = [k for k, v in cfg.team.model_dump().items() if v != TeamSection().model_dump()[k]]
+        out.update({f"team.{k}": f"algorithm {spec.name} trains no team" for k in changed})
     return out
 
 
@@ -377,6 +427,8 @@ def _one_line(err: ValidationError) -> str:
     if e["type"] == "extra_forbidden":
         return f"{key}: unknown key"
     if e["type"] == "value_error" and not key:  # model-level validator already names its key
+        return msg.removeprefix("Value error, ")
+    if e["type"] == "value_error" and msg.startswith(f"Value error, {key}."):  # a section's validator names it
         return msg.removeprefix("Value error, ")
     return f"{key}: {msg} (got {e.get('input')!r})"
 

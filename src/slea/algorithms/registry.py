@@ -40,8 +40,9 @@ NEEDS: dict[str, str] = {
 }
 
 ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", ("slea.algorithms.advantages", "slea.algorithms.gae",
-                                                          "slea.algorithms.rtpo"))
-POLICY_LOSSES: Registry[Callable] = Registry("policy loss", ("slea.algorithms.losses",))
+                                                          "slea.algorithms.rtpo",
+                                                          "slea.algorithms.teamtr"))
+POLICY_LOSSES: Registry[Callable] = Registry("policy loss", ("slea.algorithms.losses", "slea.algorithms.teamtr"))
 
 
 @dataclass(frozen=True)

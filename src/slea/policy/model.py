@@ -123,17 +123,9 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None):
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, use_safetensors=True)
     model.config.use_cache = True
     if model_cfg.lora:
-        from peft import LoraConfig, get_peft_model
+        from peft import get_peft_model
 
-        names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
-        targets = [t for t in model_cfg.lora_targets if t in names]
-        if not targets:
-            raise ConfigError(f"model.lora_targets: none of {model_cfg.lora_targets} is a module of this model")
-        lcfg = LoraConfig(r=model_cfg.lora_r, lora_alpha=model_cfg.lora_alpha,
-                          lora_dropout=model_cfg.lora_dropout, target_modules=targets, task_type="CAUSAL_LM",
-                          layers_to_transform=lora_layer_indices(model_cfg.lora_layers,
-                                                                 model.config.num_hidden_layers))
-        model = get_peft_model(model, lcfg)
+        model = get_peft_model(model, lora_config(model, model_cfg))
     if adapter_dir is not None:
         from slea.trainer.checkpoint import load_trainable
 
@@ -170,6 +162,20 @@ def init_checkpoint(model_cfg) -> Path:
     if last is None:
         raise ConfigError(f"model.init_from: {run} has no checkpoint")
     return last
+
+
+def lora_config(model, model_cfg):
+    """The peft ``LoraConfig`` of ``model_cfg`` for ``model`` (targets that are not modules of it are dropped; none
+    left is a :class:`ConfigError`). One config serves every adapter of a team (slea.team.policy)."""
+    from peft import LoraConfig
+
+    names = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
+    targets = [t for t in model_cfg.lora_targets if t in names]
+    if not targets:
+        raise ConfigError(f"model.lora_targets: none of {model_cfg.lora_targets} is a module of this model")
+    return LoraConfig(r=model_cfg.lora_r, lora_alpha=model_cfg.lora_alpha, lora_dropout=model_cfg.lora_dropout,
+                      target_modules=targets, task_type="CAUSAL_LM",
+                      layers_to_transform=lora_layer_indices(model_cfg.lora_layers, model.config.num_hidden_layers))
 
 
 def lora_layer_indices(spec: int | list[int] | None, num_layers: int) -> list[int] | None:

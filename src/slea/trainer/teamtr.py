@@ -1,0 +1,344 @@
+"""The TeamTR trainer: a team's agents fine-tuned one at a time, each on fresh rollouts of the intermediate team.
+
+One stage (:meth:`TeamTrainer.stage`; Xie et al. 2026, TeamTR §3, Algorithm "one stage", reference/papers.md §5.2):
+
+1. the stage's task batch B (N task seeds, :func:`slea.trainer.rl.iteration_seeds`) and an order σ of the agents
+   (:func:`stage_order`, ``team.order``);
+2. π̂^0 = the current team plays G episodes per task (:class:`slea.team.rollout.TeamCollector`);
+3. for i = 1..n, agent j = σ(i):
+   * the algorithm's estimator (``algorithm.name: teamtr``: Eq.9) scores every message of these *fresh*
+     rollouts of π̂^{i−1}; agent j's messages become its training samples;
+   * agent j's adapter takes optimizer steps on the policy loss (``teamtr``: the Eq.10 surrogate with the token
+     KL penalty β·d̂) until the measured token KL (Eq.11) is within δ (:mod:`slea.trainer.trust_region`, the rule
+     :func:`slea.algorithms.teamtr.adapt_beta`); the other adapters are untouched;
+   * π̂^i = π̂^{i−1} with agent j replaced: the team plays B again. Those rollouts are the return *after* update i
+     and the fresh rollouts of update i+1 (n + 1 collections per stage).
+
+The paper's baselines run in the same loop (``team.rollouts``): ``stale`` (naive sequential training: every
+update of a stage learns from π̂^0's rollouts) and ``stale_iw`` (the same, advantages weighted by
+:func:`stale_weights`).
+
+One metrics row per single-agent update (``metrics.jsonl``): ``teamtr/token_kl``, ``teamtr/beta`` (the β of its
+last step), ``teamtr/beta_next``, ``teamtr/steps``, ``teamtr/reverted``, ``team/return_before`` and
+``team/return_after`` (a coordination regression shows up as after < before), plus the loss's own metrics. After
+every stage the adapters are written to ``<run>/adapters/<agent>.safetensors``
+(:meth:`slea.team.policy.TeamPolicy.save_adapters`; resuming a run is not implemented). The entry point is
+:class:`TeamTrainer` (``TeamTrainer(cfg, run_dir).fit()``): ``slea train`` refuses algorithms that need a team
+(slea/trainer/rl.py ``PROVIDES``).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from slea.algorithms.batch import StepBatch, estimate
+from slea.algorithms.registry import get_algorithm, get_policy_loss
+from slea.algorithms.teamtr import token_kl
+from slea.atomic import atomic_write_text
+from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
+from slea.envs.pool import EnvPool
+from slea.policy.generation import HFGenerator
+from slea.team.prompts import TeamPromptBuilder
+from slea.team.rollout import TeamCollector, TeamEpisode
+from slea.team.routers import get_router
+from slea.team.tasks import get_team_task
+from slea.trainer.rl import iteration_seeds, run_dir_for, seed_everything
+from slea.trainer.runlog import RunLog
+from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
+from slea.trainer.update import Sample, _right_aligned, response_logprobs, to_samples
+
+log = logging.getLogger(__name__)
+
+
+def stage_order(mode: str, n: int, run_seed: int, stage: int) -> list[int]:
+    """σ of a stage: ``fixed`` (role order), ``reverse``, or ``random`` (a permutation drawn from (run seed,
+    stage), so a resumed or repeated run trains in the same order)."""
+    if mode == "fixed":
+        return list(range(n))
+    if mode == "reverse":
+        return list(range(n - 1, -1, -1))
+    if mode == "random":
+        return [int(i) for i in np.random.default_rng([run_seed, stage, 7]).permutation(n)]
+    raise ValueError(f"team.order must be random, fixed or reverse (got {mode!r})")
+
+
+def mean_return(episodes: list[TeamEpisode]) -> float:
+    """The team's mean episode return over a collection (0 for none)."""
+    return float(np.mean([e.team_return for e in episodes])) if episodes else 0.0
+
+
+def agent_samples(episodes: list[TeamEpisode], agent: int, spec, settings: dict[str, Any], *, penalty_at: str,
+                  skip_zero: bool, weights: list[float] | None = None) -> list[Sample]:
+    """Agent ``agent``'s messages as training samples, with the algorithm's advantage one per response token.
+
+    The estimator sees every message of the collection (so every rollout's team return counts in its group's
+    statistics); then only the agent's rows are kept. ``weights`` (one per episode) multiply the advantages of
+    each episode's rows (the ``stale_iw`` baseline). Episodes ended by an env fault are left out (a fault says
+    nothing about the team); non-finite advantages give no sample at all (a warning)."""
+    weights = [1.0] * len(episodes) if weights is None else list(weights)
+    kept = [(e, w) for e, w in zip(episodes, weights) if not any("fault" in s.info for s in e.trajectory.steps)]
+    episodes = [e for e, _ in kept]
+    rows = [s for e in episodes for s in e.trajectory.steps]
+    row_weight = np.asarray([w for e, w in kept for _ in e.trajectory.steps], dtype=np.float64)
+    mine = [a == agent for e in episodes for a in e.agents]
+    if not any(mine):
+        return []
+    adv = estimate(spec, StepBatch.from_steps(rows, penalty_at=penalty_at), settings)
+    if not np.all(np.isfinite(adv.rows)):
+        log.warning("non-finite advantages: agent %d skips this update", agent)
+        return []
+    tokens = [t * w for t, w in zip(adv.per_token([len(s.response_ids) for s in rows]), row_weight)]
+    own = [i for i, m in enumerate(mine) if m]
+    return to_samples([rows[i] for i in own], [tokens[i] for i in own], skip_zero)
+
+
+def stale_weights(log_ratios: Any, clip: float) -> np.ndarray:
+    """The ``stale_iw`` baseline's rollout weights: ``clip(exp(Σ log π̂^{i−1}(m) − log π̂^0(m)), 1/clip, clip)``
+    per rollout, the sum over the messages of the agents updated earlier in the stage (per-decision importance
+    sampling of a team trajectory, truncated as in Ionides 2008's truncated IS)."""
+    lr = np.asarray(log_ratios, dtype=np.float64)
+    return np.clip(np.exp(np.clip(lr, -50.0, 50.0)), 1.0 / clip, clip)
+
+
+def check_team_config(cfg: RunConfig) -> None:
+    """A :class:`ConfigError` when the config cannot train a team (checked before the model loads)."""
+    spec = get_algorithm(cfg.algorithm.name)
+    if "team" not in spec.needs:
+        raise ConfigError(f"algorithm.name: {spec.name} trains no team (the TeamTR trainer needs an algorithm "
+                          f"that needs one, such as teamtr)")
+    task = get_team_task(cfg.team.task)
+    if cfg.env.id not in task.env_ids:
+        raise ConfigError(f"env.id: team task {task.name} is written for {', '.join(task.env_ids)}, "
+                          f"not {cfg.env.id}")
+    if not cfg.model.lora:
+        raise ConfigError("model.lora: a team's agents are LoRA adapters on one base model; set model.lora: true")
+    # what the team trainer does not read must not be set (a value silently ignored is an error)
+    if "beta" in cfg.algorithm.options:
+        raise ConfigError("algorithm.options.beta: TeamTR adapts β; set team.trust_region.beta (its start) instead")
+    if cfg.algorithm.kl_coef > 0:
+        raise ConfigError("algorithm.kl_coef: TeamTR's KL term is the trust region's β·d̂ (team.trust_region)")
+    if cfg.algorithm.dynamic_sampling:
+        raise ConfigError("algorithm.dynamic_sampling: the TeamTR trainer replays the stage's tasks, it refills none")
+    if cfg.experience.mode != "off":
+        raise ConfigError("experience.mode: team rollouts retrieve no experiences; set experience.mode: off")
+
+
+class TeamTrainer:
+    """Wires the team (n LoRA adapters on one base), its collector, one optimizer and one β per agent, the
+    logs; :meth:`fit` runs ``train.iterations`` stages."""
+
+    def __init__(self, cfg: RunConfig, run_dir: Path | None = None):
+        from slea.team.policy import build_team_policy
+
+        check_team_config(cfg)
+        self.cfg = cfg
+        self.spec = get_algorithm(cfg.algorithm.name)
+        self.task = get_team_task(cfg.team.task)
+        self.dir = Path(run_dir) if run_dir else run_dir_for(cfg)
+        torch.set_num_threads(cfg.run.threads)
+        seed_everything(cfg.run.seed)
+        self.team = build_team_policy(cfg.model, self.task.agents)
+        self.generator = HFGenerator(self.team.model, self.team.tok, dtype=cfg.model.dtype)
+        t = cfg.team
+        builder = TeamPromptBuilder(self.team.tok, context_messages=t.context_messages,
+                                    message_max_chars=t.message_max_chars, one_shot=cfg.rollout.one_shot)
+        self.collector = TeamCollector(self.team, self.generator, builder, self.task, get_router(t.router),
+                                       cfg.rollout, t.max_turns)
+        self.pool = EnvPool(cfg.env.id, cfg.rollout.groups, cfg.rollout.group_size, dict(cfg.env.kwargs),
+                            step_timeout_s=cfg.env.step_timeout_s, reset_timeout_s=cfg.env.reset_timeout_s)
+        n = len(self.task.roles)
+        self.optimizers = [torch.optim.AdamW(self.team.parameters(j), lr=cfg.train.lr, betas=tuple(cfg.train.betas),
+                                             weight_decay=cfg.train.weight_decay) for j in range(n)]
+        self.betas = [t.trust_region.beta] * n  # each agent carries its own β from update to update
+        self.trust_region = TrustRegion(**t.trust_region.model_dump(exclude={"beta", "kl_estimator"}))
+        self.kl_estimator = t.trust_region.kl_estimator
+        self.loss_fn = get_policy_loss(cfg.algorithm.policy_loss)
+        self.loss_kwargs = loss_settings(cfg.algorithm, self.loss_fn)
+        params = inspect.signature(self.loss_fn).parameters
+        self.loss_takes_beta = "beta" in params
+        if "kl_estimator" in params:
+            self.loss_kwargs["kl_estimator"] = self.kl_estimator
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.log = RunLog(self.dir)
+        self.updates = 0  # single-agent updates done (the metrics rows' index)
+
+    # -- the phases of one stage -----------------------------------------------------------------------------
+    def collect(self, stage: int, draw: int, seeds: list[int]) -> list[TeamEpisode]:
+        """The current (intermediate) team plays one episode per env of the pool on the stage's tasks; ``draw``
+        (the collection's index in the stage) keys the sampling, so each collection is a fresh sample."""
+        episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw)
+        return episodes
+
+    def samples_for(self, agent: int, episodes: list[TeamEpisode], weights: list[float] | None = None
+                    ) -> list[Sample]:
+        """:func:`agent_samples` with this run's algorithm and settings."""
+        return agent_samples(episodes, agent, self.spec, estimator_settings(self.cfg.algorithm, self.spec),
+                             penalty_at=self.cfg.rollout.invalid_penalty_at,
+                             skip_zero=self.cfg.algorithm.skip_zero_advantage, weights=weights)
+
+    @torch.no_grad()
+    def message_logprobs(self, agent: int, episodes: list[TeamEpisode]) -> np.ndarray:
+        """Per episode, the summed log-prob of ``agent``'s messages under its current adapter (training forward)."""
+        self.team.activate(agent)
+        rows = [(k, s) for k, e in enumerate(episodes) for s, a in zip(e.trajectory.steps, e.agents)
+                if a == agent and s.response_ids]
+        out = np.zeros(len(episodes))
+        for start in range(0, len(rows), self.cfg.train.micro_batch):
+            chunk = rows[start:start + self.cfg.train.micro_batch]
+            logp, _, _, _ = self._forward([Sample(s.prompt_ids, s.response_ids, [], []) for _, s in chunk])
+            for (k, _), total in zip(chunk, logp.sum(-1).tolist()):
+                out[k] += total
+        return out
+
+    def update_agent(self, agent: int, samples: list[Sample]) -> TrustRegionResult:
+        """One TeamTR single-agent update of ``agent`` on ``samples`` (module docstring, step 3).
+
+        ``π_cur``'s log-probs are recomputed first with the training forward (the pre-update weights): the ratio
+        and d̂ then start at exactly 1 and 0, not at the generation-vs-training numerics gap (bf16 autocast)."""
+        team = self.team
+        team.activate(agent)
+        team.model.train()
+        samples = self.recompute_old_logprobs(samples)
+        res = trust_region_update(lambda beta: self._step(agent, samples, beta),
+                                  lambda: self.measure_kl(samples), lambda: team.state(agent),
+                                  lambda saved: team.load_state(agent, saved), self.betas[agent], self.trust_region)
+        self.betas[agent] = res.beta
+        return res
+
+    @torch.no_grad()
+    def recompute_old_logprobs(self, samples: list[Sample]) -> list[Sample]:
+        """``samples`` with ``old_logprobs`` from the active agent's current weights (the training forward)."""
+        out = []
+        for chunk in self._chunks(samples):
+            logp, mask, _, _ = self._forward(chunk)
+            out += [Sample(s.prompt_ids, s.response_ids, row[m.bool()].tolist(), s.advantages)
+                    for s, row, m in zip(chunk, logp, mask)]
+        return out
+
+    def _chunks(self, samples: list[Sample]):
+        mb = self.cfg.train.micro_batch
+        for start in range(0, len(samples), mb):
+            yield samples[start:start + mb]
+
+    def _forward(self, chunk: list[Sample]):
+        logp, mask = response_logprobs(self.team.model, chunk, temperature=self.cfg.rollout.temperature,
+                                       dtype=self.cfg.model.dtype)
+        k = mask.shape[1]
+        return logp, mask, _right_aligned([s.old_logprobs for s in chunk], k), _right_aligned(
+            [s.advantages for s in chunk], k)
+
+    def _step(self, agent: int, samples: list[Sample], beta: float) -> dict[str, float]:
+        """One optimizer step of ``agent`` over all its samples (micro-batches weighted by their messages)."""
+        opt = self.optimizers[agent]
+        opt.zero_grad(set_to_none=True)
+        totals: dict[str, float] = {}
+        for chunk in self._chunks(samples):
+            logp, mask, old, adv = self._forward(chunk)
+            if self.loss_takes_beta:
+                loss, met = self.loss_fn(logp, old, adv, mask, **self.loss_kwargs, beta=beta)
+            else:  # a loss without Eq.10's penalty gets it added here
+                loss, met = self.loss_fn(logp, old, adv, mask, **self.loss_kwargs)
+                loss = loss + beta * token_kl(old, logp, mask, self.kl_estimator)
+            weight = len(chunk) / len(samples)
+            (loss * weight).backward()
+            for key, v in {**met, "loss": float(loss.detach())}.items():
+                totals[key] = totals.get(key, 0.0) + float(v) * weight
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.team.parameters(agent), self.cfg.train.grad_clip))
+        if math.isfinite(grad_norm) and all(math.isfinite(v) for v in totals.values()):
+            opt.step()
+        else:  # numerical guard: skip the step, keep the weights
+            opt.zero_grad(set_to_none=True)
+            totals["skipped"] = 1.0
+        totals["grad_norm"] = grad_norm
+        return totals
+
+    @torch.no_grad()
+    def measure_kl(self, samples: list[Sample]) -> float:
+        """Eq.11's d̂ of the active agent's current weights against the rollouts' ``π_cur`` on ``samples``."""
+        total, messages = 0.0, 0
+        for chunk in self._chunks(samples):
+            logp, mask, old, _ = self._forward(chunk)
+            total += float(token_kl(old, logp, mask, self.kl_estimator)) * len(chunk)
+            messages += len(chunk)
+        return total / max(messages, 1)
+
+    # -- one stage ---------------------------------------------------------------------------------------------
+    def stage(self, s: int) -> list[dict[str, Any]]:
+        """Stage ``s`` (module docstring); returns its metrics rows, one per single-agent update.
+
+        Baselines (``team.rollouts``): ``stale``, naive sequential training, every agent of the stage learns from
+        the stage's first collection, and the team plays again only after the last update (2 collections per
+        stage, ``team/return_after`` on the last row only); ``stale_iw``, the same with each rollout's advantages
+        weighted by :func:`stale_weights` of the agents updated before in the stage."""
+        cfg = self.cfg
+        mode = cfg.team.rollouts
+        seeds = iteration_seeds(cfg.run.seed, s, cfg.rollout.groups)
+        order = stage_order(cfg.team.order, len(self.task.roles), cfg.run.seed, s)
+        episodes = self.collect(s, 0, seeds)  # π̂^0
+        log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of the updated agents' messages
+        rows = []
+        for i, agent in enumerate(order):
+            t0 = time.perf_counter()
+            weights = stale_weights(log_ratio, cfg.team.iw_clip) if mode == "stale_iw" else None
+            samples = self.samples_for(agent, episodes, None if weights is None else weights.tolist())
+            row: dict[str, Any] = {"stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
+                                   "team/return_before": mean_return(episodes)}
+            if weights is not None:
+                row["teamtr/iw_mean"], row["teamtr/iw_max"] = float(weights.mean()), float(weights.max())
+            before = self.message_logprobs(agent, episodes) if mode == "stale_iw" else None
+            if samples:
+                res = self.update_agent(agent, samples)
+                beta_used = res.beta_history[-1]
+            else:  # nothing to learn from (no message, or every advantage 0): the agent stays as it is
+                res, beta_used = TrustRegionResult(0.0, self.betas[agent], 0, False), self.betas[agent]
+            if before is not None:
+                log_ratio += self.message_logprobs(agent, episodes) - before
+            t_update = time.perf_counter() - t0
+            if mode == "fresh" or i == len(order) - 1:
+                after = self.collect(s, i + 1, seeds)  # π̂^i plays: the return after this update
+                row["team/return_after"] = mean_return(after)
+                row["team/success_after"] = float(np.mean([e.trajectory.won for e in after])) if after else 0.0
+                if mode == "fresh":
+                    episodes = after  # TeamTR: the next agent learns from the intermediate team's fresh rollouts
+            rows.append({
+                **row, "teamtr/token_kl": res.kl, "teamtr/beta": beta_used, "teamtr/beta_next": res.beta,
+                "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted), "teamtr/samples": len(samples),
+                **{f"update/{k}": v for k, v in res.step_metrics.items()},
+                "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
+            })
+        return rows
+
+    def run_stage(self, s: int) -> list[dict[str, Any]]:
+        """Stage ``s``, its rows logged (``metrics.jsonl``, TensorBoard) and the team's adapters saved."""
+        rows = self.stage(s)
+        for row in rows:
+            self.log.log(self.updates, row)
+            self.updates += 1
+            log.info("stage %d update %d (%s): return %.3f -> %s, token KL %.4f, beta %.3g, %d steps",
+                     s + 1, row["position"] + 1, row["role"], row["team/return_before"],
+                     f"{row['team/return_after']:.3f}" if "team/return_after" in row else "-",
+                     row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"])
+        self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
+        return rows
+
+    def fit(self) -> dict[str, Any]:
+        """``train.iterations`` stages; every single-agent update is one ``metrics.jsonl`` row."""
+        atomic_write_text(self.dir / "config.yaml", dump_config(self.cfg))
+        t_start = time.perf_counter()
+        for s in range(self.cfg.train.iterations):
+            self.run_stage(s)
+        self.close()
+        return {"run_dir": str(self.dir), "stages": self.cfg.train.iterations, "updates": self.updates,
+                "wall_s": time.perf_counter() - t_start}
+
+    def close(self) -> None:
+        self.log.close()
+        self.pool.close()

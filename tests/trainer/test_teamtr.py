@@ -1,0 +1,171 @@
+"""The TeamTR stage loop with the tiny model on TextWorld: fresh rollouts after every single-agent update."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from pytest import approx
+
+from slea.algorithms import get_algorithm
+from slea.algorithms.registry import ALGORITHMS, register_algorithm
+from slea.config import ConfigError, build_config, load_config
+from slea.team import SharedContext
+from slea.team.rollout import TeamEpisode
+from slea.trainer.teamtr import TeamTrainer, agent_samples, check_team_config, stage_order, stale_weights
+from slea.types import Step, Trajectory
+
+pytest.importorskip("textworld")
+
+ROOT = Path(__file__).resolve().parents[2]
+SIGNAL = "test_team_signal"
+# the documented preset, cut to one stage of one task group. A random tiny model never scores, so every team
+# return would be equal and every Eq.9 advantage 0: the stage runs with SIGNAL, an algorithm that needs a team and
+# scores copy 0 of each task +1, copy 1 −1 (the trainer reads any algorithm's spec; Eq.9 is tested on its own).
+# The k3 monitor (never negative) makes "d̂ ≤ δ" telling.
+OVERRIDES = ["rollout.groups=1", "team.max_turns=2", "team.order=reverse", "team.trust_region.min_steps=1",
+             "team.trust_region.max_steps=3", "team.trust_region.kl_estimator=k3", "train.iterations=1",
+             "train.lr=0.001", f"algorithm.name={SIGNAL}"]
+
+
+@pytest.fixture
+def signal_algorithm():
+    @register_algorithm(SIGNAL, level="trajectory", needs=("team",), defaults={"algorithm.policy_loss": "teamtr"})
+    def signal(batch):
+        return np.where(batch.traj_ids % 2 == 0, 1.0, -1.0)
+
+    yield SIGNAL
+    ALGORITHMS.remove(SIGNAL)
+
+
+def test_stage_order():
+    assert stage_order("fixed", 3, 0, 5) == [0, 1, 2]
+    assert stage_order("reverse", 3, 0, 5) == [2, 1, 0]
+    a = stage_order("random", 4, 1, 2)
+    assert sorted(a) == [0, 1, 2, 3] and a == stage_order("random", 4, 1, 2)
+    assert len({tuple(stage_order("random", 4, 1, s)) for s in range(8)}) > 1  # a new σ per stage
+
+
+def _episode(traj_id, rewards, fault=False):
+    """A planner (agent 0) + actor (agent 1) episode: one message each per move, the env reward on the actor's."""
+    steps = []
+    for move, r in enumerate(rewards):
+        for agent in (0, 1):
+            info = {"fault": "error"} if fault and agent == 1 else {}
+            steps.append(Step(0, traj_id, 2 * move + agent, "obs", [1, 2], [3 + agent] * (agent + 1),
+                              [-0.5] * (agent + 1), reward=r if agent else 0.0, info=info))
+    return TeamEpisode(Trajectory(0, traj_id, steps=steps), [0, 1] * len(rewards), SharedContext())
+
+
+def test_agent_samples_eq9_over_the_whole_team_then_the_agents_rows():
+    # one task group: τ0 returns 1 (over two moves), τ1 returns 0; τ2 faulted (left out whatever it scored).
+    # Eq.9 over {1, 0}: μ .5, σ sqrt(.25 + 0) = .5 → Ã = +1, −1 on every message of the rollout
+    eps = [_episode(0, [0.0, 1.0]), _episode(1, [0.0, 0.0]), _episode(2, [5.0], fault=True)]
+    spec = get_algorithm("teamtr")
+    planner = agent_samples(eps, 0, spec, {"eps_norm": 0.0}, penalty_at="step", skip_zero=True)
+    assert [s.advantages for s in planner] == [[1.0], [1.0], [-1.0], [-1.0]]  # 1 token per planner message
+    actor = agent_samples(eps, 1, spec, {"eps_norm": 0.0}, penalty_at="step", skip_zero=True)
+    assert [s.advantages for s in actor] == [[1.0, 1.0], [1.0, 1.0], [-1.0, -1.0], [-1.0, -1.0]]
+    assert all(s.response_ids == [4, 4] for s in actor)
+    # equal returns: every advantage 0, so no sample under skip_zero, four all-zero ones without it
+    flat = [_episode(0, [1.0]), _episode(1, [1.0])]
+    assert agent_samples(flat, 0, spec, {}, penalty_at="step", skip_zero=True) == []
+    assert len(agent_samples(flat, 0, spec, {}, penalty_at="step", skip_zero=False)) == 2
+
+
+def test_stale_weights_and_weighted_samples():
+    # exp of the summed log-ratios, clipped to [1/5, 5]: [1, 2, 100 → 5, 1/100 → .2]
+    assert stale_weights([0.0, np.log(2.0), np.log(100.0), -np.log(100.0)], 5.0).tolist() == approx(
+        [1.0, 2.0, 5.0, 0.2])
+    # the planner's advantages of _episode(0) (+1) and _episode(1) (−1) times weights 2 and .5; the faulted
+    # third episode is dropped with its weight
+    eps = [_episode(0, [0.0, 1.0]), _episode(1, [0.0, 0.0]), _episode(2, [5.0], fault=True)]
+    planner = agent_samples(eps, 0, get_algorithm("teamtr"), {"eps_norm": 0.0}, penalty_at="step", skip_zero=True,
+                            weights=[2.0, 0.5, 3.0])
+    assert [s.advantages for s in planner] == [[2.0], [2.0], [-0.5], [-0.5]]
+
+
+def test_config_checked_before_the_model_loads():
+    with pytest.raises(ConfigError, match="trains no team"):
+        check_team_config(build_config({"algorithm": {"name": "grpo"}}))
+    with pytest.raises(ConfigError, match="env.id: team task textworld_planner_actor is written for"):
+        check_team_config(build_config({"algorithm": {"name": "teamtr"}, "env": {"id": "slea/Sokoban-v0"}}))
+    with pytest.raises(ConfigError, match="model.lora"):
+        check_team_config(build_config({"algorithm": {"name": "teamtr"}, "model": {"lora": False}}))
+    # settings the team trainer does not read are refused, not ignored
+    for key, value, message in [("kl_coef", 0.1, "algorithm.kl_coef: TeamTR's KL term"),
+                                ("options", {"beta": 0.5}, "algorithm.options.beta: TeamTR adapts β"),
+                                ("dynamic_sampling", True, "algorithm.dynamic_sampling:")]:
+        with pytest.raises(ConfigError, match=message):
+            check_team_config(build_config({"algorithm": {"name": "teamtr", key: value}}))
+    with pytest.raises(ConfigError, match="experience.mode"):
+        check_team_config(build_config({"algorithm": {"name": "teamtr"}, "experience": {"mode": "step"}}))
+
+
+def test_a_stage_resamples_after_every_agent_update_and_the_stale_baselines_do_not(tmp_path, signal_algorithm):
+    cfg = load_config(ROOT / "configs/teamtr_smoke.yaml", OVERRIDES)
+    tr = TeamTrainer(cfg, tmp_path / "run")
+    events = []  # ("collect", draw, adapter states, episodes) and ("update", agent, samples) in order
+    collect, update = tr.collector.collect, tr.update_agent
+
+    def counting_collect(pool, seeds, **kw):
+        states = [tr.team.state(0), tr.team.state(1)]
+        episodes, stats = collect(pool, seeds, **kw)
+        events.append(("collect", kw["draw"], states, episodes))
+        return episodes, stats
+
+    def counting_update(agent, samples):
+        events.append(("update", agent, samples))
+        return update(agent, samples)
+
+    tr.collector.collect, tr.update_agent = counting_collect, counting_update
+    rows = tr.run_stage(0)
+    kinds = [(e[0], e[1]) for e in events]
+    # σ = reverse: actor (1) then planner (0); a fresh collection before each update and one after the last
+    assert kinds == [("collect", 0), ("update", 1), ("collect", 1), ("update", 0), ("collect", 2)]
+    s0, s1, s2 = (e[2] for e in events if e[0] == "collect")
+
+    def same(a, b):
+        return all(torch.equal(a[n], b[n]) for n in a)
+
+    # update 1 moved the actor only: the planner's adapter is bit-identical, and the second collection was
+    # played by that intermediate team (new actor, old planner)
+    assert not same(s0[1], s1[1]) and same(s0[0], s1[0])
+    # update 2 moved the planner only, on the intermediate team's messages (the second collection)
+    assert not same(s1[0], s2[0]) and same(s1[1], s2[1])
+    second = {tuple(s.response_ids) for e in events[2][3] for s in e.rows_of(0)}
+    assert {tuple(s.response_ids) for s in events[3][2]} <= second
+
+    logged = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [r.pop("iteration") for r in logged] == [0, 1]  # a row per single-agent update
+    assert logged == json.loads(json.dumps(rows)) and [r["role"] for r in rows] == ["actor", "planner"]
+    delta = cfg.team.trust_region.delta
+    for r in rows:
+        assert r["teamtr/steps"] >= 1 and 0 <= r["teamtr/token_kl"] <= delta and r["teamtr/beta"] > 0
+        assert r["teamtr/samples"] > 0
+    assert rows[0]["team/return_after"] == rows[1]["team/return_before"]  # update 1's "after" is update 2's batch
+    assert sorted(p.name for p in (tmp_path / "run" / "adapters").iterdir()) == ["actor.safetensors",
+                                                                                 "planner.safetensors"]
+
+    # naive sequential (team.rollouts: stale): both updates learn from the stage's first rollouts
+    tr.cfg.team.rollouts = "stale"
+    events.clear()
+    rows = tr.run_stage(1)
+    assert [(e[0], e[1]) for e in events] == [("collect", 3), ("update", 1), ("update", 0), ("collect", 5)]
+    first = {tuple(s.response_ids) for e in events[0][3] for s in e.rows_of(0)}
+    assert {tuple(s.response_ids) for s in events[2][2]} <= first  # the planner's samples are stale
+    assert "team/return_after" not in rows[0] and "team/return_after" in rows[1]
+    assert {abs(a) for s in events[2][2] for a in s.advantages} == {1.0}  # unweighted
+
+    # importance-weighted stale rollouts: the planner's advantages carry the updated actor's likelihood ratios
+    tr.cfg.team.rollouts = "stale_iw"
+    events.clear()
+    rows = tr.run_stage(2)
+    assert [(e[0], e[1]) for e in events] == [("collect", 6), ("update", 1), ("update", 0), ("collect", 8)]
+    assert rows[0]["teamtr/iw_mean"] == rows[0]["teamtr/iw_max"] == 1.0  # nobody was updated before the actor
+    weights = {abs(a) for s in events[2][2] for a in s.advantages}
+    assert weights != {1.0} and all(0.2 <= w <= 5.0 for w in weights)
+    tr.close()
