@@ -120,3 +120,38 @@ def test_slea_run_builds_a_library_the_cli_can_inspect(tmp_path):
     out = tmp_path / "lib.jsonl"
     assert slea("library", "export", str(run), str(out)).returncode == 0
     assert out.read_text().strip(), "exported entries"
+
+
+def test_library_export_import_merge_diff(tmp_path):
+    """The portable-library commands on a real saved run's library, and their one-line errors (exit code 2)."""
+    run = ROOT / "bench/results/evidence/default/slea/runs/slea-s0"
+    out = tmp_path / "s0.jsonl"
+    r = slea("library", "export", str(run), str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "run slea-s0, model embedded, env slea/TextWorld-v0" in " ".join(r.stdout.split())
+    header, *rest = [json.loads(x) for x in out.read_text().splitlines()]
+    n_entries = sum(x["kind"] == "entry" for x in rest)
+    assert header["provenance"]["run"] == "slea-s0" and n_entries > 0
+    r = slea("library", "import", str(out), str(tmp_path / "copy.sqlite"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = tmp_path / "again.jsonl"
+    assert slea("library", "export", str(tmp_path / "copy.sqlite"), str(again)).returncode == 0
+    assert sum(json.loads(x)["kind"] == "entry" for x in again.read_text().splitlines()) == n_entries
+    r = slea("library", "diff", str(run), str(tmp_path / "copy.sqlite"))  # a copy: every entry the same
+    assert r.returncode == 0, r.stderr[-2000:]
+    same = [int(line.split("│")[-2]) for line in r.stdout.splitlines() if line.count("│") == 7
+            and line.split("│")[1].strip() in ("pos", "neg")]
+    assert sum(same) == n_entries
+    r = slea("library", "merge", str(out), str(tmp_path / "copy.sqlite"), "--out", str(tmp_path / "m.sqlite"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f": {n_entries} entries" in " ".join(r.stdout.split())  # the second source: all duplicates
+
+    one_line_exit_2(slea("library", "export", str(tmp_path / "nothing"), str(out)), "export:", "no such file")
+    one_line_exit_2(slea("library", "import", str(tmp_path / "nope.jsonl"), str(tmp_path / "x.sqlite")),
+                    "import:", "no such file")
+    (tmp_path / "junk.jsonl").write_text('{"a": 1}\n')
+    one_line_exit_2(slea("library", "diff", str(tmp_path / "junk.jsonl"), str(run)), "not a slea library export")
+    (tmp_path / "junk.sqlite").write_text("not a database")
+    one_line_exit_2(slea("library", "import", str(out), str(tmp_path / "junk.sqlite")), "not an experience library")
+    one_line_exit_2(slea("library", "merge", str(out), str(run), "--out", str(tmp_path / "m.sqlite")), "exists")
+    one_line_exit_2(slea("library", "merge", str(out), "--out", str(tmp_path / "m2.sqlite")), "at least two")

@@ -310,13 +310,114 @@ def library_search(run: Path, text: str, task_type: str = "") -> None:
     console.print(res.text or "(nothing retrieved)", markup=False)
 
 
-@library_app.command("export")
-def library_export(run: Path, out: Path) -> None:
-    """Export the library as JSONL."""
-    from slea.experience.inspect import export_jsonl
+def _portable(what: str, source: Path):
+    """A library source (run folder, SQLite library or JSONL export) as records, or one line and exit 2."""
+    from slea.experience.portable import PortableError, load
 
-    export_jsonl(_library_path(run), out)
-    console.print(f"wrote {out}")
+    try:
+        return load(source)
+    except PortableError as exc:
+        raise _fail(f"{what}: {exc}") from None
+
+
+def _provenance_line(p: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in p.items() if v is not None) or "unknown provenance"
+
+
+@library_app.command("export")
+def library_export(source: Path = typer.Argument(..., help="a run folder or an SQLite library"),
+                   out: Path = typer.Argument(..., help="the JSONL file to write")) -> None:
+    """Export a library as JSONL: a header with its provenance (run, model, env, algorithm, iteration), the
+    observation clusters its entries link to, and the entries (each with its own provenance)."""
+    from slea.experience.portable import write_jsonl
+
+    lib = _portable("export", source)
+    write_jsonl(lib, out)
+    console.print(f"wrote {len(lib.entries)} entries and {len(lib.clusters)} clusters to {out} "
+                  f"({_provenance_line(lib.provenance)})")
+
+
+def _counts_table(title: str, rows: list[tuple[str, dict]]) -> Table:
+    cols = ("added", "replaced", "duplicate", "rejected", "malformed", "links", "clusters_new")
+    t = Table(title=title)
+    t.add_column("source")
+    for c in cols:
+        t.add_column(c, justify="right")
+    for name, counts in rows:
+        t.add_row(name, *(str(counts.get(c, 0)) for c in cols))
+    return t
+
+
+@library_app.command("import")
+def library_import(source: Path = typer.Argument(..., help="a JSONL export (or a run folder / SQLite library)"),
+                   dest: Path = typer.Argument(..., help="the SQLite library to add to (created if missing), "
+                                                         "or a run folder (its library.sqlite)")) -> None:
+    """Add a library's entries to another through the library's own admission path (novelty test: duplicates
+    merge into the existing entry; capacity per zone and level); cluster links are remapped by prototype."""
+    from slea.experience.portable import PortableError, import_into
+
+    lib = _portable("import", source)
+    target = dest / "library.sqlite" if dest.is_dir() else dest
+    try:
+        counts = import_into(lib, target)
+    except PortableError as exc:
+        raise _fail(f"import: {exc}") from None
+    console.print(_counts_table(f"imported into {target}", [(str(source), counts)]))
+
+
+@library_app.command("merge")
+def library_merge(sources: list[Path] = typer.Argument(..., help="two or more run folders, SQLite libraries "
+                                                                  "or JSONL exports, merged in this order"),
+                  out: Path = typer.Option(..., "--out", help="the new library: .sqlite, or .jsonl")) -> None:
+    """Merge libraries into a new one, de-duplicated by the library's novelty rule (the first source's
+    thresholds, the largest capacities)."""
+    from slea.experience.portable import PortableError, merge
+
+    if len(sources) < 2:
+        raise _fail("merge: give at least two libraries")
+    libs = [_portable("merge", s) for s in sources]
+    names = [str(lib.provenance.get("run") or s) for s, lib in zip(sources, libs)]
+    try:
+        counts, merged = merge(libs, out, names)
+    except PortableError as exc:
+        raise _fail(f"merge: {exc}") from None
+    console.print(_counts_table(f"merged into {out}: {len(merged.entries)} entries", list(zip(names, counts))))
+
+
+def _cell(entry: dict | None, key: str) -> str:
+    if entry is None:
+        return "-"
+    return f"{entry[key]:.2f}" if key == "score" else str(entry[key])
+
+
+@library_app.command("diff")
+def library_diff(a: Path = typer.Argument(..., help="the library before (run folder, SQLite or JSONL)"),
+                 b: Path = typer.Argument(..., help="the library after"),
+                 limit: int = typer.Option(20, help="changed entries listed (0: counts only)")) -> None:
+    """Entries added, removed and changed from A to B, by zone and level (an entry of B that duplicates one of
+    A by the library's novelty rule is the same entry)."""
+    from slea.experience.portable import diff
+
+    la, lb = _portable("diff", a), _portable("diff", b)
+    d = diff(la, lb)
+    t = Table(title=f"library diff: {len(la.entries)} -> {len(lb.entries)} entries")
+    for col in ("zone", "level", "added", "removed", "changed", "same"):
+        t.add_column(col, justify="right" if col not in ("zone", "level") else "left")
+    for (zone, level), c in d.counts().items():
+        t.add_row(zone, level, *(str(c[k]) for k in ("added", "removed", "changed", "same")))
+    console.print(t)
+    if limit <= 0 or not d.changes:
+        return
+    order = {"added": 0, "removed": 1, "changed": 2}
+    rows = sorted(d.changes, key=lambda c: (order[c.kind], c.zone, c.level))[:limit]
+    e = Table(title=f"changed entries ({len(rows)} of {len(d.changes)} shown)")
+    for col in ("", "zone", "level", "score", "used", "what changed", "text"):
+        e.add_column(col)
+    for c in rows:
+        e.add_row(c.kind, c.zone, c.level, f"{_cell(c.a, 'score')} -> {_cell(c.b, 'score')}",
+                  f"{_cell(c.a, 'usage')} -> {_cell(c.b, 'usage')}", ",".join(c.fields),
+                  str((c.b or c.a)["text"])[:80])
+    console.print(e)
 
 
 def main() -> None:  # pragma: no cover
