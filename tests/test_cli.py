@@ -155,3 +155,30 @@ def test_library_export_import_merge_diff(tmp_path):
     one_line_exit_2(slea("library", "import", str(out), str(tmp_path / "junk.sqlite")), "not an experience library")
     one_line_exit_2(slea("library", "merge", str(out), str(run), "--out", str(tmp_path / "m.sqlite")), "exists")
     one_line_exit_2(slea("library", "merge", str(out), "--out", str(tmp_path / "m2.sqlite")), "at least two")
+
+
+def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path):
+    """`slea agent` end to end: the tiny model on Sokoban steered by a JSONL export, evolving; bad arguments are
+    one line and exit code 2 before any model loads."""
+    run = ROOT / "bench/results/evidence/default/slea/runs/slea-s0"
+    lib = tmp_path / "s0.jsonl"
+    assert slea("library", "export", str(run), str(lib)).returncode == 0
+    small = ["--games", "2", "--episodes", "1", "--set", "env.max_steps=2", "--set", "rollout.max_new_tokens=4",
+             "--set", "eval.greedy=false"]
+    r = slea("agent", "--model", "tiny", "--library", str(lib), "--env", "slea/Sokoban-v0", "--evolve",
+             "--out", str(tmp_path / "out"), *small)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((tmp_path / "out/agent.json").read_text())
+    assert res["library_provenance"]["run"] == "slea-s0" and res["evolve"] is True
+    assert set(res["difference"]["sampled"]) >= {"success", "return", "retrieval_hit_rate"}
+    assert res["without"]["sampled"]["episodes"] == res["with"]["sampled"]["episodes"] == 2
+    assert res["library"]["before"]["size"] == 19 and len(res["library"]["rounds"]) == 2
+    assert (tmp_path / "out/library.sqlite").is_file()  # the evolved library, kept
+    assert "sampled success" in r.stdout and "difference" in r.stdout
+
+    one_line_exit_2(slea("agent", "--model", "tiny", "--library", str(tmp_path / "none.jsonl"), "--env",
+                         "slea/Sokoban-v0"), "agent: --library: no such file")
+    one_line_exit_2(slea("agent", "--model", str(tmp_path / "no-model"), "--library", str(lib), "--env",
+                         "slea/Sokoban-v0"), "agent: --model", "is neither a run folder")
+    one_line_exit_2(slea("agent", "--model", "tiny", "--library", str(lib), "--env", "slea/Nope-v0"),
+                    "env.id: unknown env")

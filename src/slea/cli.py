@@ -238,6 +238,108 @@ def eval_(
     console.print(f"wrote {saved} and {saved.with_suffix('.md')}")
 
 
+def agent_table(res: dict) -> Table:
+    """The with/without-library comparison of ``slea agent``: one row per metric and decoding mode."""
+    t = Table(title=f"{res['env']}: {res['games']} games, with and without the library"
+                    + (" (evolving)" if res["evolve"] else ""))
+    for col in ("metric", "episodes", "no library", "library", "difference"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for mode, diff in res["difference"].items():
+        for k in ("success", "return", "invalid_rate", "retrieval_hit_rate"):
+            a, b = res["without"][mode][k], res["with"][mode][k]
+            t.add_row(f"{mode} {k.replace('_', ' ')}", str(int(res["with"][mode]["episodes"])), f"{a:.3f}",
+                      f"{b:.3f}", f"{diff[k]:+.3f}")
+    lib = res["library"]
+    by = ", ".join(f"{m}: {g['better']} better, {g['worse']} worse, {g['same']} same"
+                   for m, g in res["games_by_success"].items())
+    t.caption = (f"games with the library ({by}); library {int(lib['before']['size'])} -> "
+                 f"{int(lib['after']['size'])} entries; wall time {res['wall_s']:.0f} s")
+    return t
+
+
+@app.command()
+def agent(
+    model: str = typer.Option(..., "--model", help="'embedded', 'tiny', a local HF model folder, or a run "
+                                                   "folder (its config and last checkpoint's weights)"),
+    library: Path = typer.Option(..., "--library", help="a run folder, an SQLite library or a JSONL export"),
+    env: str = typer.Option(..., "--env", help="env id"),
+    evolve: bool = typer.Option(False, "--evolve", help="the library keeps learning from the episodes"),
+    games: int | None = typer.Option(None, "--games", help="games (env seeds) per condition (eval.games)"),
+    episodes: int | None = typer.Option(None, "--episodes", help="sampled episodes per game "
+                                                                 "(eval.episodes_per_game)"),
+    seed: int | None = typer.Option(None, "--seed", help="env seed of the first game (eval.seed)"),
+    batch: int = typer.Option(1, "--batch", min=1, help="with --evolve: games per evolution round"),
+    split: str | None = typer.Option(None, help="env split (default heldout)"),
+    out: Path | None = typer.Option(None, "--out", help="folder for agent.json (and, with --evolve, the "
+                                                        "evolved library.sqlite); default runs/agent-<model>-<env>"),
+    set_: list[str] = typer.Option([], "--set"),
+) -> None:
+    """Play a frozen model steered by an experience library (per-step retrieval, no weight update), and the
+    same games without it; print and save the difference (success, return, retrieval hit rate)."""
+    path = Path(model)
+    run = path if (path / "config.yaml").is_file() else None
+    if run is None and not _model_target(model):
+        raise _fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded' nor 'tiny'")
+    lib = _portable("agent: --library", library)
+    over = [] if run else [f"model.name_or_path={model}", "model.lora=false"]
+    over += ["experience.warmup_iters=0", "experience.min_entries=0"]  # a given library is used from step one
+    over += [f"experience.{k}={lib.settings[k]}" for k in ("capacity_pos", "capacity_neg", "novelty_threshold",
+                                                           "cluster_threshold") if k in lib.settings]
+    over += [f"eval.{k}={v}" for k, v in (("games", games), ("episodes_per_game", episodes), ("seed", seed))
+             if v is not None]
+    config_file = run / "config.yaml" if run else None
+    cfg = _config(config_file, over + list(set_))
+    if env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
+        over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
+    if cfg.experience.mode == "off" and not any(s.startswith("experience.mode=") for s in set_):
+        over.append("experience.mode=step")
+    cfg = _config(config_file, over + list(set_))
+    _require_env(cfg.env.id)
+    import tempfile
+
+    import torch
+
+    from slea.algorithms.registry import get_algorithm
+    from slea.atomic import atomic_write_text
+    from slea.evaluation.agent import run_agent
+    from slea.evaluation.report import PaperTable
+    from slea.experience.portable import working_copy
+    from slea.policy.generation import HFGenerator
+    from slea.policy.model import load_policy
+    from slea.policy.prompts import PromptBuilder
+    from slea.trainer.checkpoint import latest_checkpoint
+    from slea.trainer.rl import _experience as experience_manager  # the trainer's manager, extractor and all
+
+    torch.set_num_threads(cfg.run.threads)
+    last = latest_checkpoint(run / "checkpoints") if run else None
+    policy, tok = load_policy(cfg.model, adapter_dir=last)
+    policy.requires_grad_(False).eval()
+    builder = PromptBuilder(tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
+                            one_shot=cfg.rollout.one_shot)
+    generator = HFGenerator(policy, tok, dtype=cfg.model.dtype)
+    kwargs = {**cfg.env.kwargs, "split": split or "heldout", **cfg.env.eval_kwargs}
+    if split is not None:
+        kwargs["split"] = split
+    out = out or Path("runs") / f"agent-{path.name or model}-{cfg.env.id.rsplit('/', 1)[-1]}"
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as work:
+        workdir = out if evolve else Path(work)  # the evolved library is kept, a read-only use is not
+        working_copy(library, workdir / "library.sqlite")
+        manager = experience_manager(cfg, get_algorithm(cfg.algorithm.name), workdir, generator)
+        try:
+            res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch,
+                            say=console.print)
+        finally:
+            manager.close()
+    res.update({"model": model, "checkpoint": last.name if last else None, "library_source": str(library),
+                "library_provenance": lib.provenance, "split": kwargs["split"]})
+    saved = atomic_write_text(out / "agent.json", json.dumps(res, indent=2))
+    console.print(agent_table(res))
+    console.print(PaperTable.from_dict(res["table"]).to_rich(first=model))
+    console.print(f"wrote {saved}" + (f" and the evolved library {out / 'library.sqlite'}" if evolve else ""))
+
+
 @app.command()
 def envs() -> None:
     """List registered environments and whether their extra is installed."""

@@ -243,6 +243,28 @@ def load(source: str | Path) -> Portable:
     return read_library(source)
 
 
+def working_copy(source: str | Path, dest: str | Path) -> Portable:
+    """A private library file ``dest`` made from any source, for a run that will retrieve from it (retrieval
+    links entries and opens clusters) or evolve it: an SQLite library is copied whole (SQLite's online backup:
+    the index and its memo included), a JSONL export imported (:func:`import_into`). Returns the source's
+    records (settings, provenance)."""
+    source, dest = Path(source), Path(dest)
+    lib = load(source)
+    for p in (dest, dest.with_name(dest.name + "-wal"), dest.with_name(dest.name + "-shm")):
+        p.unlink(missing_ok=True)
+    if source.suffix in (".jsonl", ".json"):
+        import_into(lib, dest)
+        return lib
+    src = sqlite3.connect(f"file:{source / 'library.sqlite' if source.is_dir() else source}?mode=ro", uri=True)
+    dst = sqlite3.connect(str(dest))
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    return lib
+
+
 # -- writing -------------------------------------------------------------------------------------------------------
 def write_jsonl(lib: Portable, out: str | Path) -> int:
     """Header, clusters, entries; returns the number of entries written."""
