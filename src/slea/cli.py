@@ -513,12 +513,14 @@ def library_diff(a: Path = typer.Argument(..., help="the library before (run fol
     order = {"added": 0, "removed": 1, "changed": 2}
     rows = sorted(d.changes, key=lambda c: (order[c.kind], c.zone, c.level))[:limit]
     e = Table(title=f"changed entries ({len(rows)} of {len(d.changes)} shown)")
-    for col in ("", "zone", "level", "score", "used", "what changed", "text"):
-        e.add_column(col)
+    for col in ("", "zone level", "task type", "score", "used", "what changed"):
+        e.add_column(col, overflow="fold")
+    e.add_column("text", ratio=1)
     for c in rows:
-        e.add_row(c.kind, c.zone, c.level, f"{_cell(c.a, 'score')} -> {_cell(c.b, 'score')}",
-                  f"{_cell(c.a, 'usage')} -> {_cell(c.b, 'usage')}", ",".join(c.fields),
-                  str((c.b or c.a)["text"])[:80])
+        e.add_row(c.kind, f"{c.zone} {c.level}", (c.b or c.a)["task_type"] or "-",
+                  f"{_cell(c.a, 'score')} -> {_cell(c.b, 'score')}",
+                  f"{_cell(c.a, 'usage')} -> {_cell(c.b, 'usage')}", " ".join(c.fields),
+                  str((c.b or c.a)["text"])[:100])
     console.print(e)
 
 

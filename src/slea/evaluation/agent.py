@@ -9,7 +9,7 @@ episode by episode and a difference comes from the library alone. The library co
 With ``evolve`` the library keeps learning while the agent plays: the games are played in rounds of ``batch``
 games and after each round ``ExperienceManager.evolve`` (the training path: usage and success of the entries
 used, split at η, extraction, admission) learns from that round's episodes before the next round plays. The
-no-library condition is the same games, unchanged by the rounds.
+no-library condition plays the same rounds (the same games in the same generation batches) without a library.
 """
 
 from __future__ import annotations
@@ -96,7 +96,7 @@ def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, e
                                experience_mode=cfg.experience.mode)
     say = say or (lambda _msg: None)
     say("without the library")
-    off, _ = _play(bare, cfg.env.id, env_kwargs, ev, [(ev.seed, ev.games)], iteration=base, guards=guards)
+    off, _ = _play(bare, cfg.env.id, env_kwargs, ev, rounds, iteration=base, guards=guards)  # the same batches
     say("with the library" + (f", evolving after every {batch} game(s)" if evolve else ""))
     stats0 = dict(manager.stats)
     on, evolved = _play(steered, cfg.env.id, env_kwargs, ev, rounds, iteration=base, guards=guards,
