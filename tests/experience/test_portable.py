@@ -180,3 +180,17 @@ def test_bad_files_are_portable_errors_and_bad_lines_are_counted(tmp_path):
     lib = load(tmp_path / "mixed.jsonl")  # a plain (header-less) export line is an entry
     assert len(lib.entries) == 1 and lib.malformed == 4
     assert import_into(lib, tmp_path / "x.sqlite")["malformed"] == 4
+
+
+def test_a_duplicate_merged_into_a_run_library_records_both_provenances(tmp_path):
+    run = _run_folder(tmp_path)
+    line = {"kind": "entry", "text": "Open the fridge before looking for food.", "zone": "pos", "level": "pattern",
+            "score": 3.0, "task_type": "cooking", "provenance": {"run": "other", "model": "tiny", "iteration": 1}}
+    (tmp_path / "other.jsonl").write_text(json.dumps(line) + "\n")
+    counts = import_into(load(tmp_path / "other.jsonl"), run / "library.sqlite")
+    assert counts["duplicate"] == 1 and "added" not in counts
+    fridge = next(e for e in load(run).entries if "fridge" in e["text"])
+    # learned in run-a (iteration 2, from the run folder), then met again in "other": max score 3.0
+    assert fridge["provenance"]["run"] == "run-a" and fridge["provenance"]["iteration"] == 2
+    assert fridge["merged"] == [{"run": "other", "model": "tiny", "env": None, "algorithm": None, "iteration": 1}]
+    assert fridge["score"] == 3.0

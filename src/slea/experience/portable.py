@@ -280,12 +280,6 @@ def write_jsonl(lib: Portable, out: str | Path) -> int:
     return len(lib.entries)
 
 
-def export(source: str | Path, out: str | Path) -> Portable:
-    lib = load(source)
-    write_jsonl(lib, out)
-    return lib
-
-
 def import_into(lib: Portable, dest: str | Path, settings: dict[str, Any] | None = None) -> dict[str, int]:
     """Add every entry of ``lib`` to the library file ``dest`` (created if missing) through the library's
     admission path, in one transaction. Returns counts: added, replaced, duplicate, rejected, malformed,
@@ -298,6 +292,7 @@ def import_into(lib: Portable, dest: str | Path, settings: dict[str, Any] | None
     target = ExperienceLibrary(dest, capacity_pos=s["capacity_pos"], capacity_neg=s["capacity_neg"],
                                novelty_threshold=s["novelty_threshold"])
     counts: Counter = Counter(malformed=lib.malformed)
+    home = run_provenance(dest)[0]  # the provenance of the destination's own entries (its run folder, if any)
     try:
         fresh = "obs_clusters" not in _tables(target.conn)
         index = ObservationIndex.load_sqlite(target.conn, **({"threshold": s["cluster_threshold"]} if fresh else {}))
@@ -309,7 +304,7 @@ def import_into(lib: Portable, dest: str | Path, settings: dict[str, Any] | None
                 remap[c["id"]] = index.assign(c["prototype"], c["task_type"])
                 counts["clusters_new"] += len(index) > before
             for e in lib.entries:
-                _import_entry(target, conn, e, [remap[c] for c in e["clusters"] if c in remap], counts)
+                _import_entry(target, conn, e, [remap[c] for c in e["clusters"] if c in remap], counts, home)
             index.save_sqlite(conn)
     finally:
         target.close()
@@ -317,7 +312,7 @@ def import_into(lib: Portable, dest: str | Path, settings: dict[str, Any] | None
 
 
 def _import_entry(target: ExperienceLibrary, conn: sqlite3.Connection, e: dict[str, Any], clusters: list[int],
-                  counts: Counter) -> None:
+                  counts: Counter, home: dict[str, Any]) -> None:
     res = target.add(e["text"], e["zone"], e["level"], e["score"], task_type=e["task_type"],
                      context=e["context"], sources=e["sources"], clusters=clusters, iteration=e["created_iter"])
     counts[res.status] += 1
@@ -327,13 +322,12 @@ def _import_entry(target: ExperienceLibrary, conn: sqlite3.Connection, e: dict[s
     origin = {**e["provenance"], **({"merged": e["merged"]} if e.get("merged") else {})}
     if res.status == "duplicate":  # the existing entry keeps its own provenance and records this one
         row = conn.execute("SELECT origin FROM entry_origin WHERE entry_id = ?", (res.entry_id,)).fetchone()
-        if row is None:
-            return
-        old = json.loads(row[0])
+        old = json.loads(row[0]) if row else {**home, "iteration": target.get(res.entry_id).created_iter}
         merged = old.get("merged", [])
         if e["provenance"] not in merged and e["provenance"] != {k: old.get(k) for k in PROVENANCE_KEYS}:
             old["merged"] = (merged + [e["provenance"]])[-8:]
-            conn.execute("UPDATE entry_origin SET origin = ? WHERE entry_id = ?", (json.dumps(old), res.entry_id))
+            conn.execute("INSERT OR REPLACE INTO entry_origin(entry_id, origin) VALUES (?, ?)",
+                         (res.entry_id, json.dumps(old)))
         return
     target.set_usage(res.entry_id, usage=e["usage"], success=e["success"], last_used_iter=e["last_used_iter"])
     conn.execute("INSERT OR REPLACE INTO entry_origin(entry_id, origin) VALUES (?, ?)",
