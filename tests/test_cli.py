@@ -157,9 +157,9 @@ def test_library_export_import_merge_diff(tmp_path):
     one_line_exit_2(slea("library", "merge", str(out), "--out", str(tmp_path / "m2.sqlite")), "at least two")
 
 
+@pytest.mark.slow
 def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path):
-    """`slea agent` end to end: the tiny model on Sokoban steered by a JSONL export, evolving; bad arguments are
-    one line and exit code 2 before any model loads."""
+    """`slea agent` end to end: the tiny model on Sokoban steered by a JSONL export, evolving."""
     run = ROOT / "bench/results/evidence/default/slea/runs/slea-s0"
     lib = tmp_path / "s0.jsonl"
     assert slea("library", "export", str(run), str(lib)).returncode == 0
@@ -176,6 +176,12 @@ def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path):
     assert (tmp_path / "out/library.sqlite").is_file()  # the evolved library, kept
     assert "sampled success" in r.stdout and "difference" in r.stdout
 
+
+def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path):
+    """Checked before any model loads."""
+    lib = tmp_path / "s0.jsonl"
+    assert slea("library", "export", str(ROOT / "bench/results/evidence/default/slea/runs/slea-s0"),
+                str(lib)).returncode == 0
     one_line_exit_2(slea("agent", "--model", "tiny", "--library", str(tmp_path / "none.jsonl"), "--env",
                          "slea/Sokoban-v0"), "agent: --library: no such file")
     one_line_exit_2(slea("agent", "--model", str(tmp_path / "no-model"), "--library", str(lib), "--env",

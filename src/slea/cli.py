@@ -22,7 +22,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn agentic RL with a per-step "
                   "experience library (SLEA-RL) and the methods it is compared with.")
-library_app = typer.Typer(no_args_is_help=True, help="Inspect a run's experience library.")
+library_app = typer.Typer(no_args_is_help=True, help="Inspect, export, import, merge and diff experience "
+                          "libraries.")
 app.add_typer(library_app, name="library")
 console = Console()
 err = Console(stderr=True)
