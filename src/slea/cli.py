@@ -275,8 +275,10 @@ def agent(
                                                         "evolved library.sqlite); default runs/agent-<model>-<env>"),
     set_: list[str] = typer.Option([], "--set"),
 ) -> None:
-    """Play a frozen model steered by an experience library (per-step retrieval, no weight update), and the
-    same games without it; print and save the difference (success, return, retrieval hit rate)."""
+    """Play a frozen model with and without an experience library on the same games.
+
+    Per-step retrieval, no weight update (--evolve: the library learns from the episodes); prints and saves the
+    difference (success, return, invalid rate, retrieval hit rate)."""
     path = Path(model)
     run = path if (path / "config.yaml").is_file() else None
     if run is None and not _model_target(model):
@@ -430,8 +432,10 @@ def _provenance_line(p: dict) -> str:
 @library_app.command("export")
 def library_export(source: Path = typer.Argument(..., help="a run folder or an SQLite library"),
                    out: Path = typer.Argument(..., help="the JSONL file to write")) -> None:
-    """Export a library as JSONL: a header with its provenance (run, model, env, algorithm, iteration), the
-    observation clusters its entries link to, and the entries (each with its own provenance)."""
+    """Export a library as JSONL, with its provenance.
+
+    A header (run, model, env, algorithm, iteration; settings), the observation clusters its entries link to,
+    and the entries, each with its own provenance."""
     from slea.experience.portable import write_jsonl
 
     lib = _portable("export", source)
@@ -455,8 +459,10 @@ def _counts_table(title: str, rows: list[tuple[str, dict]]) -> Table:
 def library_import(source: Path = typer.Argument(..., help="a JSONL export (or a run folder / SQLite library)"),
                    dest: Path = typer.Argument(..., help="the SQLite library to add to (created if missing), "
                                                          "or a run folder (its library.sqlite)")) -> None:
-    """Add a library's entries to another through the library's own admission path (novelty test: duplicates
-    merge into the existing entry; capacity per zone and level); cluster links are remapped by prototype."""
+    """Add a library's entries to another library.
+
+    Through the library's own admission path (novelty test: duplicates merge into the existing entry; capacity
+    per zone and level); cluster links are remapped by prototype."""
     from slea.experience.portable import PortableError, import_into
 
     lib = _portable("import", source)
@@ -472,8 +478,9 @@ def library_import(source: Path = typer.Argument(..., help="a JSONL export (or a
 def library_merge(sources: list[Path] = typer.Argument(..., help="two or more run folders, SQLite libraries "
                                                                   "or JSONL exports, merged in this order"),
                   out: Path = typer.Option(..., "--out", help="the new library: .sqlite, or .jsonl")) -> None:
-    """Merge libraries into a new one, de-duplicated by the library's novelty rule (the first source's
-    thresholds, the largest capacities)."""
+    """Merge libraries into a new one, de-duplicated by the library's novelty rule.
+
+    The first source's thresholds and the largest capacities apply."""
     from slea.experience.portable import PortableError, merge
 
     if len(sources) < 2:
@@ -497,8 +504,9 @@ def _cell(entry: dict | None, key: str) -> str:
 def library_diff(a: Path = typer.Argument(..., help="the library before (run folder, SQLite or JSONL)"),
                  b: Path = typer.Argument(..., help="the library after"),
                  limit: int = typer.Option(20, help="changed entries listed (0: counts only)")) -> None:
-    """Entries added, removed and changed from A to B, by zone and level (an entry of B that duplicates one of
-    A by the library's novelty rule is the same entry)."""
+    """Entries added, removed and changed from library A to B, by zone and level.
+
+    An entry of B that duplicates one of A by the library's novelty rule is the same entry."""
     from slea.experience.portable import diff
 
     la, lb = _portable("diff", a), _portable("diff", b)
