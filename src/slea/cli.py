@@ -239,25 +239,6 @@ def eval_(
     console.print(f"wrote {saved} and {saved.with_suffix('.md')}")
 
 
-def agent_table(res: dict) -> Table:
-    """The with/without-library comparison of ``slea agent``: one row per metric and decoding mode."""
-    t = Table(title=f"{res['env']}: {res['games']} games, with and without the library"
-                    + (" (evolving)" if res["evolve"] else ""))
-    for col in ("metric", "episodes", "no library", "library", "difference"):
-        t.add_column(col, justify="left" if col == "metric" else "right")
-    for mode, diff in res["difference"].items():
-        for k in ("success", "return", "invalid_rate", "retrieval_hit_rate"):
-            a, b = res["without"][mode][k], res["with"][mode][k]
-            t.add_row(f"{mode} {k.replace('_', ' ')}", str(int(res["with"][mode]["episodes"])), f"{a:.3f}",
-                      f"{b:.3f}", f"{diff[k]:+.3f}")
-    lib = res["library"]
-    by = ", ".join(f"{m}: {g['better']} better, {g['worse']} worse, {g['same']} same"
-                   for m, g in res["games_by_success"].items())
-    t.caption = (f"games with the library ({by}); library {int(lib['before']['size'])} -> "
-                 f"{int(lib['after']['size'])} entries; wall time {res['wall_s']:.0f} s")
-    return t
-
-
 @app.command()
 def agent(
     model: str = typer.Option(..., "--model", help="'embedded', 'tiny', a local HF model folder, or a run "
@@ -285,12 +266,9 @@ def agent(
         raise _fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
     lib = _portable("agent: --library", library)
-    over = [] if run else [f"model.name_or_path={model}", "model.lora=false"]
-    over += ["experience.warmup_iters=0", "experience.min_entries=0"]  # a given library is used from step one
-    over += [f"experience.{k}={lib.settings[k]}" for k in ("capacity_pos", "capacity_neg", "novelty_threshold",
-                                                           "cluster_threshold") if k in lib.settings]
-    over += [f"eval.{k}={v}" for k, v in (("games", games), ("episodes_per_game", episodes), ("seed", seed))
-             if v is not None]
+    from slea.evaluation.agent import agent_overrides
+
+    over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
     config_file = run / "config.yaml" if run else None
     cfg = _config(config_file, over + list(set_))
     if env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
@@ -305,7 +283,7 @@ def agent(
 
     from slea.algorithms.registry import get_algorithm
     from slea.atomic import atomic_write_text
-    from slea.evaluation.agent import run_agent
+    from slea.evaluation.agent import agent_table, run_agent
     from slea.evaluation.report import PaperTable
     from slea.experience.portable import working_copy
     from slea.policy.generation import HFGenerator

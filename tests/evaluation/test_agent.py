@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from slea.config import load_config
-from slea.evaluation.agent import _rounds, difference, paired_games, per_seed_success, run_agent
+from slea.evaluation.agent import (
+    _rounds,
+    agent_overrides,
+    agent_table,
+    difference,
+    paired_games,
+    per_seed_success,
+    run_agent,
+)
 from slea.evaluation.evaluate import evaluate
 from slea.experience.manager import ExperienceManager
 from slea.policy.generation import HFGenerator
@@ -15,7 +23,7 @@ from slea.types import Trajectory
 
 SETTINGS = ["model.name_or_path=tiny", "model.lora=false", "env.id=slea/Sokoban-v0", "env.kwargs={}",
             "env.eval_kwargs={}", "env.max_steps=2", "rollout.max_new_tokens=4", "eval.games=2",
-            "eval.episodes_per_game=2", "eval.greedy=false", "experience.mode=step", "experience.warmup_iters=0",
+            "eval.episodes_per_game=1", "eval.greedy=false", "experience.mode=step", "experience.warmup_iters=0",
             "experience.min_entries=0"]
 
 
@@ -81,3 +89,16 @@ def test_evolve_learns_from_the_episodes_and_the_library_is_then_retrieved(setup
     assert again["difference"]["sampled"]["return"] == pytest.approx(w["return"] - wo["return"])
     assert again["retrieval"]["retrieved"] > 0 and again["library"]["rounds"] == []
     assert again["without"] == res["without"]  # the no-library side does not depend on the library
+    table = agent_table(again)  # the CLI's table: 4 metrics of the sampled episodes
+    assert table.row_count == 4 and f"library {size} -> {size} entries" in table.caption
+
+
+def test_overrides_put_the_library_settings_and_games_before_the_user_set():
+    over = agent_overrides("tiny", {"capacity_pos": 7, "novelty_threshold": 0.9}, games=3, seed=5)
+    assert over == ["model.name_or_path=tiny", "model.lora=false", "experience.warmup_iters=0",
+                    "experience.min_entries=0", "experience.capacity_pos=7", "experience.novelty_threshold=0.9",
+                    "eval.games=3", "eval.seed=5"]
+    assert agent_overrides(None, {})[:1] == ["experience.warmup_iters=0"]  # a run keeps its own model section
+    # the overrides are valid config keys (a typo would be a ConfigError here)
+    cfg = load_config(None, [*over, "env.id=slea/Sokoban-v0"])
+    assert (cfg.experience.capacity_pos, cfg.eval.games, cfg.model.lora) == (7, 3, False)

@@ -79,6 +79,19 @@ def next_iteration(manager) -> int:
     return max(its, default=-1) + 1
 
 
+def agent_overrides(model: str | None, settings: dict[str, Any], *, games: int | None = None,
+                    episodes: int | None = None, seed: int | None = None) -> list[str]:
+    """Config overrides of ``slea agent`` (before the user's ``--set``): the model without LoRA when it is not
+    a run (``model`` None), retrieval from the first step (no warm-up, no minimum size: the library is given),
+    the library's own capacities and thresholds, and the games to play."""
+    over = [] if model is None else [f"model.name_or_path={model}", "model.lora=false"]
+    over += ["experience.warmup_iters=0", "experience.min_entries=0"]
+    over += [f"experience.{k}={settings[k]}" for k in ("capacity_pos", "capacity_neg", "novelty_threshold",
+                                                       "cluster_threshold") if k in settings]
+    return over + [f"eval.{k}={v}" for k, v in (("games", games), ("episodes_per_game", episodes),
+                                                ("seed", seed)) if v is not None]
+
+
 def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, evolve: bool = False,
               batch: int = 1, say=None) -> dict[str, Any]:
     """Play ``cfg.eval`` (games, episodes per game, temperature, greedy) on ``cfg.env.id`` without the library,
@@ -118,3 +131,24 @@ def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, e
     out["table"] = table.to_dict()
     out["wall_s"] = time.perf_counter() - t0
     return out
+
+
+def agent_table(res: dict[str, Any]):
+    """The with/without-library comparison of ``slea agent`` as a rich table: one row per metric and mode."""
+    from rich.table import Table
+
+    t = Table(title=f"{res['env']}: {res['games']} games, with and without the library"
+                    + (" (evolving)" if res["evolve"] else ""))
+    for col in ("metric", "episodes", "no library", "library", "difference"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for mode, diff in res["difference"].items():
+        for k in ("success", "return", "invalid_rate", "retrieval_hit_rate"):
+            a, b = res["without"][mode][k], res["with"][mode][k]
+            t.add_row(f"{mode} {k.replace('_', ' ')}", str(int(res["with"][mode]["episodes"])), f"{a:.3f}",
+                      f"{b:.3f}", f"{diff[k]:+.3f}")
+    lib = res["library"]
+    by = ", ".join(f"{m}: {g['better']} better, {g['worse']} worse, {g['same']} same"
+                   for m, g in res["games_by_success"].items())
+    t.caption = (f"games with the library ({by}); library {int(lib['before']['size'])} -> "
+                 f"{int(lib['after']['size'])} entries; wall time {res['wall_s']:.0f} s")
+    return t
