@@ -188,3 +188,38 @@ def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path):
                          "slea/Sokoban-v0"), "agent: --model", "is neither a run folder")
     one_line_exit_2(slea("agent", "--model", "tiny", "--library", str(lib), "--env", "slea/Nope-v0"),
                     "env.id: unknown env")
+
+
+@pytest.mark.slow
+def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weights(tmp_path):
+    """MODEL = a run folder: its config and last checkpoint's LoRA weights (made here, not trained); --library
+    the same run; --evolve with the LLM extractor (the trainer's generate_text: LoRA disabled for the call)."""
+    import torch
+
+    from slea.config import dump_config, load_config
+    from slea.experience.portable import working_copy
+    from slea.policy.model import load_policy
+    from slea.trainer.checkpoint import save_checkpoint
+
+    run = tmp_path / "run"
+    cfg = load_config(ROOT / "configs/smoke.yaml", [f"run.dir={run}"])
+    model, _ = load_policy(cfg.model)
+    lora = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert lora
+    with torch.no_grad():
+        for p in lora:
+            p.add_(0.01)  # a non-zero adapter: the checkpoint is not the base model
+    run.mkdir()
+    (run / "config.yaml").write_text(dump_config(cfg))
+    working_copy(ROOT / "bench/results/evidence/default/slea/runs/slea-s0", run / "library.sqlite")
+    save_checkpoint(run / "checkpoints", 1, model, torch.optim.AdamW([p for p in model.parameters()
+                                                                      if p.requires_grad]))
+    r = slea("agent", "--model", str(run), "--library", str(run), "--env", "slea/Sokoban-v0", "--evolve",
+             "--games", "1", "--episodes", "2", "--set", "env.max_steps=2", "--set", "eval.greedy=false",
+             "--set", "experience.extractor=llm", "--set", "experience.extract_max_new_tokens=8",
+             "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((tmp_path / "out/agent.json").read_text())
+    assert res["checkpoint"] == "iter_000001" and res["library_provenance"]["run"] == "smoke"
+    rounds = res["library"]["rounds"]
+    assert len(rounds) == 1 and rounds[0]["extract_llm_answers"] > 0  # the model was asked for lessons
