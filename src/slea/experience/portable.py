@@ -283,7 +283,8 @@ def write_jsonl(lib: Portable, out: str | Path) -> int:
 def import_into(lib: Portable, dest: str | Path, settings: dict[str, Any] | None = None) -> dict[str, int]:
     """Add every entry of ``lib`` to the library file ``dest`` (created if missing) through the library's
     admission path, in one transaction. Returns counts: added, replaced, duplicate, rejected, malformed,
-    links (entry-cluster links written), clusters_new (clusters opened in the destination's index).
+    links (entry-cluster links carried over, remapped), clusters_new (clusters opened in the destination's
+    index).
 
     ``settings`` (capacities, novelty and cluster thresholds) default to ``lib.settings``."""
     s = {**_DEFAULTS, **lib.settings, **(settings or {})}
