@@ -256,3 +256,105 @@ def test_rtpo_trains_end_to_end_and_is_refused_without_snapshots(tmp_path):
     assert row["update/trained_samples"] == row["rollout/sibling_rollouts"]  # the forked turn of every sibling
     assert re.search(r"iteration 1 turn 0 siblings: \d+/2", r.stdout), r.stdout[-3000:]
     assert (run / "eval/summary.json").is_file()
+
+def test_library_export_import_merge_diff(tmp_path):
+    """The portable-library commands on a real saved run's library, and their one-line errors (exit code 2)."""
+    run = ROOT / "bench/results/evidence/default/slea/runs/slea-s0"
+    out = tmp_path / "s0.jsonl"
+    r = slea("library", "export", str(run), str(out))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "run slea-s0, model embedded, env slea/TextWorld-v0" in " ".join(r.stdout.split())
+    header, *rest = [json.loads(x) for x in out.read_text().splitlines()]
+    n_entries = sum(x["kind"] == "entry" for x in rest)
+    assert header["provenance"]["run"] == "slea-s0" and n_entries > 0
+    r = slea("library", "import", str(out), str(tmp_path / "copy.sqlite"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    again = tmp_path / "again.jsonl"
+    assert slea("library", "export", str(tmp_path / "copy.sqlite"), str(again)).returncode == 0
+    assert sum(json.loads(x)["kind"] == "entry" for x in again.read_text().splitlines()) == n_entries
+    r = slea("library", "diff", str(run), str(tmp_path / "copy.sqlite"))  # a copy: every entry the same
+    assert r.returncode == 0, r.stderr[-2000:]
+    same = [int(line.split("│")[-2]) for line in r.stdout.splitlines() if line.count("│") == 7
+            and line.split("│")[1].strip() in ("pos", "neg")]
+    assert sum(same) == n_entries
+    r = slea("library", "merge", str(out), str(tmp_path / "copy.sqlite"), "--out", str(tmp_path / "m.sqlite"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f": {n_entries} entries" in " ".join(r.stdout.split())  # the second source: all duplicates
+
+    one_line_exit_2(slea("library", "export", str(tmp_path / "nothing"), str(out)), "export:", "no such file")
+    one_line_exit_2(slea("library", "import", str(tmp_path / "nope.jsonl"), str(tmp_path / "x.sqlite")),
+                    "import:", "no such file")
+    (tmp_path / "junk.jsonl").write_text('{"a": 1}\n')
+    one_line_exit_2(slea("library", "diff", str(tmp_path / "junk.jsonl"), str(run)), "not a slea library export")
+    (tmp_path / "junk.sqlite").write_text("not a database")
+    one_line_exit_2(slea("library", "import", str(out), str(tmp_path / "junk.sqlite")), "not an experience library")
+    one_line_exit_2(slea("library", "merge", str(out), str(run), "--out", str(tmp_path / "m.sqlite")), "exists")
+    one_line_exit_2(slea("library", "merge", str(out), "--out", str(tmp_path / "m2.sqlite")), "at least two")
+
+
+@pytest.mark.slow
+def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path):
+    """`slea agent` end to end: the tiny model on Sokoban steered by a JSONL export, evolving."""
+    run = ROOT / "bench/results/evidence/default/slea/runs/slea-s0"
+    lib = tmp_path / "s0.jsonl"
+    assert slea("library", "export", str(run), str(lib)).returncode == 0
+    small = ["--games", "2", "--episodes", "1", "--set", "env.max_steps=2", "--set", "rollout.max_new_tokens=4",
+             "--set", "eval.greedy=false"]
+    r = slea("agent", "--model", "tiny", "--library", str(lib), "--env", "slea/Sokoban-v0", "--evolve",
+             "--out", str(tmp_path / "out"), *small)
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((tmp_path / "out/agent.json").read_text())
+    assert res["library_provenance"]["run"] == "slea-s0" and res["evolve"] is True
+    assert set(res["difference"]["sampled"]) >= {"success", "return", "retrieval_hit_rate"}
+    assert res["without"]["sampled"]["episodes"] == res["with"]["sampled"]["episodes"] == 2
+    assert res["library"]["before"]["size"] == 19 and len(res["library"]["rounds"]) == 2
+    assert (tmp_path / "out/library.sqlite").is_file()  # the evolved library, kept
+    assert "sampled success" in r.stdout and "difference" in r.stdout
+
+
+def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path):
+    """Checked before any model loads."""
+    lib = tmp_path / "s0.jsonl"
+    assert slea("library", "export", str(ROOT / "bench/results/evidence/default/slea/runs/slea-s0"),
+                str(lib)).returncode == 0
+    one_line_exit_2(slea("agent", "--model", "tiny", "--library", str(tmp_path / "none.jsonl"), "--env",
+                         "slea/Sokoban-v0"), "agent: --library: no such file")
+    one_line_exit_2(slea("agent", "--model", str(tmp_path / "no-model"), "--library", str(lib), "--env",
+                         "slea/Sokoban-v0"), "agent: --model", "is neither a run folder")
+    one_line_exit_2(slea("agent", "--model", "tiny", "--library", str(lib), "--env", "slea/Nope-v0"),
+                    "env.id: unknown env")
+
+
+@pytest.mark.slow
+def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weights(tmp_path):
+    """MODEL = a run folder: its config and last checkpoint's LoRA weights (made here, not trained); --library
+    the same run; --evolve with the LLM extractor (the trainer's generate_text: LoRA disabled for the call)."""
+    import torch
+
+    from slea.config import dump_config, load_config
+    from slea.experience.portable import working_copy
+    from slea.policy.model import load_policy
+    from slea.trainer.checkpoint import save_checkpoint
+
+    run = tmp_path / "run"
+    cfg = load_config(ROOT / "configs/smoke.yaml", [f"run.dir={run}"])
+    model, _ = load_policy(cfg.model)
+    lora = [p for n, p in model.named_parameters() if "lora_B" in n]
+    assert lora
+    with torch.no_grad():
+        for p in lora:
+            p.add_(0.01)  # a non-zero adapter: the checkpoint is not the base model
+    run.mkdir()
+    (run / "config.yaml").write_text(dump_config(cfg))
+    working_copy(ROOT / "bench/results/evidence/default/slea/runs/slea-s0", run / "library.sqlite")
+    save_checkpoint(run / "checkpoints", 1, model, torch.optim.AdamW([p for p in model.parameters()
+                                                                      if p.requires_grad]))
+    r = slea("agent", "--model", str(run), "--library", str(run), "--env", "slea/Sokoban-v0", "--evolve",
+             "--games", "1", "--episodes", "2", "--set", "env.max_steps=2", "--set", "eval.greedy=false",
+             "--set", "experience.extractor=llm", "--set", "experience.extract_max_new_tokens=8",
+             "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    res = json.loads((tmp_path / "out/agent.json").read_text())
+    assert res["checkpoint"] == "iter_000001" and res["library_provenance"]["run"] == "smoke"
+    rounds = res["library"]["rounds"]
+    assert len(rounds) == 1 and rounds[0]["extract_llm_answers"] > 0  # the model was asked for lessons

@@ -22,7 +22,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn agentic RL with a per-step "
                   "experience library (SLEA-RL) and the methods it is compared with.")
-library_app = typer.Typer(no_args_is_help=True, help="Inspect a run's experience library.")
+library_app = typer.Typer(no_args_is_help=True, help="Inspect, export, import, merge and diff experience "
+                          "libraries.")
 app.add_typer(library_app, name="library")
 data_app = typer.Typer(no_args_is_help=True, help="Make alignment data (expert trajectories).")
 app.add_typer(data_app, name="data")
@@ -282,6 +283,88 @@ def eval_(
 
 
 @app.command()
+def agent(
+    model: str = typer.Option(..., "--model", help="'embedded', 'tiny', a local HF model folder, or a run "
+                                                   "folder (its config and last checkpoint's weights)"),
+    library: Path = typer.Option(..., "--library", help="a run folder, an SQLite library or a JSONL export"),
+    env: str = typer.Option(..., "--env", help="env id"),
+    evolve: bool = typer.Option(False, "--evolve", help="the library keeps learning from the episodes"),
+    games: int | None = typer.Option(None, "--games", help="games (env seeds) per condition (eval.games)"),
+    episodes: int | None = typer.Option(None, "--episodes", help="sampled episodes per game "
+                                                                 "(eval.episodes_per_game)"),
+    seed: int | None = typer.Option(None, "--seed", help="env seed of the first game (eval.seed)"),
+    batch: int = typer.Option(1, "--batch", min=1, help="with --evolve: games per evolution round"),
+    split: str | None = typer.Option(None, help="env split (default heldout)"),
+    out: Path | None = typer.Option(None, "--out", help="folder for agent.json (and, with --evolve, the "
+                                                        "evolved library.sqlite); default runs/agent-<model>-<env>"),
+    set_: list[str] = typer.Option([], "--set"),
+) -> None:
+    """Play a frozen model with and without an experience library on the same games.
+
+    Per-step retrieval, no weight update (--evolve: the library learns from the episodes); prints and saves the
+    difference (success, return, invalid rate, retrieval hit rate)."""
+    path = Path(model)
+    run = path if (path / "config.yaml").is_file() else None
+    if run is None and not _model_target(model):
+        raise _fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded' nor 'tiny'")
+    lib = _portable("agent: --library", library)
+    from slea.evaluation.agent import agent_overrides
+
+    over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
+    config_file = run / "config.yaml" if run else None
+    cfg = _config(config_file, over + list(set_))
+    if env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
+        over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
+    if cfg.experience.mode == "off" and not any(s.startswith("experience.mode=") for s in set_):
+        over.append("experience.mode=step")
+    cfg = _config(config_file, over + list(set_))
+    _require_env(cfg.env.id)
+    import tempfile
+
+    import torch
+
+    from slea.algorithms.registry import get_algorithm
+    from slea.atomic import atomic_write_text
+    from slea.evaluation.agent import agent_table, run_agent
+    from slea.evaluation.report import PaperTable
+    from slea.experience.portable import working_copy
+    from slea.policy.generation import HFGenerator
+    from slea.policy.model import load_policy
+    from slea.policy.prompts import PromptBuilder
+    from slea.trainer.checkpoint import latest_checkpoint
+    from slea.trainer.rl import _experience as experience_manager  # the trainer's manager, extractor and all
+
+    torch.set_num_threads(cfg.run.threads)
+    last = latest_checkpoint(run / "checkpoints") if run else None
+    policy, tok = load_policy(cfg.model, adapter_dir=last)
+    policy.requires_grad_(False).eval()
+    builder = PromptBuilder(tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
+                            one_shot=cfg.rollout.one_shot)
+    generator = HFGenerator(policy, tok, dtype=cfg.model.dtype)
+    kwargs = {**cfg.env.kwargs, "split": split or "heldout", **cfg.env.eval_kwargs}
+    if split is not None:
+        kwargs["split"] = split
+    out = out or Path("runs") / f"agent-{path.name or model}-{cfg.env.id.rsplit('/', 1)[-1]}"
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as work:
+        workdir = out if evolve else Path(work)  # the evolved library is kept, a read-only use is not
+        working_copy(library, workdir / "library.sqlite")
+        manager = experience_manager(cfg, get_algorithm(cfg.algorithm.name), workdir, generator)
+        try:
+            res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch,
+                            say=console.print)
+        finally:
+            manager.close()
+    res.update({"model": model, "checkpoint": last.name if last else None, "library_source": str(library),
+                "library_provenance": lib.provenance, "split": kwargs["split"]})
+    saved = atomic_write_text(out / "agent.json", json.dumps(res, indent=2))
+    console.print(agent_table(res))
+    console.print(PaperTable.from_dict(res["table"]).to_rich(first=model))
+    console.print(f"wrote {saved}" + (f" and the evolved library {out / 'library.sqlite'}" if evolve else ""))
+
+
+@app.command()
 def envs() -> None:
     """List registered environments and whether their extra is installed."""
     import slea.envs as E
@@ -353,13 +436,122 @@ def library_search(run: Path, text: str, task_type: str = "") -> None:
     console.print(res.text or "(nothing retrieved)", markup=False)
 
 
-@library_app.command("export")
-def library_export(run: Path, out: Path) -> None:
-    """Export the library as JSONL."""
-    from slea.experience.inspect import export_jsonl
+def _portable(what: str, source: Path):
+    """A library source (run folder, SQLite library or JSONL export) as records, or one line and exit 2."""
+    from slea.experience.portable import PortableError, load
 
-    export_jsonl(_library_path(run), out)
-    console.print(f"wrote {out}")
+    try:
+        return load(source)
+    except PortableError as exc:
+        raise _fail(f"{what}: {exc}") from None
+
+
+def _provenance_line(p: dict) -> str:
+    return ", ".join(f"{k} {v}" for k, v in p.items() if v is not None) or "unknown provenance"
+
+
+@library_app.command("export")
+def library_export(source: Path = typer.Argument(..., help="a run folder or an SQLite library"),
+                   out: Path = typer.Argument(..., help="the JSONL file to write")) -> None:
+    """Export a library as JSONL, with its provenance.
+
+    A header (run, model, env, algorithm, iteration; settings), the observation clusters its entries link to,
+    and the entries, each with its own provenance."""
+    from slea.experience.portable import write_jsonl
+
+    lib = _portable("export", source)
+    write_jsonl(lib, out)
+    console.print(f"wrote {len(lib.entries)} entries and {len(lib.clusters)} clusters to {out} "
+                  f"({_provenance_line(lib.provenance)})")
+
+
+def _counts_table(title: str, rows: list[tuple[str, dict]]) -> Table:
+    cols = ("added", "replaced", "duplicate", "rejected", "malformed", "links", "clusters_new")
+    t = Table(title=title)
+    t.add_column("source")
+    for c in cols:
+        t.add_column(c, justify="right")
+    for name, counts in rows:
+        t.add_row(name, *(str(counts.get(c, 0)) for c in cols))
+    return t
+
+
+@library_app.command("import")
+def library_import(source: Path = typer.Argument(..., help="a JSONL export (or a run folder / SQLite library)"),
+                   dest: Path = typer.Argument(..., help="the SQLite library to add to (created if missing), "
+                                                         "or a run folder (its library.sqlite)")) -> None:
+    """Add a library's entries to another library.
+
+    Through the library's own admission path (novelty test: duplicates merge into the existing entry; capacity
+    per zone and level); cluster links are remapped by prototype."""
+    from slea.experience.portable import PortableError, import_into
+
+    lib = _portable("import", source)
+    target = dest / "library.sqlite" if dest.is_dir() else dest
+    try:
+        counts = import_into(lib, target)
+    except PortableError as exc:
+        raise _fail(f"import: {exc}") from None
+    console.print(_counts_table(f"imported into {target}", [(str(source), counts)]))
+
+
+@library_app.command("merge")
+def library_merge(sources: list[Path] = typer.Argument(..., help="two or more run folders, SQLite libraries "
+                                                                  "or JSONL exports, merged in this order"),
+                  out: Path = typer.Option(..., "--out", help="the new library: .sqlite, or .jsonl")) -> None:
+    """Merge libraries into a new one, de-duplicated by the library's novelty rule.
+
+    The first source's thresholds and the largest capacities apply."""
+    from slea.experience.portable import PortableError, merge
+
+    if len(sources) < 2:
+        raise _fail("merge: give at least two libraries")
+    libs = [_portable("merge", s) for s in sources]
+    names = [str(lib.provenance.get("run") or s) for s, lib in zip(sources, libs)]
+    try:
+        counts, merged = merge(libs, out, names)
+    except PortableError as exc:
+        raise _fail(f"merge: {exc}") from None
+    console.print(_counts_table(f"merged into {out}: {len(merged.entries)} entries", list(zip(names, counts))))
+
+
+def _cell(entry: dict | None, key: str) -> str:
+    if entry is None:
+        return "-"
+    return f"{entry[key]:.2f}" if key == "score" else str(entry[key])
+
+
+@library_app.command("diff")
+def library_diff(a: Path = typer.Argument(..., help="the library before (run folder, SQLite or JSONL)"),
+                 b: Path = typer.Argument(..., help="the library after"),
+                 limit: int = typer.Option(20, help="changed entries listed (0: counts only)")) -> None:
+    """Entries added, removed and changed from library A to B, by zone and level.
+
+    An entry of B that duplicates one of A by the library's novelty rule is the same entry."""
+    from slea.experience.portable import diff
+
+    la, lb = _portable("diff", a), _portable("diff", b)
+    d = diff(la, lb)
+    t = Table(title=f"library diff: {len(la.entries)} -> {len(lb.entries)} entries")
+    for col in ("zone", "level", "added", "removed", "changed", "same"):
+        t.add_column(col, justify="right" if col not in ("zone", "level") else "left")
+    for (zone, level), c in d.counts().items():
+        t.add_row(zone, level, *(str(c[k]) for k in ("added", "removed", "changed", "same")))
+    console.print(t)
+    if limit <= 0 or not d.changes:
+        return
+    order = {"added": 0, "removed": 1, "changed": 2}
+    rows = sorted(d.changes, key=lambda c: (order[c.kind], c.zone, c.level))[:limit]
+    e = Table(title=f"changed entries ({len(rows)} of {len(d.changes)} shown)")
+    for col in ("", "zone level", "task type", "score", "used", "what changed"):
+        e.add_column(col, overflow="fold")
+    e.add_column("text", ratio=1)
+    for c in rows:
+        e.add_row(c.kind, f"{c.zone} {c.level}", (c.b or c.a)["task_type"] or "-",
+                  f"{_cell(c.a, 'score')} -> {_cell(c.b, 'score')}",
+                  f"{_cell(c.a, 'usage')} -> {_cell(c.b, 'usage')}", " ".join(c.fields),
+                  str((c.b or c.a)["text"])[:100])
+    console.print(e)
 
 
 @data_app.command("expert")

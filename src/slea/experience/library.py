@@ -479,6 +479,15 @@ class ExperienceLibrary:
                               (e.usage, e.success, e.last_used_iter, eid))
             self.version += 1
 
+    def set_usage(self, eid: int, *, usage: int, success: int, last_used_iter: int) -> None:
+        """Overwrite an entry's usage counters (an import carries them over from the exported library)."""
+        e = self._entries[eid]
+        with self.transaction():
+            e.usage, e.success, e.last_used_iter = int(usage), int(success), int(last_used_iter)
+            self.conn.execute("UPDATE entries SET usage = ?, success = ?, last_used_iter = ? WHERE id = ?",
+                              (e.usage, e.success, e.last_used_iter, eid))
+            self.version += 1
+
     def set_score(self, eid: int, score: float) -> None:
         e = self._entries[eid]
         with self.transaction():

@@ -1,0 +1,154 @@
+"""``slea agent``: a frozen model steered by an experience library, played with and without it on the same seeds.
+
+No weight changes. Both conditions go through :func:`slea.evaluation.evaluate.evaluate` (the held-out loop of
+training and ``slea eval``) on the same games: game ``g`` is env seed ``eval.seed + g`` and every episode draws
+from its own random stream keyed by (evaluation, env seed, episode, turn), so the two conditions are paired
+episode by episode and a difference comes from the library alone. The library condition retrieves per step
+(``experience.mode: step``) or per episode (``task``) through :class:`slea.experience.manager.ExperienceManager`.
+
+With ``evolve`` the library keeps learning while the agent plays: the games are played in rounds of ``batch``
+games and after each round ``ExperienceManager.evolve`` (the training path: usage and success of the entries
+used, split at η, extraction, admission) learns from that round's episodes before the next round plays. The
+no-library condition plays the same rounds (the same games in the same generation batches) without a library.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from slea.evaluation.evaluate import evaluate, summarize
+from slea.evaluation.report import new_table
+from slea.rollout.collector import RolloutCollector
+from slea.types import Trajectory
+
+METRICS = ("success", "return", "invalid_rate", "episode_len", "retrieval_hit_rate")
+MODES = ("sampled", "greedy")
+
+
+def difference(without: dict[str, float], with_: dict[str, float]) -> dict[str, float]:
+    """``with − without`` for each of :data:`METRICS` (summaries of :func:`summarize`)."""
+    return {k: with_[k] - without[k] for k in METRICS}
+
+
+def per_seed_success(trajs: Sequence[Trajectory]) -> dict[int, float]:
+    """Env seed -> fraction of its episodes won."""
+    won: dict[int, list[bool]] = {}
+    for t in trajs:
+        won.setdefault(int(t.seed if t.seed is not None else t.group_id), []).append(bool(t.won))
+    return {s: sum(w) / len(w) for s, w in won.items()}
+
+
+def paired_games(without: Sequence[Trajectory], with_: Sequence[Trajectory]) -> dict[str, int]:
+    """Games (env seeds) whose success rate is higher, lower or the same with the library."""
+    a, b = per_seed_success(without), per_seed_success(with_)
+    out = {"better": 0, "worse": 0, "same": 0}
+    for s in sorted(a.keys() & b.keys()):
+        out["better" if b[s] > a[s] else "worse" if b[s] < a[s] else "same"] += 1
+    return out
+
+
+def _rounds(seed: int, games: int, batch: int) -> list[tuple[int, int]]:
+    """(first seed, games) of each round: ``games`` games from ``seed`` on, ``batch`` at a time."""
+    return [(seed + g, min(batch, games - g)) for g in range(0, games, max(1, batch))]
+
+
+def _play(collector, env_id, env_kwargs, eval_cfg, rounds, *, iteration, guards, manager=None
+          ) -> tuple[dict[str, list[Trajectory]], list[dict[str, float]]]:
+    """Every round through ``evaluate``; with a ``manager`` the library evolves after each round."""
+    trajs: dict[str, list[Trajectory]] = {m: [] for m in MODES}
+    evolved = []
+    for r, (first, n) in enumerate(rounds):
+        cfg = eval_cfg.model_copy(update={"seed": first, "games": n})
+        res = evaluate(collector, env_id, env_kwargs, cfg, iteration=iteration + r, keep_trajectories=True,
+                       **guards)
+        played = [t for m in MODES for t in res["trajectories"].get(m, [])]
+        for m in MODES:
+            trajs[m] += res["trajectories"].get(m, [])
+        if manager is not None:
+            evolved.append({"round": r, "seeds": [first, first + n - 1],
+                            **manager.evolve(played, iteration=iteration + r)})
+    return trajs, evolved
+
+
+def next_iteration(manager) -> int:
+    """An iteration after everything the library has seen (its entries' creation and last use), so that usage
+    recorded now counts as the most recent (the admission's least-recently-used tie-break)."""
+    its = [max(e.created_iter, e.last_used_iter) for e in manager.library.entries()]
+    return max(its, default=-1) + 1
+
+
+def agent_overrides(model: str | None, settings: dict[str, Any], *, games: int | None = None,
+                    episodes: int | None = None, seed: int | None = None) -> list[str]:
+    """Config overrides of ``slea agent`` (before the user's ``--set``): the model without LoRA when it is not
+    a run (``model`` None), retrieval from the first step (no warm-up, no minimum size: the library is given),
+    the library's own capacities and thresholds, and the games to play."""
+    over = [] if model is None else [f"model.name_or_path={model}", "model.lora=false"]
+    over += ["experience.warmup_iters=0", "experience.min_entries=0"]
+    over += [f"experience.{k}={settings[k]}" for k in ("capacity_pos", "capacity_neg", "novelty_threshold",
+                                                       "cluster_threshold") if k in settings]
+    return over + [f"eval.{k}={v}" for k, v in (("games", games), ("episodes_per_game", episodes),
+                                                ("seed", seed)) if v is not None]
+
+
+def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, evolve: bool = False,
+              batch: int = 1, say=None) -> dict[str, Any]:
+    """Play ``cfg.eval`` (games, episodes per game, temperature, greedy) on ``cfg.env.id`` without the library,
+    then with ``manager``'s library (evolving it after every ``batch`` games when ``evolve``); the result holds
+    both summaries, their difference, the games each condition won more often, the library's size before and
+    after, each evolution round's metrics and the env family's paper-style table with one row per condition."""
+    t0 = time.perf_counter()
+    guards = {"step_timeout_s": cfg.env.step_timeout_s, "reset_timeout_s": cfg.env.reset_timeout_s}
+    ev = cfg.eval
+    rounds = _rounds(ev.seed, ev.games, batch if evolve else ev.games)
+    base = next_iteration(manager)
+    before = manager.library.summary()
+    bare = RolloutCollector(generator, builder, cfg.rollout, cfg.env.max_steps)
+    steered = RolloutCollector(generator, builder, cfg.rollout, cfg.env.max_steps, experience=manager,
+                               experience_mode=cfg.experience.mode)
+    say = say or (lambda _msg: None)
+    say("without the library")
+    off, _ = _play(bare, cfg.env.id, env_kwargs, ev, rounds, iteration=base, guards=guards)  # the same batches
+    say("with the library" + (f", evolving after every {batch} game(s)" if evolve else ""))
+    stats0 = dict(manager.stats)
+    on, evolved = _play(steered, cfg.env.id, env_kwargs, ev, rounds, iteration=base, guards=guards,
+                        manager=manager if evolve else None)
+    modes = [m for m in MODES if off[m]]
+    out: dict[str, Any] = {"env": cfg.env.id, "games": ev.games, "seeds": [ev.seed, ev.seed + ev.games - 1],
+                           "episodes_per_game": ev.episodes_per_game, "temperature": ev.temperature,
+                           "experience_mode": cfg.experience.mode, "evolve": evolve, "batch": batch if evolve else None}
+    out["without"] = {m: summarize(off[m]) for m in modes}
+    out["with"] = {m: summarize(on[m]) for m in modes}
+    out["difference"] = {m: difference(out["without"][m], out["with"][m]) for m in modes}
+    out["games_by_success"] = {m: paired_games(off[m], on[m]) for m in modes}
+    out["retrieval"] = {k: manager.stats[k] - stats0.get(k, 0) for k in manager.stats}
+    out["library"] = {"before": before, "after": manager.library.summary(), "rounds": evolved}
+    table = new_table(cfg.env.id)
+    for name, trajs in (("no library", off), ("library", on)):
+        for m in modes:
+            table.add(f"{name} {'sampled T=' + format(ev.temperature, 'g') if m == 'sampled' else m}", trajs[m])
+    out["table"] = table.to_dict()
+    out["wall_s"] = time.perf_counter() - t0
+    return out
+
+
+def agent_table(res: dict[str, Any]):
+    """The with/without-library comparison of ``slea agent`` as a rich table: one row per metric and mode."""
+    from rich.table import Table
+
+    t = Table(title=f"{res['env']}: {res['games']} games, with and without the library"
+                    + (" (evolving)" if res["evolve"] else ""))
+    for col in ("metric", "episodes", "no library", "library", "difference"):
+        t.add_column(col, justify="left" if col == "metric" else "right")
+    for mode, diff in res["difference"].items():
+        for k in ("success", "return", "invalid_rate", "retrieval_hit_rate"):
+            a, b = res["without"][mode][k], res["with"][mode][k]
+            t.add_row(f"{mode} {k.replace('_', ' ')}", str(int(res["with"][mode]["episodes"])), f"{a:.3f}",
+                      f"{b:.3f}", f"{diff[k]:+.3f}")
+    lib = res["library"]
+    by = ", ".join(f"{m}: {g['better']} better, {g['worse']} worse, {g['same']} same"
+                   for m, g in res["games_by_success"].items())
+    t.caption = (f"games with the library ({by}); library {int(lib['before']['size'])} -> "
+                 f"{int(lib['after']['size'])} entries; wall time {res['wall_s']:.0f} s")
+    return t

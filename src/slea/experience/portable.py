@@ -1,0 +1,437 @@
+"""Portable experience libraries: JSONL export/import with provenance, merge, and diff.
+
+A library learned in one run is a file another run, another model or another user can load. The JSONL file is
+one record per line, each with a ``kind``:
+
+* ``header`` (first line): ``format`` (``slea-library``), ``version``, ``provenance`` (where the library was
+  learned: ``run``, ``model``, ``env``, ``algorithm``, ``iteration`` — the run's last logged iteration) and
+  ``settings`` (``capacity_pos``, ``capacity_neg``, ``novelty_threshold``, ``cluster_threshold``);
+* ``cluster``: an observation cluster some entry links to (``id``, ``task_type``, ``prototype``, ``size``);
+* ``entry``: an :class:`slea.experience.library.Entry` as a dict (``clusters`` are ids of the ``cluster``
+  records) plus ``provenance``: the run, model, env and algorithm it was learned in and ``iteration`` = its
+  ``created_iter``; ``merged`` lists the provenance of duplicates merged into it on import.
+
+Import goes through the library's own admission path (``ExperienceLibrary.add``: novelty test, capacity per
+zone and level), so a merge de-duplicates with exactly the rule training uses. Cluster ids are only meaningful
+with their index: each ``cluster`` record's prototype is assigned in the destination's
+:class:`ObservationIndex` (joining a similar cluster there, or opening one), and entry links are remapped to
+those ids; links to clusters the file does not describe are dropped (retrieval's Eq.2 fallback re-links an entry
+when an observation matches it). A library's per-entry provenance lives in its ``entry_origin`` table (written
+by import; an entry without a row has the provenance of the run folder the file sits in).
+
+``diff`` pairs the entries of two libraries with the same novelty rule (an entry of B that duplicates one of A
+is "the same entry") and reports what was added, removed or changed, by zone and level.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sqlite3
+from collections import Counter
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from slea.experience.clustering import ObservationIndex
+from slea.experience.library import _COLS, LEVELS, ZONES, Entry, ExperienceLibrary
+
+FORMAT = "slea-library"
+VERSION = 1
+PROVENANCE_KEYS = ("run", "model", "env", "algorithm", "iteration")
+SETTING_KEYS = ("capacity_pos", "capacity_neg", "novelty_threshold", "cluster_threshold")
+_ORIGIN_SCHEMA = "CREATE TABLE IF NOT EXISTS entry_origin (entry_id INTEGER PRIMARY KEY, origin TEXT NOT NULL)"
+_DEFAULTS = {"capacity_pos": 100, "capacity_neg": 50, "novelty_threshold": 0.85, "cluster_threshold": 0.85}
+
+
+@dataclass
+class Portable:
+    """A library as plain records: what a JSONL export holds, read from any source."""
+
+    provenance: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)
+    clusters: list[dict[str, Any]] = field(default_factory=list)  # id, task_type, prototype, size
+    entries: list[dict[str, Any]] = field(default_factory=list)  # Entry.to_dict() + provenance (+ merged)
+    malformed: int = 0  # JSONL lines skipped
+
+    @cached_property
+    def _prototype_of(self) -> dict[int, str]:
+        return {c["id"]: c["prototype"] for c in self.clusters}
+
+    def prototypes(self, entry: dict[str, Any]) -> list[str]:
+        """The prototypes of the clusters an entry links to (what a link means across indexes)."""
+        return sorted(self._prototype_of[c] for c in entry.get("clusters", []) if c in self._prototype_of)
+
+
+class PortableError(ValueError):
+    """A file that is not a library or a library export (the CLI prints it as one line, exit code 2)."""
+
+
+# -- provenance of a library file --------------------------------------------------------------------------------
+def _run_of(path: Path) -> tuple[Path | None, int | None]:
+    """The run folder a library file belongs to (``run/library.sqlite`` or a checkpoint's snapshot
+    ``run/checkpoints/iter_N/library.sqlite``) and, for a snapshot, its iteration."""
+    if (path.parent / "config.yaml").is_file():
+        return path.parent, None
+    ck = path.parent
+    if ck.parent.name == "checkpoints" and (ck.parent.parent / "config.yaml").is_file():
+        digits = ck.name.rsplit("_", 1)[-1]
+        return ck.parent.parent, int(digits) if digits.isdigit() else None
+    return None, None
+
+
+def _last_iteration(run: Path) -> int | None:
+    last = None
+    try:
+        lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        try:
+            last = int(json.loads(line)["iteration"])
+        except (ValueError, KeyError, TypeError):
+            continue  # a malformed line (a killed writer) says nothing about the iteration
+    return last
+
+
+def run_provenance(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(provenance, settings) of a library file from the run folder it sits in; empty when it is in none."""
+    run, iteration = _run_of(Path(path))
+    if run is None:
+        return {}, {}
+    try:
+        cfg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError):
+        cfg = {}
+    def sec(name: str) -> dict[str, Any]:
+        return cfg.get(name) if isinstance(cfg, dict) and isinstance(cfg.get(name), dict) else {}
+
+    x = sec("experience")
+    prov = {"run": sec("run").get("name") or run.name, "model": sec("model").get("name_or_path"),
+            "env": sec("env").get("id"), "algorithm": sec("algorithm").get("name"),
+            "iteration": iteration if iteration is not None else _last_iteration(run)}
+    settings = {k: x[k] for k in ("capacity_pos", "capacity_neg", "novelty_threshold") if k in x}
+    if "cluster_threshold" in x:
+        settings["cluster_threshold"] = x["cluster_threshold"]
+    return prov, settings
+
+
+# -- reading -------------------------------------------------------------------------------------------------------
+def _tables(conn: sqlite3.Connection) -> set[str]:
+    return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+
+
+def read_library(path: str | Path) -> Portable:
+    """A library file (SQLite) as records, read-only; a ``PortableError`` if it is not one."""
+    path = Path(path)
+    if not path.is_file():
+        raise PortableError(f"no experience library at {path}")
+    try:
+        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            return _read_conn(conn, path)
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise PortableError(f"{path} is not an experience library ({exc})") from None
+
+
+def _read_conn(conn: sqlite3.Connection, path: Path) -> Portable:
+    have = _tables(conn)
+    if "entries" not in have:
+        raise PortableError(f"{path} is not an experience library (no entries table)")
+    prov, settings = run_provenance(path)
+    links: dict[int, list[int]] = {}
+    for eid, cid in conn.execute("SELECT entry_id, cluster_id FROM entry_clusters ORDER BY rowid"):
+        links.setdefault(eid, []).append(cid)
+    origin = {}
+    if "entry_origin" in have:
+        origin = {eid: json.loads(o) for eid, o in conn.execute("SELECT entry_id, origin FROM entry_origin")}
+    clusters: dict[int, dict[str, Any]] = {}
+    if "obs_clusters" in have:
+        meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM obs_meta")}
+        settings.setdefault("cluster_threshold", meta.get("threshold", _DEFAULTS["cluster_threshold"]))
+        for cid, tt, proto, size in conn.execute("SELECT cid, task_type, prototype, size FROM obs_clusters"):
+            clusters[cid] = {"id": cid, "task_type": tt, "prototype": proto, "size": size}
+    entries = []
+    for row in conn.execute(f"SELECT {', '.join(_COLS)} FROM entries ORDER BY id"):
+        d = dict(zip(_COLS, row))
+        d["sources"] = json.loads(d["sources"])
+        d["clusters"] = links.get(d["id"], [])
+        e = Entry(**d).to_dict()
+        o = origin.get(e["id"]) or {**prov, "iteration": e["created_iter"]}
+        e["provenance"] = {k: o.get(k) for k in PROVENANCE_KEYS}
+        if o.get("merged"):
+            e["merged"] = o["merged"]
+        entries.append(e)
+    linked = {c for e in entries for c in e["clusters"]}
+    return Portable(prov, {**_DEFAULTS, **settings}, [clusters[c] for c in sorted(linked) if c in clusters],
+                    entries)
+
+
+def _entry_record(d: dict[str, Any], prov: dict[str, Any]) -> dict[str, Any]:
+    """A JSONL entry line checked and typed like :class:`Entry` (``ValueError``/``KeyError``/``TypeError``)."""
+    if d["zone"] not in ZONES or d["level"] not in LEVELS or not isinstance(d["text"], str):
+        raise ValueError("bad zone, level or text")
+    score = float(d["score"])
+    if not math.isfinite(score):
+        raise ValueError("score")
+    e = Entry(int(d.get("id", 0)), d["text"], d["zone"], d["level"], score, str(d.get("task_type", "")),
+              str(d.get("context", "")), [int(s) for s in d.get("sources", [])],
+              [int(c) for c in d.get("clusters", [])], int(d.get("usage", 0)), int(d.get("success", 0)),
+              int(d.get("created_iter", 0)), int(d.get("last_used_iter", -1))).to_dict()
+    p = d.get("provenance") if isinstance(d.get("provenance"), dict) else {**prov, "iteration": e["created_iter"]}
+    e["provenance"] = {k: p.get(k) for k in PROVENANCE_KEYS}
+    if isinstance(d.get("merged"), list):
+        e["merged"] = d["merged"]
+    return e
+
+
+def read_jsonl(path: str | Path) -> Portable:
+    """A JSONL export as records. Malformed lines are counted and skipped; a file with a foreign header or no
+    entry at all is a ``PortableError``. Lines without ``kind`` are entries (the plain ``Entry`` dicts of
+    ``ExperienceLibrary.export_jsonl``)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PortableError(f"cannot read {path} ({type(exc).__name__})") from None
+    out = Portable(settings=dict(_DEFAULTS))
+    bad = 0
+    for n, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            kind = d.get("kind", "entry")
+            if kind == "header":
+                if d.get("format") != FORMAT or n != 0:
+                    raise PortableError(f"{path} is not a slea library export (header format {d.get('format')!r})")
+                out.provenance = {k: d.get("provenance", {}).get(k) for k in PROVENANCE_KEYS}
+                out.settings.update({k: d["settings"][k] for k in SETTING_KEYS if k in d.get("settings", {})})
+            elif kind == "cluster":
+                out.clusters.append({"id": int(d["id"]), "task_type": str(d.get("task_type", "")),
+                                     "prototype": str(d["prototype"]), "size": int(d.get("size", 1))})
+            elif kind == "entry":
+                out.entries.append(_entry_record(d, out.provenance))
+            else:
+                bad += 1
+        except PortableError:
+            raise
+        except (ValueError, KeyError, TypeError, AttributeError):
+            bad += 1
+    if not out.entries and (bad or not lines):
+        raise PortableError(f"{path} is not a slea library export (no valid entry line)")
+    out.malformed = bad
+    return out
+
+
+def load(source: str | Path) -> Portable:
+    """Any library source: a run folder (its ``library.sqlite``), an SQLite library, or a JSONL export."""
+    source = Path(source)
+    if source.is_dir():
+        if not (source / "library.sqlite").is_file():
+            raise PortableError(f"no experience library at {source / 'library.sqlite'}")
+        return read_library(source / "library.sqlite")
+    if not source.is_file():
+        raise PortableError(f"no such file: {source}")
+    if source.suffix in (".jsonl", ".json"):
+        return read_jsonl(source)
+    return read_library(source)
+
+
+def working_copy(source: str | Path, dest: str | Path) -> Portable:
+    """A private library file ``dest`` made from any source, for a run that will retrieve from it (retrieval
+    links entries and opens clusters) or evolve it: an SQLite library is copied whole (SQLite's online backup:
+    the index and its memo included), a JSONL export imported (:func:`import_into`). Returns the source's
+    records (settings, provenance)."""
+    source, dest = Path(source), Path(dest)
+    lib = load(source)
+    for p in (dest, dest.with_name(dest.name + "-wal"), dest.with_name(dest.name + "-shm")):
+        p.unlink(missing_ok=True)
+    if source.suffix in (".jsonl", ".json"):
+        import_into(lib, dest)
+        return lib
+    src = sqlite3.connect(f"file:{source / 'library.sqlite' if source.is_dir() else source}?mode=ro", uri=True)
+    dst = sqlite3.connect(str(dest))
+    try:
+        src.backup(dst)
+    finally:
+        src.close()
+        dst.close()
+    return lib
+
+
+# -- writing -------------------------------------------------------------------------------------------------------
+def write_jsonl(lib: Portable, out: str | Path) -> int:
+    """Header, clusters, entries; returns the number of entries written."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    header = {"kind": "header", "format": FORMAT, "version": VERSION,
+              "provenance": {k: lib.provenance.get(k) for k in PROVENANCE_KEYS},
+              "settings": {k: lib.settings.get(k, _DEFAULTS[k]) for k in SETTING_KEYS}}
+    with out.open("w", encoding="utf-8") as f:
+        for rec in [header, *({"kind": "cluster", **c} for c in lib.clusters),
+                    *({"kind": "entry", **e} for e in lib.entries)]:
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    return len(lib.entries)
+
+
+def import_into(lib: Portable, dest: str | Path, settings: dict[str, Any] | None = None) -> dict[str, int]:
+    """Add every entry of ``lib`` to the library file ``dest`` (created if missing) through the library's
+    admission path, in one transaction. Returns counts: added, replaced, duplicate, rejected, malformed,
+    links (entry-cluster links carried over, remapped), clusters_new (clusters opened in the destination's
+    index).
+
+    ``settings`` (capacities, novelty and cluster thresholds) default to ``lib.settings``."""
+    s = {**_DEFAULTS, **lib.settings, **(settings or {})}
+    if Path(dest).exists():
+        read_library(dest)  # a PortableError unless it is a library
+    target = ExperienceLibrary(dest, capacity_pos=s["capacity_pos"], capacity_neg=s["capacity_neg"],
+                               novelty_threshold=s["novelty_threshold"])
+    counts: Counter = Counter(malformed=lib.malformed)
+    home = run_provenance(dest)[0]  # the provenance of the destination's own entries (its run folder, if any)
+    try:
+        fresh = "obs_clusters" not in _tables(target.conn)
+        index = ObservationIndex.load_sqlite(target.conn, **({"threshold": s["cluster_threshold"]} if fresh else {}))
+        with target.transaction() as conn:
+            conn.execute(_ORIGIN_SCHEMA)
+            remap = {}
+            for c in sorted(lib.clusters, key=lambda c: c["id"]):  # source order: the same joins as there
+                before = len(index)
+                remap[c["id"]] = index.assign(c["prototype"], c["task_type"])
+                counts["clusters_new"] += len(index) > before
+            for e in lib.entries:
+                _import_entry(target, conn, e, [remap[c] for c in e["clusters"] if c in remap], counts, home)
+            index.save_sqlite(conn)
+    finally:
+        target.close()
+    return dict(counts)
+
+
+def _import_entry(target: ExperienceLibrary, conn: sqlite3.Connection, e: dict[str, Any], clusters: list[int],
+                  counts: Counter, home: dict[str, Any]) -> None:
+    res = target.add(e["text"], e["zone"], e["level"], e["score"], task_type=e["task_type"],
+                     context=e["context"], sources=e["sources"], clusters=clusters, iteration=e["created_iter"])
+    counts[res.status] += 1
+    if res.entry_id is None:
+        return
+    counts["links"] += len(clusters)
+    origin = {**e["provenance"], **({"merged": e["merged"]} if e.get("merged") else {})}
+    if res.status == "duplicate":  # the existing entry keeps its own provenance and records this one
+        row = conn.execute("SELECT origin FROM entry_origin WHERE entry_id = ?", (res.entry_id,)).fetchone()
+        old = json.loads(row[0]) if row else {**home, "iteration": target.get(res.entry_id).created_iter}
+        merged = old.get("merged", [])
+        if e["provenance"] not in merged and e["provenance"] != {k: old.get(k) for k in PROVENANCE_KEYS}:
+            old["merged"] = (merged + [e["provenance"]])[-8:]
+            conn.execute("INSERT OR REPLACE INTO entry_origin(entry_id, origin) VALUES (?, ?)",
+                         (res.entry_id, json.dumps(old)))
+        return
+    target.set_usage(res.entry_id, usage=e["usage"], success=e["success"], last_used_iter=e["last_used_iter"])
+    conn.execute("INSERT OR REPLACE INTO entry_origin(entry_id, origin) VALUES (?, ?)",
+                 (res.entry_id, json.dumps(origin)))
+
+
+def merged_settings(libs: list[Portable]) -> dict[str, Any]:
+    """Settings of a merge: the first library's thresholds, the largest capacities of all."""
+    s = {**_DEFAULTS, **libs[0].settings}
+    for z in ("capacity_pos", "capacity_neg"):
+        s[z] = max(int(p.settings.get(z, _DEFAULTS[z])) for p in libs)
+    return s
+
+
+def merge(libs: list[Portable], out: str | Path, names: list[str] | None = None
+          ) -> tuple[list[dict[str, int]], Portable]:
+    """A new library ``out`` (``.sqlite``, or ``.jsonl``: written through a temporary SQLite file) holding
+    ``libs`` imported in order with :func:`merged_settings`; returns the import counts per library and the
+    merged library as records. ``names`` (default: each library's run) make up a JSONL's provenance."""
+    import tempfile
+
+    out = Path(out)
+    if out.exists():
+        raise PortableError(f"{out} exists (a merge writes a new library)")
+    settings = merged_settings(libs)
+    with tempfile.TemporaryDirectory() as work:
+        db = out if out.suffix != ".jsonl" else Path(work) / "merged.sqlite"
+        counts = [import_into(p, db, settings) for p in libs]
+        merged = read_library(db)
+        merged.settings = settings
+        if out.suffix == ".jsonl":
+            names = names or [str(p.provenance.get("run")) for p in libs]
+            merged.provenance = {"run": "merge of " + ", ".join(names)}
+            write_jsonl(merged, out)
+    return counts, merged
+
+
+# -- diff ----------------------------------------------------------------------------------------------------------
+CHANGE_FIELDS = ("text", "level", "score", "usage", "success", "links")
+
+
+@dataclass
+class EntryChange:
+    kind: str  # "added" | "removed" | "changed"
+    zone: str
+    level: str
+    a: dict[str, Any] | None  # the entry in A (None: added)
+    b: dict[str, Any] | None  # the entry in B (None: removed)
+    fields: list[str] = field(default_factory=list)  # what changed (CHANGE_FIELDS)
+
+
+@dataclass
+class LibraryDiff:
+    changes: list[EntryChange]
+    same: Counter  # (zone, level) -> entries present in both, unchanged
+
+    def counts(self) -> dict[tuple[str, str], dict[str, int]]:
+        """(zone, level) -> added, removed, changed, same (every zone and level, zeros included)."""
+        out = {(z, lv): {"added": 0, "removed": 0, "changed": 0, "same": self.same[(z, lv)]}
+               for z in ZONES for lv in LEVELS}
+        for c in self.changes:
+            out[(c.zone, c.level)][c.kind] += 1
+        return out
+
+
+def _changed(a: dict[str, Any], b: dict[str, Any], la: Portable, lb: Portable) -> list[str]:
+    got = [k for k in ("text", "level", "usage", "success") if a[k] != b[k]]
+    if not math.isclose(a["score"], b["score"], rel_tol=1e-9, abs_tol=1e-12):
+        got.append("score")
+    if la.prototypes(a) != lb.prototypes(b):
+        got.append("links")
+    return [f for f in CHANGE_FIELDS if f in got]
+
+
+def diff(a: Portable, b: Portable, novelty_threshold: float | None = None) -> LibraryDiff:
+    """What B adds, removes and changes relative to A. An entry of B is the same entry as one of A when it
+    duplicates it by the library's novelty rule (:meth:`ExperienceLibrary.find_duplicate`, same zone and task
+    type); it is *changed* when its text, level, score, usage, success or linked clusters (by prototype) differ.
+    A change is filed under B's zone and level (A's for a removal)."""
+    thr = float(novelty_threshold if novelty_threshold is not None else a.settings.get("novelty_threshold", 0.85))
+    probe = ExperienceLibrary(None, capacity_pos=1 << 30, capacity_neg=1 << 30, novelty_threshold=thr)
+    owners: dict[int, list[dict[str, Any]]] = {}
+    try:
+        for e in a.entries:
+            r = probe.add(e["text"], e["zone"], e["level"], e["score"], task_type=e["task_type"])
+            if r.entry_id is not None:
+                owners.setdefault(r.entry_id, []).append(e)
+        changes: list[EntryChange] = []
+        same: Counter = Counter()
+        for e in b.entries:
+            hit = probe.find_duplicate(e["text"], e["zone"], e["task_type"])
+            pool = owners.get(hit, []) if hit is not None else []
+            if not pool:
+                changes.append(EntryChange("added", e["zone"], e["level"], None, e))
+                continue
+            old = pool.pop(0)
+            fields = _changed(old, e, a, b)
+            if fields:
+                changes.append(EntryChange("changed", e["zone"], e["level"], old, e, fields))
+            else:
+                same[(e["zone"], e["level"])] += 1
+        for left in owners.values():
+            changes.extend(EntryChange("removed", e["zone"], e["level"], e, None) for e in left)
+    finally:
+        probe.close()
+    return LibraryDiff(changes, same)

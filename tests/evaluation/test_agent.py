@@ -1,0 +1,104 @@
+"""``slea agent``'s core: a frozen tiny model on a smoke env, with and without a library, paired by seed."""
+
+from __future__ import annotations
+
+import pytest
+
+from slea.config import load_config
+from slea.evaluation.agent import (
+    _rounds,
+    agent_overrides,
+    agent_table,
+    difference,
+    paired_games,
+    per_seed_success,
+    run_agent,
+)
+from slea.evaluation.evaluate import evaluate
+from slea.experience.manager import ExperienceManager
+from slea.policy.generation import HFGenerator
+from slea.policy.prompts import PromptBuilder
+from slea.rollout.collector import RolloutCollector
+from slea.types import Trajectory
+
+SETTINGS = ["model.name_or_path=tiny", "model.lora=false", "env.id=slea/Sokoban-v0", "env.kwargs={}",
+            "env.eval_kwargs={}", "env.max_steps=2", "rollout.max_new_tokens=4", "eval.games=2",
+            "eval.episodes_per_game=1", "eval.greedy=false", "experience.mode=step", "experience.warmup_iters=0",
+            "experience.min_entries=0"]
+
+
+def _traj(seed: int, won: bool) -> Trajectory:
+    return Trajectory(traj_id=0, group_id=0, seed=seed, won=won)
+
+
+def test_difference_rounds_and_paired_games_by_hand():
+    a = {"success": 0.25, "return": -0.5, "invalid_rate": 0.5, "episode_len": 3.0, "retrieval_hit_rate": 0.0}
+    b = {"success": 0.75, "return": 0.25, "invalid_rate": 0.25, "episode_len": 2.0, "retrieval_hit_rate": 0.5}
+    # 0.75 - 0.25 = 0.5; 0.25 - (-0.5) = 0.75; 0.25 - 0.5 = -0.25; 2 - 3 = -1; 0.5 - 0 = 0.5
+    assert difference(a, b) == {"success": 0.5, "return": 0.75, "invalid_rate": -0.25, "episode_len": -1.0,
+                                "retrieval_hit_rate": 0.5}
+    # 5 games from seed 10, 2 per round: seeds 10-11, 12-13, 14
+    assert _rounds(10, 5, 2) == [(10, 2), (12, 2), (14, 1)]
+    without = [_traj(0, False), _traj(0, True), _traj(1, True), _traj(2, False)]
+    with_ = [_traj(0, True), _traj(0, True), _traj(1, False), _traj(2, False)]
+    assert per_seed_success(without) == {0: 0.5, 1: 1.0, 2: 0.0}
+    # seed 0: 0.5 -> 1.0 better; seed 1: 1.0 -> 0.0 worse; seed 2: 0 -> 0 same
+    assert paired_games(without, with_) == {"better": 1, "worse": 1, "same": 1}
+
+
+@pytest.fixture()
+def setup(tiny_policy):
+    model, tok = tiny_policy
+    cfg = load_config(None, SETTINGS)
+    return cfg, HFGenerator(model, tok, dtype="float32"), PromptBuilder(tok)
+
+
+def test_an_empty_library_changes_nothing_and_the_no_library_side_is_the_plain_evaluation(setup, tmp_path):
+    cfg, gen, builder = setup
+    with ExperienceManager(cfg.experience, tmp_path / "empty.sqlite") as m:
+        res = run_agent(gen, builder, cfg, m, {"split": "heldout"})
+    # nothing to retrieve: both conditions play the same episodes (paired streams), so no difference at all
+    assert res["with"] == res["without"]
+    assert all(v == 0.0 for d in res["difference"].values() for v in d.values())
+    assert res["games_by_success"]["sampled"] == {"better": 0, "worse": 0, "same": 2}
+    # the no-library condition is exactly `evaluate` on the same games
+    plain = evaluate(RolloutCollector(gen, builder, cfg.rollout, cfg.env.max_steps), cfg.env.id,
+                     {"split": "heldout"}, cfg.eval)
+    plain["sampled"].pop("temperature")
+    assert res["without"] == {"sampled": plain["sampled"]}  # no greedy episodes: eval.greedy=false
+
+
+def test_evolve_learns_from_the_episodes_and_the_library_is_then_retrieved(setup, tmp_path):
+    cfg, gen, builder = setup
+    lib = tmp_path / "lib.sqlite"
+    with ExperienceManager(cfg.experience, lib) as m:
+        res = run_agent(gen, builder, cfg, m, {"split": "heldout"}, evolve=True, batch=1)
+    rounds = res["library"]["rounds"]
+    assert [r["seeds"] for r in rounds] == [[0, 0], [1, 1]]  # 2 games, 1 per round
+    assert res["library"]["before"]["size"] == 0 and res["library"]["after"]["size"] > 0
+    assert res["library"]["after"]["size"] == rounds[-1]["size"]
+    assert rounds[0]["candidates"] > 0  # the tiny model's invalid answers are lessons (warnings)
+    assert res["without"]["sampled"]["retrieval_hit_rate"] == 0.0
+    # the evolved library steers the same games: entries are linked to the clusters of their observations
+    with ExperienceManager(cfg.experience, lib) as m:
+        size = len(m.library)
+        again = run_agent(gen, builder, cfg, m, {"split": "heldout"})
+        assert len(m.library) == size  # no --evolve: retrieval only
+    w, wo = again["with"]["sampled"], again["without"]["sampled"]
+    assert w["retrieval_hit_rate"] > 0.0 == wo["retrieval_hit_rate"]
+    assert again["difference"]["sampled"]["return"] == pytest.approx(w["return"] - wo["return"])
+    assert again["retrieval"]["retrieved"] > 0 and again["library"]["rounds"] == []
+    assert again["without"] == res["without"]  # the no-library side does not depend on the library
+    table = agent_table(again)  # the CLI's table: 4 metrics of the sampled episodes
+    assert table.row_count == 4 and f"library {size} -> {size} entries" in table.caption
+
+
+def test_overrides_put_the_library_settings_and_games_before_the_user_set():
+    over = agent_overrides("tiny", {"capacity_pos": 7, "novelty_threshold": 0.9}, games=3, seed=5)
+    assert over == ["model.name_or_path=tiny", "model.lora=false", "experience.warmup_iters=0",
+                    "experience.min_entries=0", "experience.capacity_pos=7", "experience.novelty_threshold=0.9",
+                    "eval.games=3", "eval.seed=5"]
+    assert agent_overrides(None, {})[:1] == ["experience.warmup_iters=0"]  # a run keeps its own model section
+    # the overrides are valid config keys (a typo would be a ConfigError here)
+    cfg = load_config(None, [*over, "env.id=slea/Sokoban-v0"])
+    assert (cfg.experience.capacity_pos, cfg.eval.games, cfg.model.lora) == (7, 3, False)
