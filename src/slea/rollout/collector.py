@@ -225,7 +225,7 @@ class RolloutCollector:
                 continue
             copy = i - pool.members(g).start
             key = (int(rng_salt), int(trunk.seed or 0) % 2**63, int(trunk.traj_id), b.turn, copy)
-            live[i] = _Live(b.obs, dict(b.info), key=key, past=list(b.past), task_exp=b.task_exp,
+            live[i] = _Live(b.obs, dict(b.info), goal=trunk.goal, key=key, past=list(b.past), task_exp=b.task_exp,
                             feedback=b.feedback, forked=b)
         stats.env_s += time.perf_counter() - t0
         return _Episode(trajs, live, pool.instructions)

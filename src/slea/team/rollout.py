@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slea.policy.prompts import parse_action
-from slea.rollout.collector import TRAIN_SALT, clean_text, final_info, invalid_feedback
+from slea.rollout.collector import TRAIN_SALT, clean_text, final_info
+from slea.rollout.view import invalid_feedback
 from slea.team.context import ENV, SharedContext
 from slea.team.prompts import TeamPromptBuilder
 from slea.team.routers import Router, route

@@ -50,5 +50,5 @@ class FirstChoiceEnv(TextEnv):
         return self._reject("The episode is over.")
 
 
-register("slea/FirstChoice-v0", "slea.testing.two_turn:FirstChoiceEnv", family="testing",
+register("slea/FirstChoice-v0", "slea.testing.two_turn:FirstChoiceEnv", family="test",
          description="Two turns; only the first answer decides the reward (credit-assignment tests)")
