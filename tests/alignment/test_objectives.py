@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
 import torch
 
+from slea.alignment.data import Trajectory, Turn
 from slea.alignment.objectives import (
     PairTokens,
     alignment_method_names,
@@ -26,28 +26,10 @@ from slea.policy.prompts import PromptBuilder
 SYSTEM = "You are an agent. Reply with exactly one command copied from the list."
 
 
-@dataclass
-class Turn:
-    messages: list[dict[str, str]]
-    action: str
-
-
-@dataclass
-class Traj:
-    env: str
-    task: str
-    split: str = "train"
-    seed: int = 0
-    source: str = "expert"
-    success: bool = True
-    ret: float = 1.0
-    turns: list[Turn] = field(default_factory=list)
-
-
-def _traj(observations, actions, **kw) -> Traj:
+def _traj(observations, actions, *, source: str = "expert", success: bool = True, ret: float = 1.0) -> Trajectory:
     turns = [Turn([{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Your task: take the key. {o}"}],
                   a) for o, a in zip(observations, actions)]
-    return Traj("slea/TextWorld-v0", "t1", turns=turns, **kw)
+    return Trajectory("slea/TextWorld-v0", "t1", "train", 0, source, success, ret, turns)
 
 
 @pytest.fixture(scope="module")

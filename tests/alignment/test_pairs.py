@@ -3,33 +3,18 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 
 import pytest
 
+from slea.alignment.data import Trajectory, Turn
 from slea.alignment.pairs import build_pairs, pairing_summary
 
 
-@dataclass
-class Turn:
-    messages: list[dict[str, str]]
-    action: str
-
-
-@dataclass
-class Traj:
-    env: str
-    task: str
-    seed: int
-    source: str
-    success: bool
-    n_turns: int = 2
-    ret: float = 0.0
-    split: str = "train"
-    turns: list[Turn] = field(default_factory=list)
-
-    def __post_init__(self):
-        self.turns = [Turn([{"role": "user", "content": f"obs {i}"}], f"act {i}") for i in range(self.n_turns)]
+def Traj(env: str, task: str, seed: int, source: str, success: bool, n_turns: int = 2, ret: float = 0.0,
+         split: str = "train") -> Trajectory:
+    """A trajectory of ``n_turns`` placeholder turns."""
+    turns = [Turn([{"role": "user", "content": f"obs {i}"}], f"act {i}") for i in range(n_turns)]
+    return Trajectory(env, task, split, seed, source, success, ret, turns)
 
 
 A, B = "slea/ALFWorld-v0", "slea/ScienceWorld-v0"

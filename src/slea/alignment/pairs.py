@@ -1,7 +1,7 @@
 """ETO-style preference pairs: each failed trajectory paired with the expert trajectory of the same task.
 
-Trajectories are records with the attributes of :class:`TrajectoryLike` (``slea.alignment.data.Trajectory`` is
-one); nothing here reads files or tokenizes.
+Trajectories are :class:`slea.alignment.data.Trajectory` records (or any object with their attributes); nothing
+here reads files or tokenizes.
 """
 
 from __future__ import annotations
@@ -9,27 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING
 
-
-class TurnLike(Protocol):
-    """One action turn: the chat messages the policy saw (``PromptBuilder.messages``) and its response text."""
-
-    messages: list[dict[str, str]]
-    action: str
-
-
-class TrajectoryLike(Protocol):
-    """A recorded trajectory (expert demonstration or policy sample) with its provenance."""
-
-    env: str
-    task: str
-    split: str
-    seed: int
-    source: str
-    success: bool
-    ret: float
-    turns: Sequence[TurnLike]
+if TYPE_CHECKING:
+    from slea.alignment.data import Trajectory as TrajectoryLike  # any record with its attributes
 
 
 @dataclass(frozen=True)
