@@ -5,7 +5,7 @@ untrained policy (``Trainer.collect`` on iterations 0, 1, ...; no update in betw
 ``Trainer.iteration`` does, and hands every batch to one fresh :class:`ExperienceManager` per extractor, whose
 ``evolve`` selects T+/T− (``extraction.select``), extracts, and admits the candidates into its own in-memory library
 (novelty, K_strat/K_warn caps, capacities) exactly as in training. The ``llm`` extractor's prompts are answered by
-the trainer's own ``generate_text`` (``slea.trainer.rl._experience``: base weights with LoRA off, chat template,
+the trainer's own ``generate_text`` (``slea.trainer.rl.experience_manager``: base weights with LoRA off, chat template,
 multi-line, ``experience.extract_max_new_tokens``, greedy). Per extractor: prompts sent, raw answer lines, parsed
 lessons, rule fallbacks, candidates, admissions (for ``llm``: how many were written by the model), library size,
 seconds per selected trajectory (and as ratios: ``llm`` over ``rule``, extraction over the batch's rollout), and

@@ -333,7 +333,7 @@ def agent(
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
     from slea.trainer.checkpoint import latest_checkpoint
-    from slea.trainer.rl import _experience as experience_manager  # the trainer's manager, extractor and all
+    from slea.trainer.rl import experience_manager  # the trainer's manager, extractor and all
 
     torch.set_num_threads(cfg.run.threads)
     last = latest_checkpoint(run / "checkpoints") if run else None

@@ -118,7 +118,7 @@ class Round:
     seconds: dict[str, float]
 
 
-def _experience(cfg: RunConfig, spec, run_dir: Path, generator):
+def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
     """The experience manager, with the ``generate_text`` its extractor asks (``experience.extractor: llm``).
 
     ``generate_text(prompts) -> texts``: a prompt is a user message or chat messages (a last assistant message is
@@ -190,7 +190,7 @@ class Trainer:
         self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype)
         builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.experience = _experience(cfg, self.spec, self.dir, self.generator)
+        self.experience = experience_manager(cfg, self.spec, self.dir, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
         self.rollouts = schemes.scheme_for(self.spec.needs)(self.collector, cfg)  # chosen by the spec's needs
@@ -343,7 +343,7 @@ class Trainer:
         if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
             self.experience.close()
             ckpt.restore_library(last, self.dir / "library.sqlite")
-            self.experience = _experience(self.cfg, self.spec, self.dir, self.generator)
+            self.experience = experience_manager(self.cfg, self.spec, self.dir, self.generator)
             self.collector.experience = self.experience
         truncate_metrics(self.log.path, it)
         self.log.purge_after(it)
