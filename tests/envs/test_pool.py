@@ -83,3 +83,18 @@ def test_textworld_pool_groups_play_the_same_game(tw_cache):
         res = pool.step({3: walk[0], 4: "dance"})
         assert res[3][2] and res[3][4]["won"] and res[4][4]["invalid"]
         assert pool.live() == [0, 1, 2, 4, 5]
+
+
+def test_make_pool_follows_env_workers(monkeypatch):
+    import sys
+
+    from slea.config import ConfigError, EnvSection
+    from slea.envs.pool import make_pool
+
+    env = EnvSection(id="slea/Sokoban-v0", kwargs={"num_games": 3}, step_timeout_s=5.0)
+    with make_pool(env, 2, 2) as pool:
+        assert type(pool) is EnvPool and len(pool) == 4 and pool.step_timeout_s == 5.0
+        assert pool.envs[0].num_games == 3
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the ray extra were not installed
+    with pytest.raises(ConfigError, match=r"env.workers: ray needs the ray package: pip install 'slea\[ray\]'"):
+        make_pool(env.model_copy(update={"workers": "ray"}), 2, 2)

@@ -31,7 +31,7 @@ from slea.algorithms.batch import Advantages, StepBatch, estimate
 from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings
-from slea.envs.pool import EnvPool
+from slea.envs.pool import make_pool
 from slea.evaluation.evaluate import evaluate, write_eval
 from slea.policy.generation import HFGenerator
 from slea.policy.model import load_policy
@@ -172,8 +172,7 @@ class Trainer:
         self.experience = _experience(cfg, self.spec, self.dir, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
-        self.pool = EnvPool(cfg.env.id, cfg.rollout.groups, cfg.rollout.group_size, dict(cfg.env.kwargs),
-                            step_timeout_s=cfg.env.step_timeout_s, reset_timeout_s=cfg.env.reset_timeout_s)
+        self.pool = make_pool(cfg.env, cfg.rollout.groups, cfg.rollout.group_size)  # env.workers: local | ray
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                            weight_decay=cfg.train.weight_decay)
@@ -374,6 +373,7 @@ class Trainer:
         evals["held-out after (sampled)"] = after["sampled"]["success"]
         plot_curves(rows, self.dir / "curves.png", evals)
         self.log.close()
+        self.pool.close()
         if self.experience is not None:
             self.experience.close()
         summary = {"run_dir": str(self.dir), "before": before, "after": after, "episodes": self.episodes,
