@@ -20,6 +20,7 @@ from slea.algorithms.kl import kl_penalty
 from slea.algorithms.registry import get_policy_loss
 from slea.config import loss_settings
 from slea.policy.generation import autocast, forward_after_prefix, left_pad, shared_prefix
+from slea.trainer.distributed import DataParallel
 from slea.types import Step
 
 
@@ -103,9 +104,13 @@ def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temper
 
 
 def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, temperature: float,
-               dtype: str, rng: random.Random, progress=None) -> dict[str, float]:
+               dtype: str, rng: random.Random, progress=None, dp: DataParallel | None = None) -> dict[str, float]:
     """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches, with gradient accumulation
-    over micro-batches weighted so the aggregate equals one pass over the whole mini-batch."""
+    over micro-batches weighted so the aggregate equals one pass over the whole mini-batch.
+
+    With ``dp`` (data parallelism, slea/trainer/distributed.py) every rank holds the same ``samples`` and runs
+    its share of each mini-batch, weighted by the whole mini-batch; the summed gradients and the metrics are
+    those of one process."""
     loss_fn = get_policy_loss(algo_cfg.policy_loss)
     kwargs = loss_settings(algo_cfg, loss_fn)
     order = list(range(len(samples)))
@@ -127,27 +132,36 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
         mini_tokens = sum(len(s.response_ids) for s in rows)
         optimizer.zero_grad(set_to_none=True)
         metrics_acc: dict[str, float] = {}
-        for start in range(0, len(rows), train_cfg.micro_batch):
-            chunk = rows[start:start + train_cfg.micro_batch]
+        mine = rows if dp is None else dp.share(rows)  # this rank's rows; the weights below are the mini-batch's
+        for start in range(0, len(mine), train_cfg.micro_batch):
+            chunk = mine[start:start + train_cfg.micro_batch]
             logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype)
             k = mask.shape[1]
             old = _right_aligned([s.old_logprobs for s in chunk], k)
             adv = _right_aligned([s.advantages for s in chunk], k)
             loss, met = loss_fn(logp, old, adv, mask, **kwargs)
+            weight = (mask.sum().item() / max(mini_tokens, 1)) if agg == "token-mean" else len(chunk) / len(rows)
+            total = loss * weight
+            shares = {key: float(v) * weight for key, v in met.items() if not key.endswith("_max_dev")}
+            shares["loss"] = float(loss.detach()) * weight
             if algo_cfg.kl_coef > 0 and chunk[0].ref_logprobs is not None:
                 ref = _right_aligned([s.ref_logprobs or [] for s in chunk], k)
                 kl = kl_penalty(logp, ref, algo_cfg.kl_estimator)
-                kl_mean = (kl * mask).sum() / mask.sum().clamp(min=1)
-                loss = loss + algo_cfg.kl_coef * kl_mean
-                met = dict(met, kl=float(kl_mean.detach()))
-            weight = (mask.sum().item() / max(mini_tokens, 1)) if agg == "token-mean" else len(chunk) / len(rows)
-            (loss * weight).backward()
-            met = dict(met, loss=float(loss.detach()))
+                # this chunk's part of the mini-batch's token-mean KL: the same sum however the rows are split
+                # into micro-batches (or ranks), whatever the policy loss's aggregation
+                kl_part = (kl * mask).sum() / max(mini_tokens, 1)
+                total = total + algo_cfg.kl_coef * kl_part
+                shares["kl"] = float(kl_part.detach())
+                shares["loss"] += algo_cfg.kl_coef * shares["kl"]
+            total.backward()
             for key, v in met.items():
                 if key.endswith("_max_dev"):  # a max stays a max across micro-batches
                     metrics_acc[key] = max(metrics_acc.get(key, 0.0), float(v))
-                else:
-                    metrics_acc[key] = metrics_acc.get(key, 0.0) + float(v) * weight
+            for key, v in shares.items():
+                metrics_acc[key] = metrics_acc.get(key, 0.0) + v
+        if dp is not None:  # sum the ranks' gradients and metrics: every rank then takes the same step
+            dp.all_reduce_grads(params)
+            metrics_acc = dp.combine_metrics(metrics_acc)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, train_cfg.grad_clip))
         if not math.isfinite(grad_norm) or any(not math.isfinite(v) for v in metrics_acc.values()):
             optimizer.zero_grad(set_to_none=True)  # numerical guard: skip this step, keep the weights
