@@ -66,6 +66,8 @@ def train(
     config: Path | None = typer.Argument(None, help="YAML config (default: built-in defaults)"),
     set_: list[str] = typer.Option([], "--set", help="override, e.g. --set rollout.groups=2"),
     resume: Path | None = typer.Option(None, "--resume", help="continue the run in this folder"),
+    nproc: int = typer.Option(1, "--nproc", min=1, help="data-parallel training processes on this machine "
+                              "(torch.distributed, gloo): each plays its share of the task groups"),
 ) -> None:
     """Train a policy with RL; writes a run folder (metrics, curves, checkpoints, eval)."""
     if resume is not None:
@@ -79,6 +81,10 @@ def train(
     from slea.trainer.guards import RunHalted
     from slea.trainer.rl import Trainer
 
+    if nproc > 1:
+        _train_data_parallel(cfg, nproc, resume is not None)
+        return
+
     try:
         trainer = Trainer(cfg)
     except ConfigError as exc:  # needs the trainer cannot meet, or a value checkable only against the model
@@ -89,6 +95,52 @@ def train(
     except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
         raise _fail(f"run halted: {exc}", 3) from None
     console.print(summary_table(summary))
+
+
+def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
+    """``slea train --nproc N``: N spawned ranks in one gloo group (slea/trainer/distributed.py)."""
+    import torch.multiprocessing as mp
+
+    from slea.config import ConfigError
+    from slea.trainer.distributed import DataParallel, launch
+    from slea.trainer.rl import check_data_parallel, run_dir_for
+
+    try:
+        check_data_parallel(cfg, DataParallel(0, nproc))
+    except ConfigError as exc:
+        raise _fail(f"config error: {exc}") from None
+    run_dir = run_dir_for(cfg)  # chosen once here: a timestamped name must be the same on every rank
+    console.print(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
+    try:
+        launch(_train_rank, nproc, cfg, run_dir, resume)
+    except mp.ProcessExitedException as exc:  # a rank exited 2 or 3 after printing its one line
+        raise typer.Exit(exc.exit_code if exc.exit_code in (2, 3) else 1) from None
+
+
+def _train_rank(cfg, run_dir: Path, resume: bool) -> None:
+    """One rank of ``slea train --nproc``: rank 0 logs, writes the run folder and prints the summary."""
+    from slea.config import ConfigError
+    from slea.progress import setup_logging
+    from slea.trainer.distributed import DataParallel
+    from slea.trainer.guards import RunHalted
+    from slea.trainer.rl import Trainer
+
+    main = DataParallel.current().main
+    if main:
+        setup_logging()
+    try:
+        trainer = Trainer(cfg, run_dir=run_dir)
+    except ConfigError as exc:
+        err.print(f"config error: {exc}", markup=False, highlight=False)
+        sys.exit(2)
+    try:
+        summary = trainer.fit(resume=resume)
+    except RunHalted as exc:
+        if main:
+            err.print(f"run halted: {exc}", markup=False, highlight=False)
+        sys.exit(3)
+    if main:
+        console.print(summary_table(summary))
 
 
 def summary_table(summary: dict) -> Table:

@@ -77,6 +77,15 @@ class DataParallel:
                 out[key] = max(out.get(key, v), v) if key.endswith("_max_dev") else out.get(key, 0.0) + v
         return out
 
+    def sum_counts(self, counts: dict[str, int]) -> dict[str, int]:
+        """Counters summed over the ranks (every rank gets the total)."""
+        parts = self.gather(counts)
+        return {key: sum(p.get(key, 0) for p in parts) for key in parts[0]}
+
+    def from_main(self, value: T) -> T:
+        """Rank 0's ``value`` on every rank (a decision all ranks must take together, e.g. a time budget)."""
+        return self.gather(value)[0]
+
     def gather(self, obj: T) -> list[T]:
         """``obj`` of every rank, in rank order (pickled; for rows and metrics, not tensors)."""
         if self.world == 1:

@@ -11,6 +11,11 @@ One iteration (:meth:`Trainer.iteration`), as a newcomer reads it:
    the critic's own steps;
 5. metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py, checkpoint.py).
 
+Data-parallel (``slea train --nproc N``, slea/trainer/distributed.py): each rank plays its share of the task groups,
+the ranks exchange their episodes so every rank holds the whole batch, and the update sums their gradients; rank 0
+alone writes the run folder, checkpoints and evaluates (the other ranks write their library and metrics to a
+scratch folder that is removed at the end).
+
 The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
 """
 
@@ -18,6 +23,8 @@ from __future__ import annotations
 
 import logging
 import random
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,10 +47,11 @@ from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector
 from slea.trainer import checkpoint as ckpt
 from slea.trainer.critic import Critic
+from slea.trainer.distributed import DataParallel
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
 from slea.trainer.metrics import Phases, iteration_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
-from slea.trainer.sampling import Batch, collect_batch
+from slea.trainer.sampling import Batch, collect_batch, merge_shards
 from slea.trainer.update import Sample, ppo_update, reference_logprobs, to_samples
 from slea.types import Trajectory, flatten
 
@@ -161,6 +169,10 @@ class Trainer:
         self.spec = get_algorithm(cfg.algorithm.name)
         check_provided(self.spec)  # before the model loads: a config error costs nothing
         self.dir = Path(run_dir) if run_dir else run_dir_for(cfg)
+        self.dp = DataParallel.current()
+        check_data_parallel(cfg, self.dp)
+        # where this rank writes its library and metrics: the run folder on rank 0, a scratch folder elsewhere
+        self.out = self.dir if self.dp.main else Path(tempfile.mkdtemp(prefix=f"slea-rank{self.dp.rank}-"))
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
@@ -169,16 +181,17 @@ class Trainer:
         builder = PromptBuilder(self.tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
                                 one_shot=cfg.rollout.one_shot)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.experience = _experience(cfg, self.spec, self.dir, self.generator)
+        self.experience = _experience(cfg, self.spec, self.out, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
-        self.pool = make_pool(cfg.env, cfg.rollout.groups, cfg.rollout.group_size)  # env.workers: local | ray
+        groups = len(self.dp.block(cfg.rollout.groups))  # this rank's share of the task groups
+        self.pool = make_pool(cfg.env, groups, cfg.rollout.group_size)  # env.workers: local | ray
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                            weight_decay=cfg.train.weight_decay)
         self.critic = (Critic(cfg, self.model, self.spec.level, pad_id=self.tok.pad_token_id or 0)
                        if "critic" in self.spec.needs else None)
-        self.log = RunLog(self.dir)
+        self.log = RunLog(self.out)
         self.start_iteration = 0
         self.episodes = 0
         self.env_steps = 0
@@ -202,7 +215,7 @@ class Trainer:
         streak = self.bad_updates.observe(bool(upd.get("skipped_updates", 0)))
         phases = Phases(
             played=batch.collected, clean=len(clean), rollout=batch.stats, sampling=batch.metrics,
-            faults=self.pool.take_fault_stats(),
+            faults=self.dp.sum_counts(self.pool.take_fault_stats()),
             advantages=est.advantages.rows if est.advantages is not None else np.zeros(0),
             nonfinite_rewards=est.nonfinite_rewards, nonfinite_advantages=est.nonfinite_advantages,
             bad_update_streak=streak, library=library, update=upd, critic=critic,
@@ -210,15 +223,17 @@ class Trainer:
         return iteration_metrics(phases, self.episodes, self.env_steps)
 
     def collect(self, it: int) -> Batch:
-        """Phase 1: one episode per env of the pool on this iteration's task seeds."""
+        """Phase 1: one episode per env of the pool on this iteration's task seeds (with data parallelism, this
+        rank's share of them; every rank then gets the whole batch)."""
         cfg = self.cfg
-        seeds = iteration_seeds(cfg.run.seed, it, cfg.rollout.groups)
+        seeds = self.dp.share(iteration_seeds(cfg.run.seed, it, cfg.rollout.groups))
         n = len(self.pool)
         with Progress(f"iteration {it + 1} rollout", total=cfg.env.max_steps) as bar:
-            return collect_batch(  # algorithm.dynamic_sampling: groups with equal returns dropped, refilled
+            batch = collect_batch(  # algorithm.dynamic_sampling: groups with equal returns dropped, refilled
                 self.collector, self.pool, seeds, iteration=it, run_seed=cfg.run.seed,
                 dynamic=cfg.algorithm.dynamic_sampling, max_refill_rounds=cfg.algorithm.max_refill_rounds,
                 progress=lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done"))
+        return merge_shards(self.dp.gather(batch)) if self.dp.world > 1 else batch
 
     def advantages(self, trajs: list[Trajectory]) -> Estimate:
         """Phase 2: the algorithm's advantages, one per response token of every step row."""
@@ -263,13 +278,13 @@ class Trainer:
             if self.needs_reference:
                 reference_logprobs(self.model, est.samples, reference=self.reference,
                                    micro_batch=cfg.train.micro_batch, temperature=cfg.rollout.temperature,
-                                   dtype=cfg.model.dtype)
+                                   dtype=cfg.model.dtype, dp=self.dp)
             with Progress(f"iteration {it + 1} update ({len(est.samples)} samples)",
                           total=cfg.train.updates_per_iter) as bar:
                 upd = ppo_update(self.model, self.optimizer, est.samples, cfg.algorithm, cfg.train,
                                  temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
                                  rng=random.Random(cfg.run.seed * 100_003 + it),
-                                 progress=lambda done, total: bar.update(done, total=total))
+                                 progress=lambda done, total: bar.update(done, total=total), dp=self.dp)
         returns = est.advantages.returns if est.advantages is not None else None
         critic = self.critic.update(returns) if self.critic is not None else {}
         return upd, critic
@@ -288,6 +303,9 @@ class Trainer:
         if not finite_weights(self.model):
             raise RunHalted(f"stopped at iteration {it}: the weights hold NaN/inf, so no checkpoint was "
                             f"written; the last good checkpoint is {self.last_checkpoint}")
+        if not self.dp.main:  # rank 0 writes the checkpoint; every rank holds the same weights
+            self.last_checkpoint = f"{ckpt.PREFIX}{it:06d}"
+            return
         if self.experience is not None:
             self.experience.save()
         critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
@@ -311,8 +329,8 @@ class Trainer:
         it = int(state["iteration"]) if state is not None else -1
         if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
             self.experience.close()
-            ckpt.restore_library(last, self.dir / "library.sqlite")
-            self.experience = _experience(self.cfg, self.spec, self.dir, self.generator)
+            ckpt.restore_library(last, self.out / "library.sqlite")
+            self.experience = _experience(self.cfg, self.spec, self.out, self.generator)
             self.collector.experience = self.experience
         truncate_metrics(self.log.path, it)
         self.log.purge_after(it)
@@ -331,19 +349,21 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
         cfg = self.cfg
-        atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
+        if self.dp.main:
+            atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
         if resume:
             self.resume()
         t_start = time.perf_counter()
         before = None
-        if cfg.eval.before and self.start_iteration == 0:
+        if cfg.eval.before and self.start_iteration == 0 and self.dp.main:
             before = self.evaluate("before", 0)
             log.info(_eval_line("untrained", before))
         t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
         last_iter_s, last_run, last_saved = 0.0, self.start_iteration - 1, self.start_iteration - 1
         for it in range(self.start_iteration, cfg.train.iterations):
             budget = cfg.train.time_budget_s
-            if budget is not None and time.perf_counter() - t_train + 0.5 * last_iter_s > budget:
+            over = budget is not None and time.perf_counter() - t_train + 0.5 * last_iter_s > budget
+            if self.dp.from_main(over):  # rank 0's clock decides for all ranks
                 log.info("time budget of %.0fs reached after %d iterations", budget, it)
                 break
             m = self.iteration(it)
@@ -360,9 +380,21 @@ class Trainer:
                 last_saved = it
         if last_run > last_saved:  # stopped by the budget between saves: the evaluated weights are saved too
             self.save(last_run)
+        if not self.dp.main:  # rank 0 evaluates and writes the summary
+            return self._close_rank()
         after = self.evaluate("after", cfg.train.iterations)
         log.info(_eval_line("trained", after))
         return self._finish(before, after, t_start)
+
+    def _close_rank(self) -> dict[str, Any]:
+        """The end of a rank other than 0: close what it opened and remove its scratch folder."""
+        iterations = len(self.log.rows())
+        self.log.close()
+        self.pool.close()
+        if self.experience is not None:
+            self.experience.close()
+        shutil.rmtree(self.out, ignore_errors=True)
+        return {"rank": self.dp.rank, "iterations": iterations}
 
     def _finish(self, before: dict | None, after: dict, t_start: float) -> dict[str, Any]:
         cfg = self.cfg
@@ -383,6 +415,18 @@ class Trainer:
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
         write_eval(self.dir, "summary", summary)
         return summary
+
+
+def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
+    """A :class:`ConfigError` for what data parallelism cannot split yet."""
+    if dp.world == 1:
+        return
+    if cfg.rollout.groups < dp.world:
+        raise ConfigError(f"rollout.groups: {cfg.rollout.groups} task groups cannot be shared by {dp.world} "
+                          f"processes (at least one group each)")
+    if cfg.algorithm.dynamic_sampling:
+        raise ConfigError("algorithm.dynamic_sampling: not supported with more than one process yet (each rank "
+                          "would refill from the same seeds)")
 
 
 def _faulted(t: Trajectory) -> bool:

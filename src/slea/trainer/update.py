@@ -86,10 +86,19 @@ def _right_aligned(rows: list[list[float]], k: int) -> torch.Tensor:
 
 @torch.no_grad()
 def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temperature: float, dtype: str,
-                       reference=None) -> None:
+                       reference=None, dp: DataParallel | None = None) -> None:
     """Fill ``ref_logprobs`` from π_ref: ``reference`` (a frozen copy of the starting weights) when given, else
     ``model`` with its LoRA adapters disabled. A model without adapters and no ``reference`` is an error: its
-    "reference" would be the current policy and the KL term would be 0."""
+    "reference" would be the current policy and the KL term would be 0. With ``dp`` each rank computes its
+    share of the rows and every rank receives all of them."""
+    if dp is not None and dp.world > 1:
+        mine = dp.share(samples)
+        reference_logprobs(model, mine, micro_batch=micro_batch, temperature=temperature, dtype=dtype,
+                           reference=reference)
+        every = [row for part in dp.gather([s.ref_logprobs for s in mine]) for row in part]
+        for s, row in zip(samples, every):
+            s.ref_logprobs = row
+        return
     if reference is None and not hasattr(model, "disable_adapter"):
         raise ValueError("the KL reference of a fully fine-tuned policy must be a frozen copy of the starting "
                          "weights: pass reference=")
