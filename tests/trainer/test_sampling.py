@@ -101,4 +101,4 @@ def test_merged_shards_number_groups_and_trajectories_as_one_process():
     key = [(t.group_id, t.traj_id, t.seed, [(s.group_id, s.traj_id) for s in t.steps]) for t in merged.trajs]
     assert key == [(t.group_id, t.traj_id, t.seed, [(s.group_id, s.traj_id) for s in t.steps]) for t in whole.trajs]
     assert merged.collected == merged.trajs and len(merged.trajs) == 10
-    assert merged.stats.prompt_tokens == 20 + 30 and merged.stats.parse_kinds == {"exact": 10}
+    assert merged.stats.prompt_tokens == 10 * 4 + 10 * 6 and merged.stats.parse_kinds == {"exact": 10}  # summed
