@@ -8,6 +8,7 @@ terminal, plain timestamped lines in logs).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -79,10 +80,25 @@ def train(
     _require_env(cfg.env.id)
     from slea.config import ConfigError
     from slea.trainer.guards import RunHalted
-    from slea.trainer.rl import Trainer
+    from slea.trainer.rl import Trainer, check_data_parallel, run_dir_for
 
     if nproc > 1:
         _train_data_parallel(cfg, nproc, resume is not None)
+        return
+    from slea.trainer.distributed import DataParallel, init_from_torchrun
+
+    if init_from_torchrun():  # started by torchrun: this process is one rank of its group
+        dp = DataParallel.current()
+        try:
+            check_data_parallel(cfg, dp)
+        except ConfigError as exc:
+            raise _fail(f"config error: {exc}") from None
+        try:
+            _train_rank(cfg, dp.from_main(run_dir_for(cfg)), resume is not None)
+        finally:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
         return
 
     try:
@@ -98,7 +114,8 @@ def train(
 
 
 def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
-    """``slea train --nproc N``: N spawned ranks in one gloo group (slea/trainer/distributed.py)."""
+    """``slea train --nproc N``: N spawned ranks in one gloo group (slea/trainer/distributed.py). (Under
+    ``torchrun --nproc-per-node N -m slea.cli train ...`` each process joins torchrun's group instead.)"""
     import torch.multiprocessing as mp
 
     from slea.config import ConfigError
@@ -126,8 +143,7 @@ def _train_rank(cfg, run_dir: Path, resume: bool) -> None:
     from slea.trainer.rl import Trainer
 
     main = DataParallel.current().main
-    if main:
-        setup_logging()
+    setup_logging(logging.INFO if main else logging.WARNING)  # one rank reports progress
     try:
         trainer = Trainer(cfg, run_dir=run_dir)
     except ConfigError as exc:
