@@ -59,6 +59,16 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path):
     one_line_exit_2(slea("compare", smoke, "--seeds", "a,b"), "--seeds")
 
 
+def test_nproc_errors_are_one_line_before_any_process_starts(tmp_path):
+    smoke = str(ROOT / "configs/smoke.yaml")
+    run = ["--set", f"run.dir={tmp_path / 'run'}"]
+    one_line_exit_2(slea("train", smoke, "--nproc", "3", "--set", "rollout.groups=2", *run),
+                    "rollout.groups: 2 task groups cannot be shared by 3 processes")
+    one_line_exit_2(slea("train", smoke, "--nproc", "2", "--set", "algorithm.dynamic_sampling=true", *run),
+                    "algorithm.dynamic_sampling: not supported with more than one process")
+    assert not (tmp_path / "run").exists()
+
+
 def test_envs_lists_every_id_whole_in_80_columns():
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS="80")
     r = subprocess.run([sys.executable, "-m", "slea.cli", "envs"], check=False, capture_output=True, text=True,

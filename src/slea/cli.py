@@ -8,6 +8,7 @@ terminal, plain timestamped lines in logs).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -74,6 +75,8 @@ def train(
     config: Path | None = typer.Argument(None, help="YAML config (default: built-in defaults)"),
     set_: list[str] = typer.Option([], "--set", help="override, e.g. --set rollout.groups=2"),
     resume: Path | None = typer.Option(None, "--resume", help="continue the run in this folder"),
+    nproc: int = typer.Option(1, "--nproc", min=1, help="data-parallel training processes on this machine "
+                              "(torch.distributed, gloo): each plays its share of the task groups"),
 ) -> None:
     """Train a policy with RL; writes a run folder (metrics, curves, checkpoints, eval)."""
     if resume is not None:
@@ -85,7 +88,26 @@ def train(
     _require_env(cfg.env.id)
     from slea.config import ConfigError
     from slea.trainer.guards import RunHalted
-    from slea.trainer.rl import Trainer
+    from slea.trainer.rl import Trainer, check_data_parallel, run_dir_for
+
+    if nproc > 1:
+        _train_data_parallel(cfg, nproc, resume is not None)
+        return
+    from slea.trainer.distributed import DataParallel, init_from_torchrun
+
+    if init_from_torchrun():  # started by torchrun: this process is one rank of its group
+        dp = DataParallel.current()
+        try:
+            check_data_parallel(cfg, dp)
+        except ConfigError as exc:
+            raise _fail(f"config error: {exc}") from None
+        try:
+            _train_rank(cfg, dp.from_main(run_dir_for(cfg)), resume is not None)
+        finally:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+        return
 
     try:
         trainer = Trainer(cfg)
@@ -134,6 +156,51 @@ def align(
     for split, res in results.items():
         s, g = res["sampled"], res.get("greedy") or {}
         _plain(f"{split}: sampled success {s['success']:.3f}, greedy success {g.get('success', float('nan')):.3f}")
+
+def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
+    """``slea train --nproc N``: N spawned ranks in one gloo group (slea/trainer/distributed.py). (Under
+    ``torchrun --nproc-per-node N -m slea.cli train ...`` each process joins torchrun's group instead.)"""
+    import torch.multiprocessing as mp
+
+    from slea.config import ConfigError
+    from slea.trainer.distributed import DataParallel, launch
+    from slea.trainer.rl import check_data_parallel, run_dir_for
+
+    try:
+        check_data_parallel(cfg, DataParallel(0, nproc))
+    except ConfigError as exc:
+        raise _fail(f"config error: {exc}") from None
+    run_dir = run_dir_for(cfg)  # chosen once here: a timestamped name must be the same on every rank
+    console.print(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
+    try:
+        launch(_train_rank, nproc, cfg, run_dir, resume)
+    except mp.ProcessExitedException as exc:  # a rank exited 2 or 3 after printing its one line
+        raise typer.Exit(exc.exit_code if exc.exit_code in (2, 3) else 1) from None
+
+
+def _train_rank(cfg, run_dir: Path, resume: bool) -> None:
+    """One rank of ``slea train --nproc``: rank 0 logs, writes the run folder and prints the summary."""
+    from slea.config import ConfigError
+    from slea.progress import setup_logging
+    from slea.trainer.distributed import DataParallel
+    from slea.trainer.guards import RunHalted
+    from slea.trainer.rl import Trainer
+
+    main = DataParallel.current().main
+    setup_logging(logging.INFO if main else logging.WARNING)  # one rank reports progress
+    try:
+        trainer = Trainer(cfg, run_dir=run_dir)
+    except ConfigError as exc:
+        err.print(f"config error: {exc}", markup=False, highlight=False)
+        sys.exit(2)
+    try:
+        summary = trainer.fit(resume=resume)
+    except RunHalted as exc:
+        if main:
+            err.print(f"run halted: {exc}", markup=False, highlight=False)
+        sys.exit(3)
+    if main:
+        console.print(summary_table(summary))
 
 
 def summary_table(summary: dict) -> Table:

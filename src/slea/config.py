@@ -71,6 +71,12 @@ class EnvSection(_Section):
     step_timeout_s: float | None = Field(60.0, gt=0)  # None: no timeout (the step runs in the trainer thread)
     reset_timeout_s: float | None = Field(None, gt=0)  # None: no timeout (a TextWorld reset may generate games)
     max_fault_rate: float = Field(0.2, ge=0, le=1)
+    # Where the training pool's env copies run (docs/scaling.md): "local" = in this process, stepped in turn;
+    # "ray" = in num_workers Ray actors, one batched call per worker (the `ray` extra). ray_cpus: CPUs of the
+    # local Ray cluster slea starts when none is running (None: all cores).
+    workers: Literal["local", "ray"] = "local"
+    num_workers: int = Field(2, ge=1)
+    ray_cpus: int | None = Field(None, ge=1)
 
 
 class RolloutSection(_Section):

@@ -93,3 +93,17 @@ def test_a_faulted_restore_retires_the_env_and_rebuilds_it():
     assert pool.done[1] and pool.envs[1] is not old and pool.fault_counts["reset_errors"] == 1
     assert pool.set_state(1, pool.get_state(0), last=out[0]) is True
     assert not pool.done[1] and pool.last[1] == out[0]
+
+def test_make_pool_follows_env_workers(monkeypatch):
+    import sys
+
+    from slea.config import ConfigError, EnvSection
+    from slea.envs.pool import make_pool
+
+    env = EnvSection(id="slea/Sokoban-v0", kwargs={"num_games": 3}, step_timeout_s=5.0)
+    with make_pool(env, 2, 2) as pool:
+        assert type(pool) is EnvPool and len(pool) == 4 and pool.step_timeout_s == 5.0
+        assert pool.envs[0].num_games == 3
+    monkeypatch.setitem(sys.modules, "ray", None)  # as if the ray extra were not installed
+    with pytest.raises(ConfigError, match=r"env.workers: ray needs the ray package: pip install 'slea\[ray\]'"):
+        make_pool(env.model_copy(update={"workers": "ray"}), 2, 2)

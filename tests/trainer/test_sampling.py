@@ -87,3 +87,18 @@ def test_refill_seeds_differ_from_round_zero():
     s1, s2 = refill_seeds(3, 5, 1, 8), refill_seeds(3, 5, 2, 8)
     assert len({*s0, *s1, *s2}) == 24 and s1 == refill_seeds(3, 5, 1, 8)
     assert np.all(np.array(s1) >= 0)
+
+
+def test_merged_shards_number_groups_and_trajectories_as_one_process():
+    from slea.trainer.sampling import merge_shards
+
+    seeds = [10, 11, 12, 13, 14]  # 5 groups x 2 copies; ranks play groups 0-1 and 2-4
+    whole = collect_batch(FakeCollector(), FakePool(5, 2), seeds, iteration=0, run_seed=0, dynamic=False,
+                          max_refill_rounds=0)
+    parts = [collect_batch(FakeCollector(), FakePool(n, 2), part, iteration=0, run_seed=0, dynamic=False,
+                           max_refill_rounds=0) for n, part in ((2, seeds[:2]), (3, seeds[2:]))]
+    merged = merge_shards(parts)
+    key = [(t.group_id, t.traj_id, t.seed, [(s.group_id, s.traj_id) for s in t.steps]) for t in merged.trajs]
+    assert key == [(t.group_id, t.traj_id, t.seed, [(s.group_id, s.traj_id) for s in t.steps]) for t in whole.trajs]
+    assert merged.collected == merged.trajs and len(merged.trajs) == 10
+    assert merged.stats.prompt_tokens == 10 * 4 + 10 * 6 and merged.stats.parse_kinds == {"exact": 10}  # summed

@@ -1,5 +1,7 @@
 """EnvPool: N task groups x G identical env copies, stepped together (local and sequential), with fault handling.
 
+(:class:`slea.envs.ray_pool.RayEnvPool` keeps this interface and runs the copies in Ray actors: ``env.workers``.)
+
 Env ``i`` belongs to group ``i // group_size``. ``reset(seeds)`` takes one seed per group and resets all G
 copies of group ``g`` with ``seeds[g]`` (so they play the same task); ``step(actions)`` steps only the envs
 named in ``actions`` and refuses finished ones. Every single env call goes through :meth:`EnvPool.step_one`
@@ -102,7 +104,7 @@ class EnvPool:
         self.step_timeout_s = step_timeout_s
         self.reset_timeout_s = reset_timeout_s
         self.handle_faults = handle_faults
-        self.envs: list[TextEnv | None] = [self._build() for _ in range(self.size)]
+        self.envs: list[TextEnv | None] = self._start()
         self.done = np.ones(self.size, dtype=bool)  # true until reset, and after termination/truncation
         self.seeds: list[int | None] = [None] * self.num_groups
         self.last: list[tuple[str, dict[str, Any]] | None] = [None] * self.size  # latest (obs, info) per env
@@ -111,6 +113,10 @@ class EnvPool:
 
     def _build(self) -> TextEnv:
         return make(self.env_id, **self.env_kwargs)
+
+    def _start(self) -> list[TextEnv | None]:
+        """The env copies, built here (a remote pool starts its workers instead and keeps none here)."""
+        return [self._build() for _ in range(self.size)]
 
     # -- layout ----------------------------------------------------------------------------------------
     @property
@@ -172,9 +178,13 @@ class EnvPool:
             self.envs[i] = self._build()
         except Exception as exc:  # noqa: BLE001
             self._count("restart_failures")
-            self.last_error = f"rebuilding env {i} failed: {type(exc).__name__}: {exc}"
+            self.last_error = f"rebuilding {self._label(i)} failed: {type(exc).__name__}: {exc}"
             return False
         return True
+
+    def _label(self, i: int) -> str:
+        """How env ``i`` is named in fault messages."""
+        return f"env {i}"
 
     def _env(self, i: int) -> TextEnv:
         env = self.envs[i]
@@ -203,6 +213,10 @@ class EnvPool:
                 self._count("calls")
         self.done[i] = True
         self._count("dead_envs")
+        return self._faulted_reset(kind)
+
+    def _faulted_reset(self, kind: str) -> tuple[str, dict[str, Any]]:
+        """A reset that faulted twice: no observation, ``info["fault"] = kind``; the env sits the episode out."""
         return "", {"fault": kind, "error": self.last_error, "goal": "", "admissible_actions": None,
                     "task_type": "", "won": False}
 
@@ -211,14 +225,14 @@ class EnvPool:
         fault counted and described in ``last_error``."""
         try:
             env = self._env(i)
-            return True, call_with_timeout(lambda: call(env), timeout_s, f"{what} of env {i}")
+            return True, call_with_timeout(lambda: call(env), timeout_s, f"{what} of {self._label(i)}")
         except EnvCallTimeout as exc:
             self._count(timeout_key)
             self.last_error = str(exc)
             return False, "timeout"
         except Exception as exc:  # noqa: BLE001  (any engine failure is a fault to survive)
             self._count(error_key)
-            self.last_error = f"{what} of env {i}: {type(exc).__name__}: {exc}"
+            self.last_error = f"{what} of {self._label(i)}: {type(exc).__name__}: {exc}"
             return False, "error"
 
     def step_one(self, i: int, action: str) -> StepResult:
@@ -233,11 +247,15 @@ class EnvPool:
             return out
         if ok:  # the env caught its engine's exception (TextEnv.step): the same fault as one raised here
             self._count("env_errors")
-            self.last_error = f"step of env {i}: {out[4].get('error', '')}"
+            self.last_error = f"step of {self._label(i)}: {out[4].get('error', '')}"
             kind = str(out[4]["fault"])
         else:
             kind = out
         self.restart(i)
+        return self._faulted_step(i, kind)
+
+    def _faulted_step(self, i: int, kind: str) -> StepResult:
+        """A faulted step's result: the last observation, no reward, truncated, ``info["fault"] = kind``."""
         obs, info = self.last[i] if self.last[i] is not None else ("", {})
         info = {k: v for k, v in info.items() if k not in ("invalid", "error")}
         info.update(fault=kind, error=self.last_error, invalid=False, won=False)
@@ -255,10 +273,14 @@ class EnvPool:
             raise ValueError(f"reset needs {self.num_groups} options (one per group), got {len(options)}")
         out: list[tuple[str, dict[str, Any]]] = []
         self.done[:] = False
+        calls = []
         for i in range(self.size):
             g = i // self.group_size
-            opts = dict(options[g]) if options is not None and options[g] else None
-            obs, info = self.reset_one(i, seeds[g], opts)
+            calls.append((i, seeds[g], dict(options[g]) if options is not None and options[g] else None))
+        for (i, _, _), (obs, info) in zip(calls, self._reset_many(calls)):
+            g = i // self.group_size
+            if "fault" in info:  # reset faulted twice: the env sits this episode out
+                self.done[i] = True
             info = dict(info)
             info["group"] = g
             out.append((obs, info))
@@ -272,8 +294,9 @@ class EnvPool:
         if bad:
             raise ValueError(f"cannot step finished or unknown envs {sorted(bad)}; live: {self.live()}")
         results: dict[int, StepResult] = {}
-        for i in sorted(actions):
-            obs, reward, terminated, truncated, info = self.step_one(i, actions[i])
+        calls = [(i, actions[i]) for i in sorted(actions)]
+        for (i, _), result in zip(calls, self._step_many(calls)):
+            obs, reward, terminated, truncated, info = result
             info = dict(info)
             info["group"] = i // self.group_size
             results[i] = (obs, reward, terminated, truncated, info)
@@ -281,6 +304,14 @@ class EnvPool:
             if terminated or truncated:
                 self.done[i] = True
         return results
+
+    def _reset_many(self, calls: list[tuple[int, int | None, dict[str, Any] | None]]) -> list[tuple[str, dict]]:
+        """``reset_one`` for each ``(env, seed, options)``, in order (a remote pool batches these)."""
+        return [self.reset_one(i, seed, opts) for i, seed, opts in calls]
+
+    def _step_many(self, calls: list[tuple[int, str]]) -> list[StepResult]:
+        """``step_one`` for each ``(env, action)``, in order (a remote pool batches these)."""
+        return [self.step_one(i, action) for i, action in calls]
 
     def mark_done(self, indices: Sequence[int]) -> None:
         """Retire envs from the current episode (e.g. the collector hit its max steps)."""
@@ -327,3 +358,22 @@ def _quiet_close(env: TextEnv) -> None:
         env.close()
     except Exception:  # noqa: BLE001, S110  (a broken env may fail to close; it is being dropped anyway)
         pass
+
+
+def make_pool(env_cfg, num_groups: int, group_size: int, env_kwargs: Mapping[str, Any] | None = None) -> EnvPool:
+    """The pool ``env_cfg`` (an ``env:`` config section) asks for: its ``workers`` (local or Ray actors), its
+    fault timeouts, and ``env_kwargs`` (default: ``env_cfg.kwargs``). ``env.workers: ray`` without the ``ray``
+    package is a :class:`slea.config.ConfigError`."""
+    kwargs = dict(env_cfg.kwargs if env_kwargs is None else env_kwargs)
+    guards = {"step_timeout_s": env_cfg.step_timeout_s, "reset_timeout_s": env_cfg.reset_timeout_s}
+    if env_cfg.workers == "ray":
+        from slea.config import ConfigError
+        from slea.envs.ray_pool import RayEnvPool, import_ray
+
+        try:
+            import_ray()
+        except ImportError as exc:
+            raise ConfigError(str(exc)) from None
+        return RayEnvPool(env_cfg.id, num_groups, group_size, kwargs, num_workers=env_cfg.num_workers,
+                          ray_cpus=env_cfg.ray_cpus, **guards)
+    return EnvPool(env_cfg.id, num_groups, group_size, kwargs, **guards)

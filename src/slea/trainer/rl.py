@@ -12,6 +12,11 @@ trunk boundaries, each played after the previous round's update). Each round (:m
    the critic's own steps.
 Then metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py, checkpoint.py).
 
+Data-parallel (``slea train --nproc N``, slea/trainer/distributed.py): each rank plays its share of the task groups,
+the ranks exchange their episodes so every rank holds the whole batch, and the update sums their gradients; rank 0
+alone writes the run folder, checkpoints and evaluates (the other ranks write their library and metrics to a
+scratch folder that is removed at the end).
+
 The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
 """
 
@@ -20,6 +25,8 @@ from __future__ import annotations
 import functools
 import logging
 import random
+import shutil
+import tempfile
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -42,6 +49,7 @@ from slea.rollout.collector import RolloutCollector, RolloutStats
 from slea.trainer import checkpoint as ckpt
 from slea.trainer import schemes
 from slea.trainer.critic import Critic
+from slea.trainer.distributed import DataParallel
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
 from slea.trainer.metrics import Phases, iteration_metrics, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
@@ -183,6 +191,10 @@ class Trainer:
         self.spec = get_algorithm(cfg.algorithm.name)
         check_provided(self.spec)  # before the model loads: a config error costs nothing
         self.dir = Path(run_dir) if run_dir else run_dir_for(cfg)
+        self.dp = DataParallel.current()
+        check_data_parallel(cfg, self.dp)
+        # where this rank writes its library and metrics: the run folder on rank 0, a scratch folder elsewhere
+        self.out = self.dir if self.dp.main else Path(tempfile.mkdtemp(prefix=f"slea-rank{self.dp.rank}-"))
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
@@ -190,17 +202,17 @@ class Trainer:
         self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype)
         builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.experience = experience_manager(cfg, self.spec, self.dir, self.generator)
+        self.experience = experience_manager(cfg, self.spec, self.out, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
-        self.rollouts = schemes.scheme_for(self.spec.needs)(self.collector, cfg)  # chosen by the spec's needs
+        self.rollouts = schemes.scheme_for(self.spec.needs)(self.collector, cfg, self.dp)  # chosen by the spec's needs
         self.pool = self.rollouts.pool
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                            weight_decay=cfg.train.weight_decay)
         self.critic = (Critic(cfg, self.model, self.spec.level, pad_id=self.tok.pad_token_id or 0)
                        if "critic" in self.spec.needs else None)
-        self.log = RunLog(self.dir)
+        self.log = RunLog(self.out)
         self.start_iteration = 0
         self.episodes = 0
         self.env_steps = 0
@@ -239,7 +251,7 @@ class Trainer:
         phases = Phases(
             played=[t for b in batches for t in b.collected], clean=sum(r.clean for r in rounds),
             rollout=functools.reduce(merge_stats, (b.stats for b in batches), RolloutStats()),
-            sampling=sum_metrics([b.metrics for b in batches]), faults=schemes.take_fault_stats(self.rollouts),
+            sampling=sum_metrics([b.metrics for b in batches]), faults=self.dp.sum_counts(schemes.take_fault_stats(self.rollouts)),
             advantages=np.concatenate([e.advantages.trained_rows for e in ests if e.advantages is not None] or [[]]),
             nonfinite_rewards=sum(e.nonfinite_rewards for e in ests),
             nonfinite_advantages=sum(e.nonfinite_advantages for e in ests),
@@ -293,13 +305,13 @@ class Trainer:
             if self.needs_reference:
                 reference_logprobs(self.model, est.samples, reference=self.reference,
                                    micro_batch=cfg.train.micro_batch, temperature=cfg.rollout.temperature,
-                                   dtype=cfg.model.dtype)
+                                   dtype=cfg.model.dtype, dp=self.dp)
             with Progress(f"iteration {it + 1} update ({len(est.samples)} samples)",
                           total=cfg.train.updates_per_iter) as bar:
                 upd = ppo_update(self.model, self.optimizer, est.samples, cfg.algorithm, cfg.train,
                                  temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
                                  rng=random.Random(cfg.run.seed * 100_003 + it),
-                                 progress=lambda done, total: bar.update(done, total=total))
+                                 progress=lambda done, total: bar.update(done, total=total), dp=self.dp)
         returns = est.advantages.returns if est.advantages is not None else None
         critic = self.critic.update(returns) if self.critic is not None else {}
         return upd, critic
@@ -318,6 +330,9 @@ class Trainer:
         if not finite_weights(self.model):
             raise RunHalted(f"stopped at iteration {it}: the weights hold NaN/inf, so no checkpoint was "
                             f"written; the last good checkpoint is {self.last_checkpoint}")
+        if not self.dp.main:  # rank 0 writes the checkpoint; every rank holds the same weights
+            self.last_checkpoint = f"{ckpt.PREFIX}{it:06d}"
+            return
         if self.experience is not None:
             self.experience.save()
         critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
@@ -342,8 +357,8 @@ class Trainer:
         it = int(state["iteration"]) if state is not None else -1
         if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
             self.experience.close()
-            ckpt.restore_library(last, self.dir / "library.sqlite")
-            self.experience = experience_manager(self.cfg, self.spec, self.dir, self.generator)
+            ckpt.restore_library(last, self.out / "library.sqlite")
+            self.experience = experience_manager(self.cfg, self.spec, self.out, self.generator)
             self.collector.experience = self.experience
         truncate_metrics(self.log.path, it)
         self.log.purge_after(it)
@@ -363,18 +378,19 @@ class Trainer:
     # -- the loop ----------------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
         cfg = self.cfg
-        atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
+        if self.dp.main:
+            atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
         if resume:
             self.resume()
         t_start = time.perf_counter()
         before = None
-        if cfg.eval.before and self.start_iteration == 0:
+        if cfg.eval.before and self.start_iteration == 0 and self.dp.main:
             before = self.evaluate("before", 0)
             log.info(_eval_line("untrained", before))
         t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
         last_iter_s, last_run, last_saved = 0.0, self.start_iteration - 1, self.start_iteration - 1
         for it in range(self.start_iteration, cfg.train.iterations):
-            if budget_spent(time.perf_counter() - t_train, last_iter_s, cfg.train.time_budget_s):
+            if self.dp.from_main(budget_spent(time.perf_counter() - t_train, last_iter_s, cfg.train.time_budget_s)):
                 log.info("time budget of %.0fs reached after %d iterations", cfg.train.time_budget_s, it)
                 break
             spent = _spent_budget(cfg.train, self.rollout_count, self.env_steps)
@@ -396,9 +412,21 @@ class Trainer:
                 last_saved = it
         if last_run > last_saved:  # stopped by the budget between saves: the evaluated weights are saved too
             self.save(last_run)
+        if not self.dp.main:  # rank 0 evaluates and writes the summary
+            return self._close_rank()
         after = self.evaluate("after", cfg.train.iterations)
         log.info(_eval_line("trained", after))
         return self._finish(before, after, t_start)
+
+    def _close_rank(self) -> dict[str, Any]:
+        """The end of a rank other than 0: close what it opened and remove its scratch folder."""
+        iterations = len(self.log.rows())
+        self.log.close()
+        schemes.close(self.rollouts)
+        if self.experience is not None:
+            self.experience.close()
+        shutil.rmtree(self.out, ignore_errors=True)
+        return {"rank": self.dp.rank, "iterations": iterations}
 
     def _finish(self, before: dict | None, after: dict, t_start: float) -> dict[str, Any]:
         cfg = self.cfg
@@ -409,6 +437,7 @@ class Trainer:
         evals["held-out after (sampled)"] = after["sampled"]["success"]
         plot_curves(rows, self.dir / "curves.png", evals)
         self.log.close()
+        schemes.close(self.rollouts)
         if self.experience is not None:
             self.experience.close()
         summary = {"run_dir": str(self.dir), "before": before, "after": after, "episodes": self.episodes,
@@ -418,6 +447,22 @@ class Trainer:
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
         write_eval(self.dir, "summary", summary)
         return summary
+
+
+def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
+    """A :class:`ConfigError` for what data parallelism cannot split yet."""
+    if dp.world == 1:
+        return
+    if cfg.rollout.groups < dp.world:
+        raise ConfigError(f"rollout.groups: {cfg.rollout.groups} task groups cannot be shared by {dp.world} "
+                          f"processes (at least one group each)")
+    if cfg.algorithm.dynamic_sampling:
+        raise ConfigError("algorithm.dynamic_sampling: not supported with more than one process yet (each rank "
+                          "would refill from the same seeds)")
+    spec = get_algorithm(cfg.algorithm.name)
+    if "snapshots" in spec.needs:
+        raise ConfigError(f"algorithm.name: {spec.name} forks sibling rollouts from env snapshots, which is not "
+                          f"split across processes yet: run it with one process")
 
 
 def _spent_budget(train, rollouts: int, env_steps: int) -> str:

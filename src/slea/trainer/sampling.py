@@ -23,7 +23,7 @@ import numpy as np
 from slea.rollout.collector import RolloutStats
 from slea.types import Trajectory
 
-__all__ = ["Batch", "collect_batch", "merge_stats", "refill_seeds", "zero_variance_groups"]
+__all__ = ["Batch", "collect_batch", "merge_shards", "merge_stats", "refill_seeds", "zero_variance_groups"]
 
 
 @dataclass
@@ -131,3 +131,30 @@ def collect_batch(collector, pool, seeds: list[int], *, iteration: int, run_seed
                "sampling/short_groups": float(target - n_kept), "sampling/surplus_groups": float(surplus),
                "sampling/collected_groups": float(target * (rounds + 1))}
     return Batch(kept, collected, stats, metrics)
+
+
+def merge_shards(parts: list[Batch]) -> Batch:
+    """The batches the data-parallel ranks collected on their shares of the task groups, as one batch, in rank
+    order. Group and trajectory ids are shifted past the previous ranks' so they stay unique; rank ``r`` played
+    groups ``g0..`` of the iteration, so without dynamic sampling the ids equal those of one process playing all
+    groups."""
+    group_off = traj_off = 0
+    for part in parts:
+        unique = {id(t): t for t in part.collected + part.trajs}.values()  # trajs is often collected itself
+        top_group = max((t.group_id for t in unique), default=-1)
+        top_traj = max((t.traj_id for t in unique), default=-1)
+        for t in unique:
+            t.group_id += group_off
+            t.traj_id += traj_off
+            for s in t.steps:
+                s.group_id, s.traj_id = t.group_id, t.traj_id
+        group_off += top_group + 1
+        traj_off += top_traj + 1
+    stats = parts[0].stats
+    for part in parts[1:]:
+        stats = merge_stats(stats, part.stats)
+    metrics: dict[str, float] = {}
+    for part in parts:
+        for key, v in part.metrics.items():
+            metrics[key] = metrics.get(key, 0.0) + v
+    return Batch([t for p in parts for t in p.trajs], [t for p in parts for t in p.collected], stats, metrics)

@@ -23,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from slea.envs.pool import EnvPool
+from slea.envs.pool import EnvPool, make_pool
 from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector
-from slea.trainer.sampling import Batch, collect_batch, merge_stats
+from slea.trainer.distributed import DataParallel
+from slea.trainer.sampling import Batch, collect_batch, merge_shards, merge_stats
 
 __all__ = ["OnPolicyRollouts", "RolloutScheme", "SiblingRollouts", "close", "last_error", "scheme_for",
            "take_fault_stats"]
@@ -73,27 +74,30 @@ def _note(bar: Progress, n: int):
 
 
 class OnPolicyRollouts:
-    """One round per iteration: one episode on every env of the pool (N groups × G copies)."""
+    """One round per iteration: one episode on every env of the pool (N groups × G copies). With data
+    parallelism (``dp``) the pool holds this rank's share of the groups, and every rank gets the whole batch."""
 
-    def __init__(self, collector: RolloutCollector, cfg):
+    def __init__(self, collector: RolloutCollector, cfg, dp: DataParallel | None = None):
         self.collector, self.cfg = collector, cfg
-        self.pool = _pool(cfg, cfg.rollout.group_size)
+        self.dp = dp or DataParallel(0, 1)
+        groups = len(self.dp.block(cfg.rollout.groups))  # this rank's share of the task groups
+        self.pool = make_pool(cfg.env, groups, cfg.rollout.group_size)  # env.workers: local | ray
         self.pools = (self.pool,)
 
     def rounds(self, it: int, seeds: list[int]) -> Iterator[Batch]:
         a = self.cfg.algorithm
         with _bar(self.cfg, it, "rollout") as bar:
-            batch = collect_batch(self.collector, self.pool, seeds, iteration=it, run_seed=self.cfg.run.seed,
-                                  dynamic=a.dynamic_sampling, max_refill_rounds=a.max_refill_rounds,
-                                  progress=_note(bar, len(self.pool)))
-        yield batch
+            batch = collect_batch(self.collector, self.pool, self.dp.share(seeds), iteration=it,
+                                  run_seed=self.cfg.run.seed, dynamic=a.dynamic_sampling,
+                                  max_refill_rounds=a.max_refill_rounds, progress=_note(bar, len(self.pool)))
+        yield merge_shards(self.dp.gather(batch)) if self.dp.world > 1 else batch
 
 
 class SiblingRollouts:
     """RTPO's trunk-and-siblings rollouts (module docstring): ``pool`` holds the trunks (N groups ×
     ``rollout.trunks`` copies); the siblings play in a pool of their own, one group of G−1 envs per trunk."""
 
-    def __init__(self, collector: RolloutCollector, cfg):
+    def __init__(self, collector: RolloutCollector, cfg, dp: DataParallel | None = None):  # one process only
         if cfg.rollout.group_size < 2:
             raise ValueError("rollout.group_size must be >= 2: a boundary forks group_size − 1 siblings")
         self.collector, self.cfg = collector, cfg

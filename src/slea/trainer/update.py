@@ -20,6 +20,7 @@ from slea.algorithms.kl import kl_penalty
 from slea.algorithms.registry import get_policy_loss
 from slea.config import loss_settings
 from slea.policy.generation import autocast, forward_after_prefix, left_pad, shared_prefix
+from slea.trainer.distributed import DataParallel
 from slea.types import Step
 
 
@@ -93,10 +94,19 @@ def _right_aligned(rows: list[list[float]], k: int) -> torch.Tensor:
 
 @torch.no_grad()
 def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temperature: float, dtype: str,
-                       reference=None) -> None:
+                       reference=None, dp: DataParallel | None = None) -> None:
     """Fill ``ref_logprobs`` from π_ref: ``reference`` (a frozen copy of the starting weights) when given, else
     ``model`` with its LoRA adapters disabled. A model without adapters and no ``reference`` is an error: its
-    "reference" would be the current policy and the KL term would be 0."""
+    "reference" would be the current policy and the KL term would be 0. With ``dp`` each rank computes its
+    share of the rows and every rank receives all of them."""
+    if dp is not None and dp.world > 1:
+        mine = dp.share(samples)
+        reference_logprobs(model, mine, micro_batch=micro_batch, temperature=temperature, dtype=dtype,
+                           reference=reference)
+        every = [row for part in dp.gather([s.ref_logprobs for s in mine]) for row in part]
+        for s, row in zip(samples, every):
+            s.ref_logprobs = row
+        return
     if reference is None and not hasattr(model, "disable_adapter"):
         raise ValueError("the KL reference of a fully fine-tuned policy must be a frozen copy of the starting "
                          "weights: pass reference=")
@@ -120,10 +130,14 @@ def minibatches(n_rows: int, updates: int, rng: random.Random) -> list[list[int]
 
 
 def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, temperature: float,
-               dtype: str, rng: random.Random, progress=None) -> dict[str, float]:
+               dtype: str, rng: random.Random, progress=None, dp: DataParallel | None = None) -> dict[str, float]:
     """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches (:func:`minibatches`), with
     gradient accumulation over micro-batches weighted so the gradient equals one pass over the whole mini-batch,
-    for every aggregation mode and for the KL term (β · token-mean of the mini-batch's KL)."""
+    for every aggregation mode and for the KL term (β · token-mean of the mini-batch's KL).
+
+    With ``dp`` (data parallelism, slea/trainer/distributed.py) every rank holds the same ``samples`` and runs
+    its share of each mini-batch, weighted by the whole mini-batch; the summed gradients and the metrics are
+    those of one process."""
     loss_fn = get_policy_loss(algo_cfg.policy_loss)
     kwargs = loss_settings(algo_cfg, loss_fn)
     minis = minibatches(len(samples), train_cfg.updates_per_iter, rng)
@@ -146,8 +160,9 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
         k = max(len(s.response_ids) for s in rows)
         optimizer.zero_grad(set_to_none=True)
         metrics_acc: dict[str, float] = {}
-        for start in range(0, len(rows), train_cfg.micro_batch):
-            chunk = rows[start:start + train_cfg.micro_batch]
+        mine = rows if dp is None else dp.share(rows)  # this rank's rows; the weights below are the mini-batch's
+        for start in range(0, len(mine), train_cfg.micro_batch):
+            chunk = mine[start:start + train_cfg.micro_batch]
             logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype)
             pad = (k - mask.shape[1], 0)
             logp, mask = torch.nn.functional.pad(logp, pad), torch.nn.functional.pad(mask, pad)
@@ -156,20 +171,25 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             loss, met = loss_fn(logp, old, adv, mask, **kwargs)
             weight = (mask.sum().item() / mini_tokens) if agg == "token-mean" else len(chunk) / len(rows)
             total = loss * weight
+            shares = {key: float(v) * weight for key, v in met.items() if not key.endswith("_max_dev")}
+            shares["loss"] = float(loss.detach()) * weight
             if algo_cfg.kl_coef > 0 and chunk[0].ref_logprobs is not None:
                 # β · token-mean(KL) over the mini-batch, whatever the policy loss's aggregation: this chunk's
                 # share is its KL sum over the mini-batch's response tokens.
                 ref = _right_aligned([s.ref_logprobs or [] for s in chunk], k)
                 kl_share = (kl_penalty(logp, ref, algo_cfg.kl_estimator) * mask).sum() / mini_tokens
                 total = total + algo_cfg.kl_coef * kl_share
-                metrics_acc["kl"] = metrics_acc.get("kl", 0.0) + float(kl_share.detach())
+                shares["kl"] = float(kl_share.detach())
+                shares["loss"] += algo_cfg.kl_coef * shares["kl"]
             total.backward()
-            metrics_acc["loss"] = metrics_acc.get("loss", 0.0) + float(total.detach())
             for key, v in met.items():
                 if key.endswith("_max_dev"):  # a max stays a max across micro-batches
                     metrics_acc[key] = max(metrics_acc.get(key, 0.0), float(v))
-                else:
-                    metrics_acc[key] = metrics_acc.get(key, 0.0) + float(v) * weight
+            for key, v in shares.items():
+                metrics_acc[key] = metrics_acc.get(key, 0.0) + v
+        if dp is not None:  # sum the ranks' gradients and metrics: every rank then takes the same step
+            dp.all_reduce_grads(params)
+            metrics_acc = dp.combine_metrics(metrics_acc)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(params, train_cfg.grad_clip))
         if not math.isfinite(grad_norm) or any(not math.isfinite(v) for v in metrics_acc.values()):
             optimizer.zero_grad(set_to_none=True)  # numerical guard: skip this step, keep the weights

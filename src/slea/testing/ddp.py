@@ -1,0 +1,75 @@
+"""A fixed-batch policy update run in one process or in every rank of a data-parallel group, so the two can be
+compared (tests/trainer/test_distributed.py). It lives in the package because spawned ranks import their entry
+point by name, which a test module (imported by path) cannot offer.
+
+Nothing in slea imports it."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import torch
+
+from slea.config import AlgorithmSection, ModelSection, TrainSection
+from slea.trainer.distributed import DataParallel
+from slea.trainer.update import Sample, ppo_update
+
+MODEL = ModelSection(name_or_path="tiny", dtype="float32", lora=True, lora_r=4, lora_alpha=8,
+                     lora_targets=["q_proj", "v_proj"])
+TRAIN = TrainSection(lr=1e-2, updates_per_iter=2, micro_batch=2)
+AGGS = ("token-mean", "seq-mean-token-mean")
+
+
+def fixed_samples(vocab: int) -> list[Sample]:
+    """7 rows (mini-batches of 4 and 3: uneven shares on 2 ranks) sharing a 6-token prefix, with random
+    responses, old/reference log-probs and advantages."""
+    rng = random.Random(0)
+    prefix = [rng.randrange(4, vocab) for _ in range(6)]
+    out = []
+    for _ in range(7):
+        prompt = prefix + [rng.randrange(4, vocab) for _ in range(rng.randint(1, 5))]
+        n = rng.randint(1, 4)
+        out.append(Sample(prompt, [rng.randrange(4, vocab) for _ in range(n)],
+                          old_logprobs=[-rng.uniform(3, 8) for _ in range(n)],
+                          advantages=[rng.uniform(-1, 1) for _ in range(n)],
+                          ref_logprobs=[-rng.uniform(3, 8) for _ in range(n)]))
+    return out
+
+
+def model_from(state: Path):
+    """The tiny LoRA policy with the weights saved at ``state``."""
+    from slea.policy.model import load_policy
+
+    model, _ = load_policy(MODEL)
+    model.load_state_dict(torch.load(state))
+    return model
+
+
+def trainable(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def fixed_update(state: Path, agg: str, dp: DataParallel | None, micro_batch: int = TRAIN.micro_batch,
+                 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """One ``ppo_update`` (2 AdamW steps, KL term on) from the saved weights: the trained weights and metrics."""
+    torch.manual_seed(0)
+    model = model_from(state)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=TRAIN.lr)
+    algo = AlgorithmSection(loss_agg=agg, kl_coef=0.1)
+    train = TRAIN.model_copy(update={"micro_batch": micro_batch})
+    met = ppo_update(model, opt, fixed_samples(model.config.vocab_size), algo, train, temperature=1.0,
+                     dtype="float32", rng=random.Random(3), dp=dp)
+    return trainable(model), met
+
+
+def rank_main(state: Path, out: Path) -> None:
+    """One rank's run (the entry point :func:`slea.trainer.distributed.launch` spawns): every aggregation in
+    :data:`AGGS`, weights and metrics written to ``out`` as ``<agg>-rank<r>.pt`` / ``.json``."""
+    torch.set_num_threads(1)
+    dp = DataParallel.current()
+    for agg in AGGS:
+        weights, met = fixed_update(state, agg, dp)
+        torch.save(weights, out / f"{agg}-rank{dp.rank}.pt")
+        (out / f"{agg}-rank{dp.rank}.json").write_text(json.dumps(met))

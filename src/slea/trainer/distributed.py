@@ -1,0 +1,127 @@
+"""Data parallelism over ``torch.distributed``: N processes, one update (``slea train --nproc N``, or torchrun).
+
+Every rank holds the whole policy. A training batch is the same on every rank; each rank runs the forward and
+backward passes of its contiguous share of each mini-batch's rows, with the loss weights of the *whole*
+mini-batch (its token or row count), so the gradients summed over the ranks (one all-reduce of the flattened
+trainable gradients per optimizer step) are the one-process gradient of that mini-batch, and the clipped step
+that follows is the same on every rank. The update of N processes therefore equals the update of one process on
+the same batch, up to float summation order (tests/trainer/test_distributed.py).
+
+Why not ``torch.nn.parallel.DistributedDataParallel``: it averages gradients over ranks, and syncs inside one
+backward per rank, while slea's micro-batches are uneven across ranks (a mini-batch of 5 rows is 3 + 2) and its
+prefix-shared forward runs the model twice before one backward; the summed all-reduce after accumulation is the
+same collective without those constraints. Backend: gloo (CPU); nccl where the tensors live on GPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import torch
+import torch.distributed as dist
+
+T = TypeVar("T")
+
+# Rank 0 may evaluate or checkpoint while the other ranks wait at the next collective: allow that long.
+COLLECTIVE_TIMEOUT = timedelta(hours=6)
+
+
+@dataclass(frozen=True)
+class DataParallel:
+    """This process's place in the data-parallel group: ``rank`` of ``world`` (``world == 1``: no group)."""
+
+    rank: int = 0
+    world: int = 1
+
+    @classmethod
+    def current(cls) -> DataParallel:
+        """The initialised process group's rank and size, or a single process."""
+        if dist.is_available() and dist.is_initialized():
+            return cls(dist.get_rank(), dist.get_world_size())
+        return cls()
+
+    @property
+    def main(self) -> bool:
+        """Rank 0: the one process that writes the run folder."""
+        return self.rank == 0
+
+    def block(self, n: int) -> range:
+        """This rank's contiguous share of ``n`` items (sizes differ by at most one)."""
+        return range(self.rank * n // self.world, (self.rank + 1) * n // self.world)
+
+    def share(self, items: Sequence[T]) -> list[T]:
+        return [items[i] for i in self.block(len(items))]
+
+    def all_reduce_grads(self, params: Sequence[torch.nn.Parameter]) -> None:
+        """Sum the gradients of ``params`` over the ranks, in place (a rank with no rows contributes zeros)."""
+        if self.world == 1 or not params:
+            return
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+        for p, g in zip(params, flat.split([p.numel() for p in params])):
+            p.grad = g.view_as(p)
+
+    def combine_metrics(self, metrics: dict[str, float]) -> dict[str, float]:
+        """Per-rank shares of a weighted metric summed over the ranks (``*_max_dev`` keys: the maximum)."""
+        if self.world == 1:
+            return metrics
+        out: dict[str, float] = {}
+        for part in self.gather(metrics):
+            for key, v in part.items():
+                out[key] = max(out.get(key, v), v) if key.endswith("_max_dev") else out.get(key, 0.0) + v
+        return out
+
+    def sum_counts(self, counts: dict[str, int]) -> dict[str, int]:
+        """Counters summed over the ranks (every rank gets the total)."""
+        parts = self.gather(counts)
+        return {key: sum(p.get(key, 0) for p in parts) for key in parts[0]}
+
+    def from_main(self, value: T) -> T:
+        """Rank 0's ``value`` on every rank (a decision all ranks must take together, e.g. a time budget)."""
+        return self.gather(value)[0]
+
+    def gather(self, obj: T) -> list[T]:
+        """``obj`` of every rank, in rank order (pickled; for rows and metrics, not tensors)."""
+        if self.world == 1:
+            return [obj]
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(fn: Callable[..., Any], nproc: int, *args: Any) -> None:
+    """Run ``fn(*args)`` in ``nproc`` spawned processes joined in one gloo group on this machine (ranks
+    0..nproc-1); returns when all have finished, and raises when one failed. ``fn`` must be importable by name
+    (spawned processes unpickle it)."""
+    torch.multiprocessing.spawn(_rank_main, args=(fn, nproc, free_port(), args), nprocs=nproc, join=True)
+
+
+def _rank_main(rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple) -> None:
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=COLLECTIVE_TIMEOUT)
+    try:
+        fn(*args)
+    finally:
+        dist.destroy_process_group()
+
+
+def init_from_torchrun() -> bool:
+    """Join the group torchrun describes (``WORLD_SIZE``/``RANK``/``MASTER_ADDR`` in the environment) when this
+    process was started by it and no group exists yet; True when a multi-process group is now initialised."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return False
+    if not dist.is_initialized():
+        dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+    return True
