@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_model
 
 from slea.testing.ddp import AGGS, MODEL, fixed_update, model_from, rank_main, trainable
 from slea.trainer.distributed import DataParallel, launch
@@ -23,8 +24,8 @@ def start_state(tmp_path_factory) -> Path:
         for name, p in model.named_parameters():
             if "lora_B" in name:
                 p.normal_(0, 0.05)
-    path = tmp_path_factory.mktemp("ddp") / "start.pt"
-    torch.save(model.state_dict(), path)
+    path = tmp_path_factory.mktemp("ddp") / "start.safetensors"
+    save_model(model, str(path))  # the tied embedding / lm_head saved once
     return path
 
 
@@ -41,7 +42,7 @@ def test_two_process_update_equals_one_process_update(start_state, tmp_path):
     launch(rank_main, 2, start_state, tmp_path)
     for agg in AGGS:
         want, want_met = fixed_update(start_state, agg, None)
-        ranks = [torch.load(tmp_path / f"{agg}-rank{r}.pt") for r in range(2)]
+        ranks = [load_file(tmp_path / f"{agg}-rank{r}.safetensors") for r in range(2)]
         mets = [json.loads((tmp_path / f"{agg}-rank{r}.json").read_text()) for r in range(2)]
         moved = max(float((want[n] - start[n]).abs().max()) for n in want)
         assert moved > 1e-3, "the update must move the weights for the comparison to mean anything"

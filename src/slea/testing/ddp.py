@@ -11,6 +11,7 @@ import random
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_model, save_file
 
 from slea.config import AlgorithmSection, ModelSection, TrainSection
 from slea.trainer.distributed import DataParallel
@@ -43,7 +44,7 @@ def model_from(state: Path):
     from slea.policy.model import load_policy
 
     model, _ = load_policy(MODEL)
-    model.load_state_dict(torch.load(state))
+    load_model(model, state)
     return model
 
 
@@ -66,10 +67,10 @@ def fixed_update(state: Path, agg: str, dp: DataParallel | None, micro_batch: in
 
 def rank_main(state: Path, out: Path) -> None:
     """One rank's run (the entry point :func:`slea.trainer.distributed.launch` spawns): every aggregation in
-    :data:`AGGS`, weights and metrics written to ``out`` as ``<agg>-rank<r>.pt`` / ``.json``."""
+    :data:`AGGS`, weights and metrics written to ``out`` as ``<agg>-rank<r>.safetensors`` / ``.json``."""
     torch.set_num_threads(1)
     dp = DataParallel.current()
     for agg in AGGS:
         weights, met = fixed_update(state, agg, dp)
-        torch.save(weights, out / f"{agg}-rank{dp.rank}.pt")
+        save_file(weights, out / f"{agg}-rank{dp.rank}.safetensors")
         (out / f"{agg}-rank{dp.rank}.json").write_text(json.dumps(met))
