@@ -4,6 +4,7 @@ way, and a dead worker process survived. One local Ray cluster (2 CPUs) serves t
 from __future__ import annotations
 
 import math
+import time
 
 import pytest
 
@@ -88,13 +89,29 @@ def test_faults_are_handled_and_counted_as_in_the_local_pool():
     assert want_counts["env_errors"] >= 1 and want_counts["env_timeouts"] >= 1 and want_counts["restarts"] >= 2
 
 
+def _kill(actor) -> None:
+    """Kill an actor and wait until it is dead: ``ray.kill`` only asks, and a call sent before the kill lands
+    would still be answered (the test then saw a live worker, on a busy machine)."""
+    ray.kill(actor)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.__ray_ready__.remote(), timeout=5)
+        except ray.exceptions.RayActorError:
+            return
+        except ray.exceptions.GetTimeoutError:
+            pass
+        time.sleep(0.05)
+    raise AssertionError("the killed worker still answers after 30 s")
+
+
 def test_a_dead_worker_ends_its_episodes_as_faults_and_is_replaced():
     kw = {"inner": "slea/Sokoban-v0"}
     with RayEnvPool(FAULTY_ID, 2, 2, kw, num_workers=2) as pool:
         pool.reset([5, 6])
         pool.take_fault_stats()
         dead = pool.workers[1]  # holds envs 1 and 3
-        ray.kill(dead)
+        _kill(dead)
         res = pool.step({0: "up", 1: "up"})
         assert "fault" not in res[0][4] and not res[0][3]
         obs, reward, term, trunc, info = res[1]
