@@ -173,6 +173,8 @@ class ExperienceSection(_Section):
     top_k_neg: int = Field(1, ge=0)  # k−
     max_tokens: int = Field(200, ge=1)  # B_max
     fallback_threshold: float = Field(0.5, ge=0, le=1)  # Eq.2: min similarity of a library-wide match
+    # neither Eq.1 nor Eq.2 found an entry: "none" (the paper) or "task_type" (the task type's best by z, linked)
+    empty_fallback: Literal["none", "task_type"] = "none"
     warmup_iters: int = Field(5, ge=0)  # W
     min_entries: int = Field(10, ge=0)  # C_min
     capacity_pos: int = Field(100, ge=1)  # C per level, strategy zone

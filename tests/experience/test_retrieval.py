@@ -93,3 +93,27 @@ def test_results_reflect_the_current_library(lib):
     assert r.retrieve("stairs", 9).entry_ids == [better]
     lib.remove(better)
     assert r.retrieve("stairs", 9).entry_ids == [first]
+
+
+def test_task_type_fallback_takes_the_best_of_the_task_type_only_when_eq1_and_eq2_find_nothing(lib):
+    hi = lib.add("Take the coin as soon as you see it.", "pos", "pattern", 3.0, task_type="coin",
+                 clusters=[1]).entry_id
+    mid = lib.add("Try an exit you have not taken yet.", "pos", "pattern", 2.0, task_type="coin").entry_id
+    lib.add("Lowest strategy of the task type.", "pos", "example", 1.0, task_type="coin")
+    other = lib.add("Cook the meal before eating it.", "pos", "pattern", 9.0, task_type="cooking").entry_id
+    warn = lib.add("Made-up verbs are rejected.", "neg", "pattern", 0.5, task_type="coin").entry_id
+    lib.add("A milder warning.", "neg", "example", 0.1, task_type="coin")
+    unseen = "-= Pantry =- You arrive in a pantry. There is an exit to the east."
+    paper = Retriever(lib, top_k_pos=2, top_k_neg=1, fallback_threshold=0.9)
+    assert paper.retrieve(unseen, 7, task_type="coin").entry_ids == []  # the paper: nothing
+    assert lib.linked(7, "pos") == []
+    r = Retriever(lib, top_k_pos=2, top_k_neg=1, fallback_threshold=0.9, empty_fallback="task_type")
+    got = r.retrieve(unseen, 7, task_type="coin")
+    assert got.entry_ids == [hi, mid, warn] and got.task_fallback and not got.fallback
+    assert other not in got.entry_ids  # another task type's entry, however high its score
+    assert lib.linked(7, "pos") == [hi, mid] and lib.linked(7, "neg") == [warn]  # linked, as Eq.2 links
+    again = r.retrieve(unseen, 7, task_type="coin")
+    assert again.entry_ids == [hi, mid, warn] and not again.task_fallback  # now an Eq.1 hit
+    assert r.retrieve("anything", 1, task_type="coin").entry_ids == [hi]  # a cluster with entries: Eq.1 only
+    with pytest.raises(ValueError, match="empty_fallback"):
+        Retriever(lib, empty_fallback="global")

@@ -44,9 +44,11 @@ class ExperienceManager:
         self.retriever = Retriever(self.library, top_k_pos=cfg.top_k_pos, top_k_neg=cfg.top_k_neg,
                                    max_tokens=cfg.max_tokens,
                                    fallback_threshold=cfg.fallback_threshold,
+                                   empty_fallback=cfg.empty_fallback,
                                    count_tokens=count_tokens)
         self.extractor = get_extractor(cfg.extractor)(generate_text)
-        self.stats: dict[str, float] = {"retrievals": 0, "retrieved": 0, "fallbacks": 0, "gated": 0}
+        self.stats: dict[str, float] = {"retrievals": 0, "retrieved": 0, "fallbacks": 0, "task_fallbacks": 0,
+                                      "gated": 0}
 
     # -- per step --------------------------------------------------------------------------------------------
     def cluster(self, observation: str, task_type: str = "") -> int:
@@ -67,6 +69,7 @@ class ExperienceManager:
         self.stats["retrievals"] += 1
         self.stats["retrieved"] += bool(res.entry_ids)
         self.stats["fallbacks"] += res.fallback
+        self.stats["task_fallbacks"] += res.task_fallback
         return RetrievalResult(cid, res.entry_ids, res.text)
 
     # -- per iteration ---------------------------------------------------------------------------------------

@@ -10,6 +10,12 @@ tokens (its text plus the observation summary it was distilled from) that occur 
 Candidates come from the library's token index, rarest tokens first under a fixed work budget, so the cost does
 not grow with the library.
 
+Neither finds anything (an unseen game's room opens a cluster with no entries, and no lesson's words reach the
+threshold): ``empty_fallback="none"`` retrieves nothing, as the paper says; ``"task_type"`` takes the task type's
+best k+ strategies and k− warnings by quality z (then recency, then id) and links them to the cluster as Eq.2 does
+— the released code's default retrieval (score-sorted top-k within the task type, papers.md §1.5), here only as a
+last resort.
+
 Nothing outlives a change of the library: an Eq.1 result (a function of the cluster alone) is memoised only
 until the library's next mutation (any admission, link, usage update), so every call answers from the current
 library — unlike the released code's permanent per-observation cache.
@@ -41,13 +47,16 @@ class Retrieved:
     entry_ids: list[int]
     text: str
     fallback: bool = False  # Eq.2 was used
+    task_fallback: bool = False  # neither Eq.1 nor Eq.2 found an entry: the task type's best were taken
 
 
 class Retriever:
     def __init__(self, library: ExperienceLibrary, *, top_k_pos: int = 2, top_k_neg: int = 1,
                  max_tokens: int = 200, fallback_threshold: float = 0.5,
                  count_tokens: Callable[[str], int] | None = None, max_candidates: int = 32,
-                 work_budget: int = 512) -> None:
+                 work_budget: int = 512, empty_fallback: str = "none") -> None:
+        if empty_fallback not in ("none", "task_type"):
+            raise ValueError(f"empty_fallback must be 'none' or 'task_type', not {empty_fallback!r}")
         self.lib = library
         self.top_k = {"pos": int(top_k_pos), "neg": int(top_k_neg)}
         self.max_tokens = int(max_tokens)
@@ -55,6 +64,7 @@ class Retriever:
         self.count_tokens = count_tokens or approx_tokens
         self.max_candidates = int(max_candidates)
         self.work_budget = int(work_budget)
+        self.empty_fallback = empty_fallback
         self._idf: dict[str, float] = {}
         self._weight: dict[int, float] = {}
         self._idf_version = -1
@@ -153,6 +163,18 @@ class Retriever:
                 break
         return got["pos"] + got["neg"]
 
+    def best_of_task(self, task_type: str = "") -> list[int]:
+        """The task type's top k+ strategies and k− warnings by quality z, recency, id (untyped entries count
+        for every task type, as in :meth:`similar`)."""
+        import heapq
+
+        out = []
+        for zone in ("pos", "neg"):
+            ids = [e.id for e in self.lib.entries(zone)
+                   if not (e.task_type and task_type and e.task_type != task_type)]
+            out += heapq.nlargest(self.top_k[zone], ids, key=self._rank_key)
+        return out
+
     # -- both ------------------------------------------------------------------------------------------------
     def retrieve(self, observation: str, cluster_id: int, *, task_type: str = "", goal: str = "",
                  link: bool = True) -> Retrieved:
@@ -165,16 +187,19 @@ class Retriever:
             return Retrieved(list(hit.entry_ids), hit.text, False)
         ids = self.from_cluster(cluster_id, "pos", self.top_k["pos"]) + \
             self.from_cluster(cluster_id, "neg", self.top_k["neg"])
-        used_fallback = False
+        used_fallback = used_task = False
         if not ids:
             ids = self.fallback(f"{observation}\n{goal}" if goal else observation, task_type)
             used_fallback = bool(ids)
+            if not ids and self.empty_fallback == "task_type":
+                ids = self.best_of_task(task_type)
+                used_task = bool(ids)
             if link and cluster_id >= 0:
                 for eid in ids:
                     self.lib.link_deferred(eid, cluster_id)
         text, kept = self.render(ids)
-        res = Retrieved(kept, text, used_fallback)
-        if ids and not used_fallback and cluster_id >= 0:
+        res = Retrieved(kept, text, used_fallback, used_task)
+        if ids and not (used_fallback or used_task) and cluster_id >= 0:
             self._eq1[cluster_id] = Retrieved(list(kept), text, False)
         return res
 
