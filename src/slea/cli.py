@@ -406,8 +406,7 @@ def agent(
     last = latest_checkpoint(run / "checkpoints") if run else None
     policy, tok = load_policy(cfg.model, adapter_dir=last)
     policy.requires_grad_(False).eval()
-    builder = PromptBuilder(tok, history=cfg.rollout.history, obs_max_chars=cfg.rollout.obs_max_chars,
-                            one_shot=cfg.rollout.one_shot)
+    builder = PromptBuilder.from_rollout(tok, cfg.rollout)
     generator = HFGenerator(policy, tok, dtype=cfg.model.dtype)
     kwargs = {**cfg.env.kwargs, "split": split or "heldout", **cfg.env.eval_kwargs}
     if split is not None:

@@ -90,6 +90,8 @@ class RolloutSection(_Section):
     # None: the env's instructions decide (multi-line for reasoning + tags, else stop at the first newline)
     stop_at_newline: bool | None = None
     history: int = Field(2, ge=0)  # last-k (observation, action) pairs in the prompt (RTPO's ψ; >= max_steps: all)
+    # ψ = summary: the turns older than that window appear as one line of their actions (none: dropped)
+    history_summary: bool = False
     obs_max_chars: int = Field(400, ge=20)
     invalid_penalty: float = Field(0.1, ge=0)  # subtracted from the reward of an invalid step
     # where the estimators charge it: "step" = that row's score only, after discounting (GiGPO's reference

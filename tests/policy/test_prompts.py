@@ -102,3 +102,24 @@ def test_a_tiny_obs_limit_clips_only_the_observation():
     assert obs.strip() not in user
     assert f"[{clip_observation(past[0][0], 12)}] > go east" in user  # past observations get half the limit
     assert user.endswith("- a\n- b\nYour reply:")
+
+
+def test_summary_psi_lists_the_actions_before_the_window_and_only_those():
+    past = [(f"room {i}", f"go  {d}") for i, d in enumerate(["north", "east", "south", "west"])]
+    plain = PromptBuilder(None, history=2).messages(FAMILY, "g", "here", None, past)[-1]["content"]
+    assert "Earlier actions" not in plain  # off by default: the turns before the window are dropped
+    b = PromptBuilder(None, history=2, summary=True)
+    user = b.messages(FAMILY, "g", "here", None, past)[-1]["content"]
+    assert user.splitlines()[:4] == ["Goal: g", "Earlier actions: go north; go east (2 turns)", "Recent steps:",
+                                     "[room 2] > go  south"]
+    assert b.earlier(past[:2]) == ""  # nothing older than the window
+    assert PromptBuilder(None, history=0, summary=True).earlier(past[:1]) == "go north (1 turn)"
+    tight = PromptBuilder(None, history=0, summary=True, obs_max_chars=40)  # 20 characters for the summary
+    assert tight.earlier(past) == "…; go south; go west (4 turns)"  # the latest actions that fit, oldest dropped
+
+
+def test_from_rollout_carries_the_summary_setting():
+    from slea.config import RolloutSection
+
+    assert PromptBuilder.from_rollout(None, RolloutSection(history_summary=True, history=1)).summary
+    assert not PromptBuilder.from_rollout(None, RolloutSection()).summary

@@ -166,3 +166,16 @@ def test_boundaries_and_forks_continue_the_trunk_exactly(tiny_policy):
     assert len(sibs) == 1 and sibs[0].steps == [] and sibs[0].truncated
     with pytest.raises(ValueError, match="one boundary turn"):
         col.fork(EnvPool("slea/Sokoban-v0", 1, 2), {0: (trunk, b1), 1: (trunk, trunk.boundaries[0])})
+
+
+def test_a_summary_psi_is_recorded_at_the_boundaries_and_is_in_c_k(tiny_policy):
+    _, tok = tiny_policy
+    moves = ["up", "left", "down", "right", "up"]
+    col = RolloutCollector(Scripted(lambda call, i: moves[call - 1]), PromptBuilder(tok, history=1, summary=True),
+                           RolloutSection(), max_steps=4)
+    (trunk,), _ = col.collect(EnvPool("slea/Sokoban-v0", 1, 1), [5], boundaries=True)
+    assert len(trunk.steps) >= 3 and trunk.boundaries[0].context == "last 1 turns + a summary of the earlier actions"
+    c2 = tok.decode(trunk.boundaries[2].prompt_ids)
+    first = trunk.steps[0].action
+    assert f"Earlier actions: {first} (1 turn)" in c2  # turn 0's action summarised, turn 1's shown in full
+    assert "Earlier actions" not in tok.decode(trunk.boundaries[1].prompt_ids)

@@ -53,11 +53,14 @@ TEXT_SPACE_MAX = 1 << 20
 
 
 def user_turn(goal: str, observation: str, commands: list[str] | None = None, cue: str = "Your command:",
-              recent: list[str] | tuple[str, ...] = ()) -> str:
+              recent: list[str] | tuple[str, ...] = (), earlier: str = "") -> str:
     """The user text of one turn, the one layout of slea's prompts (the prompt builder's real turns and the
-    families' example turns): ``Goal:`` (when there is one), ``Recent steps:`` (when given), ``Observation:``,
-    the ``Valid commands:`` list (when there is one) and the answer cue."""
+    families' example turns): ``Goal:`` (when there is one), ``Earlier actions:`` (a summary of the turns before
+    the recent ones, when given), ``Recent steps:`` (when given), ``Observation:``, the ``Valid commands:`` list
+    (when there is one) and the answer cue."""
     lines = [f"Goal: {goal.strip()}"] if goal.strip() else []
+    if earlier:
+        lines.append(f"Earlier actions: {earlier}")
     if recent:
         lines += ["Recent steps:", *recent]
     lines.append(f"Observation: {observation}")

@@ -3,8 +3,9 @@
 Prompt = the env family's :class:`~slea.types.Instructions`: its system prompt (+ retrieved experiences,
 SLEA-RL App. A Eq.8: experiences go in the system message, the observation stays in the user message) and its
 example exchange (a 135M model needs one to answer in the right form at all: reference/pilot.md); then the
-goal, the last k (observation, action) pairs, the current observation, the admissible actions and the family's
-answer cue, rendered by the model's chat template. Only observations are clipped: the instructions and the
+goal, a one-line summary of the older actions (``rollout.history_summary``), the last k (observation, action)
+pairs, the current observation, the admissible actions and the family's answer cue, rendered by the model's chat
+template. Only observations are clipped: the instructions and the
 example always appear whole.
 """
 
@@ -40,12 +41,31 @@ class PromptBuilder:
     history: int = 2
     obs_max_chars: int = 400
     one_shot: bool = True
+    summary: bool = False  # ψ = summary: the turns before the window as one line of their actions
 
     @classmethod
     def from_rollout(cls, tokenizer, rollout) -> PromptBuilder:
         """The builder a run's rollouts use: history window, observation clipping and the one-shot example from
         its ``rollout`` config section (every prompt of a run, rollouts and expert data, comes from here)."""
-        return cls(tokenizer, history=rollout.history, obs_max_chars=rollout.obs_max_chars, one_shot=rollout.one_shot)
+        return cls(tokenizer, history=rollout.history, obs_max_chars=rollout.obs_max_chars, one_shot=rollout.one_shot,
+                   summary=rollout.history_summary)
+
+    def earlier(self, past: list[tuple[str, str]]) -> str:
+        """The summary ψ's line: the actions of the turns before the history window, oldest first, as many of the
+        latest as fit in half the observation budget (``…`` marks dropped ones); "" when off or nothing is older."""
+        older = past[: len(past) - self.history] if self.summary else []
+        if not older:
+            return ""
+        acts = [" ".join(act.split()) or "(empty)" for _, act in older]
+        budget = self.obs_max_chars // 2
+        kept: list[str] = []
+        for act in reversed(acts):
+            if len("; ".join([act, *kept])) > budget and kept:
+                break
+            kept.insert(0, act)
+        head = "…; " if len(kept) < len(acts) else ""
+        n = len(acts)
+        return f"{head}{'; '.join(kept)} ({n} turn{'' if n == 1 else 's'})"
 
     def messages(self, instructions: Instructions, goal: str, observation: str, admissible: list[str] | None,
                  past: list[tuple[str, str]], experience: str = "") -> list[dict[str, str]]:
@@ -59,7 +79,8 @@ class PromptBuilder:
         recent = [f"[{clip_observation(obs, self.obs_max_chars // 2)}] > {act}"
                   for obs, act in (past[-self.history:] if self.history else [])]
         msgs.append({"role": "user", "content": user_turn(goal, clip_observation(observation, self.obs_max_chars),
-                                                          admissible, instructions.answer_cue, recent)})
+                                                          admissible, instructions.answer_cue, recent,
+                                                          self.earlier(past))})
         return msgs
 
     def encode(self, messages: list[dict[str, str]]) -> list[int]:

@@ -233,6 +233,8 @@ class RolloutCollector:
     def _mark_boundaries(self, ep: _Episode, pool, turn: int, pending: list[_Pending]) -> None:
         n = self.builder.history
         context = "identity: every turn" if n >= self.max_steps else f"last {n} turns"
+        if self.builder.summary and n < self.max_steps:
+            context += " + a summary of the earlier actions"
         for p in pending:
             st = ep.live[p.env]
             ep.trajs[p.env].boundaries.append(Boundary(
