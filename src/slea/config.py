@@ -303,7 +303,7 @@ class RunConfig(_Section):
         _registered("team.task", get_team_task, self.team.task)
         _registered("team.router", get_router, self.team.router)
         _check_options(self.algorithm, spec, loss)
-        _check_snapshots(spec, self.env.id, self.rollout.group_size)
+        _check_snapshots(spec, self.env.id, self.rollout.group_size, self.env.workers)
         unused = unused_settings(self) if (info.context or {}).get("check_unused", True) else {}
         if unused:
             key, why = next(iter(unused.items()))
@@ -311,8 +311,9 @@ class RunConfig(_Section):
         return self
 
 
-def _check_snapshots(spec, env_id: str, group_size: int) -> None:
-    """An algorithm that forks rollouts from env snapshots needs an env that can take them, and siblings."""
+def _check_snapshots(spec, env_id: str, group_size: int, workers: str = "local") -> None:
+    """An algorithm that forks rollouts from env snapshots needs an env that can take them, siblings, and (for
+    now) the local pool: the sibling rounds restore snapshots into local copies."""
     from slea.envs.base import snapshot_support
 
     if "snapshots" not in spec.needs:
@@ -323,6 +324,9 @@ def _check_snapshots(spec, env_id: str, group_size: int) -> None:
     if group_size < 2:
         raise ValueError(f"rollout.group_size: {spec.name} forks group_size − 1 siblings per turn boundary, so it "
                          f"must be >= 2 (got {group_size})")
+    if workers != "local":
+        raise ValueError(f"env.workers: {spec.name} plays its sibling rounds in local env copies; "
+                         f"env.workers: {workers} is not supported with it (use local)")
 
 
 def _registered(key: str, get, value: str):

@@ -51,6 +51,8 @@ def test_rtpo_is_refused_on_an_env_without_snapshots(tmp_path):
     assert msg.startswith("algorithm.name: rtpo") and "slea/WebShopServer-v0" in msg and "\n" not in msg
     with pytest.raises(ConfigError, match=r"rollout.group_size: rtpo .* must be >= 2 \(got 1\)"):
         build_config({"env": {"id": "slea/Sokoban-v0"}, "algorithm": {"name": "rtpo"}, "rollout": {"group_size": 1}})
+    with pytest.raises(ConfigError, match=r"env.workers: rtpo plays its sibling rounds in local env copies"):
+        build_config({"env": {"id": "slea/Sokoban-v0", "workers": "ray"}, "algorithm": {"name": "rtpo"}})
     with pytest.raises(ConfigError, match="rollout.trunks"):  # a setting only snapshot schemes read
         build_config({"env": {"id": "slea/Sokoban-v0"}, "rollout": {"trunks": 2}})
 
