@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-pytest.importorskip("slea.alignment.objectives")  # the training steps (slea.alignment.objectives, pairs, pivot)
-pytest.importorskip("textworld")
+pytest.importorskip("textworld")  # the optional third-party engine the pipeline plays
 
+import slea.alignment.objectives  # noqa: F401  (in-tree training steps: a broken module fails, never skips)
 from slea.alignment.data import load_jsonl
 from slea.alignment.pipeline import AlignPipeline
 from slea.config import ConfigError, build_config
