@@ -51,6 +51,21 @@ def sum_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+# library metrics that describe the library's state after a round (the others are per-round counts and seconds)
+LIBRARY_STATE = ("size", "clusters", "clusters_linked", "embedder_failed")
+
+
+def merge_library(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """One iteration's library metrics from its rounds': admission counts and seconds summed; the library's
+    state (sizes, clusters, a failed embedder) as the last round left it, never a sum of snapshots."""
+    out: dict[str, float] = {}
+    for r in rounds:
+        for k, v in r.items():
+            state = k in LIBRARY_STATE or k.startswith("size_")
+            out[k] = float(v) if state else out.get(k, 0.0) + float(v)
+    return out
+
+
 def merge_updates(rounds: list[dict[str, float]]) -> dict[str, float]:
     """One iteration's update (or critic) metrics from its rounds': counts summed, maxima kept, the rest the
     mean over the rounds that report it."""

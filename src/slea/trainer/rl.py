@@ -51,7 +51,7 @@ from slea.trainer import schemes
 from slea.trainer.critic import Critic
 from slea.trainer.distributed import DataParallel
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
-from slea.trainer.metrics import Phases, iteration_metrics, merge_updates, sum_metrics
+from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
 from slea.trainer.sampling import Batch, merge_stats
 from slea.trainer.update import Sample, ppo_update, reference_logprobs, to_samples
@@ -255,7 +255,7 @@ class Trainer:
             advantages=np.concatenate([e.advantages.trained_rows for e in ests if e.advantages is not None] or [[]]),
             nonfinite_rewards=sum(e.nonfinite_rewards for e in ests),
             nonfinite_advantages=sum(e.nonfinite_advantages for e in ests),
-            bad_update_streak=streak, library=sum_metrics([r.library for r in rounds]),
+            bad_update_streak=streak, library=merge_library([r.library for r in rounds]),
             update=merge_updates([r.update for r in rounds]), critic=merge_updates([r.critic for r in rounds]),
             seconds={**sum_metrics([r.seconds for r in rounds]), "iteration": seconds},
             rollouts=sum(b.rollouts for b in batches), env_steps=sum(b.env_steps for b in batches))
