@@ -72,13 +72,13 @@ def test_solo_arm_trains_one_agent_per_stage_and_evaluates_on_heldout_games(tmp_
     # the random tiny model never wins, so the update was skipped (all advantages 0): the same weights give the
     # same held-out numbers, episode for episode (keyed sampling)
     assert rows[0]["teamtr/steps"] == 0
-    strip = lambda d: {k: v for k, v in d.items() if k != "wall_s"}  # noqa: E731
+    strip = lambda d: {k: v for k, v in d.items() if k != "wall_s"}
     assert strip(saved["before"]) == strip(after)
 
 
 def test_solo_prompt_has_no_planner_and_lists_commands():
-    from slea.policy.model import load_policy
     from slea.config import ModelSection
+    from slea.policy.model import load_policy
     from slea.team import SharedContext
 
     _, tok = load_policy(ModelSection(name_or_path="tiny", dtype="float32", lora=False))
