@@ -16,7 +16,7 @@ from slea.trainer.teamtr import TeamTrainer
 pytest.importorskip("textworld")
 
 ROOT = Path(__file__).resolve().parents[2]
-SMALL = ["train.iterations=1", "rollout.groups=1", "team.max_turns=2"]
+SMALL = ["train.iterations=1", "rollout.groups=1", "team.max_turns=2", "run.threads=1"]
 
 
 def test_solo_actor_task_is_the_actor_alone_in_the_same_layout():
@@ -69,8 +69,9 @@ def test_solo_arm_trains_one_agent_per_stage_and_evaluates_on_heldout_games(tmp_
     assert after["sampled"]["episodes"] == 4 and after["greedy"]["episodes"] == 2
     assert after["sampled"]["temperature"] == 1.0 and after["greedy"]["temperature"] == 0.0
     assert sum(after["per_game_wins"]) == round(after["sampled"]["success"] * 4)
-    # the random tiny model never wins, so the update was skipped (all advantages 0): the same weights give the
-    # same held-out numbers, episode for episode (keyed sampling)
+    # every command of the random tiny model is invalid here (keyed sampling: the same draws every run), so all
+    # returns are equal, every advantage 0 and the update skipped: the same weights give the same held-out numbers,
+    # episode for episode
     assert rows[0]["teamtr/steps"] == 0
     strip = lambda d: {k: v for k, v in d.items() if k != "wall_s"}
     assert strip(saved["before"]) == strip(after)

@@ -13,7 +13,7 @@ pytest.importorskip("textworld")
 ROOT = Path(__file__).resolve().parents[2]
 SMOKE = "configs/teamtr_smoke.yaml"
 TINY = ["train.iterations=2", "rollout.groups=1", "team.max_turns=2", "eval.games=1", "eval.episodes_per_game=2",
-        "eval.before=true"]
+        "eval.before=true", "run.threads=1"]  # one thread: the tests share 2 cores
 
 
 @pytest.fixture
