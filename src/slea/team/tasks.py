@@ -5,6 +5,9 @@ A :class:`Role` is one agent's part: its system prompt, whether its message is t
 
 * ``textworld_planner_actor`` — TextWorld: the *planner* writes a one-line plan into the shared context, the
   *actor* issues the command (copied from the valid commands);
+* ``textworld_solo_actor`` — the same TextWorld layout with the planner removed: one *actor* reads the
+  transcript (observations and its own commands) and issues the command. A one-agent "team" (n = 1, the
+  single-agent arm of the TeamTR comparison: the same env, prompt layout and trainer);
 * ``searchqa_proposer_critic`` — Search-QA (Search-R1 protocol, exact-match reward: a checkable answer): the
   *proposer* proposes a search or an answer with a reason, the *critic* checks it against the retrieved
   information and submits the team's action (``<search>`` or ``<answer>``).
@@ -81,6 +84,21 @@ def textworld_planner_actor() -> TeamTask:
                         "Your command:"), "take coin"),))
     return TeamTask("textworld_planner_actor", (planner, actor), ("slea/TextWorld-v0",),
                     "TextWorld: a planner writes the plan, an actor issues the command")
+
+
+@register_team_task("textworld_solo_actor")
+def textworld_solo_actor() -> TeamTask:
+    """``textworld_planner_actor`` without the planner: a single agent in the same prompt layout (the transcript
+    holds the env's messages and its own), trained by the same :class:`slea.trainer.teamtr.TeamTrainer` with
+    n = 1. Every turn is an env move, so ``team.max_turns`` of k here matches 2k of the planner + actor team."""
+    actor = Role(
+        "actor",
+        "You are playing a text adventure game alone. Read the goal and the transcript, then reply with exactly "
+        "one command copied from the list of valid commands, and nothing else.",
+        acts=True, cue="Your command:",
+        example=((_turn(_TW_GOAL, [_TW_OBS], ["go west", "take coin"], "Your command:"), "take coin"),))
+    return TeamTask("textworld_solo_actor", (actor,), ("slea/TextWorld-v0",),
+                    "TextWorld: one actor alone (the single-agent arm of the planner + actor team)")
 
 
 _QA_Q = "Who wrote the novel Dracula?"

@@ -22,7 +22,9 @@ One metrics row per single-agent update (``metrics.jsonl``): ``teamtr/token_kl``
 last step), ``teamtr/beta_next``, ``teamtr/steps``, ``teamtr/reverted``, ``team/return_before`` and
 ``team/return_after`` (a coordination regression shows up as after < before), plus the loss's own metrics. After
 every stage the adapters are written to ``<run>/adapters/<agent>.safetensors``
-(:meth:`slea.team.policy.TeamPolicy.save_adapters`; resuming a run is not implemented). The entry point is
+(:meth:`slea.team.policy.TeamPolicy.save_adapters`; resuming a run is not implemented). :meth:`TeamTrainer.fit`
+evaluates the team on held-out games before (``eval.before``) and after training (:meth:`TeamTrainer.evaluate`:
+``eval/before.json``, ``eval/after.json``, ``eval/summary.json``). The entry point is
 :class:`TeamTrainer` (``TeamTrainer(cfg, run_dir).fit()``): ``slea train`` refuses algorithms that need a team
 (slea/trainer/rl.py ``PROVIDES``).
 """
@@ -30,6 +32,7 @@ every stage the adapters are written to ``<run>/adapters/<agent>.safetensors``
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import math
 import time
@@ -46,6 +49,7 @@ from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
 from slea.envs.pool import EnvPool
 from slea.policy.generation import HFGenerator
+from slea.rollout.collector import EVAL_SALT
 from slea.team.prompts import TeamPromptBuilder
 from slea.team.rollout import TeamCollector, TeamEpisode
 from slea.team.routers import get_router
@@ -169,13 +173,49 @@ class TeamTrainer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = RunLog(self.dir)
         self.updates = 0  # single-agent updates done (the metrics rows' index)
+        self.episodes = 0  # training episodes played (every collection of every stage)
+        self.messages = 0  # agent messages of those episodes
 
     # -- the phases of one stage -----------------------------------------------------------------------------
     def collect(self, stage: int, draw: int, seeds: list[int]) -> list[TeamEpisode]:
         """The current (intermediate) team plays one episode per env of the pool on the stage's tasks; ``draw``
         (the collection's index in the stage) keys the sampling, so each collection is a fresh sample."""
         episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw)
+        self.episodes += len(episodes)
+        self.messages += sum(len(e.agents) for e in episodes)
         return episodes
+
+    # -- held-out evaluation ---------------------------------------------------------------------------------
+    def evaluate(self, name: str) -> dict[str, Any]:
+        """The current team on ``eval.games`` held-out games (the env's ``split: heldout`` plus
+        ``env.eval_kwargs``), written to ``<run>/eval/<name>.json``.
+
+        As slea's single-agent evaluation (:mod:`slea.evaluation.evaluate`): game ``g`` is env seed
+        ``eval.seed + g``, ``eval.episodes_per_game`` sampled episodes each at ``eval.temperature`` and, with
+        ``eval.greedy``, one greedy episode; every episode samples from its own stream keyed by (the evaluation
+        salt, env seed, copy, turn), so the evaluations before and after training draw the same random numbers.
+        ``episode_len`` counts agent messages (a planner + actor move is two)."""
+        from slea.evaluation.evaluate import summarize
+
+        cfg, ev = self.cfg, self.cfg.eval
+        t0 = time.perf_counter()
+        kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}
+        seeds = [ev.seed + g for g in range(ev.games)]
+        guards = {"step_timeout_s": cfg.env.step_timeout_s, "reset_timeout_s": cfg.env.reset_timeout_s}
+        out: dict[str, Any] = {"env": cfg.env.id, "team_task": self.task.name, "games": ev.games}
+        runs = [("sampled", ev.episodes_per_game, ev.temperature)] + ([("greedy", 1, 0.0)] if ev.greedy else [])
+        for key, copies, temperature in runs:
+            with EnvPool(cfg.env.id, ev.games, copies, kwargs, **guards) as pool:
+                episodes, _ = self.collector.collect(pool, seeds, rng_salt=EVAL_SALT, temperature=temperature)
+            trajs = [e.trajectory for e in episodes]
+            out[key] = {**summarize(trajs), "temperature": temperature}
+            if key == "sampled":
+                out["per_game_wins"] = [sum(t.won for t in trajs if t.group_id == g) for g in range(ev.games)]
+        out["wall_s"] = time.perf_counter() - t0
+        atomic_write_text(self.dir / "eval" / f"{name}.json", json.dumps(out, indent=2))
+        log.info("held-out (%s): sampled success %.3f, return %.3f", name, out["sampled"]["success"],
+                 out["sampled"]["return"])
+        return out
 
     def samples_for(self, agent: int, episodes: list[TeamEpisode], weights: list[float] | None = None
                     ) -> list[Sample]:
@@ -330,14 +370,22 @@ class TeamTrainer:
         return rows
 
     def fit(self) -> dict[str, Any]:
-        """``train.iterations`` stages; every single-agent update is one ``metrics.jsonl`` row."""
+        """``train.iterations`` stages (every single-agent update is one ``metrics.jsonl`` row), with held-out
+        evaluations before (``eval.before``) and after; ``eval/summary.json`` is written last, so its presence
+        marks a finished run."""
         atomic_write_text(self.dir / "config.yaml", dump_config(self.cfg))
         t_start = time.perf_counter()
+        before = self.evaluate("before") if self.cfg.eval.before else None
         for s in range(self.cfg.train.iterations):
             self.run_stage(s)
+        after = self.evaluate("after")
         self.close()
-        return {"run_dir": str(self.dir), "stages": self.cfg.train.iterations, "updates": self.updates,
-                "wall_s": time.perf_counter() - t_start}
+        summary = {"run_dir": str(self.dir), "team_task": self.task.name, "agents": self.task.agents,
+                   "rollouts": self.cfg.team.rollouts, "stages": self.cfg.train.iterations, "updates": self.updates,
+                   "episodes": self.episodes, "messages": self.messages, "before": before, "after": after,
+                   "wall_s": time.perf_counter() - t_start}
+        atomic_write_text(self.dir / "eval" / "summary.json", json.dumps(summary, indent=2))
+        return summary
 
     def close(self) -> None:
         self.log.close()

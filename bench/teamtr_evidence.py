@@ -1,0 +1,294 @@
+"""TeamTR's comparison (issue 14, deliverable 4): TeamTR vs naive sequential training vs a single agent, 2+ seeds.
+
+Every run is a :class:`slea.trainer.teamtr.TeamTrainer` run of ``configs/teamtr.yaml`` (a planner + actor team on
+TextWorld, the embedded model), kept under ``bench/results/teamtr/<variant>/runs/<variant>-s<seed>/``. The
+variants share the config and, per seed, the tasks of every stage (:func:`slea.trainer.rl.iteration_seeds`) and
+the held-out games (``eval.seed + g``, keyed sampling):
+
+* ``teamtr`` — ``team.rollouts: fresh``: the intermediate team plays again before every single-agent update;
+* ``naive`` — ``team.rollouts: stale``: naive sequential training, every update of a stage learns from the stage's
+  first rollouts;
+* ``single`` — ``team.task: textworld_solo_actor``: one actor alone in the same prompt layout, trained by the same
+  trainer (n = 1), with ``team.max_turns`` halved so that its episodes get the same env moves as the team's (a
+  planner + actor move is two messages).
+
+A finished run (``eval/summary.json`` written) is reused; resuming is not implemented, so an unfinished one starts
+over (its folder is cleared). A run folder trained with another config is refused. One run per invocation, so a
+2-core machine runs them one at a time (through ``../shared/bin/heavy``; ``$SLEA_TEAMTR_DIR`` puts the results
+elsewhere)::
+
+    python bench/teamtr_evidence.py run --variant teamtr --seed 0
+    python bench/teamtr_evidence.py run --variant naive --seed 0
+    python bench/teamtr_evidence.py run --variant single --seed 0
+    python bench/teamtr_evidence.py table       # table.md/json, curves.png from what has finished
+
+``--config`` and ``--set KEY=VALUE`` (repeatable) change the base config, for a smaller job or a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slea.config import RunConfig, load_config
+from slea.trainer import compare
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(os.environ.get("SLEA_TEAMTR_DIR") or ROOT / "bench" / "results" / "teamtr")
+CONFIG = "configs/teamtr.yaml"
+SOLO_TASK = "textworld_solo_actor"
+VARIANTS = {
+    "teamtr": ["team.rollouts=fresh"],
+    "naive": ["team.rollouts=stale"],
+    "single": [f"team.task={SOLO_TASK}", "team.rollouts=fresh"],  # + team.max_turns halved (config_for)
+}
+
+
+def variant_dir(variant: str) -> Path:
+    return RESULTS / variant
+
+
+def run_dir(variant: str, seed: int) -> Path:
+    return variant_dir(variant) / "runs" / f"{variant}-s{seed}"
+
+
+def overrides_for(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None = None) -> list[str]:
+    """The overrides of one run: ``extra`` (``--set``), the variant's, then the run's seed, name and folder."""
+    extra = list(extra or [])
+    over = [*extra, *VARIANTS[variant]]
+    if variant == "single":  # the same env moves per episode: the team spends two messages per move
+        team_turns = load_config(_path(config), extra, check_unused=False).team.max_turns
+        over.append(f"team.max_turns={max(1, team_turns // 2)}")
+    d = run_dir(variant, seed)
+    return [*over, f"run.seed={seed}", f"run.name={d.name}", f"run.dir={d}"]
+
+
+def config_for(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None = None) -> RunConfig:
+    return load_config(_path(config), overrides_for(variant, seed, config, extra))
+
+
+def _path(config: str) -> Path:
+    p = Path(config)
+    return p if p.is_absolute() else ROOT / p
+
+
+def train(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None = None) -> str:
+    """Train one run (or reuse a finished one); returns ``"reused"`` or ``"trained"``."""
+    from slea.trainer.teamtr import TeamTrainer
+
+    d = run_dir(variant, seed)
+    cfg = config_for(variant, seed, config, extra)
+    if (d / "config.yaml").is_file():
+        same, why = compare._same_config(d / "config.yaml", cfg)
+        if not same:
+            raise SystemExit(f"{d} was trained with another config ({why}); move it away or use $SLEA_TEAMTR_DIR")
+        if (d / "eval" / "summary.json").is_file():
+            print(f"{d}: finished, reused")
+            return "reused"
+    if d.exists():  # an unfinished run: resuming a team run is not implemented, it starts over
+        print(f"{d}: unfinished, starting over")
+        shutil.rmtree(d)
+    summary = TeamTrainer(cfg, d).fit()
+    relativize()
+    print(f"{d}: held-out success {summary['after']['sampled']['success']:.3f} "
+          f"(before {(summary['before'] or {}).get('sampled', {}).get('success', math.nan):.3f}), "
+          f"{summary['wall_s'] / 60:.1f} min")
+    return "trained"
+
+
+_MACHINE_PATH = re.compile(r"/[^\s\"'`]*?/(bench/results/teamtr/|configs/)")
+
+
+def relativize() -> int:
+    """Rewrite the saved files of the runs with repository-relative paths (no machine's folders in the repo);
+    the count of files changed. Reusing runs does not read those paths."""
+    changed = 0
+    for f in RESULTS.rglob("*"):
+        if f.suffix in (".json", ".yaml", ".md") and f.is_file():
+            text = f.read_text()
+            new = _MACHINE_PATH.sub(r"\1", text)
+            if new != text:
+                f.write_text(new)
+                changed += 1
+    return changed
+
+
+# -- reading the runs ----------------------------------------------------------------------------------------
+def finished() -> list[compare.SubRun]:
+    out = []
+    for variant in VARIANTS:
+        for d in sorted((variant_dir(variant) / "runs").glob(f"{variant}-s*")):
+            if (d / "eval" / "summary.json").is_file():
+                out.append(compare.SubRun(variant, int(d.name.rsplit("-s", 1)[1]), d, "reused"))
+    return out
+
+
+def _rows(d: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def stage_curve(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """Per stage, the team after it (``team/return_after``, ``team/success_after`` of the stage's last update,
+    i.e. the collection the whole updated team played) and before it (``team/return_before`` of its first)."""
+    stages = sorted({int(r["stage"]) for r in rows})
+    first = {s: next(r for r in rows if r["stage"] == s) for s in stages}
+    last = {s: [r for r in rows if r["stage"] == s][-1] for s in stages}
+    return {"stage": [s + 1 for s in stages],
+            "return_before": [float(first[s]["team/return_before"]) for s in stages],
+            "return_after": [float(last[s].get("team/return_after", math.nan)) for s in stages],
+            "success_after": [float(last[s].get("team/success_after", math.nan)) for s in stages]}
+
+
+def run_stats(r: compare.SubRun) -> dict[str, Any]:
+    summary = json.loads((r.dir / "eval" / "summary.json").read_text())
+    rows = _rows(r.dir)
+    curve = stage_curve(rows)
+    after, before = summary["after"], summary.get("before") or {}
+    sampled, sampled0 = after.get("sampled") or {}, before.get("sampled") or {}
+    regress = [a < b for a, b in zip(curve["return_after"], curve["return_before"]) if math.isfinite(a)]
+    updates = [row for row in rows if "team/return_after" in row]
+    return {
+        "heldout_success": sampled.get("success"), "heldout_return": sampled.get("return"),
+        "heldout_greedy_success": (after.get("greedy") or {}).get("success"),
+        "heldout_success_before": sampled0.get("success"), "heldout_return_before": sampled0.get("return"),
+        "heldout_gain": (sampled["success"] - sampled0["success"]) if sampled0 else None,
+        "train_return_last": curve["return_after"][-1] if curve["return_after"] else None,
+        "train_success_last": curve["success_after"][-1] if curve["success_after"] else None,
+        "stage_regressions": float(np.mean(regress)) if regress else None,
+        "update_regressions": float(np.mean([u["team/return_after"] < u["team/return_before"] for u in updates]))
+        if updates else None,
+        "episodes": float(summary["episodes"]), "updates": float(summary["updates"]),
+        "stages": float(summary["stages"]), "wall_s": float(summary["wall_s"]), "curve": curve,
+    }
+
+
+STATS = ("heldout_success", "heldout_return", "heldout_greedy_success", "heldout_success_before",
+         "heldout_return_before", "heldout_gain", "train_return_last", "train_success_last", "stage_regressions",
+         "update_regressions", "episodes", "updates", "stages", "wall_s")
+
+
+def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
+    relativize()
+    runs = finished()
+    if not runs:
+        raise SystemExit(f"no finished run under {RESULTS}")
+    per = {(r.algorithm, r.seed): run_stats(r) for r in runs}
+    tab: dict[str, Any] = {"variants": {}}
+    for variant in dict.fromkeys(r.algorithm for r in runs):
+        mine = {r.seed: per[(variant, r.seed)] for r in runs if r.algorithm == variant}
+        tab["variants"][variant] = {"seeds": sorted(mine), **{k: compare._stat([m[k] for m in mine.values()])
+                                                               for k in STATS},
+                                    "per_seed": {str(s): {**{k: m[k] for k in STATS},
+                                                          "train_return_per_stage": m["curve"]["return_after"]}
+                                                 for s, m in mine.items()}}
+    tab["spec"] = {"config": config, "overrides": list(extra or []), "variants": {
+        v: VARIANTS[v] + (["team.max_turns=<config's // 2>"] if v == "single" else []) for v in VARIANTS}}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "table.json").write_text(json.dumps(tab, indent=2))
+    (RESULTS / "table.md").write_text(markdown(tab))
+    plot(runs, {k: v["curve"] for k, v in per.items()}, RESULTS / "curves.png")
+    print(markdown(tab))
+    return tab
+
+
+def _pm(s: dict, digits: int = 3, scale: float = 1.0) -> str:
+    if not s or s.get("mean") is None:
+        return "–"
+    if s["n"] > 1:
+        return f"{s['mean'] * scale:.{digits}f} ± {s['std'] * scale:.{digits}f}"
+    return f"{s['mean'] * scale:.{digits}f}"
+
+
+def markdown(tab: dict) -> str:
+    head = ["variant", "seeds", "held-out success", "held-out return", "greedy success", "untrained success",
+            "gain (after − before)", "train return, last stage", "stages with after < before",
+            "updates with after < before", "training episodes", "updates", "wall (min)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for v, a in tab["variants"].items():
+        cells = [v, ", ".join(map(str, a["seeds"])), _pm(a["heldout_success"]), _pm(a["heldout_return"]),
+                 _pm(a["heldout_greedy_success"]), _pm(a["heldout_success_before"]), _pm(a["heldout_gain"]),
+                 _pm(a["train_return_last"]), _pm(a["stage_regressions"], 2), _pm(a["update_regressions"], 2),
+                 _pm(a["episodes"], 0), _pm(a["updates"], 0), _pm(a["wall_s"], 1, 1 / 60)]
+        lines.append("| " + " | ".join(cells) + " |")
+    spec = tab["spec"]
+    lines += [
+        "",
+        f"Config `{spec['config']}`, overrides {spec['overrides'] or 'none'}; variants: "
+        + "; ".join(f"{v}: {', '.join(o)}" for v, o in spec["variants"].items()) + ".",
+        ("Mean ± std over seeds (ddof=1). Held-out: sampled episodes on the held-out games after training (greedy: one "
+        "per game); untrained: the same evaluation before training, gain paired by seed. Train return, last stage: "
+        "the team's mean return in the collection after the last stage. A stage (update) with after < before is a "
+        "regression of the team's training return across it (naive has one `after` per stage: its per-update "
+        "column counts only the last update). Training episodes: all collections (TeamTR plays n + 1 per stage, "
+        "naive and single 2)."),
+        "",
+        "| variant | seed | untrained success | held-out success | held-out return | train return per stage |",
+        "|---|---|---|---|---|---|",
+    ]
+    for v, a in tab["variants"].items():
+        for s, m in a["per_seed"].items():
+            b = m["heldout_success_before"]
+            per_stage = ", ".join(f"{x:.2f}" for x in m["train_return_per_stage"])
+            lines.append(f"| {v} | {s} | {'–' if b is None else f'{b:.3f}'} | {m['heldout_success']:.3f} | "
+                         f"{m['heldout_return']:.3f} | {per_stage} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(runs: list[compare.SubRun], curves: dict, out: Path) -> None:
+    """curves.png: the team's training return and success after each stage, per variant (mean over seeds as a
+    line, each seed thin); stage 0 of the return panel is the untrained team's first collection."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
+    panels = ((axes[0], "return_after", "team return after each stage"),
+              (axes[1], "success_after", "team success after each stage"))
+    for ax, key, title in panels:
+        for variant in dict.fromkeys(r.algorithm for r in runs):
+            mine = [curves[(r.algorithm, r.seed)] for r in runs if r.algorithm == variant]
+            n = min(len(c["stage"]) for c in mine)
+            ys = np.array([c[key][:n] for c in mine], dtype=np.float64)
+            x = np.arange(1, n + 1)
+            if key == "return_after":  # the untrained team, stage 0
+                x = np.concatenate([[0], x])
+                ys = np.concatenate([np.array([[c["return_before"][0]] for c in mine]), ys], axis=1)
+            line = ax.plot(x, np.nanmean(ys, axis=0), marker="o", label=f"{variant} (n={len(mine)})")
+            for y in ys if len(mine) > 1 else []:
+                ax.plot(x, y, color=line[0].get_color(), alpha=0.25, linewidth=0.8)
+        ax.set_title(f"{title} (mean over seeds; thin: seeds)")
+        ax.set_xlabel("stage")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out, dpi=90)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("what", choices=["run", "table"])
+    ap.add_argument("--variant", choices=sorted(VARIANTS))
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--config", default=CONFIG)
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", dest="overrides")
+    a = ap.parse_args(argv)
+    if a.what == "table":
+        table(a.config, a.overrides)
+    elif a.variant is None:
+        ap.error("--variant is needed")
+    else:
+        train(a.variant, a.seed, a.config, a.overrides)
+
+
+if __name__ == "__main__":
+    main()

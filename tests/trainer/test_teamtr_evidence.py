@@ -1,0 +1,75 @@
+"""bench/teamtr_evidence.py on the tiny model: one run per invocation, finished runs reused, the table and curves."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("textworld")
+
+ROOT = Path(__file__).resolve().parents[2]
+SMOKE = "configs/teamtr_smoke.yaml"
+TINY = ["train.iterations=2", "rollout.groups=1", "team.max_turns=2", "eval.games=1", "eval.episodes_per_game=2",
+        "eval.before=true", "run.threads=1"]  # one thread: the tests share 2 cores
+
+
+@pytest.fixture
+def bench(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("teamtr_evidence", ROOT / "bench" / "teamtr_evidence.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "RESULTS", tmp_path / "teamtr")
+    return mod
+
+
+def test_variants_share_the_config_and_the_single_agent_gets_the_same_env_moves(bench):
+    team = bench.config_for("teamtr", 3, SMOKE, ["team.max_turns=6"])
+    naive = bench.config_for("naive", 3, SMOKE, ["team.max_turns=6"])
+    single = bench.config_for("single", 3, SMOKE, ["team.max_turns=6"])
+    assert (team.team.rollouts, naive.team.rollouts, single.team.rollouts) == ("fresh", "stale", "fresh")
+    assert team.team.task == naive.team.task == "textworld_planner_actor"
+    assert single.team.task == "textworld_solo_actor" and single.team.max_turns == 3  # 3 moves, as the team's 6
+    assert team.run.seed == 3 and Path(single.run.dir) == bench.run_dir("single", 3)
+    assert bench.run_dir("naive", 1) == bench.RESULTS / "naive" / "runs" / "naive-s1"
+    # the preset of the comparison loads and passes the team trainer's checks
+    from slea.trainer.teamtr import check_team_config
+
+    for v in bench.VARIANTS:
+        check_team_config(bench.config_for(v, 0))
+
+
+def test_runs_reused_and_the_table(bench, capsys):
+    for variant, seed in [("teamtr", 0), ("naive", 0), ("single", 0), ("teamtr", 1)]:
+        assert bench.train(variant, seed, SMOKE, TINY) == "trained"
+    assert bench.train("teamtr", 0, SMOKE, TINY) == "reused"
+    with pytest.raises(SystemExit, match="another config"):
+        bench.train("teamtr", 0, SMOKE, [*TINY, "train.lr=0.1"])
+    # an unfinished run (no eval/summary.json) starts over in the same folder
+    d = bench.run_dir("naive", 0)
+    (d / "eval" / "summary.json").unlink()
+    assert bench.train("naive", 0, SMOKE, TINY) == "trained"
+    assert len((d / "metrics.jsonl").read_text().splitlines()) == 2 * 2  # 2 stages x 2 agents, not appended to
+
+    tab = bench.table(SMOKE, TINY)
+    out = bench.RESULTS
+    assert (out / "curves.png").stat().st_size > 0 and json.loads((out / "table.json").read_text()) == tab
+    v = tab["variants"]
+    assert list(v) == ["teamtr", "naive", "single"] and v["teamtr"]["seeds"] == [0, 1]
+    assert v["teamtr"]["heldout_success"]["n"] == 2 and v["single"]["heldout_success"]["n"] == 1
+    assert v["teamtr"]["updates"]["mean"] == 4 and v["single"]["updates"]["mean"] == 2  # 2 stages x n agents
+    # training episodes: TeamTR plays n + 1 = 3 collections of 2 episodes per stage, naive and single 2
+    assert (v["teamtr"]["episodes"]["mean"], v["naive"]["episodes"]["mean"], v["single"]["episodes"]["mean"]) == (
+        12, 8, 8)
+    # the same seed gives teamtr and naive the same tasks and the same untrained team: the same first collection
+    # and the same untrained held-out numbers
+    rows = {n: [json.loads(x) for x in (bench.run_dir(n, 0) / "metrics.jsonl").read_text().splitlines()]
+            for n in ("teamtr", "naive")}
+    assert rows["teamtr"][0]["team/return_before"] == rows["naive"][0]["team/return_before"]
+    s0 = {n: v[n]["per_seed"]["0"] for n in ("teamtr", "naive")}
+    assert s0["teamtr"]["heldout_return_before"] == s0["naive"]["heldout_return_before"]
+    assert len(s0["teamtr"]["train_return_per_stage"]) == 2
+    md = (out / "table.md").read_text()
+    assert "| teamtr | 0, 1 |" in md and "| single | 0 |" in md and " ± " in md
