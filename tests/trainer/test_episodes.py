@@ -72,29 +72,10 @@ def test_truncate_drops_rows_past_the_resumed_iteration(tmp_path):
     assert s.record(2, [_traj(0, [1.0], True)], None) == 1  # the redone iteration records again
 
 
-def tiny_slea_config(run_dir, **run):
-    """Seconds: the tiny random model on Sokoban, SLEA-RL retrieving from iteration 1 (as tests/reliability's
-    tiny_config, with the library on)."""
-    from slea.config import build_config
-
-    return build_config({
-        "run": {"seed": 0, "threads": 1, "dir": str(run_dir), **run},
-        "model": {"name_or_path": "tiny", "dtype": "float32", "lora": True, "lora_r": 4, "lora_alpha": 8,
-                  "lora_targets": ["q_proj", "v_proj"]},
-        "env": {"id": "slea/Sokoban-v0", "max_steps": 3},
-        "rollout": {"groups": 2, "group_size": 2, "max_new_tokens": 4, "fuzzy_cutoff": 0.3},
-        "algorithm": {"name": "slea"},
-        "train": {"iterations": 2, "micro_batch": 8},
-        "eval": {"before": True, "games": 1, "episodes_per_game": 1, "greedy": False},
-        "experience": {"mode": "step", "warmup_iters": 0, "min_entries": 1},
-    })
-
-
 def test_a_tiny_slea_run_records_episodes_that_link_to_its_library(tmp_path):
-    from slea.trainer.rl import Trainer
+    from slea.testing.tiny_run import tiny_slea_run
 
-    run = tmp_path / "run"
-    Trainer(tiny_slea_config(run, episode_samples=3)).fit()
+    run = tiny_slea_run(tmp_path / "run", episode_samples=3)
     rows = read_episodes(run / "episodes.jsonl")
     assert [r["iteration"] for r in rows] == [0, 0, 0, 1, 1, 1]
     assert all(st["advantage"] is not None for r in rows for st in r["steps"])
@@ -106,3 +87,17 @@ def test_a_tiny_slea_run_records_episodes_that_link_to_its_library(tmp_path):
     used = {e["id"] for r in rows for st in r["steps"] for e in st["experiences"]}
     assert used, "iteration 1 retrieves (warm-up 0)"
     json.dumps(rows)  # plain JSON throughout
+
+
+def test_resume_truncates_the_episode_rows_past_the_checkpoint(tmp_path):
+    from slea.testing.tiny_run import tiny_slea_config, tiny_slea_run
+    from slea.trainer.rl import Trainer
+
+    run = tiny_slea_run(tmp_path / "run", iterations=1)
+    with (run / "episodes.jsonl").open("a") as fh:  # what a killed run logged past its last checkpoint
+        fh.write(json.dumps({"iteration": 1, "steps": []}) + "\n")
+    t = Trainer(tiny_slea_config(run, iterations=2))
+    assert t.resume() and t.start_iteration == 1
+    assert {r["iteration"] for r in read_episodes(run / "episodes.jsonl")} == {0}
+    t.log.close()
+    t.experience.close()

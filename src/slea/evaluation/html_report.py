@@ -76,7 +76,7 @@ def run_overview(folder: Path) -> dict[str, Any]:
         cfg = yaml.safe_load(text) or {}
     except yaml.YAMLError:
         cfg = {}
-    sec = lambda name: cfg.get(name) or {}  # noqa: E731
+    sec = lambda name: cfg.get(name) or {}
     summary = _read_json(folder / "eval" / "summary.json") if (folder / "eval" / "summary.json").is_file() else None
     facts = {"algorithm": sec("algorithm").get("name"), "env": sec("env").get("id"),
              "model": sec("model").get("name_or_path"), "seed": sec("run").get("seed"),
