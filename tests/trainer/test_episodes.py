@@ -89,15 +89,16 @@ def test_a_tiny_slea_run_records_episodes_that_link_to_its_library(tmp_path):
     json.dumps(rows)  # plain JSON throughout
 
 
-def test_resume_truncates_the_episode_rows_past_the_checkpoint(tmp_path):
+def test_a_resumed_run_records_the_same_episodes_as_an_uninterrupted_one(tmp_path):
     from slea.testing.tiny_run import tiny_slea_config, tiny_slea_run
     from slea.trainer.rl import Trainer
 
-    run = tiny_slea_run(tmp_path / "run", iterations=1)
+    whole = read_episodes(tiny_slea_run(tmp_path / "whole", iterations=2) / "episodes.jsonl")
+    run = tiny_slea_run(tmp_path / "cut", iterations=1)
     with (run / "episodes.jsonl").open("a") as fh:  # what a killed run logged past its last checkpoint
         fh.write(json.dumps({"iteration": 1, "steps": []}) + "\n")
     t = Trainer(tiny_slea_config(run, iterations=2))
     assert t.resume() and t.start_iteration == 1
-    assert {r["iteration"] for r in read_episodes(run / "episodes.jsonl")} == {0}
-    t.log.close()
-    t.experience.close()
+    assert {r["iteration"] for r in read_episodes(run / "episodes.jsonl")} == {0}  # the stray row is gone
+    t.fit(resume=True)
+    assert read_episodes(run / "episodes.jsonl") == whole

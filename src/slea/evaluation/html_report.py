@@ -35,7 +35,7 @@ def kind_of(folder: Path) -> str:
     folder = Path(folder)
     if not folder.is_dir():
         raise ReportError(f"{folder} is not a folder")
-    if (folder / "compare.json").is_file() or (folder / "table.json").is_file() and (folder / "runs").is_dir():
+    if (folder / "compare.json").is_file() or ((folder / "table.json").is_file() and (folder / "runs").is_dir()):
         return "compare"
     if (folder / "config.yaml").is_file() or (folder / "metrics.jsonl").is_file():
         return "run"
