@@ -45,8 +45,18 @@ def _artifact_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_report_of_a_tiny_run_in_headless_chromium(tmp_path):
-    driver = _browser()
+@pytest.fixture(scope="module")
+def driver():
+    d = _browser()
+    yield d
+    d.quit()
+
+
+def _errors(driver) -> list[dict]:
+    return [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+
+
+def test_report_of_a_tiny_run_in_headless_chromium(tmp_path, driver):
     try:
         from selenium.webdriver.common.by import By
         from selenium.webdriver.common.keys import Keys
@@ -66,7 +76,7 @@ def test_report_of_a_tiny_run_in_headless_chromium(tmp_path):
             css(sel)[0].send_keys(Keys.BACKSPACE)
 
         assert driver.execute_script("return document.body.dataset.ready") == "1"
-        errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+        errors = _errors(driver)
         assert not errors, errors
 
         # curves: one SVG line per main metric, with as many points as logged iterations
@@ -117,11 +127,46 @@ def test_report_of_a_tiny_run_in_headless_chromium(tmp_path):
         assert css("#ep-select")[0].get_attribute("value") == str(target)
         assert css("#ep-step-label")[0].text.startswith("step 1 of ")
 
-        assert not [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+        assert not _errors(driver)
         driver.execute_script("window.scrollTo(0, 0)")
         shot = _artifact_dir(tmp_path) / "report.png"
         assert driver.save_screenshot(str(shot))
         assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     finally:
-        driver.quit()
         shutil.rmtree(tmp_path / "run", ignore_errors=True)
+
+
+def test_a_compare_folder_and_a_bare_run_render_without_errors(tmp_path, driver):
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    from slea.evaluation.html_report import write_report
+
+    out = tmp_path / "cmp"
+    for name in ("grpo-s0", "grpo-s1", "slea-s0"):
+        (out / "runs" / name).mkdir(parents=True)
+        (out / "runs" / name / "metrics.jsonl").write_text("".join(json.dumps(
+            {"iteration": i, "env_steps": 10 * (i + 1), "train/success": 0.1 * i, "train/return": 0.2 * i,
+             "train/invalid_rate": 0.5}) + "\n" for i in range(4)))
+    stat = {"mean": 0.5, "std": 0.1, "n": 2, "values": [0.4, 0.6]}
+    (out / "table.json").write_text(json.dumps({"budgets": [40], "algorithms": {
+        a: {"seeds": [0, 1], "heldout_success": stat, "train_success_at_env_steps": {"40": stat}}
+        for a in ("grpo", "slea")}}))
+    (out / "compare.json").write_text(json.dumps({"config": "c.yaml", "algorithms": ["grpo", "slea"],
+                                                  "seeds": [0, 1], "overrides": []}))
+    driver.get(write_report(out).resolve().as_uri())
+    assert driver.execute_script("return document.body.dataset.ready") == "1" and not _errors(driver)
+    charts = driver.find_elements(By.CSS_SELECTOR, "#curves-main figure")
+    assert len(charts) == 3
+    assert all(len(c.find_elements(By.CSS_SELECTOR, "path.series")) == 3 for c in charts)  # one per sub-run
+    cells = [td.text for td in driver.find_elements(By.CSS_SELECTOR, ".comparison tbody tr:first-child td")]
+    assert cells[:3] == ["grpo", "0, 1", "0.500 ± 0.100"]
+
+    bare = tmp_path / "bare"  # no library, no episodes, no evaluations: the page says so
+    bare.mkdir()
+    (bare / "config.yaml").write_text("algorithm: {name: grpo}\n")
+    driver.get(write_report(bare).resolve().as_uri())
+    assert driver.execute_script("return document.body.dataset.ready") == "1" and not _errors(driver)
+    texts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".empty")]
+    assert any("no library.sqlite" in t for t in texts) and any("no episodes.jsonl" in t for t in texts)
