@@ -31,6 +31,13 @@ $(STAMP): pyproject.toml Makefile
 	    $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	      --no-install-recommends default-jre-headless >/dev/null; }; } || \
 	  echo "warning: no Java runtime installed (no apt-get, or it failed): the ScienceWorld tests will skip"
+	# The report's browser test drives a real headless Chromium (Selenium): chromium + chromedriver through apt
+	# when missing. Never fails the build: without them that test skips and says why.
+	@command -v chromedriver >/dev/null 2>&1 || { command -v apt-get >/dev/null 2>&1 && \
+	  { SUDO=$$( [ "$$(id -u)" = 0 ] || echo "sudo -n" ); \
+	    $$SUDO apt-get update -qq && $$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	      --no-install-recommends chromium chromium-driver >/dev/null; }; } || \
+	  echo "warning: no Chromium installed (no apt-get, or it failed): the report's browser test will skip"
 	touch $(STAMP)
 
 train: $(STAMP)

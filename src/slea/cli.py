@@ -249,6 +249,25 @@ def compare(
     console.print(f"wrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")
 
 
+@app.command()
+def report(
+    run: Path = typer.Argument(..., help="a run folder, or a `slea compare` output folder"),
+    out: Path | None = typer.Option(None, "-o", "--out", help="the HTML file (default: RUN/report.html)"),
+) -> None:
+    """Write one self-contained HTML page about a run: config, learning curves, evaluation tables, the
+    experience library (filterable) and the recorded episodes, step by step; for a compare folder, the
+    comparison table and every sub-run's curves. No server, no network: open it from disk."""
+    from slea.evaluation.html_report import ReportError, write_report
+
+    try:
+        path = write_report(run, out)
+    except ReportError as exc:
+        raise _fail(f"report: {exc}") from None
+    except OSError as exc:
+        raise _fail(f"report: cannot write {out or run / 'report.html'} ({exc.strerror or exc})") from None
+    console.print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
+
+
 def _model_target(target: str) -> bool:
     """Whether ``target`` names a model: ``embedded``, ``tiny``, a model folder, or a name in the local HF cache."""
     if target in ("embedded", "tiny") or (Path(target) / "config.json").is_file():

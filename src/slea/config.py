@@ -41,6 +41,10 @@ class RunSection(_Section):
     dir: str | None = None  # default: runs/<name>
     seed: int = 0
     threads: int = Field(2, ge=1)  # torch intra-op threads
+    # episodes.jsonl: a sample of each iteration's episodes (wins and losses, step by step) for `slea report`;
+    # this many per iteration (0: none), and no more rows once the file holds episode_samples_bytes
+    episode_samples: int = Field(4, ge=0)
+    episode_samples_bytes: int = Field(4_000_000, ge=0)
 
 
 class ModelSection(_Section):

@@ -50,6 +50,7 @@ from slea.trainer import checkpoint as ckpt
 from slea.trainer import schemes
 from slea.trainer.critic import Critic
 from slea.trainer.distributed import DataParallel
+from slea.trainer.episodes import EpisodeSampler
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
@@ -213,6 +214,7 @@ class Trainer:
         self.critic = (Critic(cfg, self.model, self.spec.level, pad_id=self.tok.pad_token_id or 0)
                        if "critic" in self.spec.needs else None)
         self.log = RunLog(self.out)
+        self.samples = EpisodeSampler(self.out, cfg.run.episode_samples, cfg.run.episode_samples_bytes)
         self.start_iteration = 0
         self.episodes = 0
         self.env_steps = 0
@@ -242,6 +244,7 @@ class Trainer:
         t_train = time.perf_counter()
         upd, critic = self.update(est, it)
         seconds = {"library": t_train - t_lib, "train": time.perf_counter() - t_train}
+        self.samples.record(it, train_set, est.advantages, self.experience)  # episodes.jsonl, for slea report
         return Round(batch, len(clean), est, library, upd, critic, seconds)
 
     def metrics(self, rounds: list[Round], streak: int, seconds: float) -> dict[str, float]:
@@ -361,6 +364,7 @@ class Trainer:
             self.experience = experience_manager(self.cfg, self.spec, self.out, self.generator)
             self.collector.experience = self.experience
         truncate_metrics(self.log.path, it)
+        self.samples.truncate(it)
         self.log.purge_after(it)
         if state is None:
             return False
