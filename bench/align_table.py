@@ -327,9 +327,8 @@ def markdown(tab: dict[str, Any]) -> str:
     decoding = "greedy" if e["temperature"] == 0 else f"sampled at T={e['temperature']:g}"
     lines = [f"**{tab['env_id']}: offline alignment** (`{tab['config']}`"
              + (f" with {' '.join(tab['overrides'])}" if tab["overrides"] else "") + ")", "",
-             f"Decoding: {decoding}; {e['games']} games x "
-             f"{e['episodes_per_game']} episode(s) per split, at most {e['max_steps']} steps; mean ± std over "
-             "seeds (sample std; one seed: the value).", "",
+             (f"Decoding: {decoding}; {e['games']} games x {e['episodes_per_game']} episode(s) per split, at most "
+              f"{e['max_steps']} steps; mean ± std over seeds (sample std; one seed: the value)."), "",
              "| Method | " + " | ".join(tab["columns"]) + " | seeds |", "|---|" + "---|" * (len(tab["columns"]) + 1)]
     for r in tab["rows"].values():
         lines.append(f"| {r['label']} | " + " | ".join(_cell(r["columns"].get(c, {})) for c in tab["columns"])

@@ -36,7 +36,8 @@ def _started(root: Path, method: str, seed: int = 0, cfg=None, **align) -> Path:
     d = A.run_dir(ENV, method, seed, root)
     d.mkdir(parents=True, exist_ok=True)
     cfg = cfg or A.preset(ENV, seed)
-    cfg.align.method = "sft" if method in ("sft", "prompt") else method if method != "sft_grpo" else cfg.align.method
+    if method in ("sft", *A.PAIR_METHODS):  # slea train (sft_grpo) keeps the preset's align section as it is
+        cfg.align.method = method
     for k, v in align.items():
         setattr(cfg.align, k, v)
     cfg.run.dir = str(d)
@@ -217,3 +218,24 @@ def test_presets_load_and_name_their_splits():
     for env in ("alfworld", "scienceworld"):
         row, why = A.untrained_row(env, A.preset(env, 0))
         assert row is None and why
+
+
+def test_copy_interrupted_midway_is_redone_whole(tmp_path):
+    sft = _sft_done(tmp_path)
+    p = A.plan(ENV, "dpo", 0, tmp_path)
+    half = p.dir / "checkpoints" / "iter_000001.part"  # killed while copying the checkpoint
+    half.mkdir(parents=True)
+    (half / "junk").write_text("x")
+    A.seed_run(p)
+    assert sorted(f.name for f in (p.dir / "checkpoints" / "iter_000001").iterdir()) == ["trainable.safetensors"]
+    assert not half.exists() and (p.dir / "sft.json").read_text() == (sft / "sft.json").read_text()
+
+
+def test_finished_run_runs_nothing_and_plan_prints_every_method(tmp_path, monkeypatch, capsys):
+    _finish(_sft_done(tmp_path))
+    assert A.run(ENV, "sft", 0, tmp_path, execute=lambda *a, **k: pytest.fail("ran")).state == "finished"
+    monkeypatch.setattr(A, "RESULTS", tmp_path)
+    A.main(["plan", "--env", ENV, "--seeds", "0,1"])
+    out = capsys.readouterr().out
+    assert "sft s0: finished" in out and "tlm_dre s0: new" in out and "dpo s1: blocked" in out
+    assert len([x for x in out.splitlines() if " s" in x]) >= 2 * len(A.METHODS)
