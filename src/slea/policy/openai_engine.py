@@ -69,9 +69,10 @@ class OpenAIGenerator:
                                    transport=httpx.HTTPTransport(retries=settings.retries))
 
     # -- HTTP ------------------------------------------------------------------------------------------------
-    def request(self, method: str, path: str, body: dict | None = None) -> dict:
+    def request(self, method: str, path: str, body: dict | None = None, *, text: bool = False) -> dict:
         """One JSON request; connection failures and 429/502/503/504 are retried ``retries`` times (bounded
-        back-off), everything else is a :class:`GeneratorError` naming the URL and the server's answer."""
+        back-off), everything else is a :class:`GeneratorError` naming the URL and the server's answer.
+        ``text``: the answer is plain text (vLLM's LoRA endpoints), returned as ``{"text": ...}``."""
         import httpx
 
         url = f"{self.cfg.base_url.rstrip('/')}{path}"
@@ -90,6 +91,8 @@ class OpenAIGenerator:
             if resp.status_code >= 400:
                 raise GeneratorError(f"openai generator: {method} {url} answered {resp.status_code}: "
                                      f"{resp.text[:300]}")
+            if text:
+                return {"text": resp.text}
             try:
                 return resp.json()
             except ValueError:
@@ -192,7 +195,8 @@ class OpenAIGenerator:
         name = f"slea-sync-{os.getpid()}-{self.syncs}"
         folder = save_adapter(model, self._sync_root / name)
         previous = self.served if self.syncs > 1 else None
-        self.request("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())})
+        self.request("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())},
+                     text=True)
         self.served = name
         if previous is not None:
             self._unload(previous)
@@ -200,7 +204,7 @@ class OpenAIGenerator:
 
     def _unload(self, name: str) -> None:
         try:
-            self.request("POST", "/unload_lora_adapter", {"lora_name": name})
+            self.request("POST", "/unload_lora_adapter", {"lora_name": name}, text=True)
         except GeneratorError:  # slea serve replaces the adapter on load: the old name is already gone
             pass
         shutil.rmtree(self._sync_root / name, ignore_errors=True)
