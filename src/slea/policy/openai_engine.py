@@ -30,6 +30,7 @@ import re
 import shutil
 import tempfile
 import time
+import weakref
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -191,6 +192,8 @@ class OpenAIGenerator:
             root = self.cfg.sync_dir
             self._sync_root = Path(root) if root else Path(tempfile.mkdtemp(prefix="slea-sync-"))
             self._sync_root.mkdir(parents=True, exist_ok=True)
+            if not root:  # a temp folder goes when the generator does (the server holds the loaded weights)
+                weakref.finalize(self, shutil.rmtree, str(self._sync_root), True)
         self.syncs += 1
         name = f"slea-sync-{os.getpid()}-{self.syncs}"
         folder = save_adapter(model, self._sync_root / name)
