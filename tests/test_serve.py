@@ -48,8 +48,8 @@ def test_serve_lists_the_model_and_completes_token_id_prompts(server):
 
 
 def test_serve_refuses_a_bad_model_argument():
-    r = subprocess.run([sys.executable, "-m", "slea.cli", "serve", "no/such/model"], capture_output=True, text=True,
-                       env=ENV, timeout=120)
+    r = subprocess.run([sys.executable, "-m", "slea.cli", "serve", "no/such/model"], check=False, capture_output=True,
+                       text=True, env=ENV, timeout=120)
     assert r.returncode == 2 and "serve: 'no/such/model' is neither" in r.stderr
 
 
@@ -64,7 +64,7 @@ def test_train_with_the_openai_generator_syncs_weights_to_the_server(server, tmp
                         # free-text answers with rewards a tiny random model earns (slea/testing/two_turn.py)
                         "--set", "plugins=[slea.testing.two_turn]", "--set", "env.id=slea/FirstChoice-v0",
                         "--set", "env.kwargs={}", "--set", "env.eval_kwargs={}", "--set", "rollout.group_size=4"],
-                       capture_output=True, text=True, env=ENV, timeout=300)
+                       check=False, capture_output=True, text=True, env=ENV, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in rows] == [0, 1]
@@ -99,3 +99,19 @@ def _served_equals_the_checkpoint(url: str, adapter: str, run: Path):
                                 temperature=1.0, dtype="float32")
     assert out[0].logprobs == pytest.approx(logp[0, -len(out[0].ids):].tolist(), abs=1e-4)
     return prompts[0], out[0].ids, out[0].logprobs
+
+
+@pytest.mark.slow
+def test_eval_with_the_openai_generator(server, tmp_path):
+    """``slea eval tiny`` through the server: its weights are synced first, the evaluation runs on the server."""
+    r = subprocess.run([sys.executable, "-m", "slea.cli", "eval", "tiny", "--out", str(tmp_path),
+                        "--set", "model.generator=openai", "--set", f"model.openai.base_url={server}",
+                        "--set", "model.lora_r=4", "--set", "model.lora_targets=[q_proj]",
+                        "--set", "plugins=[slea.testing.two_turn]", "--set", "env.id=slea/FirstChoice-v0",
+                        "--set", "eval.games=1", "--set", "eval.episodes_per_game=2"],
+                       check=False, capture_output=True, text=True, env=ENV, timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    res = json.loads((tmp_path / "eval" / "eval-heldout.json").read_text())
+    assert res["env"] == "slea/FirstChoice-v0" and res["sampled"]["episodes"] == 2
+    served = [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]]
+    assert len(served) == 2 and served[1].startswith("slea-sync-")

@@ -179,3 +179,16 @@ def test_generator_config_refusals():
         build_config({"model": {"generator": "openai", "lora": False}})
     with pytest.raises(ConfigError, match="model.openai.api_key_env"):
         build_config({"model": {"generator": "openai", "openai": {"api_key_env": "sk-secret"}}})
+
+
+def test_trainers_that_cannot_use_a_served_engine_refuse_it():
+    from slea.trainer.distributed import DataParallel
+    from slea.trainer.rl import check_data_parallel
+    from slea.trainer.teamtr import check_team_config
+
+    cfg = build_config({"model": {"generator": "openai"}})
+    with pytest.raises(ConfigError, match="model.generator: openai serves one process's weights"):
+        check_data_parallel(cfg, DataParallel(rank=0, world=2))
+    team = build_config({"algorithm": {"name": "teamtr"}, "model": {"generator": "openai"}})
+    with pytest.raises(ConfigError, match="model.generator: a team switches adapters"):
+        check_team_config(team)
