@@ -78,6 +78,15 @@ def test_train_with_the_openai_generator_syncs_weights_to_the_server(server, tmp
     base = httpx.post(f"{server}/completions", timeout=30, json={
         "model": "tiny", "prompt": [trained[0]], "max_tokens": len(trained[1]), "temperature": 0, "logprobs": 1})
     assert base.json()["choices"][0]["logprobs"]["token_logprobs"] != pytest.approx(trained[2], abs=1e-4)
+    # `slea serve RUN`: the run's model with its last checkpoint's adapter, under the run folder's name
+    from slea.policy.server import load_engine
+
+    engine = load_engine(str(run), dtype="float32")
+    assert engine.lora == "run" and [m["id"] for m in engine.models()["data"]] == [str(run), "run"]
+    again = engine.complete({"model": "run", "prompt": [trained[0]], "max_tokens": len(trained[1]), "temperature": 0,
+                             "logprobs": 1, "return_token_ids": True})["choices"][0]
+    assert again["token_ids"] == trained[1]
+    assert again["logprobs"]["token_logprobs"] == pytest.approx(trained[2], abs=1e-5)
     print(f"slea train with model.generator=openai: {time.perf_counter() - t0:.1f}s")
 
 
