@@ -334,7 +334,7 @@ def eval_(
 
     from slea.evaluation.evaluate import evaluate, write_eval
     from slea.evaluation.report import PaperTable
-    from slea.policy.generation import HFGenerator
+    from slea.policy.engines import make_generator
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
     from slea.rollout.collector import RolloutCollector
@@ -350,7 +350,9 @@ def eval_(
     split = kwargs["split"]
     with tempfile.TemporaryDirectory() as work:
         library = _eval_library(run, cfg, last, Path(work)) if run else None
-        collector = RolloutCollector(HFGenerator(model, tok, dtype=cfg.model.dtype), builder, cfg.rollout,
+        generator = make_generator(cfg.model, model, tok)
+        generator.sync_weights(model)  # a served engine gets the evaluated weights (hf: nothing to do)
+        collector = RolloutCollector(generator, builder, cfg.rollout,
                                      cfg.env.max_steps, experience=library, experience_mode=cfg.experience.mode)
         try:
             res = evaluate(collector, cfg.env.id, kwargs, cfg.eval, step_timeout_s=cfg.env.step_timeout_s,
@@ -415,7 +417,7 @@ def agent(
     from slea.evaluation.agent import agent_table, run_agent
     from slea.evaluation.report import PaperTable
     from slea.experience.portable import working_copy
-    from slea.policy.generation import HFGenerator
+    from slea.policy.engines import make_generator
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
     from slea.trainer.checkpoint import latest_checkpoint
@@ -426,7 +428,8 @@ def agent(
     policy, tok = load_policy(cfg.model, adapter_dir=last)
     policy.requires_grad_(False).eval()
     builder = PromptBuilder.from_rollout(tok, cfg.rollout)
-    generator = HFGenerator(policy, tok, dtype=cfg.model.dtype)
+    generator = make_generator(cfg.model, policy, tok)
+    generator.sync_weights(policy)  # a served engine gets the played weights (hf: nothing to do)
     kwargs = {**cfg.env.kwargs, "split": split or "heldout", **cfg.env.eval_kwargs}
     if split is not None:
         kwargs["split"] = split
@@ -447,6 +450,44 @@ def agent(
     console.print(agent_table(res))
     console.print(PaperTable.from_dict(res["table"]).to_rich(first=model))
     console.print(f"wrote {saved}" + (f" and the evolved library {out / 'library.sqlite'}" if evolve else ""))
+
+
+@app.command()
+def serve(
+    model: str = typer.Argument(..., help="'tiny', 'embedded', a local HF model folder, or a run folder (its "
+                                          "model with its last checkpoint's LoRA adapter)"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="0: a free port (printed)"),
+    dtype: str | None = typer.Option(None, "--dtype", help="bfloat16 | float32 (default: the run's, else "
+                                                            "bfloat16)"),
+    threads: int = typer.Option(2, "--threads", min=1, help="torch intra-op threads"),
+) -> None:
+    """An OpenAI-compatible completions server on slea's engine: /v1/models, /v1/completions (token-id or text
+    prompts, log-probs), /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai)."""
+    if not (Path(model) / "config.yaml").is_file() and not _model_target(model):
+        raise _fail(f"serve: {model!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded' nor 'tiny'")
+    if dtype not in (None, "bfloat16", "float32"):
+        raise _fail(f"serve: --dtype {dtype!r}: expected bfloat16 or float32")
+    import torch
+
+    from slea.policy.server import load_engine, make_server
+
+    torch.set_num_threads(threads)
+    engine = load_engine(model, dtype=dtype)
+    try:
+        server = make_server(engine, host, port)
+    except OSError as exc:
+        raise _fail(f"serve: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    bound = server.server_address[1]
+    _plain(f"serving {engine.base_id}" + (f" (adapter {engine.lora})" if engine.lora else "") +
+           f" at http://{host}:{bound}/v1")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
 
 
 @app.command()

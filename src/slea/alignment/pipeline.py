@@ -49,7 +49,7 @@ from slea.alignment.data import (
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config
 from slea.envs.pool import EnvPool
-from slea.policy.generation import HFGenerator
+from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.rollout.collector import TRAIN_SALT, RolloutCollector
@@ -124,6 +124,12 @@ class AlignPipeline:
             load_trainable(self.model, checkpoint)
         return self.model
 
+    def _generator(self):
+        """The rollout engine (``model.generator``) over the policy as it is now (a served one gets its weights)."""
+        gen = make_generator(self.cfg.model, self.model, self.tok)
+        gen.sync_weights(self.model)
+        return gen
+
     def _checkpoint(self, iteration: int) -> Path:
         path = self.dir / "checkpoints" / f"iter_{iteration:06d}"
         if not (path / "trainable.safetensors").is_file():
@@ -189,7 +195,7 @@ class AlignPipeline:
     def sample(self, expert: list) -> list:
         cfg, a = self.cfg, self.cfg.align
         self._policy(self._checkpoint(SFT_ITER))
-        collector = RolloutCollector(HFGenerator(self.model, self.tok, dtype=cfg.model.dtype), self.builder,
+        collector = RolloutCollector(self._generator(), self.builder,
                                      cfg.rollout, cfg.env.max_steps, keep_messages=True)
         kwargs = {**cfg.env.kwargs, "split": a.expert_split}
         split = expert[0].split  # the env's own name of the split: the expert's task ids use it
@@ -264,7 +270,7 @@ class AlignPipeline:
 
         cfg = self.cfg
         self._policy(latest_checkpoint(self.dir / "checkpoints"))
-        collector = RolloutCollector(HFGenerator(self.model, self.tok, dtype=cfg.model.dtype), self.builder,
+        collector = RolloutCollector(self._generator(), self.builder,
                                      cfg.rollout, cfg.env.max_steps)
         kwargs = {**cfg.env.kwargs, "split": split, **cfg.env.eval_kwargs}
         res = evaluate(collector, cfg.env.id, kwargs, cfg.eval, step_timeout_s=cfg.env.step_timeout_s,

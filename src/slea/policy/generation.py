@@ -79,6 +79,9 @@ class HFGenerator:
         self.stop_ids = _newline_ids(tokenizer) if stop_at_newline else frozenset()
         self.calls = 0  # batched calls made (tests assert one per turn)
 
+    def sync_weights(self, model) -> None:
+        """Nothing to do: this engine generates with the training model itself (slea/policy/engines.py)."""
+
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 12, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 0, rng_keys: Sequence[Sequence[int]] | None = None,

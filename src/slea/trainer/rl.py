@@ -41,7 +41,7 @@ from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings
 from slea.evaluation.evaluate import evaluate, write_eval
-from slea.policy.generation import HFGenerator
+from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.progress import Progress
@@ -143,20 +143,21 @@ def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
     from slea.experience.manager import ExperienceManager
 
     x = cfg.experience
-    engine: list = []  # [(HFGenerator, disable_adapter?)], built on first use
+    engine: list = []  # [(in-process generator, disable_adapter?)], built on first use
 
     def extractor_engine():
         if not engine:
             if x.extractor_model is None and hasattr(generator.model, "disable_adapter"):
-                engine.append((HFGenerator(generator.model, generator.tok, dtype=cfg.model.dtype,
-                                           stop_at_newline=False), True))
+                # the base weights in-process, whatever engine the rollouts use
+                engine.append((make_generator(cfg.model, generator.model, generator.tok, stop_at_newline=False,
+                                              backend="hf"), True))
             else:
                 name = x.extractor_model or cfg.model.name_or_path
                 mcfg = cfg.model.model_copy(update={"name_or_path": name, "lora": False, "tokenizer": (
                     cfg.model.tokenizer if x.extractor_model is None else None)})
                 model, tok = load_policy(mcfg)
                 model.requires_grad_(False).eval()
-                engine.append((HFGenerator(model, tok, dtype=cfg.model.dtype, stop_at_newline=False), False))
+                engine.append((make_generator(cfg.model, model, tok, stop_at_newline=False, backend="hf"), False))
         return engine[0]
 
     def render(tok, prompt) -> str:
@@ -200,7 +201,7 @@ class Trainer:
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
         self.reference = self._frozen_reference()
-        self.generator = HFGenerator(self.model, self.tok, dtype=cfg.model.dtype)
+        self.generator = make_generator(cfg.model, self.model, self.tok)  # hf | openai (slea/policy/engines.py)
         builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.experience = experience_manager(cfg, self.spec, self.out, self.generator)
@@ -243,6 +244,7 @@ class Trainer:
         library = self.evolve(clean, it) if est.ok else {}
         t_train = time.perf_counter()
         upd, critic = self.update(est, it)
+        self.generator.sync_weights(self.model)  # the engine generates with the new weights (hf: no-op)
         seconds = {"library": t_train - t_lib, "train": time.perf_counter() - t_train}
         self.samples.record(it, train_set, est.advantages, self.experience)  # episodes.jsonl, for slea report
         return Round(batch, len(clean), est, library, upd, critic, seconds)
@@ -386,6 +388,7 @@ class Trainer:
             atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
         if resume:
             self.resume()
+        self.generator.sync_weights(self.model)  # a served engine starts from the trainer's weights
         t_start = time.perf_counter()
         before = None
         if cfg.eval.before and self.start_iteration == 0 and self.dp.main:
@@ -457,6 +460,9 @@ def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
     """A :class:`ConfigError` for what data parallelism cannot split yet."""
     if dp.world == 1:
         return
+    if cfg.model.generator != "hf":
+        raise ConfigError(f"model.generator: {cfg.model.generator} serves one process's weights; data-parallel "
+                          f"training generates in-process (hf)")
     if cfg.rollout.groups < dp.world:
         raise ConfigError(f"rollout.groups: {cfg.rollout.groups} task groups cannot be shared by {dp.world} "
                           f"processes (at least one group each)")

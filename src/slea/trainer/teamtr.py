@@ -48,7 +48,7 @@ from slea.algorithms.teamtr import token_kl
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
 from slea.envs.pool import EnvPool
-from slea.policy.generation import HFGenerator
+from slea.policy.engines import make_generator
 from slea.rollout.collector import EVAL_SALT
 from slea.team.prompts import TeamPromptBuilder
 from slea.team.rollout import TeamCollector, TeamEpisode
@@ -124,6 +124,9 @@ def check_team_config(cfg: RunConfig) -> None:
                           f"not {cfg.env.id}")
     if not cfg.model.lora:
         raise ConfigError("model.lora: a team's agents are LoRA adapters on one base model; set model.lora: true")
+    if cfg.model.generator != "hf":
+        raise ConfigError(f"model.generator: a team switches adapters per agent in-process; {cfg.model.generator} "
+                          f"is not supported by the TeamTR trainer (use hf)")
     # what the team trainer does not read must not be set (a value silently ignored is an error)
     if "beta" in cfg.algorithm.options:
         raise ConfigError("algorithm.options.beta: TeamTR adapts β; set team.trust_region.beta (its start) instead")
@@ -150,7 +153,7 @@ class TeamTrainer:
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
         self.team = build_team_policy(cfg.model, self.task.agents)
-        self.generator = HFGenerator(self.team.model, self.team.tok, dtype=cfg.model.dtype)
+        self.generator = make_generator(cfg.model, self.team.model, self.team.tok)  # hf (check_team_config)
         t = cfg.team
         builder = TeamPromptBuilder(self.team.tok, context_messages=t.context_messages,
                                     message_max_chars=t.message_max_chars, one_shot=cfg.rollout.one_shot)

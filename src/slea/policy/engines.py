@@ -1,0 +1,31 @@
+"""One generator interface, chosen by ``model.generator``; every caller builds its engine here.
+
+A generator has ``model`` and ``tok`` (the local policy and tokenizer), ``calls`` (batched calls made),
+``generate(prompts, *, max_new_tokens, temperature, top_p, top_k, rng_keys, stop_at_newline) -> [Generation]``
+(token ids and the per-token log-probs ``log_softmax(logits / T)`` of each answer), and ``sync_weights(model)``,
+which the trainer calls after every update: the engine then generates with the model's new weights.
+
+- ``hf`` (default): :class:`slea.policy.generation.HFGenerator`, in-process over the training model itself, so
+  ``sync_weights`` has nothing to do.
+- ``openai``: :class:`slea.policy.openai_engine.OpenAIGenerator`, an OpenAI-compatible completions server
+  (``slea serve``, vLLM's, llama.cpp's); ``sync_weights`` saves the LoRA adapter (safetensors) and asks the
+  server to load it.
+- ``vllm``: refused by the config (the in-process engine needs the vllm package).
+"""
+
+from __future__ import annotations
+
+
+def make_generator(model_cfg, model, tok, *, stop_at_newline: bool = True, backend: str | None = None):
+    """The generator ``model_cfg.generator`` names, over ``model``/``tok``. ``backend`` overrides the choice
+    (the experience extractor runs the base weights in-process: ``backend="hf"``)."""
+    name = backend or model_cfg.generator
+    if name == "hf":
+        from slea.policy.generation import HFGenerator
+
+        return HFGenerator(model, tok, dtype=model_cfg.dtype, stop_at_newline=stop_at_newline)
+    if name == "openai":
+        from slea.policy.openai_engine import OpenAIGenerator
+
+        return OpenAIGenerator(model, tok, model_cfg.openai, stop_at_newline=stop_at_newline)
+    raise ValueError(f"model.generator: no engine {name!r} (hf, openai)")

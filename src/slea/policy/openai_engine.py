@@ -1,0 +1,218 @@
+"""The ``openai`` generator: one OpenAI-compatible ``/v1/completions`` request per batch of prompts.
+
+The prompt goes as token ids (``model.openai.prompt_format: ids``; the completions API takes a list of token-id
+lists) or as the text the tokenizer decodes them to (``text``: the server re-tokenizes, which may not give back
+the same ids). ``logprobs`` is asked for; every answer comes back as slea's :class:`Generation`: token ids and the
+log-prob of each sampled token. The ids are read, in this order, from the choice's ``token_ids`` (vLLM's
+``return_token_ids``, and ``slea serve``), from ``logprobs.tokens`` written as ``token_id:N`` (vLLM's
+``return_tokens_as_token_ids``), or else by re-tokenizing each returned token string alone: a string that is not
+exactly one token of the local tokenizer is an error, never a guess (a warning says ids were re-tokenized).
+
+The log-probs must be ``log_softmax(logits / T)`` of the sampled tokens, what the training forward computes:
+``slea serve`` returns exactly that; other servers may return the untempered distribution's (vLLM: see its
+``logprobs_mode``). The gap is measured, not assumed: the first on-policy mini-batch's mean |ratio − 1| is
+``update/ratio_dev_onpolicy`` in metrics.jsonl, as with the in-process engine.
+
+Sampling keys (``rng_keys``) go as the ``rng_keys`` extension field, which ``slea serve`` honours (the same
+per-row streams as the in-process engine); other servers ignore it and sample with their own RNG.
+
+Weights: :meth:`OpenAIGenerator.sync_weights` saves the policy's LoRA adapter (slea/policy/adapters.py) and
+``POST``s ``/v1/load_lora_adapter`` (vLLM's dynamic LoRA loading: start vLLM with ``--enable-lora`` and
+``VLLM_ALLOW_RUNTIME_LORA_UPDATING=True``); later requests name the new adapter as their ``model``. The server
+must read the folder: ``model.openai.sync_dir`` on a shared file system when it runs elsewhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import shutil
+import tempfile
+import time
+import weakref
+from collections.abc import Sequence
+from pathlib import Path
+
+from slea.policy.generation import Generation
+
+log = logging.getLogger(__name__)
+RETRY_STATUS = frozenset({429, 502, 503, 504})
+_TOKEN_ID = re.compile(r"^token_id:(\d+)$")
+
+
+class GeneratorError(RuntimeError):
+    """The server could not be reached, refused a request, or answered something unusable (one line)."""
+
+
+class OpenAIGenerator:
+    """Generates through an OpenAI-compatible server; ``model``/``tok`` are the local policy and tokenizer (the
+    tokenizer renders text prompts and re-tokenizes token strings; the model's adapter is what syncs send)."""
+
+    def __init__(self, model, tokenizer, settings, *, stop_at_newline: bool = True):
+        try:
+            import httpx
+        except ImportError:
+            raise GeneratorError("model.generator: openai needs httpx: pip install 'slea[openai]'") from None
+        self.model = model
+        self.tok = tokenizer
+        self.cfg = settings
+        self.stop_at_newline = stop_at_newline
+        self.calls = 0
+        self.served: str | None = settings.model
+        self.syncs = 0
+        self._sync_root: Path | None = None
+        self._warned = False
+        key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self.client = httpx.Client(base_url=settings.base_url.rstrip("/"), headers=headers,
+                                   timeout=httpx.Timeout(settings.timeout_s),
+                                   transport=httpx.HTTPTransport(retries=settings.retries))
+
+    # -- HTTP ------------------------------------------------------------------------------------------------
+    def request(self, method: str, path: str, body: dict | None = None, *, text: bool = False) -> dict:
+        """One JSON request; connection failures and 429/502/503/504 are retried ``retries`` times (bounded
+        back-off), everything else is a :class:`GeneratorError` naming the URL and the server's answer.
+        ``text``: the answer is plain text (vLLM's LoRA endpoints), returned as ``{"text": ...}``."""
+        import httpx
+
+        url = f"{self.cfg.base_url.rstrip('/')}{path}"
+        for attempt in range(self.cfg.retries + 1):
+            try:
+                resp = self.client.request(method, path, json=body)
+            except httpx.TimeoutException:
+                raise GeneratorError(f"openai generator: {url} gave no answer within model.openai.timeout_s="
+                                     f"{self.cfg.timeout_s}s") from None
+            except httpx.HTTPError as exc:
+                raise GeneratorError(f"openai generator: cannot reach {url} ({type(exc).__name__}: {exc}; "
+                                     f"{self.cfg.retries} retries); is the server running?") from None
+            if resp.status_code in RETRY_STATUS and attempt < self.cfg.retries:
+                time.sleep(min(0.25 * 2 ** attempt, 2.0))
+                continue
+            if resp.status_code >= 400:
+                raise GeneratorError(f"openai generator: {method} {url} answered {resp.status_code}: "
+                                     f"{resp.text[:300]}")
+            if text:
+                return {"text": resp.text}
+            try:
+                return resp.json()
+            except ValueError:
+                raise GeneratorError(f"openai generator: {url} answered no JSON: {resp.text[:200]!r}") from None
+        raise AssertionError("unreachable")
+
+    def served_model(self) -> str:
+        """The ``model`` requests name: the last synced adapter, ``model.openai.model``, or the server's first."""
+        if self.served is None:
+            models = self.request("GET", "/models").get("data") or []
+            if not models:
+                raise GeneratorError(f"openai generator: {self.cfg.base_url}/models lists no model")
+            self.served = models[0]["id"]
+        return self.served
+
+    # -- generation ------------------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 12, temperature: float = 1.0,
+                 top_p: float = 1.0, top_k: int = 0, rng_keys: Sequence[Sequence[int]] | None = None,
+                 stop_at_newline: bool | None = None) -> list[Generation]:
+        """One answer per prompt (the in-process engine's signature and meaning, :class:`HFGenerator`)."""
+        self.calls += 1
+        if rng_keys is not None and len(rng_keys) != len(prompts):
+            raise ValueError(f"{len(rng_keys)} rng_keys for {len(prompts)} prompts")
+        if top_k and not self.cfg.extensions:
+            raise GeneratorError("openai generator: rollout.top_k needs model.openai.extensions (a vLLM field)")
+        stop = self.stop_at_newline if stop_at_newline is None else stop_at_newline
+        out: list[Generation] = []
+        step = self.cfg.batch_size
+        for start in range(0, len(prompts), step):
+            chunk = prompts[start:start + step]
+            keys = None if rng_keys is None else [[int(k) for k in key] for key in rng_keys[start:start + step]]
+            body = self._body(chunk, max_new_tokens, temperature, top_p, top_k, keys, stop)
+            answer = self.request("POST", "/completions", body)
+            out.extend(self._parse(answer, len(chunk)))
+        return out
+
+    def _body(self, chunk, max_new_tokens, temperature, top_p, top_k, keys, stop) -> dict:
+        prompt = ([list(map(int, p)) for p in chunk] if self.cfg.prompt_format == "ids"
+                  else [self.tok.decode(p) for p in chunk])
+        body = {"model": self.served_model(), "prompt": prompt, "max_tokens": max_new_tokens,
+                "temperature": temperature, "top_p": top_p, "logprobs": 1, "n": 1}
+        if stop:
+            body["stop"] = ["\n"]
+        if self.cfg.extensions:
+            body.update(return_token_ids=True, return_tokens_as_token_ids=True, include_stop_str_in_output=True,
+                        skip_special_tokens=False)
+            if top_k:
+                body["top_k"] = top_k
+            if keys is not None:
+                body["rng_keys"] = keys
+        return body
+
+    def _parse(self, answer: dict, n: int) -> list[Generation]:
+        choices = sorted(answer.get("choices") or [], key=lambda c: c.get("index", 0))
+        if len(choices) != n:
+            raise GeneratorError(f"openai generator: {n} prompts sent, {len(choices)} choices returned")
+        return [self._generation(c) for c in choices]
+
+    def _generation(self, choice: dict) -> Generation:
+        lp = choice.get("logprobs") or {}
+        logprobs = lp.get("token_logprobs")
+        if logprobs is None or any(v is None for v in logprobs):
+            raise GeneratorError("openai generator: the server returned no per-token log-probs (logprobs)")
+        ids = choice.get("token_ids")
+        if ids is None:
+            ids = self._ids_of(lp.get("tokens") or [])
+        if len(ids) != len(logprobs):
+            raise GeneratorError(f"openai generator: {len(ids)} token ids for {len(logprobs)} log-probs")
+        ids = [int(t) for t in ids]
+        return Generation(ids, [float(v) for v in logprobs], self.tok.decode(ids, skip_special_tokens=True))
+
+    def _ids_of(self, tokens: list[str]) -> list[int]:
+        """Token ids of ``logprobs.tokens``: ``token_id:N`` strings, else each string re-tokenized alone."""
+        ids = []
+        for s in tokens:
+            m = _TOKEN_ID.match(s)
+            if m:
+                ids.append(int(m.group(1)))
+                continue
+            enc = self.tok(s, add_special_tokens=False).input_ids
+            if len(enc) != 1:
+                raise GeneratorError(f"openai generator: the server's token {s!r} is {len(enc)} tokens of the "
+                                     f"local tokenizer; ask the server for token ids (model.openai.extensions)")
+            ids.append(enc[0])
+        if tokens and not _TOKEN_ID.match(tokens[0]) and not self._warned:
+            self._warned = True
+            log.warning("openai generator: the server returned token strings; ids re-tokenized one by one")
+        return ids
+
+    # -- weights ---------------------------------------------------------------------------------------------
+    def sync_weights(self, model) -> str:
+        """Save ``model``'s LoRA adapter and have the server load it; later requests use it. Returns its name."""
+        from slea.policy.adapters import save_adapter
+
+        if self._sync_root is None:
+            root = self.cfg.sync_dir
+            self._sync_root = Path(root) if root else Path(tempfile.mkdtemp(prefix="slea-sync-"))
+            self._sync_root.mkdir(parents=True, exist_ok=True)
+            if not root:  # a temp folder goes when the generator does (the server holds the loaded weights)
+                weakref.finalize(self, shutil.rmtree, str(self._sync_root), True)
+        self.syncs += 1
+        name = f"slea-sync-{os.getpid()}-{self.syncs}"
+        folder = save_adapter(model, self._sync_root / name)
+        previous = self.served if self.syncs > 1 else None
+        self.request("POST", "/load_lora_adapter", {"lora_name": name, "lora_path": str(folder.resolve())},
+                     text=True)
+        self.served = name
+        if previous is not None:
+            self._unload(previous)
+        return name
+
+    def _unload(self, name: str) -> None:
+        try:
+            self.request("POST", "/unload_lora_adapter", {"lora_name": name}, text=True)
+        except GeneratorError:  # slea serve replaces the adapter on load: the old name is already gone
+            pass
+        shutil.rmtree(self._sync_root / name, ignore_errors=True)
+
+    def close(self) -> None:
+        self.client.close()
+        if self._sync_root is not None and not self.cfg.sync_dir:
+            shutil.rmtree(self._sync_root, ignore_errors=True)
