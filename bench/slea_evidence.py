@@ -24,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -133,25 +132,8 @@ def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo") -> dict
             "std": float(np.std(diffs, ddof=1)) if len(diffs) > 1 else 0.0}
 
 
-_MACHINE_PATH = re.compile(r"/[^\s\"'`]*?/(bench/results/evidence/|configs/)")
-
-
-def relativize(job: str) -> int:
-    """Write the saved files of a job's runs with repository-relative paths (no machine's folders in the repo);
-    the count of files changed. Resuming and reusing runs do not read those paths."""
-    changed = 0
-    for f in (RESULTS / job).rglob("*"):
-        if f.suffix in (".json", ".yaml", ".md") and "checkpoints" not in f.parts:
-            text = f.read_text()
-            new = _MACHINE_PATH.sub(r"\1", text)
-            if new != text:
-                f.write_text(new)
-                changed += 1
-    return changed
-
-
 def table(job: str) -> dict:
-    relativize(job)
+    compare.relativize(RESULTS / job, ("bench/results/evidence/", "configs/"))
     runs = finished(job)
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS / job}")

@@ -31,7 +31,6 @@ import argparse
 import json
 import math
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -97,28 +96,11 @@ def train(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None
         print(f"{d}: unfinished, starting over")
         shutil.rmtree(d)
     summary = TeamTrainer(cfg, d).fit()
-    relativize()
+    compare.relativize(RESULTS, ("bench/results/teamtr/", "configs/"))
     print(f"{d}: held-out success {summary['after']['sampled']['success']:.3f} "
           f"(before {(summary['before'] or {}).get('sampled', {}).get('success', math.nan):.3f}), "
           f"{summary['wall_s'] / 60:.1f} min")
     return "trained"
-
-
-_MACHINE_PATH = re.compile(r"/[^\s\"'`]*?/(bench/results/teamtr/|configs/)")
-
-
-def relativize() -> int:
-    """Rewrite the saved files of the runs with repository-relative paths (no machine's folders in the repo);
-    the count of files changed. Reusing runs does not read those paths."""
-    changed = 0
-    for f in RESULTS.rglob("*"):
-        if f.suffix in (".json", ".yaml", ".md") and f.is_file():
-            text = f.read_text()
-            new = _MACHINE_PATH.sub(r"\1", text)
-            if new != text:
-                f.write_text(new)
-                changed += 1
-    return changed
 
 
 # -- reading the runs ----------------------------------------------------------------------------------------
@@ -176,7 +158,7 @@ STATS = ("heldout_success", "heldout_return", "heldout_greedy_success", "heldout
 
 
 def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
-    relativize()
+    compare.relativize(RESULTS, ("bench/results/teamtr/", "configs/"))
     runs = finished()
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")

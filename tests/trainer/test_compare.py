@@ -170,3 +170,17 @@ def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
     table = run(plan(SMOKE, ["grpo", "rloo"], [0], tmp_path))
     assert calls == [] and table["algorithms"]["grpo"]["status"] == {"0": "reused"}
     assert (tmp_path / "curves.png").is_file() and (tmp_path / "table.md").is_file()
+
+
+def test_relativize_strips_machine_folders_from_saved_files_only(tmp_path):
+    from slea.trainer.compare import relativize
+
+    run = tmp_path / "runs" / "grpo-s0"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "config.yaml").write_text("config: /home/me/repo/configs/slea.yaml\nout: /x/y/bench/results/ev/a\n")
+    (run / "checkpoints" / "meta.json").write_text('{"dir": "/x/bench/results/ev"}')
+    (run / "metrics.jsonl").write_text('{"dir": "/x/bench/results/ev"}')
+    assert relativize(tmp_path) == 1
+    assert (run / "config.yaml").read_text() == "config: configs/slea.yaml\nout: bench/results/ev/a\n"
+    assert "/x/" in (run / "checkpoints" / "meta.json").read_text() and "/x/" in (run / "metrics.jsonl").read_text()
+    assert relativize(tmp_path) == 0  # nothing left to rewrite

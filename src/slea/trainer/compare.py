@@ -26,6 +26,7 @@ from __future__ import annotations
 import gc
 import json
 import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -325,3 +326,19 @@ def write_outputs(table: dict[str, Any], runs: list[SubRun], out: Path) -> None:
     atomic_write_text(out / "table.json", json.dumps(table, indent=2))
     atomic_write_text(out / "table.md", table_markdown(table))
     plot_compare(runs, out / "curves.png")
+
+
+def relativize(folder: Path, anchors: tuple[str, ...] = ("bench/results/", "configs/")) -> int:
+    """Rewrite the saved ``.json``/``.yaml``/``.md`` files under ``folder`` (checkpoints aside) so that absolute
+    paths ending in one of ``anchors`` become repository-relative: results committed to the repository name no
+    machine's folders. The count of files changed; resuming and reusing runs do not read those paths."""
+    pattern = re.compile(r"/[^\s\"'`]*?/(" + "|".join(re.escape(a) for a in anchors) + ")")
+    changed = 0
+    for f in Path(folder).rglob("*"):
+        if f.suffix in (".json", ".yaml", ".md") and f.is_file() and "checkpoints" not in f.parts:
+            text = f.read_text()
+            new = pattern.sub(r"\1", text)
+            if new != text:
+                f.write_text(new)
+                changed += 1
+    return changed
