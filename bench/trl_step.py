@@ -51,15 +51,16 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import torch  # noqa: E402
+import torch
 
 OUT = Path(__file__).parent / "results" / "trl_step.json"
 SHAPES = ("grpo", "multiturn")
 G = 8
 REWARDS = [1.0, 0.0, 0.0, 1.0, 0.0, 1.0, 0.0, 0.0]  # fixed rewards: TRL's group-normalised advantages from them
 LR = 1e-4
-COMMANDS = ["go east", "go west", "go north", "go south", "take coin", "take key", "open door", "open chest",
-            "unlock door with key", "examine room", "look", "inventory", "drop key"]  # 13, as the baseline's
+COMMANDS = ["go east", "go west", "go north", "go south", "take coin from wooden chest", "take rusty key",
+            "open wooden door", "open wooden chest", "unlock wooden door with rusty key", "examine wooden chest",
+            "look around the room", "check your inventory", "drop rusty key on the floor"]  # 13, as the baseline's
 ROOMS = ["a dark cellar", "a bright kitchen", "a dusty attic", "a small garden", "a long corridor",
          "a cold pantry", "a narrow hall", "a quiet study"]
 
@@ -85,9 +86,11 @@ def batch(tok, shape: str, seed: int = 0) -> list[tuple[list[int], list[int]]]:
     """The shared batch of ``shape``: 8 (prompt_ids, completion_ids) rows; completions of 8-16 tokens."""
     rng = random.Random(seed)
     goal = ("Find the coin hidden somewhere in the house and take it. The coin is not in the first room; "
-            "you may need a key to open a locked door on the way.")
+            "you may need a key to open a locked door on the way. Take the coin as soon as you see it, do not "
+            "drop it again, and avoid rooms you have already searched.")
     obs0 = ("You are in a dark cellar. There is a wooden door to the east and a stair going north. "
-            "A small chest sits in the corner, and a key lies on the floor next to it.")
+            "A small wooden chest sits in the corner under a shelf of old jars, and a rusty key lies on the "
+            "floor next to it. The air is damp and smells of earth.")
     rows = []
     for i in range(G):
         if shape == "grpo":
@@ -97,7 +100,8 @@ def batch(tok, shape: str, seed: int = 0) -> list[tuple[list[int], list[int]]]:
             prev = rng.choice(COMMANDS)
             obs = (f"You are in {room}. Exits lead {rng.choice(['east', 'west'])} and "
                    f"{rng.choice(['north', 'south'])}. You see {rng.choice(['a table', 'a shelf', 'a box'])} "
-                   f"and {rng.choice(['a mug', 'an apple', 'nothing else'])}. Your last command: {prev}.")
+                   f"and {rng.choice(['a mug', 'an apple', 'nothing else'])}. The floor is covered in dust "
+                   f"and a faint light comes from the window. Your last command: {prev}.")
             prompt = _prompt(tok, goal, prev, obs)
         words = " ".join(rng.choice(COMMANDS) for _ in range(8))
         completion = tok(words + "\n", add_special_tokens=False).input_ids[:rng.randint(8, 16)]
@@ -313,15 +317,16 @@ def run_worker(engine: str, args, shape: str, lora_layers: int) -> dict:
     cmd = [sys.executable, __file__, "--worker", engine, "--shape", shape, "--model", args.model,
            "--lora-layers", str(lora_layers), "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--threads", str(args.threads)]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{engine}/{shape} worker failed:\n{proc.stderr[-4000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def table(result: dict) -> str:
-    lines = ["| shape | rows | tokens | slea step s | TRL step s | slea tok/s | TRL tok/s | slea/TRL | "
-             "slea peak RSS MiB | TRL peak RSS MiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    head = ("| shape | rows | tokens | slea step s | TRL step s | slea tok/s | TRL tok/s | slea/TRL | "
+            "slea peak RSS MiB | TRL peak RSS MiB |")
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for shape, r in result["shapes"].items():
         s, t = r["slea"], r["trl"]
         lines.append(f"| {shape} | {G} | {s['tokens']} | {s['step_s']:.2f} | {t['step_s']:.2f} | {s['tok_s']:.0f} | "
