@@ -1,35 +1,24 @@
-"""The ``slea`` command line: it parses and calls, nothing more.
-
-A bad config, argument, path or missing extra is one line on stderr and exit code 2 (no traceback); a run halted
-by a reliability guard is exit code 3. Progress and results go through :mod:`slea.progress` (a rich display on a
-terminal, plain timestamped lines in logs).
-"""
+"""The ``slea`` commands that train, evaluate, compare, report, play and serve (``slea library ...`` and
+``slea data ...`` live in :mod:`slea.cli.library` and :mod:`slea.cli.data`)."""
 
 from __future__ import annotations
 
 import json
 import logging
-import os
 import sys
 from pathlib import Path
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is downloaded at run time
-os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+from slea.cli.common import console, err, fail, plain, require_env, run_config
+from slea.cli.data import data_app
+from slea.cli.library import library_app, portable
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn agentic RL with a per-step "
                   "experience library (SLEA-RL) and the methods it is compared with.")
-library_app = typer.Typer(no_args_is_help=True, help="Inspect, export, import, merge and diff experience "
-                          "libraries.")
 app.add_typer(library_app, name="library")
-data_app = typer.Typer(no_args_is_help=True, help="Make alignment data (expert trajectories).")
 app.add_typer(data_app, name="data")
-console = Console()
-err = Console(stderr=True)
 
 
 @app.callback()
@@ -37,37 +26,6 @@ def _setup() -> None:
     from slea.progress import setup_logging
 
     setup_logging()
-
-
-def _fail(msg: str, code: int = 2) -> typer.Exit:
-    """Print one line on stderr; return the Exit to raise (``raise _fail(...) from None``)."""
-    err.print(msg, markup=False, highlight=False, soft_wrap=True)
-    return typer.Exit(code)
-
-
-def _plain(msg: str) -> None:
-    """One line of progress as it is (no markup, highlighting or re-wrapping)."""
-    console.print(msg, markup=False, highlight=False, soft_wrap=True)
-
-
-def _config(config: Path | None, overrides: list[str]):
-    from slea.config import ConfigError, load_config
-
-    try:
-        return load_config(config, overrides)
-    except ConfigError as exc:
-        raise _fail(f"config error: {exc}") from None
-
-
-def _require_env(env_id: str) -> None:
-    """The env's optional extra must be installed: checked before any model loads."""
-    from slea.envs import registered
-
-    spec = registered().get(env_id)
-    missing = spec.missing() if spec is not None else []
-    if missing:
-        hint = f"pip install 'slea[{spec.extra}]'" if spec.extra else "install " + ", ".join(missing)
-        raise _fail(f"config error: env.id: {env_id} needs {', '.join(missing)}: {hint}")
 
 
 @app.command()
@@ -81,11 +39,11 @@ def train(
     """Train a policy with RL; writes a run folder (metrics, curves, checkpoints, eval)."""
     if resume is not None:
         if not (resume / "config.yaml").is_file():
-            raise _fail(f"--resume: {resume} has no config.yaml (not a run folder)")
-        cfg = _config(resume / "config.yaml", list(set_) + [f"run.dir={resume}"])
+            raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
+        cfg = run_config(resume / "config.yaml", list(set_) + [f"run.dir={resume}"])
     else:
-        cfg = _config(config, set_)
-    _require_env(cfg.env.id)
+        cfg = run_config(config, set_)
+    require_env(cfg.env.id)
     from slea.config import ConfigError
     from slea.trainer.guards import RunHalted
     from slea.trainer.rl import Trainer, check_data_parallel, run_dir_for
@@ -100,7 +58,7 @@ def train(
         try:
             check_data_parallel(cfg, dp)
         except ConfigError as exc:
-            raise _fail(f"config error: {exc}") from None
+            raise fail(f"config error: {exc}") from None
         try:
             _train_rank(cfg, dp.from_main(run_dir_for(cfg)), resume is not None)
         finally:
@@ -112,12 +70,12 @@ def train(
     try:
         trainer = Trainer(cfg)
     except ConfigError as exc:  # needs the trainer cannot meet, or a value checkable only against the model
-        raise _fail(f"config error: {exc}") from None
+        raise fail(f"config error: {exc}") from None
     console.print(f"run folder: {trainer.dir}")
     try:
         summary = trainer.fit(resume=resume is not None)
     except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
-        raise _fail(f"run halted: {exc}", 3) from None
+        raise fail(f"run halted: {exc}", 3) from None
     console.print(summary_table(summary))
 
 
@@ -135,27 +93,27 @@ def align(
     over = list(set_) + ([f"align.method={method}"] if method else [])
     if resume is not None:
         if not (resume / "config.yaml").is_file():
-            raise _fail(f"--resume: {resume} has no config.yaml (not a run folder)")
-        cfg = _config(resume / "config.yaml", over + [f"run.dir={resume}"])
+            raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
+        cfg = run_config(resume / "config.yaml", over + [f"run.dir={resume}"])
     else:
-        cfg = _config(config, over)
-    _require_env(cfg.env.id)
+        cfg = run_config(config, over)
+    require_env(cfg.env.id)
     from slea.alignment.pipeline import AlignPipeline
     from slea.config import ConfigError
     from slea.trainer.rl import run_dir_for
 
     run_dir = run_dir_for(cfg)
     if resume is None and (run_dir / "config.yaml").is_file():
-        raise _fail(f"align: {run_dir} is already a run folder; continue it with --resume {run_dir}")
+        raise fail(f"align: {run_dir} is already a run folder; continue it with --resume {run_dir}")
     try:
-        pipeline = AlignPipeline(cfg, run_dir, say=_plain)
+        pipeline = AlignPipeline(cfg, run_dir, say=plain)
         console.print(f"run folder: {run_dir}")
         results = pipeline.run()
     except ConfigError as exc:
-        raise _fail(f"config error: {exc}") from None
+        raise fail(f"config error: {exc}") from None
     for split, res in results.items():
         s, g = res["sampled"], res.get("greedy") or {}
-        _plain(f"{split}: sampled success {s['success']:.3f}, greedy success {g.get('success', float('nan')):.3f}")
+        plain(f"{split}: sampled success {s['success']:.3f}, greedy success {g.get('success', float('nan')):.3f}")
 
 def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
     """``slea train --nproc N``: N spawned ranks in one gloo group (slea/trainer/distributed.py). (Under
@@ -169,7 +127,7 @@ def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
     try:
         check_data_parallel(cfg, DataParallel(0, nproc))
     except ConfigError as exc:
-        raise _fail(f"config error: {exc}") from None
+        raise fail(f"config error: {exc}") from None
     run_dir = run_dir_for(cfg)  # chosen once here: a timestamped name must be the same on every rank
     console.print(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
     try:
@@ -237,13 +195,13 @@ def compare(
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
-        raise _fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
+        raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
     out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
     try:
         plan = cmp.plan(config, algos, seed_list, out, overrides=list(set_))
     except (ConfigError, ValueError) as exc:
-        raise _fail(f"compare: {exc}") from None
-    _require_env(plan.items[0][1].env.id)
+        raise fail(f"compare: {exc}") from None
+    require_env(plan.items[0][1].env.id)
     cmp.run(plan, say=console.print)
     typer.echo((out / "table.md").read_text())  # plain: a markdown table must not be re-wrapped
     console.print(f"wrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")
@@ -262,9 +220,9 @@ def report(
     try:
         path = write_report(run, out)
     except ReportError as exc:
-        raise _fail(f"report: {exc}") from None
+        raise fail(f"report: {exc}") from None
     except OSError as exc:
-        raise _fail(f"report: cannot write {out or run / 'report.html'} ({exc.strerror or exc})") from None
+        raise fail(f"report: cannot write {out or run / 'report.html'} ({exc.strerror or exc})") from None
     console.print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
 
 
@@ -316,7 +274,7 @@ def eval_(
     config_file = run / "config.yaml" if run else path if path.suffix in (".yaml", ".yml") and path.is_file() \
         else None
     if config_file is None and not _model_target(target):
-        raise _fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
+        raise fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded', 'tiny' nor a YAML config")
     over = [f"model.name_or_path={target}"] if config_file is None else []
     over += list(set_)
@@ -324,10 +282,10 @@ def eval_(
         over.append(f"eval.episodes_per_game={episodes}")
     if seed is not None:
         over.append(f"eval.seed={seed}")
-    cfg = _config(config_file, over)
+    cfg = run_config(config_file, over)
     if env is not None and env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
-        cfg = _config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over])
-    _require_env(cfg.env.id)
+        cfg = run_config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over])
+    require_env(cfg.env.id)
     import tempfile
 
     import torch
@@ -394,20 +352,20 @@ def agent(
     path = Path(model)
     run = path if (path / "config.yaml").is_file() else None
     if run is None and not _model_target(model):
-        raise _fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
+        raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
-    lib = _portable("agent: --library", library)
+    lib = portable("agent: --library", library)
     from slea.evaluation.agent import agent_overrides
 
     over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
     config_file = run / "config.yaml" if run else None
-    cfg = _config(config_file, over + list(set_))
+    cfg = run_config(config_file, over + list(set_))
     if env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
         over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
     if cfg.experience.mode == "off" and not any(s.startswith("experience.mode=") for s in set_):
         over.append("experience.mode=step")
-    cfg = _config(config_file, over + list(set_))
-    _require_env(cfg.env.id)
+    cfg = run_config(config_file, over + list(set_))
+    require_env(cfg.env.id)
     import tempfile
 
     import torch
@@ -465,10 +423,10 @@ def serve(
     """An OpenAI-compatible completions server on slea's engine: /v1/models, /v1/completions (token-id or text
     prompts, log-probs), /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai)."""
     if not (Path(model) / "config.yaml").is_file() and not _model_target(model):
-        raise _fail(f"serve: {model!r} is neither a run folder (with config.yaml), a model folder (with "
+        raise fail(f"serve: {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
     if dtype not in (None, "bfloat16", "float32"):
-        raise _fail(f"serve: --dtype {dtype!r}: expected bfloat16 or float32")
+        raise fail(f"serve: --dtype {dtype!r}: expected bfloat16 or float32")
     import torch
 
     from slea.policy.server import load_engine, make_server
@@ -478,9 +436,9 @@ def serve(
     try:
         server = make_server(engine, host, port)
     except OSError as exc:
-        raise _fail(f"serve: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+        raise fail(f"serve: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
     bound = server.server_address[1]
-    _plain(f"serving {engine.base_id}" + (f" (adapter {engine.lora})" if engine.lora else "") +
+    plain(f"serving {engine.base_id}" + (f" (adapter {engine.lora})" if engine.lora else "") +
            f" at http://{host}:{bound}/v1")
     try:
         server.serve_forever()
@@ -522,226 +480,5 @@ def envs() -> None:
     console.print(d)
 
 
-def _library_path(run: Path) -> Path:
-    path = run / "library.sqlite" if run.is_dir() else run
-    if not path.is_file():
-        raise _fail(f"no experience library at {path} (only runs with a library have one: algorithm slea, or "
-                    f"experience.mode step/task)")
-    from slea.experience.inspect import check_library
-
-    try:
-        check_library(path)
-    except ValueError as exc:
-        raise _fail(str(exc)) from None
-    return path
-
-
-@library_app.command("show")
-def library_show(run: Path, zone: str | None = None, limit: int = 30) -> None:
-    """List library entries with zone, level, score, usage and linked clusters."""
-    from slea.experience.inspect import list_entries
-
-    rows = list_entries(_library_path(run), zone=zone, limit=limit)
-    t = Table(title=f"experience library ({len(rows)} shown)")
-    for col in ("id", "zone", "level", "score", "used", "succ", "clusters", "text"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(str(r.get("id")), str(r.get("zone")), str(r.get("level")), f"{r.get('score', 0):.2f}",
-                  str(r.get("usage", r.get("usage_count", ""))), str(r.get("success", r.get("success_count", ""))),
-                  ",".join(map(str, list(r.get("clusters", []))[:5])), str(r.get("text", ""))[:90])
-    console.print(t)
-
-
-@library_app.command("search")
-def library_search(run: Path, text: str, task_type: str = "") -> None:
-    """Show what an observation would retrieve from the library."""
-    from slea.experience.inspect import search
-
-    res = search(_library_path(run), text, task_type=task_type)
-    console.print(f"cluster {res.cluster_id}, entries {res.entry_ids}")
-    console.print(res.text or "(nothing retrieved)", markup=False)
-
-
-def _portable(what: str, source: Path):
-    """A library source (run folder, SQLite library or JSONL export) as records, or one line and exit 2."""
-    from slea.experience.portable import PortableError, load
-
-    try:
-        return load(source)
-    except PortableError as exc:
-        raise _fail(f"{what}: {exc}") from None
-
-
-def _provenance_line(p: dict) -> str:
-    return ", ".join(f"{k} {v}" for k, v in p.items() if v is not None) or "unknown provenance"
-
-
-@library_app.command("export")
-def library_export(source: Path = typer.Argument(..., help="a run folder or an SQLite library"),
-                   out: Path = typer.Argument(..., help="the JSONL file to write")) -> None:
-    """Export a library as JSONL, with its provenance.
-
-    A header (run, model, env, algorithm, iteration; settings), the observation clusters its entries link to,
-    and the entries, each with its own provenance."""
-    from slea.experience.portable import write_jsonl
-
-    lib = _portable("export", source)
-    write_jsonl(lib, out)
-    console.print(f"wrote {len(lib.entries)} entries and {len(lib.clusters)} clusters to {out} "
-                  f"({_provenance_line(lib.provenance)})")
-
-
-def _counts_table(title: str, rows: list[tuple[str, dict]]) -> Table:
-    cols = ("added", "replaced", "duplicate", "rejected", "malformed", "links", "clusters_new")
-    t = Table(title=title)
-    t.add_column("source")
-    for c in cols:
-        t.add_column(c, justify="right")
-    for name, counts in rows:
-        t.add_row(name, *(str(counts.get(c, 0)) for c in cols))
-    return t
-
-
-@library_app.command("import")
-def library_import(source: Path = typer.Argument(..., help="a JSONL export (or a run folder / SQLite library)"),
-                   dest: Path = typer.Argument(..., help="the SQLite library to add to (created if missing), "
-                                                         "or a run folder (its library.sqlite)")) -> None:
-    """Add a library's entries to another library.
-
-    Through the library's own admission path (novelty test: duplicates merge into the existing entry; capacity
-    per zone and level); cluster links are remapped by prototype."""
-    from slea.experience.portable import PortableError, import_into
-
-    lib = _portable("import", source)
-    target = dest / "library.sqlite" if dest.is_dir() else dest
-    try:
-        counts = import_into(lib, target)
-    except PortableError as exc:
-        raise _fail(f"import: {exc}") from None
-    console.print(_counts_table(f"imported into {target}", [(str(source), counts)]))
-
-
-@library_app.command("merge")
-def library_merge(sources: list[Path] = typer.Argument(..., help="two or more run folders, SQLite libraries "
-                                                                  "or JSONL exports, merged in this order"),
-                  out: Path = typer.Option(..., "--out", help="the new library: .sqlite, or .jsonl")) -> None:
-    """Merge libraries into a new one, de-duplicated by the library's novelty rule.
-
-    The first source's thresholds and the largest capacities apply."""
-    from slea.experience.portable import PortableError, merge
-
-    if len(sources) < 2:
-        raise _fail("merge: give at least two libraries")
-    libs = [_portable("merge", s) for s in sources]
-    names = [str(lib.provenance.get("run") or s) for s, lib in zip(sources, libs)]
-    try:
-        counts, merged = merge(libs, out, names)
-    except PortableError as exc:
-        raise _fail(f"merge: {exc}") from None
-    console.print(_counts_table(f"merged into {out}: {len(merged.entries)} entries", list(zip(names, counts))))
-
-
-def _cell(entry: dict | None, key: str) -> str:
-    if entry is None:
-        return "-"
-    return f"{entry[key]:.2f}" if key == "score" else str(entry[key])
-
-
-@library_app.command("diff")
-def library_diff(a: Path = typer.Argument(..., help="the library before (run folder, SQLite or JSONL)"),
-                 b: Path = typer.Argument(..., help="the library after"),
-                 limit: int = typer.Option(20, help="changed entries listed (0: counts only)")) -> None:
-    """Entries added, removed and changed from library A to B, by zone and level.
-
-    An entry of B that duplicates one of A by the library's novelty rule is the same entry."""
-    from slea.experience.portable import diff
-
-    la, lb = _portable("diff", a), _portable("diff", b)
-    d = diff(la, lb)
-    t = Table(title=f"library diff: {len(la.entries)} -> {len(lb.entries)} entries")
-    for col in ("zone", "level", "added", "removed", "changed", "same"):
-        t.add_column(col, justify="right" if col not in ("zone", "level") else "left")
-    for (zone, level), c in d.counts().items():
-        t.add_row(zone, level, *(str(c[k]) for k in ("added", "removed", "changed", "same")))
-    console.print(t)
-    if limit <= 0 or not d.changes:
-        return
-    order = {"added": 0, "removed": 1, "changed": 2}
-    rows = sorted(d.changes, key=lambda c: (order[c.kind], c.zone, c.level))[:limit]
-    e = Table(title=f"changed entries ({len(rows)} of {len(d.changes)} shown)")
-    for col in ("", "zone level", "task type", "score", "used", "what changed"):
-        e.add_column(col, overflow="fold")
-    e.add_column("text", ratio=1)
-    for c in rows:
-        e.add_row(c.kind, f"{c.zone} {c.level}", (c.b or c.a)["task_type"] or "-",
-                  f"{_cell(c.a, 'score')} -> {_cell(c.b, 'score')}",
-                  f"{_cell(c.a, 'usage')} -> {_cell(c.b, 'usage')}", " ".join(c.fields),
-                  str((c.b or c.a)["text"])[:100])
-    console.print(e)
-
-
-@data_app.command("expert")
-def data_expert(
-    env: str | None = typer.Option(None, "--env", help="env id (default: the config's env.id)"),
-    split: str = typer.Option("train", "--split", help="env split the tasks come from"),
-    n: int = typer.Option(..., "-n", help="number of tasks: env seeds FIRST .. FIRST+n-1"),
-    first: int = typer.Option(0, "--first", help="first env seed"),
-    out: Path | None = typer.Option(None, "--out", help="JSONL file (default data/expert-<env>-<split>.jsonl)"),
-    config: Path | None = typer.Option(None, "--config", help="YAML config whose env and rollout settings apply"),
-    set_: list[str] = typer.Option([], "--set", help="override, e.g. --set env.max_steps=50"),
-    tokens: bool = typer.Option(True, "--tokens/--no-tokens", help="count the turns longer than "
-                                "rollout.max_new_tokens with model.name_or_path's tokenizer"),
-) -> None:
-    """Replay the env's expert on n tasks and save the winning episodes as JSONL, each turn rendered with the
-    prompt a rollout with this config's settings would show (rollout.history, rollout.obs_max_chars,
-    rollout.one_shot); replays longer than env.max_steps or not won are dropped and counted."""
-    cfg = _config(config, ([f"env.id={env}"] if env else []) + list(set_))
-    if n < 1:
-        raise _fail(f"data expert: -n must be at least 1 (got {n})")
-    _require_env(cfg.env.id)
-    from slea.alignment.data import expert_source, expert_trajectories, save_jsonl
-    from slea.envs import registered
-    from slea.policy.prompts import PromptBuilder
-
-    if expert_source(cfg.env.id) is None:
-        with_expert = sorted(i for i in registered() if expert_source(i) is not None)
-        raise _fail(f"data expert: {cfg.env.id} has no expert source (envs with one: {', '.join(with_expert)})")
-    out = out or Path("data") / f"expert-{cfg.env.id.rsplit('/', 1)[-1].lower()}-{split}.jsonl"
-    builder = PromptBuilder.from_rollout(None, cfg.rollout)  # messages only: no tokenizer needed
-    kwargs = {**cfg.env.kwargs, "split": split}
-    try:
-        trajs, dropped = expert_trajectories(cfg.env.id, kwargs, list(range(first, first + n)), builder,
-                                             max_steps=cfg.env.max_steps, fuzzy_cutoff=cfg.rollout.fuzzy_cutoff)
-    except (ValueError, KeyError, FileNotFoundError) as exc:  # e.g. an unknown split or task name
-        raise _fail(f"data expert: {cfg.env.id}: {exc.args[0] if exc.args else exc}") from None
-    save_jsonl(out, trajs)
-    turns = sum(len(t.turns) for t in trajs)
-    _plain(f"kept {len(trajs)} of {n} expert episodes ({turns} turns, {turns / max(len(trajs), 1):.1f} per "
-           f"episode); source {expert_source(cfg.env.id)}")
-    skipped = sum(t.skipped for t in trajs)
-    if skipped:
-        _plain(f"left out {skipped} expert actions a rollout would not play as written (not a valid command, "
-               f"or refused by the env)")
-    if dropped:
-        why = ", ".join(f"{k}: {v}" for k, v in sorted(dropped.items()))
-        hint = f" (env.max_steps is {cfg.env.max_steps})" if "too many steps" in dropped else ""
-        _plain(f"dropped {sum(dropped.values())}: {why}{hint}")
-    if trajs and tokens:
-        from slea.alignment.data import turns_over_budget
-        from slea.policy.model import load_tokenizer
-
-        long = turns_over_budget(trajs, load_tokenizer(cfg.model.tokenizer or cfg.model.name_or_path),
-                                 cfg.rollout.max_new_tokens)
-        if long:
-            _plain(f"warning: {long} of {turns} turns need more than rollout.max_new_tokens="
-                   f"{cfg.rollout.max_new_tokens} tokens with {cfg.model.name_or_path}'s tokenizer (a rollout cuts "
-                   f"them)")
-    _plain(f"wrote {out}")
-
-
 def main() -> None:  # pragma: no cover
-    app()
-
-
-if __name__ == "__main__":  # pragma: no cover
     sys.exit(app())

@@ -1,0 +1,3 @@
+from slea.cli.main import main
+
+main()

@@ -1,0 +1,43 @@
+"""What every ``slea`` command shares: the consoles, one-line errors (exit code 2), config loading and the
+check that an env's optional extra is installed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+console = Console()
+err = Console(stderr=True)
+
+
+def fail(msg: str, code: int = 2) -> typer.Exit:
+    """Print one line on stderr; return the Exit to raise (``raise fail(...) from None``)."""
+    err.print(msg, markup=False, highlight=False, soft_wrap=True)
+    return typer.Exit(code)
+
+
+def plain(msg: str) -> None:
+    """One line of progress as it is (no markup, highlighting or re-wrapping)."""
+    console.print(msg, markup=False, highlight=False, soft_wrap=True)
+
+
+def run_config(config: Path | None, overrides: list[str]):
+    from slea.config import ConfigError, load_config
+
+    try:
+        return load_config(config, overrides)
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}") from None
+
+
+def require_env(env_id: str) -> None:
+    """The env's optional extra must be installed: checked before any model loads."""
+    from slea.envs import registered
+
+    spec = registered().get(env_id)
+    missing = spec.missing() if spec is not None else []
+    if missing:
+        hint = f"pip install 'slea[{spec.extra}]'" if spec.extra else "install " + ", ".join(missing)
+        raise fail(f"config error: env.id: {env_id} needs {', '.join(missing)}: {hint}")
