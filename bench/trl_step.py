@@ -23,7 +23,7 @@ on identical weights (LoRA B set to the same random values so every adapter gets
 loss and every trainable gradient (after TRL's backward, before its optimizer step; clipping off).
 
 Tokens per step: the attention-mask tokens of the prompt+completion rows (reference/trl-baseline.md's count),
-the same for both. Peak memory: ``ru_maxrss`` of a fresh subprocess per (engine, shape), model load included.
+the same for both. Peak memory: ``VmHWM`` (peak RSS) of a fresh subprocess per (engine, shape), model load included.
 
     PYTHONPATH=src .venv/bin/python bench/trl_step.py [--model embedded] [--steps 4] [--quick]
 
@@ -310,7 +310,20 @@ def worker(engine: str, name: str, shape: str, lora_layers: int, steps: int, war
     step_s = statistics.median(timed)
     return {"step_s": step_s, "step_s_all": times, "tok_s": tokens / step_s, "tokens": tokens,
             "completion_tokens": sum(len(c) for _, c in rows), "prompt_tokens": [len(p) for p, _ in rows],
-            "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+            "peak_rss_mib": peak_rss_mib()}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak resident memory: ``VmHWM`` of /proc/self/status (the high-water mark of this process's
+    own address space, new at exec). ``ru_maxrss`` is not used where /proc exists: Linux carries it over from the
+    parent across fork and exec, so every worker read the parent's peak (the loss check's two fp32 models)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
 def run_worker(engine: str, args, shape: str, lora_layers: int) -> dict:
