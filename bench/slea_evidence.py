@@ -9,6 +9,7 @@ code runs from another checkout)::
 
     python bench/slea_evidence.py run --job default --variant slea --seed 0
     python bench/slea_evidence.py library-off --job default --variant slea --seed 0   # same policy, no library
+    python bench/slea_evidence.py wide-eval --job hard --variant slea --seed 0     # 32 held-out games x 2
     python bench/slea_evidence.py table --job default      # table.md/json, curves.png from what has finished
 
 Variants: ``grpo``, ``gigpo``, ``slea`` and the ablations of SLEA-RL §4.3: ``slea_task`` (retrieve once per
@@ -89,6 +90,25 @@ def library_off(job: str, variant: str, seed: int) -> None:
     (d / "eval" / "library_off.json").write_text(made[-1].read_text())
 
 
+WIDE = {"games": 32, "episodes_per_game": 2}  # the wider held-out set: more games, fewer episodes of each
+
+
+def wide_eval(job: str, variant: str, seed: int) -> None:
+    """A finished run's policy (and library) on ``WIDE["games"]`` held-out games, ``WIDE["episodes_per_game"]``
+    sampled episodes each (``eval/wide.json``): a held-out game is mostly won every time or never, so 8 games
+    measure little more than "games solved of 8"; more games at the same episode count say more."""
+    d = run_dir(job, variant, seed)
+    if (d / "eval" / "wide.json").is_file():
+        print(f"{d}: wide eval exists")
+        return
+    g, k = WIDE["games"], WIDE["episodes_per_game"]
+    subprocess.run([sys.executable, "-m", "slea.cli", "eval", str(d), "--set", f"eval.games={g}",
+                    "--set", f"env.eval_kwargs.num_games={g}", "--set", f"eval.episodes_per_game={k}",
+                    "--out", str(d / "eval_wide")], check=True)
+    made = sorted((d / "eval_wide" / "eval").glob("*.json"))
+    (d / "eval" / "wide.json").write_text(made[-1].read_text())
+
+
 def _heldout(d: Path, name: str = "summary.json") -> float | None:
     f = d / "eval" / name
     if not f.is_file():
@@ -121,9 +141,11 @@ def finished(job: str) -> list[compare.SubRun]:
     return out
 
 
-def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo") -> dict[str, float]:
-    """Per-seed held-out differences ``variant − base`` over the seeds both have finished."""
-    by = {(r.algorithm, r.seed): _heldout(r.dir) for r in runs}
+def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo", name: str = "summary.json"
+           ) -> dict[str, float]:
+    """Per-seed held-out differences ``variant − base`` (from ``eval/<name>``) over the seeds both have."""
+    by = {(r.algorithm, r.seed): _heldout(r.dir, name) for r in runs}
+    by = {k: v for k, v in by.items() if v is not None}
     seeds = sorted(s for (v, s) in by if v == variant and (base, s) in by)
     diffs = [by[(variant, s)] - by[(base, s)] for s in seeds]
     if not diffs:
@@ -140,6 +162,12 @@ def table(job: str) -> dict:
     tab = compare.summarize_runs(runs)
     for variant in tab["algorithms"]:
         tab["algorithms"][variant]["paired_vs_grpo"] = paired(runs, variant)
+        wide = [x for x in (_heldout(r.dir, "wide.json") for r in runs if r.algorithm == variant) if x is not None]
+        if wide:
+            tab["algorithms"][variant]["wide"] = {
+                **WIDE, "n": len(wide), "mean": float(np.mean(wide)),
+                "std": float(np.std(wide, ddof=1)) if len(wide) > 1 else 0.0,
+                "paired_vs_grpo": paired(runs, variant, name="wide.json")}
         if variant in LIBRARY_VARIANTS:
             tab["algorithms"][variant]["library"] = {
                 str(r.seed): _library_stats(r.dir) for r in runs if r.algorithm == variant}
@@ -177,12 +205,21 @@ def markdown(tab: dict) -> str:
             lines.append(f"| {v} | {s} | {st['entries']:.0f} ({st['strategies']:.0f} / {st['warnings']:.0f}) | "
                          f"{st['iterations_admitting_strategies']:.0f} | {st['train_hit_rate_last']:.2f} | "
                          f"{st['heldout_hit_rate']:.2f} | {'–' if off is None else f'{off:.3f}'} |")
+    wide = [(v, a["wide"]) for v, a in tab["algorithms"].items() if a.get("wide")]
+    if wide:
+        lines += ["", (f"Wider held-out set: {WIDE['games']} games x {WIDE['episodes_per_game']} sampled episodes "
+                  "(`wide-eval`; the first table's 8 games x 8 measure little more than games solved of 8)."), "",
+                  "| variant | runs | held-out success, wide | − grpo, paired by seed | per seed |", "|---|---|---|---|---|"]
+        for v, w in wide:
+            p = w["paired_vs_grpo"]
+            per = ", ".join(f"s{s}: {d:+.3f}" for s, d in zip(p.get("seeds", []), p.get("diffs", [])))
+            lines.append(f"| {v} | {w['n']} | {w['mean']:.3f} ± {w['std']:.3f} | {_pm(p)} | {per or '–'} |")
     return "\n".join(lines) + "\n"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["run", "library-off", "table"])
+    ap.add_argument("what", choices=["run", "library-off", "wide-eval", "table"])
     ap.add_argument("--job", default="default", choices=sorted(JOBS))
     ap.add_argument("--variant", choices=sorted(VARIANTS))
     ap.add_argument("--seed", type=int, default=0)
@@ -193,6 +230,8 @@ def main() -> None:
         ap.error("--variant is needed")
     elif a.what == "run":
         train(a.job, a.variant, a.seed)
+    elif a.what == "wide-eval":
+        wide_eval(a.job, a.variant, a.seed)
     else:
         library_off(a.job, a.variant, a.seed)
 
