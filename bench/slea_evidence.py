@@ -96,7 +96,9 @@ WIDE = {"games": 32, "episodes_per_game": 2}  # the wider held-out set: more gam
 def wide_eval(job: str, variant: str, seed: int) -> None:
     """A finished run's policy (and library) on ``WIDE["games"]`` held-out games, ``WIDE["episodes_per_game"]``
     sampled episodes each (``eval/wide.json``): a held-out game is mostly won every time or never, so 8 games
-    measure little more than "games solved of 8"; more games at the same episode count say more."""
+    measure little more than "games solved of 8"; more games at the same episode count say more. It needs the run's
+    checkpoint, which stays on the machine that trained it (checkpoints are not committed): run it in the session
+    that trained the run."""
     d = run_dir(job, variant, seed)
     if (d / "eval" / "wide.json").is_file():
         print(f"{d}: wide eval exists")

@@ -369,3 +369,21 @@ def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weight
     assert res["checkpoint"] == "iter_000001" and res["library_provenance"]["run"] == "smoke"
     rounds = res["library"]["rounds"]
     assert len(rounds) == 1 and rounds[0]["extract_llm_answers"] > 0  # the model was asked for lessons
+
+
+def test_a_run_without_its_checkpoint_is_refused_not_evaluated_untrained(tmp_path):
+    """A saved run whose checkpoints are gone (they are not kept in the repository) would be re-evaluated, played
+    or served with the untrained weights: eval, agent and serve refuse it in one line, exit code 2."""
+    from slea.config import dump_config, load_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(dump_config(load_config(ROOT / "configs/smoke.yaml")))
+    (run / "checkpoints").mkdir()  # empty, as in a fresh clone of a committed run
+    for args in (["eval", str(run)], ["agent", "--model", str(run), "--library", str(run), "--env",
+                                      "slea/Sokoban-v0"], ["serve", str(run)]):
+        if args[0] == "agent":  # the library is checked first: give it a real (empty) one
+            from slea.experience.library import ExperienceLibrary
+
+            ExperienceLibrary(run / "library.sqlite").close()
+        one_line_exit_2(slea(*args), "has no usable checkpoint")

@@ -240,6 +240,18 @@ def _model_target(target: str) -> bool:
         return False
 
 
+def _checkpoint_or_exit(what: str, run: Path | None) -> Path | None:
+    """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2."""
+    if run is None:
+        return None
+    from slea.trainer.checkpoint import CheckpointError, run_checkpoint
+
+    try:
+        return run_checkpoint(run)
+    except CheckpointError as exc:
+        raise fail(f"{what}: {exc}") from None
+
+
 def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
     """The experience library a run evaluated with: a private copy of its checkpoint's snapshot (the
     evaluation's retrievals link entries and open clusters; the run's own files stay untouched)."""
@@ -296,10 +308,9 @@ def eval_(
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
     from slea.rollout.collector import RolloutCollector
-    from slea.trainer.checkpoint import latest_checkpoint
 
     torch.set_num_threads(cfg.run.threads)
-    last = latest_checkpoint(run / "checkpoints") if run else None
+    last = _checkpoint_or_exit("eval", run)
     model, tok = load_policy(cfg.model, adapter_dir=last)
     builder = PromptBuilder.from_rollout(tok, cfg.rollout)
     kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}  # as training's evaluation
@@ -378,11 +389,10 @@ def agent(
     from slea.policy.engines import make_generator
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
-    from slea.trainer.checkpoint import latest_checkpoint
     from slea.trainer.rl import experience_manager  # the trainer's manager, extractor and all
 
     torch.set_num_threads(cfg.run.threads)
-    last = latest_checkpoint(run / "checkpoints") if run else None
+    last = _checkpoint_or_exit("agent", run)
     policy, tok = load_policy(cfg.model, adapter_dir=last)
     policy.requires_grad_(False).eval()
     builder = PromptBuilder.from_rollout(tok, cfg.rollout)
@@ -430,9 +440,13 @@ def serve(
     import torch
 
     from slea.policy.server import load_engine, make_server
+    from slea.trainer.checkpoint import CheckpointError
 
     torch.set_num_threads(threads)
-    engine = load_engine(model, dtype=dtype)
+    try:
+        engine = load_engine(model, dtype=dtype)
+    except CheckpointError as exc:
+        raise fail(f"serve: {exc}") from None
     try:
         server = make_server(engine, host, port)
     except OSError as exc:

@@ -274,7 +274,7 @@ def load_engine(target: str, *, dtype: str | None = None) -> Engine:
     model, with its last checkpoint's LoRA adapter loaded under the run folder's name)."""
     from slea.config import ModelSection, load_config
     from slea.policy.model import load_policy, lora_config
-    from slea.trainer.checkpoint import latest_checkpoint
+    from slea.trainer.checkpoint import run_checkpoint
 
     run = Path(target)
     if (run / "config.yaml").is_file():
@@ -282,10 +282,10 @@ def load_engine(target: str, *, dtype: str | None = None) -> Engine:
         base, tok = load_policy(cfg.model_copy(update={"lora": False, "init_from": None,
                                                       "generator": "hf", "openai": type(cfg.openai)()}))
         engine = Engine(base, tok, target, dtype=dtype or cfg.dtype)
-        last = latest_checkpoint(run / "checkpoints")
-        if cfg.lora and last is not None:
+        last = run_checkpoint(run)  # CheckpointError when the run's weights are not here
+        if cfg.lora:
             engine.attach(run.resolve().name, lora_config(base, cfg), trainable_dir=last)
-        elif last is not None:  # a fully fine-tuned run: its checkpoint holds every weight
+        else:  # a fully fine-tuned run: its checkpoint holds every weight
             from slea.trainer.checkpoint import load_trainable
 
             load_trainable(base, last)

@@ -263,6 +263,18 @@ def latest_checkpoint(root: str | Path) -> Path | None:
     return None
 
 
+def run_checkpoint(run: str | Path) -> Path:
+    """A run folder's newest usable checkpoint, or :class:`CheckpointError` naming the run: re-evaluating,
+    serving or playing a run without its weights would silently measure the untrained model. (Checkpoints are
+    not kept in the repository: a saved run's config, metrics and eval stay, its weights stay on the machine
+    that trained it.)"""
+    last = latest_checkpoint(Path(run) / "checkpoints")
+    if last is None:
+        raise CheckpointError(f"run {run} has no usable checkpoint under {Path(run) / 'checkpoints'}: its "
+                              f"trained weights are not here, so it cannot be evaluated, served or played")
+    return last
+
+
 def verify_checkpoint(folder: str | Path) -> dict[str, Any]:
     """Check a checkpoint's files against its manifest (sizes and SHA-256); returns the manifest.
 
