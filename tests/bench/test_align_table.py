@@ -3,7 +3,6 @@ no model is loaded, nothing is trained)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -11,19 +10,12 @@ from pathlib import Path
 import pytest
 
 from slea.config import dump_config
+from slea.testing.bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("align_table", ROOT / "bench" / "align_table.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["align_table"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-A = _load()
+A = load_bench("align_table")
 ENV = "tiny"
 
 

@@ -4,26 +4,18 @@ the same gradients."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
+
+from slea.testing.bench import load_bench
 
 pytest.importorskip("trl", reason="trl is not installed (the bench extra: pip install -e '.[bench]')")
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("trl_step", ROOT / "bench" / "trl_step.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["trl_step"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-T = _load()
+T = load_bench("trl_step")
 
 
 def test_batches_have_the_two_shapes():

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+from slea.testing.bench import load_bench
 
 pytest.importorskip("textworld")
 
@@ -18,9 +19,7 @@ TINY = ["train.iterations=2", "rollout.groups=1", "team.max_turns=2", "eval.game
 
 @pytest.fixture
 def bench(tmp_path, monkeypatch):
-    spec = importlib.util.spec_from_file_location("teamtr_evidence", ROOT / "bench" / "teamtr_evidence.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("teamtr_evidence")
     monkeypatch.setattr(mod, "RESULTS", tmp_path / "teamtr")
     return mod
 
