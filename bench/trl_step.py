@@ -51,7 +51,6 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
-import numpy as np
 import torch
 
 OUT = Path(__file__).parent / "results" / "trl_step.json"
@@ -111,12 +110,9 @@ def batch(tok, shape: str, seed: int = 0) -> list[tuple[list[int], list[int]]]:
 
 
 def grpo_advantages(rewards: list[float]) -> list[float]:
-    """TRL's advantages for one group (scale_rewards="group"): (r − mean) / (std + 1e-4), std unbiased — slea's
-    own GRPO normalisation with TRL's epsilon."""
-    from slea.algorithms.advantages import group_normalize
-
-    r = np.asarray(rewards, dtype=np.float64)
-    return group_normalize(r, np.zeros(len(r), dtype=np.int64), 1, eps=1e-4).tolist()
+    """TRL's advantages for one group (scale_rewards="group"): (r − mean) / (std + 1e-4), std unbiased."""
+    r = torch.tensor(rewards)
+    return ((r - r.mean()) / (r.std() + 1e-4)).tolist()
 
 
 # ---------------------------------------------------------------- slea
