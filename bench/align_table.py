@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+from slea.trainer import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_ALIGN_DIR") or ROOT / "bench" / "results" / "align")
@@ -99,20 +99,9 @@ def preset(env: str, seed: int):
     return load_config(ROOT / job.config, [*job.overrides, f"run.seed={seed}"])
 
 
-def _comparable(cfg, free=FREE_KEYS) -> dict[str, Any]:
-    d = cfg.model_dump(mode="json")
-    for section, key in free:
-        d.get(section, {}).pop(key, None)
-    return d
-
-
 def config_diff(run: Path, cfg, free=FREE_KEYS) -> list[str]:
     """The keys (``section.key``) where ``run``'s saved config.yaml differs from ``cfg`` (less ``free``)."""
-    from slea.config import load_config
-
-    a, b = _comparable(load_config(run / "config.yaml", []), free), _comparable(cfg, free)
-    return sorted(f"{s}.{k}" for s in set(a) | set(b) for k in set(a.get(s, {})) | set(b.get(s, {}))
-                  if a.get(s, {}).get(k) != b.get(s, {}).get(k))
+    return compare.config_diff(run / "config.yaml", cfg, free)
 
 
 def finished(env: str, method: str, seed: int, root: Path | None = None, splits: list[str] | None = None) -> bool:
@@ -257,13 +246,6 @@ def metrics(kind: str, result: dict) -> dict[str, float | None]:
     return {"EM": em, "F1": f1}
 
 
-def _stats(values: list[float]) -> dict[str, Any]:
-    if not values:
-        return {"n": 0, "mean": None, "std": None, "values": []}
-    return {"n": len(values), "mean": float(np.mean(values)),
-            "std": float(np.std(values, ddof=1)) if len(values) > 1 else 0.0, "values": values}
-
-
 def untrained_row(env: str, cfg, path: Path = UNTRAINED) -> tuple[dict[str, Any] | None, str]:
     """bench/untrained_eval.json's sampled row for this job's family, when its settings are this preset's (env,
     steps, prompt budget, decoding); otherwise None and why."""
@@ -307,7 +289,7 @@ def collect(env: str, root: Path | None = None, untrained: Path = UNTRAINED) -> 
         if per_seed:
             columns = list(next(iter(per_seed.values())))
             rows[method] = {"label": LABELS[method], "seeds": sorted(per_seed), "columns": {
-                c: _stats([v[c] for v in per_seed.values() if v.get(c) is not None]) for c in columns}}
+                c: compare.stat([v[c] for v in per_seed.values() if v.get(c) is not None]) for c in columns}}
     extra, why = untrained_row(env, cfg, untrained)
     columns = [f"{s} {k}" for s in splits for k in metrics(job.metric, {})]
     return {"env": env, "env_id": cfg.env.id, "config": job.config, "overrides": list(job.overrides),

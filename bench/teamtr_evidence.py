@@ -86,7 +86,7 @@ def train(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None
     d = run_dir(variant, seed)
     cfg = config_for(variant, seed, config, extra)
     if (d / "config.yaml").is_file():
-        same, why = compare._same_config(d / "config.yaml", cfg)
+        same, why = compare.same_config(d / "config.yaml", cfg)
         if not same:
             raise SystemExit(f"{d} was trained with another config ({why}); move it away or use $SLEA_TEAMTR_DIR")
         if (d / "eval" / "summary.json").is_file():
@@ -166,7 +166,7 @@ def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
     tab: dict[str, Any] = {"variants": {}}
     for variant in dict.fromkeys(r.algorithm for r in runs):
         mine = {r.seed: per[(variant, r.seed)] for r in runs if r.algorithm == variant}
-        tab["variants"][variant] = {"seeds": sorted(mine), **{k: compare._stat([m[k] for m in mine.values()])
+        tab["variants"][variant] = {"seeds": sorted(mine), **{k: compare.stat([m[k] for m in mine.values()])
                                                                for k in STATS},
                                     "per_seed": {str(s): {**{k: m[k] for k in STATS},
                                                           "train_return_per_stage": m["curve"]["return_after"]}

@@ -72,18 +72,27 @@ def _check_unused(cfgs: list[RunConfig]) -> None:
             raise ConfigError(f"{key}: {why}" + (" (nor by the other compared algorithms)" if len(cfgs) > 1 else ""))
 
 
-def _same_config(saved: Path, cfg: RunConfig) -> tuple[bool, str]:
-    """Whether a sub-run's saved config.yaml is the config this invocation would train with."""
-    old = yaml.safe_load(saved.read_text()) or {}
+def config_diff(saved: Path, cfg: RunConfig, free: tuple[tuple[str, str], ...] = (("run", "dir"), ("run", "name"))
+                ) -> list[str]:
+    """The ``section.key`` settings where a run's saved config.yaml differs from ``cfg``, less ``free``; keys only
+    one side has (a newer or an older slea) are not a change."""
+    old = yaml.safe_load(Path(saved).read_text()) or {}
     new = yaml.safe_load(dump_config(cfg))
-    for sec in sorted(set(old) & set(new)):  # keys only one side has: a newer or older slea, not a change
+    out = []
+    for sec in sorted(set(old) & set(new)):
         a, b = old[sec] or {}, new[sec] or {}
-        for key in sorted(set(a) & set(b)):
-            if sec == "run" and key in ("dir", "name"):
-                continue
-            if a[key] != b[key]:
-                return False, f"{sec}.{key}: {a.get(key)!r} there, {b.get(key)!r} now"
-    return True, ""
+        out += [f"{sec}.{key}" for key in sorted(set(a) & set(b)) if (sec, key) not in free and a[key] != b[key]]
+    return out
+
+
+def same_config(saved: Path, cfg: RunConfig) -> tuple[bool, str]:
+    """Whether a sub-run's saved config.yaml is the config this invocation would train with."""
+    diff = config_diff(saved, cfg)
+    if not diff:
+        return True, ""
+    old, new = yaml.safe_load(Path(saved).read_text()) or {}, yaml.safe_load(dump_config(cfg))
+    sec, key = diff[0].split(".", 1)
+    return False, f"{diff[0]}: {old[sec][key]!r} there, {new[sec][key]!r} now"
 
 
 @dataclass
@@ -112,7 +121,7 @@ def plan(config: str | Path | None, algorithms: list[str], seeds: list[int], out
             d = out / "runs" / run_name(algo, seed)
             cfg = sub_config(config, algo, seed, overrides, d)
             if (d / "config.yaml").is_file():
-                same, why = _same_config(d / "config.yaml", cfg)
+                same, why = same_config(d / "config.yaml", cfg)
                 if not same:
                     raise ValueError(f"{d} was trained with another config ({why}); use another --out")
             items.append((SubRun(algo, seed, d), cfg))
@@ -184,7 +193,8 @@ def env_step_curve(rows: list[dict[str, Any]]) -> tuple[np.ndarray, dict[str, np
     return x, ys
 
 
-def _stat(values: list[float]) -> dict[str, Any]:
+def stat(values: list[float]) -> dict[str, Any]:
+    """Mean, std (ddof=1; 0 for one value), count and the values, over the finite ones."""
     v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)
     if v.size == 0:
         return {"mean": None, "std": None, "n": 0, "values": []}
@@ -227,21 +237,21 @@ def summarize_runs(runs: list[SubRun]) -> dict[str, Any]:
         mine = [(r, loaded[(r.algorithm, r.seed)]) for r in runs if r.algorithm == algo]
         at = {}
         for b in budgets:
-            at[str(b)] = _stat([float(_interp(d["x"], d["ys"]["train/success"], np.array([b]))[0])
+            at[str(b)] = stat([float(_interp(d["x"], d["ys"]["train/success"], np.array([b]))[0])
                                 for _, d in mine])
         table["algorithms"][algo] = {
             "seeds": [r.seed for r, _ in mine],
             "status": {str(r.seed): r.status for r, _ in mine},
-            "heldout_success": _stat([d["heldout"] for _, d in mine]),
-            "heldout_greedy_success": _stat([d["greedy"] for _, d in mine]),
-            "heldout_success_before": _stat([d["before"] for _, d in mine]),
+            "heldout_success": stat([d["heldout"] for _, d in mine]),
+            "heldout_greedy_success": stat([d["greedy"] for _, d in mine]),
+            "heldout_success_before": stat([d["before"] for _, d in mine]),
             "train_success_at_env_steps": at,
-            "final_train_success": _stat([float(d["ys"]["train/success"][-1]) if d["x"].size else None
+            "final_train_success": stat([float(d["ys"]["train/success"][-1]) if d["x"].size else None
                                           for _, d in mine]),
-            "env_steps": _stat([d["env_steps"] for _, d in mine]),
-            "rollouts": _stat([d["rollouts"] for _, d in mine]),
-            "iterations": _stat([float(d["iterations"]) for _, d in mine]),
-            "wall_s": _stat([d["wall_s"] for _, d in mine]),
+            "env_steps": stat([d["env_steps"] for _, d in mine]),
+            "rollouts": stat([d["rollouts"] for _, d in mine]),
+            "iterations": stat([float(d["iterations"]) for _, d in mine]),
+            "wall_s": stat([d["wall_s"] for _, d in mine]),
         }
     return table
 
