@@ -21,7 +21,9 @@ the one to read on a shared machine, where wall time includes waiting for a core
    plain ``SequenceMatcher.ratio()`` scan of the prototypes (time-boxed: only as many queries as fit); plus the
    peer's worst case, 2,000 clusters sharing their first 300 characters.
 3. Observation-conditioned retrieval at 500, 10k and 100k library entries: Eq.1 (cluster hit) and the Eq.2
-   fallback (token index + exact scoring), with and without the cluster assignment.
+   fallback (exact over the whole library: one weighted bincount over the query tokens' postings), with and
+   without the cluster assignment; Eq.2's ``similar`` against a plain Python scan of every entry
+   (``slea.testing.retrieval.ScanEq2``) on sampled queries, with the share that got the same entries.
 
 ``--parts`` runs a subset and keeps the other sections of the existing ``--out`` file.
 """
@@ -49,6 +51,7 @@ from slea.experience.clustering import ObservationIndex
 from slea.experience.library import Entry, ExperienceLibrary
 from slea.experience.retrieval import Retriever
 from slea.testing.clustering import ExactScanIndex, low_vocab_stream, missed_joins, rand_index
+from slea.testing.retrieval import ScanEq2
 
 CORPUS = ROOT / "bench" / "data" / "textworld_obs.jsonl.gz"
 DELTA = 0.85
@@ -266,6 +269,18 @@ def part_scale(streams, quick: bool) -> dict:
     return out
 
 
+def part_eq2_scan(r: Retriever, lib: ExperienceLibrary, queries, k: int) -> dict:
+    """Eq.2's ``similar`` against a plain Python scan of every entry (slea.testing.retrieval.ScanEq2) on ``k``
+    queries spread over the stream: CPU time of both, and whether every query got the same entries."""
+    scan = ScanEq2(lib)
+    picks = [(o, t) for o, t, _ in queries[:: max(1, len(queries) // k)]][:k]
+    got, wall, cpu = timed(lambda o, t: r.similar(o, t), picks)
+    want, swall, scpu = timed(lambda o, t: scan.similar(o, t, r.fallback_threshold), picks)
+    same = sum({e for _, e in g} == {e for _, e in w} for g, w in zip(got, want, strict=True))
+    return {"queries": len(picks), "same_entries": same, "index": both(wall, cpu), "plain_scan": both(swall, scpu),
+            "speedup_cpu_mean": round(statistics.fmean(scpu) / max(statistics.fmean(cpu), 1e-12), 1)}
+
+
 def part_retrieval(streams, quick: bool) -> dict:
     rng = random.Random(2)
     stream = streams["clean"]
@@ -301,12 +316,14 @@ def part_retrieval(streams, quick: bool) -> dict:
                                [(o, t) for o, t, _ in queries[:: (3 if quick else 1)]])
         _, awall, acpu = timed(lambda o, t, r=r, idx=idx: r.retrieve(o, idx.assign(o, t), task_type=t, link=False),
                                [(o, t) for o, t, _ in queries])
+        scan_eq2 = part_eq2_scan(r, lib, queries, 200 if n <= 10_000 else 50)
         out[str(n)] = {
             "entries": len(lib), "build_s": round(time.perf_counter() - t0, 1),
             "retrieve_given_cluster": both(wall, cpu),
             "retrieve_eq1_hits": both([wall[i] for i in eq1], [cpu[i] for i in eq1]),
             "retrieve_eq2_fallback_only": both(fwall, fcpu),
             "assign_plus_retrieve": both(awall, acpu),
+            "eq2_similar_vs_plain_scan": scan_eq2,
             "share_eq1": round(len(eq1) / len(res), 3), "share_eq2": round(len(eq2) / len(res), 3),
             "distinct_results": len({tuple(x.entry_ids) for x in res}),
         }
@@ -363,6 +380,11 @@ def table(res: dict) -> str:
         row(f"retrieve (given cluster), {r['entries']} entries", r["retrieve_given_cluster"],
             f"Eq.1 share {r['share_eq1']}, Eq.2 {r['share_eq2']}, {r['distinct_results']} distinct results")
         row(f"retrieve Eq.2 fallback only, {r['entries']} entries", r["retrieve_eq2_fallback_only"])
+        sc = r.get("eq2_similar_vs_plain_scan")
+        if sc:
+            row(f"Eq.2 similar, {r['entries']} entries", sc["index"],
+                f"plain scan {sc['plain_scan']['cpu'].get('mean_us')} µs: {sc['speedup_cpu_mean']}x; "
+                f"same entries {sc['same_entries']}/{sc['queries']}")
         row(f"assign + retrieve, {r['entries']} entries", r["assign_plus_retrieve"])
     lines.append("")
     lines.append("Targets: assign mean <= 40 µs, p99 <= 150 µs, flat to 100k, exact (no missed join); retrieval p99 "

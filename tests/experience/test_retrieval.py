@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 
 from slea.experience.library import ExperienceLibrary
 from slea.experience.retrieval import HEADER, Retriever, approx_tokens
+from slea.testing.retrieval import brute_force_similar
 
 
 @pytest.fixture
@@ -117,3 +120,38 @@ def test_task_type_fallback_takes_the_best_of_the_task_type_only_when_eq1_and_eq
     assert r.retrieve("anything", 1, task_type="coin").entry_ids == [hi]  # a cluster with entries: Eq.1 only
     with pytest.raises(ValueError, match="empty_fallback"):
         Retriever(lib, empty_fallback="global")
+
+
+def test_eq2_is_exact_over_the_whole_library_on_a_common_vocabulary(tmp_path):
+    """No candidate filter: every entry above the threshold comes back, ranked, even when the query's tokens
+    are shared by most of the library (a 12-word vocabulary)."""
+    import random
+
+    rng = random.Random(0)
+    vocab = ["fridge", "chest", "lamp", "key", "attic", "cellar", "coin", "knife", "stove", "door", "table",
+             "barrel"]
+    lib = ExperienceLibrary(tmp_path / "v.sqlite", capacity_pos=10**6, capacity_neg=10**6, novelty_threshold=1.01)
+    with lib.transaction():
+        for i in range(600):
+            words = " ".join(rng.sample(vocab, rng.randint(2, 5)))
+            lib.add(f"lesson{i} {words}", rng.choice(["pos", "neg"]), "example", float(rng.randint(0, 3)),
+                    task_type=rng.choice(["", "coin", "cook"]), context=rng.choice(vocab))
+    r = Retriever(lib, top_k_pos=3, top_k_neg=2, fallback_threshold=0.3)
+    sizes = []
+    for _ in range(40):
+        q = " ".join(rng.sample(vocab, rng.randint(1, 8)))
+        tt = rng.choice(["", "coin", "cook"])
+        want = brute_force_similar(lib, q, tt, 0.3)
+        got = r.similar(q, tt)
+        sizes.append(len(want))
+        picked = {"pos": [], "neg": []}  # Eq.2's pick from the full ranking: the per-zone pruning changes nothing
+        for _, eid in got:
+            z = lib.get(eid).zone
+            if len(picked[z]) < r.top_k[z]:
+                picked[z].append(eid)
+        assert r.fallback(q, tt) == picked["pos"] + picked["neg"]
+        assert {eid: s for s, eid in got} == pytest.approx({eid: s for s, eid in want}, rel=1e-12)
+        sims = [s for s, _ in got]
+        assert all(a >= b - 1e-12 for a, b in pairwise(sims))  # best first (ties: float order)
+    assert max(sizes) > 32  # more matches than the old candidate filter (32 candidates) could return
+    lib.close()

@@ -324,6 +324,10 @@ class ExperienceLibrary:
     def postings(self, token: str) -> set[int] | None:
         return self._postings.get(token)
 
+    def posting_items(self):
+        """(token, entry ids) for every content token of the library (a live view: do not mutate)."""
+        return self._postings.items()
+
     # -- writes ----------------------------------------------------------------------------------------------
     def _write(self, e: Entry) -> None:
         self.conn.execute(

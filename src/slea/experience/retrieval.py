@@ -7,8 +7,8 @@ Eq.2 — it has none: entries over the whole library whose similarity with the o
 top k+ strategies and k− warnings by similarity (then z); they are then linked to the cluster so the next visit is
 an Eq.1 hit. ``sim(o, e)`` (unspecified in the paper, §1.6) is the IDF-weighted share of the entry's content
 tokens (its text plus the observation summary it was distilled from) that occur in the observation (and goal).
-Candidates come from the library's token index, rarest tokens first under a fixed work budget, so the cost does
-not grow with the library.
+The score is exact over the whole library: one weighted ``bincount`` over the postings of the query's tokens (a
+numpy token matrix rebuilt when entries are added or removed), so no candidate filter can drop a match.
 
 Neither finds anything (an unseen game's room opens a cluster with no entries, and no lesson's words reach the
 threshold): ``empty_fallback="none"`` retrieves nothing, as the paper says; ``"task_type"`` takes the task type's
@@ -23,12 +23,11 @@ library — unlike the released code's permanent per-observation cache.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import chain
-from operator import itemgetter
+from functools import lru_cache
+
+import numpy as np
 
 from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
 
@@ -50,11 +49,64 @@ class Retrieved:
     task_fallback: bool = False  # neither Eq.1 nor Eq.2 found an entry: the task type's best were taken
 
 
+@lru_cache(maxsize=4096)
+def _query_tokens(text: str) -> tuple[str, ...]:
+    """The content tokens of a query, memoised: the same observation recurs across a group's copies and steps."""
+    return tuple(content_tokens(text))
+
+
+class _TokenMatrix:
+    """The library's content tokens as numpy postings (entry rows per token), with each token's
+    ``idf = log(1 + n / (1 + df))`` and each entry's total idf, for exact Eq.2 scoring. Immutable: one per
+    library content version."""
+
+    def __init__(self, lib: ExperienceLibrary) -> None:
+        self.version = lib.content_version
+        entries = sorted(lib.entries(), key=lambda e: e.id)
+        self.n = len(entries)
+        self.eids = np.array([e.id for e in entries], dtype=np.int64)
+        row = {e.id: i for i, e in enumerate(entries)}
+        self.task_codes: dict[str, int] = {}
+        self.task = np.array([self.task_codes.setdefault(e.task_type, len(self.task_codes)) if e.task_type else -1
+                              for e in entries], dtype=np.int64)  # -1: untyped, retrieved for every task type
+        self.token_ids: dict[str, int] = {}
+        self.postings: list[np.ndarray] = []
+        for tok, ids in lib.posting_items():
+            self.token_ids[tok] = len(self.postings)
+            self.postings.append(np.fromiter((row[e] for e in ids), dtype=np.int64, count=len(ids)))
+        self.df = np.array([len(p) for p in self.postings], dtype=np.int64)
+        self.idf = np.log1p(self.n / (1.0 + self.df))
+        self.zone = np.array([ZONE_CODES[e.zone] for e in entries], dtype=np.int8)
+        weight = np.bincount(np.concatenate(self.postings), weights=np.repeat(self.idf, self.df),
+                             minlength=self.n) if self.postings else np.zeros(self.n)
+        self.weight_or_1 = np.where(weight > 0, weight, 1.0)  # an entry without tokens is never hit: sim 0
+
+
+ZONE_CODES = {"pos": 0, "neg": 1}
+
+
+def _best_per_zone(cand: np.ndarray, sim: np.ndarray, zone: np.ndarray, per_zone: dict[str, int]) -> np.ndarray:
+    """The candidates that can be among their zone's best k by similarity: every one at or above the zone's
+    k-th largest similarity (ties kept, for the score and id tie-break)."""
+    keep = []
+    z = zone[cand]
+    for name, code in ZONE_CODES.items():
+        k = per_zone.get(name, 0)
+        if k <= 0:
+            continue
+        mine = cand[z == code]
+        if mine.size > k:
+            kth = np.partition(sim[mine], mine.size - k)[mine.size - k]
+            mine = mine[sim[mine] >= kth]
+        keep.append(mine)
+    return np.concatenate(keep) if keep else cand[:0]
+
+
 class Retriever:
     def __init__(self, library: ExperienceLibrary, *, top_k_pos: int = 2, top_k_neg: int = 1,
                  max_tokens: int = 200, fallback_threshold: float = 0.5,
-                 count_tokens: Callable[[str], int] | None = None, max_candidates: int = 32,
-                 work_budget: int = 512, empty_fallback: str = "none") -> None:
+                 count_tokens: Callable[[str], int] | None = None,
+                 empty_fallback: str = "none") -> None:
         if empty_fallback not in ("none", "task_type"):
             raise ValueError(f"empty_fallback must be 'none' or 'task_type', not {empty_fallback!r}")
         self.lib = library
@@ -62,12 +114,8 @@ class Retriever:
         self.max_tokens = int(max_tokens)
         self.fallback_threshold = float(fallback_threshold)
         self.count_tokens = count_tokens or approx_tokens
-        self.max_candidates = int(max_candidates)
-        self.work_budget = int(work_budget)
         self.empty_fallback = empty_fallback
-        self._idf: dict[str, float] = {}
-        self._weight: dict[int, float] = {}
-        self._idf_version = -1
+        self._tm: _TokenMatrix | None = None  # Eq.2's token matrix, for one library content version
         self._eq1: dict[int, Retrieved] = {}  # cluster -> Eq.1 result, valid for one library version only
         self._eq1_version = -1
 
@@ -89,71 +137,38 @@ class Retriever:
         return heapq.nlargest(k, ids, key=self._rank_key)
 
     # -- Eq.2 ------------------------------------------------------------------------------------------------
-    def _idf_tables(self) -> tuple[dict[str, float], dict[int, float]]:
-        """idf per token and total idf per entry, rebuilt lazily when the library's content changes."""
-        lib = self.lib
-        if self._idf_version != lib.content_version:
-            self._idf = {}
-            self._weight = {}
-            self._idf_version = lib.content_version
-        return self._idf, self._weight
+    def _matrix(self) -> _TokenMatrix:
+        """The library's entries x content tokens, rebuilt lazily when its content changes (admissions and
+        removals; links and usage updates leave it alone)."""
+        if self._tm is None or self._tm.version != self.lib.content_version:
+            self._tm = _TokenMatrix(self.lib)
+        return self._tm
 
-    def similar(self, text: str, task_type: str = "") -> list[tuple[float, int]]:
-        """(sim, entry id) for entries with sim > threshold, best first (candidate filter + exact scoring)."""
-        lib = self.lib
-        n = len(lib)
-        if n == 0:
+    def similar(self, text: str, task_type: str = "", per_zone: dict[str, int] | None = None
+                ) -> list[tuple[float, int]]:
+        """(sim, entry id) for every entry of the task type (or untyped) with sim > threshold, best first (then
+        by quality z, then id): exact over the whole library, one weighted ``bincount`` over the postings of
+        the query's tokens. ``per_zone`` ({"pos": k+, "neg": k−}) keeps only what can be among each zone's
+        best k (ties at the k-th similarity kept), so the ranking in Python stays short."""
+        m = self._matrix()
+        tids = [i for i in map(m.token_ids.get, _query_tokens(text)) if i is not None]
+        if not tids:
             return []
-        q = content_tokens(text)
-        lists = []
-        for t in q:
-            s = lib.postings(t)
-            if s:
-                lists.append(s)
-        if not lists:
-            return []
-        lists.sort(key=len)
-        budget = self.work_budget
-        take = 0
-        for s in lists:
-            if budget <= 0:
-                break
-            budget -= len(s)
-            take += 1
-        counts = Counter(chain.from_iterable(lists[:take]))
-        if len(counts) > self.max_candidates:
-            cands = [e for e, _ in sorted(counts.items(), key=itemgetter(1), reverse=True)[: self.max_candidates]]
-        else:
-            cands = list(counts)
-        idf_tab, weight = self._idf_tables()
-
-        def idf(t: str) -> float:
-            v = idf_tab.get(t)
-            if v is None:
-                v = idf_tab[t] = math.log(1.0 + n / (1 + len(lib.postings(t) or ())))
-            return v
-
-        out = []
-        thr = self.fallback_threshold
-        for eid in cands:
-            e = lib.get(eid)
-            if e is None or (e.task_type and task_type and e.task_type != task_type):
-                continue
-            toks = lib.tokens(eid)
-            if not toks:
-                continue
-            tot = weight.get(eid)
-            if tot is None:
-                tot = weight[eid] = sum(idf(t) for t in toks)
-            hit = sum(idf(t) for t in toks.intersection(q))
-            sim = hit / tot if tot else 0.0
-            if sim > thr:
-                out.append((sim, e.score, eid))
-        out.sort(reverse=True)
-        return [(sim, eid) for sim, _, eid in out]
+        rows = np.concatenate([m.postings[i] for i in tids])
+        sim = np.bincount(rows, weights=np.repeat(m.idf[tids], m.df[tids]), minlength=m.n) / m.weight_or_1
+        cand = np.flatnonzero(sim > self.fallback_threshold)
+        if task_type and cand.size:
+            typed = m.task[cand]
+            cand = cand[(typed == -1) | (typed == m.task_codes.get(task_type, -2))]
+        if per_zone is not None:
+            cand = _best_per_zone(cand, sim, m.zone, per_zone)
+        eids = m.eids[cand].tolist()
+        get = self.lib.get
+        out = sorted(zip(sim[cand].tolist(), [get(e).score for e in eids], eids), reverse=True)
+        return [(v, eid) for v, _, eid in out]
 
     def fallback(self, text: str, task_type: str = "") -> list[int]:
-        ranked = self.similar(text, task_type)
+        ranked = self.similar(text, task_type, per_zone=self.top_k)
         got = {"pos": [], "neg": []}
         for _, eid in ranked:
             z = self.lib.get(eid).zone
