@@ -66,6 +66,8 @@ def test_nproc_errors_are_one_line_before_any_process_starts(tmp_path):
                     "rollout.groups: 2 task groups cannot be shared by 3 processes")
     one_line_exit_2(slea("train", smoke, "--nproc", "2", "--set", "algorithm.dynamic_sampling=true", *run),
                     "algorithm.dynamic_sampling: not supported with more than one process")
+    one_line_exit_2(slea("train", smoke, "--nproc", "2", "--set", "algorithm.name=slea", *run),
+                    "experience.mode: step keeps an experience library, which is not split across processes")
     assert not (tmp_path / "run").exists()
 
 

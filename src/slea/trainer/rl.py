@@ -473,6 +473,10 @@ def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
     if "snapshots" in spec.needs:
         raise ConfigError(f"algorithm.name: {spec.name} forks sibling rollouts from env snapshots, which is not "
                           f"split across processes yet: run it with one process")
+    if cfg.experience.mode != "off":
+        raise ConfigError(f"experience.mode: {cfg.experience.mode} keeps an experience library, which is not split "
+                          f"across processes yet (each rank clusters its own observations, so the gathered batch "
+                          f"would link lessons to other ranks' cluster ids): run it with one process")
 
 
 def _spent_budget(train, rollouts: int, env_steps: int) -> str:
