@@ -124,22 +124,23 @@ def test_task_type_fallback_takes_the_best_of_the_task_type_only_when_eq1_and_eq
 
 def test_eq2_is_exact_over_the_whole_library_on_a_common_vocabulary(tmp_path):
     """No candidate filter: every entry above the threshold comes back, ranked, even when the query's tokens
-    are shared by most of the library (a 12-word vocabulary)."""
+    are shared by most of the library (a 12-word vocabulary, frequent tokens) or by a few entries (rare ones)."""
     import random
 
     rng = random.Random(0)
     vocab = ["fridge", "chest", "lamp", "key", "attic", "cellar", "coin", "knife", "stove", "door", "table",
              "barrel"]
+    rare = ["".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(7)) for _ in range(300)]  # df ~ 2
     lib = ExperienceLibrary(tmp_path / "v.sqlite", capacity_pos=10**6, capacity_neg=10**6, novelty_threshold=1.01)
     with lib.transaction():
         for i in range(600):
-            words = " ".join(rng.sample(vocab, rng.randint(2, 5)))
+            words = " ".join(rng.sample(vocab, rng.randint(2, 5)) + rng.sample(rare, rng.randint(0, 2)))
             lib.add(f"lesson{i} {words}", rng.choice(["pos", "neg"]), "example", float(rng.randint(0, 3)),
                     task_type=rng.choice(["", "coin", "cook"]), context=rng.choice(vocab))
     r = Retriever(lib, top_k_pos=3, top_k_neg=2, fallback_threshold=0.3)
     sizes = []
     for _ in range(40):
-        q = " ".join(rng.sample(vocab, rng.randint(1, 8)))
+        q = " ".join(rng.sample(vocab, rng.randint(0, 8)) + rng.sample(rare, rng.randint(0, 60)))
         tt = rng.choice(["", "coin", "cook"])
         want = brute_force_similar(lib, q, tt, 0.3)
         got = r.similar(q, tt)

@@ -27,8 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-
+from slea.experience.eq2 import TokenMatrix, best_per_zone
 from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
 
 HEADER = "Lessons from earlier episodes (hints; use them only if they fit):"
@@ -55,53 +54,6 @@ def _query_tokens(text: str) -> tuple[str, ...]:
     return tuple(content_tokens(text))
 
 
-class _TokenMatrix:
-    """The library's content tokens as numpy postings (entry rows per token), with each token's
-    ``idf = log(1 + n / (1 + df))`` and each entry's total idf, for exact Eq.2 scoring. Immutable: one per
-    library content version."""
-
-    def __init__(self, lib: ExperienceLibrary) -> None:
-        self.version = lib.content_version
-        entries = sorted(lib.entries(), key=lambda e: e.id)
-        self.n = len(entries)
-        self.eids = np.array([e.id for e in entries], dtype=np.int64)
-        row = {e.id: i for i, e in enumerate(entries)}
-        self.task_codes: dict[str, int] = {}
-        self.task = np.array([self.task_codes.setdefault(e.task_type, len(self.task_codes)) if e.task_type else -1
-                              for e in entries], dtype=np.int64)  # -1: untyped, retrieved for every task type
-        self.token_ids: dict[str, int] = {}
-        self.postings: list[np.ndarray] = []
-        for tok, ids in lib.posting_items():
-            self.token_ids[tok] = len(self.postings)
-            self.postings.append(np.fromiter((row[e] for e in ids), dtype=np.int64, count=len(ids)))
-        self.df = np.array([len(p) for p in self.postings], dtype=np.int64)
-        self.idf = np.log1p(self.n / (1.0 + self.df))
-        self.zone = np.array([ZONE_CODES[e.zone] for e in entries], dtype=np.int8)
-        weight = np.bincount(np.concatenate(self.postings), weights=np.repeat(self.idf, self.df),
-                             minlength=self.n) if self.postings else np.zeros(self.n)
-        self.weight_or_1 = np.where(weight > 0, weight, 1.0)  # an entry without tokens is never hit: sim 0
-
-
-ZONE_CODES = {"pos": 0, "neg": 1}
-
-
-def _best_per_zone(cand: np.ndarray, sim: np.ndarray, zone: np.ndarray, per_zone: dict[str, int]) -> np.ndarray:
-    """The candidates that can be among their zone's best k by similarity: every one at or above the zone's
-    k-th largest similarity (ties kept, for the score and id tie-break)."""
-    keep = []
-    z = zone[cand]
-    for name, code in ZONE_CODES.items():
-        k = per_zone.get(name, 0)
-        if k <= 0:
-            continue
-        mine = cand[z == code]
-        if mine.size > k:
-            kth = np.partition(sim[mine], mine.size - k)[mine.size - k]
-            mine = mine[sim[mine] >= kth]
-        keep.append(mine)
-    return np.concatenate(keep) if keep else cand[:0]
-
-
 class Retriever:
     def __init__(self, library: ExperienceLibrary, *, top_k_pos: int = 2, top_k_neg: int = 1,
                  max_tokens: int = 200, fallback_threshold: float = 0.5,
@@ -115,7 +67,7 @@ class Retriever:
         self.fallback_threshold = float(fallback_threshold)
         self.count_tokens = count_tokens or approx_tokens
         self.empty_fallback = empty_fallback
-        self._tm: _TokenMatrix | None = None  # Eq.2's token matrix, for one library content version
+        self._tm: TokenMatrix | None = None  # Eq.2's token matrix, for one library content version
         self._eq1: dict[int, Retrieved] = {}  # cluster -> Eq.1 result, valid for one library version only
         self._eq1_version = -1
 
@@ -137,11 +89,11 @@ class Retriever:
         return heapq.nlargest(k, ids, key=self._rank_key)
 
     # -- Eq.2 ------------------------------------------------------------------------------------------------
-    def _matrix(self) -> _TokenMatrix:
+    def _matrix(self) -> TokenMatrix:
         """The library's entries x content tokens, rebuilt lazily when its content changes (admissions and
         removals; links and usage updates leave it alone)."""
         if self._tm is None or self._tm.version != self.lib.content_version:
-            self._tm = _TokenMatrix(self.lib)
+            self._tm = TokenMatrix(self.lib)
         return self._tm
 
     def similar(self, text: str, task_type: str = "", per_zone: dict[str, int] | None = None
@@ -151,20 +103,16 @@ class Retriever:
         the query's tokens. ``per_zone`` ({"pos": k+, "neg": k−}) keeps only what can be among each zone's
         best k (ties at the k-th similarity kept), so the ranking in Python stays short."""
         m = self._matrix()
-        tids = [i for i in map(m.token_ids.get, _query_tokens(text)) if i is not None]
-        if not tids:
-            return []
-        rows = np.concatenate([m.postings[i] for i in tids])
-        sim = np.bincount(rows, weights=np.repeat(m.idf[tids], m.df[tids]), minlength=m.n) / m.weight_or_1
-        cand = np.flatnonzero(sim > self.fallback_threshold)
+        cand, sim = m.above(_query_tokens(text), self.fallback_threshold)
         if task_type and cand.size:
             typed = m.task[cand]
-            cand = cand[(typed == -1) | (typed == m.task_codes.get(task_type, -2))]
+            keep = (typed == -1) | (typed == m.task_codes.get(task_type, -2))
+            cand, sim = cand[keep], sim[keep]
         if per_zone is not None:
-            cand = _best_per_zone(cand, sim, m.zone, per_zone)
+            cand, sim = best_per_zone(cand, sim, m.zone, per_zone)
         eids = m.eids[cand].tolist()
         get = self.lib.get
-        out = sorted(zip(sim[cand].tolist(), [get(e).score for e in eids], eids), reverse=True)
+        out = sorted(zip(sim.tolist(), [get(e).score for e in eids], eids), reverse=True)
         return [(v, eid) for v, _, eid in out]
 
     def fallback(self, text: str, task_type: str = "") -> list[int]:
