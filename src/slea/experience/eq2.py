@@ -63,7 +63,7 @@ class TokenMatrix:
         tids = np.asarray(tids, dtype=np.int64)
         rows = np.concatenate([self.postings[i] for i in tids.tolist()])
         w = np.repeat(self.idf[tids], self.df[tids])
-        if rows.size * 8 > self.n:  # long postings: one dense pass over the library
+        if rows.size * 64 > self.n:  # long postings (sorting them costs more): one dense pass over the library
             dense = np.bincount(rows, weights=w, minlength=self.n)
             cand = np.flatnonzero(dense > self._threshold_weight(threshold))
             hit = dense[cand]
