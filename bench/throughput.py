@@ -24,33 +24,15 @@ from pathlib import Path
 import torch
 
 from slea.config import ModelSection
-from slea.envs.textworld import INSTRUCTIONS as TEXTWORLD
 from slea.policy.generation import HFGenerator, autocast, left_pad
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
+from slea.testing.bench import ROLLOUT_ACTIONS as ADM
+from slea.testing.bench import hf_generate
+from slea.testing.bench import rollout_prompts as prompts
 from slea.trainer.update import Sample, response_logprobs
 
 OUT = Path(__file__).parent / "results" / "throughput.json"
-ADM = ["go east", "go west", "go north", "take coin", "open door", "take key", "unlock door with key"]
-
-
-def prompts(builder: PromptBuilder, rng: random.Random, tasks: int, copies: int, later: bool) -> list[list[int]]:
-    rooms = ["a dark cellar", "a bright kitchen", "a dusty attic", "a small garden", "a long corridor"]
-    out = []
-    for t in range(tasks):
-        goal = f"Find the coin hidden in {rooms[t % len(rooms)]}."
-        obs = f"You are in {rooms[t % len(rooms)]}. There are exits to the east and north. " * 2
-        for c in range(copies):
-            past = [(f"You were in {rng.choice(rooms)}.", rng.choice(ADM)) for _ in range(2)] if later else []
-            out.append(builder.build(TEXTWORLD, goal, obs, ADM, past))
-    return out
-
-
-def hf_generate(model, tok, batch: list[list[int]], max_new: int, dtype: str) -> None:
-    ids, mask = left_pad(batch, tok.pad_token_id)
-    with torch.no_grad(), autocast(dtype):
-        model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
-                       max_new_tokens=max_new, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
 
 
 def full_logits_logprobs(model, samples: list[Sample], dtype: str) -> torch.Tensor:

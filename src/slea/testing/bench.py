@@ -1,14 +1,19 @@
-"""Import a script of the repository's ``bench/`` folder as a module, for the tests of that script (bench/ is a
-folder of scripts, not a package)."""
+"""Helpers of the repository's ``bench/`` scripts and their tests (bench/ is a folder of scripts, not a package):
+importing a script as a module, the rollout-shaped prompts the generation benches share, and the
+``transformers.generate`` baseline they time."""
 
 from __future__ import annotations
 
 import importlib.util
+import random
 import sys
 from pathlib import Path
 from types import ModuleType
 
 ROOT = Path(__file__).resolve().parents[3]
+# the admissible actions of every bench prompt (a TextWorld-like coin hunt)
+ROLLOUT_ACTIONS = ["go east", "go west", "go north", "take coin", "open door", "take key", "unlock door with key"]
+_ROOMS = ["a dark cellar", "a bright kitchen", "a dusty attic", "a small garden", "a long corridor"]
 
 
 def load_bench(name: str) -> ModuleType:
@@ -19,3 +24,45 @@ def load_bench(name: str) -> ModuleType:
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def rollout_prompts(builder, rng: random.Random, tasks: int, copies: int, later: bool) -> list[list[int]]:
+    """Token ids of ``tasks x copies`` TextWorld prompts built by ``builder`` (a :class:`PromptBuilder`), task by
+    task. Turn 0 (``later=False``): the copies of a task are identical, as a group's first turn is. Later turns:
+    each copy gets two random past (observation, action) pairs drawn from ``rng``, so histories differ."""
+    from slea.envs.textworld import INSTRUCTIONS as TEXTWORLD
+
+    out = []
+    for t in range(tasks):
+        room = _ROOMS[t % len(_ROOMS)]
+        goal = f"Find the coin hidden in {room}."
+        obs = f"You are in {room}. There are exits to the east and north. " * 2
+        for _ in range(copies):
+            past = ([(f"You were in {rng.choice(_ROOMS)}.", rng.choice(ROLLOUT_ACTIONS)) for _ in range(2)]
+                    if later else [])
+            out.append(builder.build(TEXTWORLD, goal, obs, ROLLOUT_ACTIONS, past))
+    return out
+
+
+def hf_generate(model, tok, batch: list[list[int]], max_new: int, dtype: str, *, temperature: float = 1.0,
+                stop_ids=()) -> list[list[int]]:
+    """``transformers.generate`` over the left-padded ``batch`` (bf16 autocast when ``dtype`` says so), sampling
+    at ``temperature`` with no top-k (0: greedy). A row stops at EOS or at a token of ``stop_ids``. Returns each
+    row's new tokens up to and including the one that stopped it (as :class:`slea.policy.generation.Generation`
+    ids are)."""
+    import torch
+
+    from slea.policy.generation import autocast, left_pad
+
+    ids, mask = left_pad(batch, tok.pad_token_id)
+    stops = sorted({tok.eos_token_id, *stop_ids})
+    sampling = {"do_sample": True, "temperature": temperature, "top_k": 0} if temperature > 0 else {
+        "do_sample": False}
+    with torch.no_grad(), autocast(dtype):
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new,
+                             pad_token_id=tok.pad_token_id, eos_token_id=stops, **sampling)
+    rows = []
+    for row in out[:, ids.shape[1]:].tolist():
+        end = next((i + 1 for i, t in enumerate(row) if t in stops), len(row))
+        rows.append(row[:end])
+    return rows
