@@ -26,7 +26,7 @@ loads a game file when its game changes, the same work for both loops, paid here
 between iterations (the weights stay the initial ones). Writes bench/results/rollout_overhead.json and prints
 a table.
 
-    .venv/bin/python bench/rollout_overhead.py [--config configs/default.yaml] [--iterations 2]
+    .venv/bin/python bench/rollout_overhead.py [--config configs/default.yaml] [--iterations 4]
         [--model embedded|tiny] [--set KEY=VALUE ...] [--out PATH]
 """
 
@@ -36,6 +36,7 @@ import argparse
 import datetime as dt
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,26 +125,30 @@ def run_collector(s: Setup, it: int) -> dict[str, Any]:
     s.proxy.log.clear()
     seeds = iteration_seeds(s.cfg.run.seed, it, s.cfg.rollout.groups)
     s.pool.reset(seeds)  # untimed: each env loads this iteration's game, which both loops then find loaded
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trajs, stats = s.collector.collect(s.pool, seeds, iteration=it)
-    wall = time.perf_counter() - t0
-    return {"wall_s": wall, "generation_s": sum(c.seconds for c in s.proxy.log), "env_s": stats.env_s,
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"wall_s": wall, "cpu_s": cpu, "generation_s": sum(c.seconds for c in s.proxy.log),
+            "env_s": stats.env_s,
             "calls": len(s.proxy.log), "prompts": sum(len(c.prompts) for c in s.proxy.log),
             "prompt_tokens": stats.prompt_tokens, "gen_tokens": stats.gen_tokens, "episodes": len(trajs),
             "env_steps": sum(len(t.steps) for t in trajs), "wins": sum(t.won for t in trajs),
+            "call_s": [c.seconds for c in s.proxy.log],
             "actions": [[st.action for st in t.steps] for t in trajs]}
 
 
 def replay(s: Setup, calls: list[Call]) -> dict[str, Any]:
     """Every recorded call again, straight through the generator with the same arguments."""
-    seconds, same, rows = 0.0, 0, 0
+    times, same, rows = [], 0, 0
+    c0 = time.process_time()
     for c in calls:
         t0 = time.perf_counter()
         out = s.generator.generate(c.prompts, **c.kwargs)
-        seconds += time.perf_counter() - t0
+        times.append(time.perf_counter() - t0)
         same += sum(list(o.ids) == a for o, a in zip(out, c.answers))
         rows += len(out)
-    return {"seconds": seconds, "calls": len(calls), "identical": same, "rows": rows}
+    return {"seconds": sum(times), "cpu_s": time.process_time() - c0, "calls": len(calls), "identical": same,
+            "rows": rows, "call_s": times}
 
 
 def naive_episode(s: Setup, i: int, seed: int, copy: int) -> dict[str, Any]:
@@ -182,11 +187,11 @@ def naive_episode(s: Setup, i: int, seed: int, copy: int) -> dict[str, Any]:
 def run_naive(s: Setup, it: int) -> dict[str, Any]:
     """:func:`naive_episode` on every env of the pool in turn, with the collector's seeds and copy numbers."""
     seeds = iteration_seeds(s.cfg.run.seed, it, s.cfg.rollout.groups)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     eps = [naive_episode(s, i, seeds[s.pool.group_of(i)], i - s.pool.members(s.pool.group_of(i)).start)
            for i in range(len(s.pool))]
-    wall = time.perf_counter() - t0
-    return {"wall_s": wall, "generation_s": sum(e["gen_s"] for e in eps),
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    return {"wall_s": wall, "cpu_s": cpu, "generation_s": sum(e["gen_s"] for e in eps),
             "env_s": sum(e["env_s"] for e in eps),
             "calls": sum(e["calls"] for e in eps), "episodes": len(eps),
             "env_steps": sum(e["calls"] for e in eps), "actions": [e["actions"] for e in eps]}
@@ -208,25 +213,35 @@ def figures(col: list[dict], rep: list[dict], nai: list[dict]) -> dict[str, floa
 
 
 def summarise(col: list[dict], rep: list[dict], nai: list[dict]) -> dict[str, Any]:
-    """Totals of every measurement, the figures, the targets and per-iteration rows (actions dropped)."""
+    """Totals of every measurement, the figures (pooled over the iterations, and each iteration's: their
+    spread shows a disturbed iteration), the targets and per-iteration rows (actions dropped).
+    ``cpu_per_wall``: process CPU seconds per wall second, about ``run.threads`` when the bench had the cores
+    to itself."""
     same = sum(a == b for c, n in zip(col, nai) for a, b in zip(c["actions"], n["actions"]))
-    keys = ("wall_s", "generation_s", "env_s", "calls", "prompts", "prompt_tokens", "gen_tokens", "episodes",
-            "env_steps", "wins")
+    keys = ("wall_s", "cpu_s", "generation_s", "env_s", "calls", "prompts", "prompt_tokens", "gen_tokens",
+            "episodes", "env_steps", "wins")
     collector = {k: _sum(col, k) for k in keys}
     collector["other_s"] = collector["wall_s"] - collector["generation_s"] - collector["env_s"]
-    naive = {k: _sum(nai, k) for k in ("wall_s", "generation_s", "env_s", "calls", "episodes", "env_steps")}
+    naive = {k: _sum(nai, k) for k in ("wall_s", "cpu_s", "generation_s", "env_s", "calls", "episodes",
+                                       "env_steps")}
     naive["same_actions_episodes"] = same
-    rplay = {"seconds": _sum(rep, "seconds"), "calls": _sum(rep, "calls"),
+    rplay = {"seconds": _sum(rep, "seconds"), "cpu_s": _sum(rep, "cpu_s"), "calls": _sum(rep, "calls"),
              "identical_answers": _sum(rep, "identical"), "answers": _sum(rep, "rows")}
+    for m, wall in ((collector, "wall_s"), (naive, "wall_s"), (rplay, "seconds")):
+        m["cpu_per_wall"] = m["cpu_s"] / m[wall]
     fig = figures(col, rep, nai)
+    each = [figures([c], [r], [n]) for c, r, n in zip(col, rep, nai)]
+    spread = {k: [min(f[k] for f in each), max(f[k] for f in each)] for k in fig}
     strip = [{k: v for k, v in r.items() if k != "actions"} for r in col]
-    return {"collector": collector, "replay": rplay, "naive": naive, "figures": fig,
+    return {"collector": collector, "replay": rplay, "naive": naive, "figures": fig, "figures_range": spread,
             "targets": {"overhead_max": TARGET_OVERHEAD,
                         "overhead_met": fig["overhead_vs_generation"] <= TARGET_OVERHEAD,
                         "speedup_min": TARGET_SPEEDUP,
                         "speedup_met": fig["speedup_vs_naive"] >= TARGET_SPEEDUP},
-            "per_iteration": [{"collector": c, "replay_s": r["seconds"], "naive_s": n["wall_s"]}
-                              for c, r, n in zip(strip, rep, nai)]}
+            "per_iteration": [{"figures": f, "collector": c, "replay_s": r["seconds"],
+                               "replay_call_s": r["call_s"], "naive_s": n["wall_s"],
+                               "naive_generation_s": n["generation_s"]}
+                              for f, c, r, n in zip(each, strip, rep, nai)]}
 
 
 def table(res: dict[str, Any]) -> str:
@@ -239,11 +254,17 @@ def table(res: dict[str, Any]) -> str:
             ("collector wall vs replayed generation", c["wall_s"], r["seconds"],
              f"{100 * f['overhead_vs_replay']:+.1f} %"),
             ("naive per-env loop vs collector", n["wall_s"], c["wall_s"], f"{f['speedup_vs_naive']:.2f}x")]
-    lines = [f"{'measurement':44s} {'measured':>9s} {'baseline':>9s} {'figure':>9s}"]
-    lines += [f"{name:44s} {a:8.2f}s {b:8.2f}s {fig:>9s}" for name, a, b, fig in rows]
+    lo = res["figures_range"]
+    spans = [f"{100 * lo[k][0]:+.1f} .. {100 * lo[k][1]:+.1f} %" for k in
+             ("overhead_vs_generation", "overhead_excl_env", "overhead_vs_replay")]
+    spans.append(f"{lo['speedup_vs_naive'][0]:.2f} .. {lo['speedup_vs_naive'][1]:.2f}x")
+    lines = [f"{'measurement':44s} {'measured':>9s} {'baseline':>9s} {'figure':>9s}  per iteration"]
+    lines += [f"{name:44s} {a:8.2f}s {b:8.2f}s {fig:>9s}  {span}"
+              for (name, a, b, fig), span in zip(rows, spans)]
     lines.append(f"episodes {c['episodes']} (naive {n['episodes']}), env steps {c['env_steps']} (naive "
                  f"{n['env_steps']}), same actions {n['same_actions_episodes']}/{n['episodes']}, "
-                 f"replay identical {r['identical_answers']}/{r['answers']}")
+                 f"replay identical {r['identical_answers']}/{r['answers']}; CPU s per wall s: collector "
+                 f"{c['cpu_per_wall']:.2f}, replay {r['cpu_per_wall']:.2f}, naive {n['cpu_per_wall']:.2f}")
     return "\n".join(lines)
 
 
@@ -270,7 +291,7 @@ def _shown(path: str) -> str:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", default=str(ROOT / "configs" / "default.yaml"))
-    ap.add_argument("--iterations", type=int, default=2)
+    ap.add_argument("--iterations", type=int, default=4)
     ap.add_argument("--model", choices=("embedded", "tiny"), default="embedded")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="config overrides, as `slea train --set`")
@@ -278,11 +299,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = ap.parse_args(argv)
     overrides = (TINY if args.model == "tiny" else ["model.name_or_path=embedded"]) + args.overrides
     cfg = load_config(args.config, overrides)
+    load = os.getloadavg()
     res = measure(cfg, args.iterations)
     if not all(math.isfinite(v) for v in res["figures"].values()):
         raise SystemExit(f"non-finite figures: {res['figures']}")
     doc = {"date": dt.date.today().isoformat(), "config": _shown(args.config), "overrides": overrides,
            "model": args.model, "iterations": args.iterations, "threads": cfg.run.threads,
+           "loadavg_1min": {"start": round(load[0], 2), "end": round(os.getloadavg()[0], 2)},
            "rollout": {"groups": cfg.rollout.groups, "group_size": cfg.rollout.group_size,
                        "max_steps": cfg.env.max_steps, "max_new_tokens": cfg.rollout.max_new_tokens,
                        "history": cfg.rollout.history, "env": cfg.env.id}, **res}

@@ -29,12 +29,14 @@ def result(tmp_path_factory):
 
 def test_json_fields(result):
     assert {"date", "config", "model", "iterations", "rollout", "collector", "replay", "naive", "figures",
-            "targets", "per_iteration"} <= set(result)
+            "figures_range", "targets", "per_iteration", "loadavg_1min"} <= set(result)
     assert result["config"] == "configs/default.yaml" and result["model"] == "tiny"
     assert set(result["figures"]) == {"overhead_vs_generation", "overhead_vs_replay", "overhead_excl_env",
                                       "env_share", "speedup_vs_naive", "naive_generation_vs_batched"}
     assert result["targets"]["overhead_max"] == 0.10 and result["targets"]["speedup_min"] == 2.0
     assert len(result["per_iteration"]) == 1
+    assert result["per_iteration"][0]["figures"] == pytest.approx(result["figures"])  # one iteration: the same
+    assert len(result["per_iteration"][0]["collector"]["call_s"]) == result["collector"]["calls"]
 
 
 def test_figures_are_finite_ratios(result):
