@@ -9,7 +9,9 @@ components (the embedded model with the default preset's LoRA on the top 15 laye
     Wall time, median of ``--reps`` after a warm-up call, with CPU seconds per wall second (bench/mfu.py's
     ``timed_calls``: about the thread count when the job had the cores to itself; a point below 0.9 x threads
     is timed again, twice at most, keeping the try with the most CPU).
-(b) one training step (``ppo_update`` through bench/trl_step.py's ``slea_engine``, as bench/mfu.py times it) on 8
+(b) one training step (``ppo_update`` through bench/trl_step.py's ``slea_engine``, as bench/mfu.py times it, on
+    the model (a) generated with: one model for the whole script, since step times moved by up to 30 % from one
+    freshly loaded model to the next) on 8
     rows of distinct prompts built by ``PromptBuilder`` with h = 0, 1, 2, 4, 8, 16 past (observation, action)
     turns, the observations real TextWorld ones (256 drawn from bench/data/textworld_obs.jsonl.gz, cleaned as
     slea's anchors; past ones clipped to 150 characters by the builder), each answer one of the prompts'
@@ -17,16 +19,18 @@ components (the embedded model with the default preset's LoRA on the top 15 laye
     count) and the FLOP rate they give.
 (c) retrieval (``Retriever.retrieve``, top 2 positive + 1 negative, 200 tokens) from libraries of 1k, 10k and 100k
     synthetic entries (bench/retrieval.py's ``synthetic_library``), per call on 1,000 real observations (a
-    seeded sample of the corpus): Eq.1 with the cluster given (``share_eq1``: the share answered from the
-    cluster's entries; a cluster with none falls back to Eq.2), and the Eq.2 fallback alone; thread CPU time,
-    mean / p50 / p99.
+    seeded sample of the corpus), after a first Eq.2 call that builds the library's token matrix (timed on its
+    own: it is paid again after every change to the library): Eq.1 with the cluster given (``share_eq1``: the
+    share answered from the cluster's entries; a cluster with none falls back to Eq.2), and the Eq.2 fallback
+    alone; thread CPU time, mean / p50 / p99.
 
 Each curve gets the slope of a least-squares line through its points on log-log axes (1: linear growth, 0: flat;
 the training step also against its model FLOPs). Writes bench/results/cost_growth.json and its 2x2 plot
 bench/results/cost_growth.png (``--out``; ``--model tiny --quick`` is a smoke run of the whole driver into a temp
-folder). ``--plot-only`` re-draws the plot, and recomputes the slopes, from the JSON.
+folder). ``--parts`` re-measures a subset (generation, training, library) and keeps the other sections of the
+JSON; ``--plot-only`` re-draws the plot, and recomputes the slopes, from it.
 
-    PYTHONPATH=src .venv/bin/python bench/cost_growth.py [--reps 3] [--quick] [--plot-only]
+    PYTHONPATH=src .venv/bin/python bench/cost_growth.py [--reps 3] [--quick] [--parts ...] [--plot-only]
 
 Run it alone (shared/bin/heavy): it is a timing.
 """
@@ -99,7 +103,7 @@ def generation(model, tok, sizes: dict, reps: int, min_cpu: float) -> dict:
     return out
 
 
-def training(name: str, tok, lora_layers: int, sizes: dict, reps: int, observations: list[str],
+def training(model, name: str, tok, lora_layers: int, sizes: dict, reps: int, observations: list[str],
              min_cpu: float) -> dict:
     from slea.policy.prompts import PromptBuilder
 
@@ -111,7 +115,7 @@ def training(name: str, tok, lora_layers: int, sizes: dict, reps: int, observati
         answers = [tok(" " + rng.choice(ROLLOUT_ACTIONS) + "\n", add_special_tokens=False).input_ids
                    for _ in batch]
         rows = list(zip(batch, answers))
-        model, _, step, fill_old = trl_step.slea_engine(name, rows, lora_layers, "bfloat16")
+        _, _, step, fill_old = trl_step.slea_engine(name, rows, lora_layers, "bfloat16", model=model)
         fill_old()
         step()  # warm-up
         t = mfu.timed_calls(step, reps, min_cpu)
@@ -123,7 +127,7 @@ def training(name: str, tok, lora_layers: int, sizes: dict, reps: int, observati
                        "s": s, "model_gflop": flops / 1e9, "model_gflops_per_s": flops / s / 1e9,
                        "s_all": t["s_all"], "cpu_per_wall": t["cpu_per_wall"], "tries": t["tries"]})
         print(f"[training] history {h}: {points[-1]['mean_prompt_tokens']:.0f} prompt tokens, {s:.3f} s", flush=True)
-        del model, step, fill_old
+        del step, fill_old
         gc.collect()
     return {"points": points}
 
@@ -141,15 +145,18 @@ def library(sizes: dict, streams) -> dict:
         build_s = time.perf_counter() - t0
         r = Retriever(lib, top_k_pos=2, top_k_neg=1, max_tokens=200)
         gc.collect()
+        c0 = time.thread_time()  # the first Eq.2 call builds the library's token matrix (once per content version)
+        r.retrieve(queries[0][1], -1, task_type=queries[0][0], link=False)
+        first_eq2_us = (time.thread_time() - c0) * 1e6
         given = [(o, idx.lookup(o, t), t) for t, o in queries]
         res, wall, cpu = retrieval.timed(lambda o, c, t, r=r: r.retrieve(o, c, task_type=t, link=False), given)
         _, fwall, fcpu = retrieval.timed(lambda o, t, r=r: r.retrieve(o, -1, task_type=t, link=False),
                                          [(o, t) for t, o in queries])
-        points.append({"entries": len(lib), "build_s": build_s, "eq1_given_cluster": retrieval.both(wall, cpu),
-                       "eq2_fallback": retrieval.both(fwall, fcpu),
+        points.append({"entries": len(lib), "build_s": build_s, "first_eq2_call_cpu_us": first_eq2_us,
+                       "eq1_given_cluster": retrieval.both(wall, cpu), "eq2_fallback": retrieval.both(fwall, fcpu),
                        "share_eq1": sum(bool(x.entry_ids) and not x.fallback for x in res) / len(res)})
-        print(f"[retrieval] {n}: eq1 cpu {points[-1]['eq1_given_cluster']['cpu']['mean_us']} us, eq2 cpu "
-              f"{points[-1]['eq2_fallback']['cpu']['mean_us']} us", flush=True)
+        print(f"[retrieval] {n}: first Eq.2 call {first_eq2_us:.0f} us; then eq1 cpu "
+              f"{points[-1]['eq1_given_cluster']['cpu']}, eq2 cpu {points[-1]['eq2_fallback']['cpu']}", flush=True)
         lib.conn.close()
     return {"points": points, "queries": len(queries)}
 
@@ -163,7 +170,10 @@ def add_slopes(res: dict) -> None:
         t[key] = slope([p[x] for p in t["points"]], [p["s"] for p in t["points"]])
     xs = [p["entries"] for p in lib["points"]]
     for key in ("eq1_given_cluster", "eq2_fallback"):
-        lib[f"slope_{key}_mean"] = slope(xs, [max(p[key]["cpu"]["mean_us"], 1e-3) for p in lib["points"]])
+        for stat in ("mean", "p50", "p99"):
+            lib[f"slope_{key}_{stat}"] = slope(xs, [max(p[key]["cpu"][f"{stat}_us"], 1e-3) for p in lib["points"]])
+    if all("first_eq2_call_cpu_us" in p for p in lib["points"]):
+        lib["slope_first_eq2_call"] = slope(xs, [p["first_eq2_call_cpu_us"] for p in lib["points"]])
 
 
 def plot(res: dict, path: Path) -> None:
@@ -203,10 +213,12 @@ def plot(res: dict, path: Path) -> None:
     a = ax[1, 1]
     xs = [p["entries"] for p in lib["points"]]
     for key, label in (("eq1_given_cluster", "Eq.1, cluster given"), ("eq2_fallback", "Eq.2 fallback")):
-        for stat, style in (("mean_us", "o-"), ("p99_us", "s--")):
-            a.plot(xs, [max(p[key]["cpu"][stat], 1e-1) for p in lib["points"]], style,
-                   label=f"{label}, {stat.split('_')[0]}" + (f" (slope {lib[f'slope_{key}_mean']:.2f})"
-                                                             if stat == "mean_us" else ""))
+        for stat, style in (("p50", "o-"), ("p99", "s--")):
+            a.plot(xs, [max(p[key]["cpu"][f"{stat}_us"], 1e-1) for p in lib["points"]], style,
+                   label=f"{label}, {stat} (slope {lib[f'slope_{key}_{stat}']:.2f})")
+    if "slope_first_eq2_call" in lib:
+        a.plot(xs, [p["first_eq2_call_cpu_us"] for p in lib["points"]], "k^-",
+               label=f"first Eq.2 call: builds the token matrix (slope {lib['slope_first_eq2_call']:.2f})")
     a.set(xscale="log", yscale="log", xlabel="library entries", ylabel="retrieve, µs (CPU)",
           title=f"(c) retrieval vs library size, {lib['queries']} queries")
     ax[1, 0].set_xticks([round(p["mean_prompt_tokens"]) for p in t])
@@ -230,6 +242,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="small sweeps (a smoke run)")
     ap.add_argument("--plot-only", action="store_true", help="re-draw the plot (and the slopes) from --out")
+    ap.add_argument("--parts", default="generation,training,library",
+                    help="comma-separated subset to (re)measure; the other sections are kept from --out")
     ap.add_argument("--out", type=Path, default=None, help=f"default {OUT} (embedded) or a temp file (tiny)")
     args = ap.parse_args(argv)
     out = args.out or (OUT if args.model == "embedded" else Path(tempfile.gettempdir()) / "cost_growth_tiny.json")
@@ -241,29 +255,38 @@ def main(argv: list[str] | None = None) -> dict:
         return res
     from slea.policy.model import load_policy
 
+    parts = [x.strip() for x in args.parts.split(",") if x.strip()]
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     sizes = QUICK if args.quick else FULL
     lora_layers = trl_step.default_lora_layers(args.model)
     t0 = time.perf_counter()
     streams = retrieval.load_streams()
-    model, tok = load_policy(trl_step.model_section(args.model, lora_layers, "bfloat16"))
-    res = {"model": args.model, "threads": args.threads, "lora_layers": lora_layers, "reps": args.reps,
-           "loadavg_start": os.getloadavg(),
-           "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__, "sizes": sizes}
-    res["generation"] = generation(model, tok, sizes, args.reps, 0.9 * args.threads)
-    del model
-    gc.collect()
-    observations = random.Random(4).sample([o for _, o in streams["clean_textworld"]], 256)
-    res["training"] = training(args.model, tok, lora_layers, sizes, args.reps, observations, 0.9 * args.threads)
-    res["library"] = library(sizes, streams)
+    res = json.loads(out.read_text()) if set(parts) != {"generation", "training", "library"} else {}
+    run = {"model": args.model, "threads": args.threads, "lora_layers": lora_layers, "reps": args.reps,
+           "loadavg_start": list(os.getloadavg()), "date": time.strftime("%Y-%m-%d"), "torch": torch.__version__,
+           "sizes": sizes, "parts": parts}
+    if res and "run_by_part" not in res:  # a file from before run_by_part: its sections are one run's
+        res["run_by_part"] = {p: {k: res[k] for k in run if k in res} for p in ("generation", "training", "library")}
+    if {"generation", "training"} & set(parts):  # one model for both: points compare within one process
+        model, tok = load_policy(trl_step.model_section(args.model, lora_layers, "bfloat16"))
+    if "generation" in parts:
+        res["generation"] = generation(model, tok, sizes, args.reps, 0.9 * args.threads)
+    if "training" in parts:
+        observations = random.Random(4).sample([o for _, o in streams["clean_textworld"]], 256)
+        res["training"] = training(model, args.model, tok, lora_layers, sizes, args.reps, observations,
+                                   0.9 * args.threads)
+    if "library" in parts:
+        res["library"] = library(sizes, streams)
     add_slopes(res)
-    res["seconds"] = time.perf_counter() - t0
-    res["loadavg_end"] = os.getloadavg()
+    run["seconds"] = time.perf_counter() - t0
+    run["loadavg_end"] = list(os.getloadavg())
+    res.update(run)  # the latest run; run_by_part: the run that measured each section
+    res.setdefault("run_by_part", {}).update({p: run for p in parts})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
     plot(res, out.with_suffix(".png"))
-    print(f"wrote {out} and {out.with_suffix('.png')} ({res['seconds']:.0f} s)")
+    print(f"wrote {out} and {out.with_suffix('.png')} ({run['seconds']:.0f} s)")
     return res
 
 

@@ -39,6 +39,13 @@ def test_quick_run(tmp_path):
     assert all(math.isfinite(x) for x in (g["group_size"]["slope"], g["groups"]["slope"], t["slope_vs_prompt_tokens"],
                                           t["slope_vs_model_flops"], lib["slope_eq1_given_cluster_mean"],
                                           lib["slope_eq2_fallback_mean"]))
+    assert all(p["first_eq2_call_cpu_us"] > 0 for p in lib["points"]) and math.isfinite(lib["slope_first_eq2_call"])
+    assert set(res["run_by_part"]) == {"generation", "training", "library"}
     png.unlink()
     C.main(["--plot-only", "--out", str(out)])
     assert png.stat().st_size > 0
+    again = C.main(["--model", "tiny", "--quick", "--parts", "library", "--threads", str(torch.get_num_threads()),
+                    "--out", str(out)])  # the other sections are kept
+    assert again["generation"] == res["generation"] and again["training"] == res["training"]
+    assert again["run_by_part"]["generation"] == res["run_by_part"]["generation"]
+    assert again["run_by_part"]["library"]["parts"] == ["library"]
