@@ -281,6 +281,31 @@ def part_eq2_scan(r: Retriever, lib: ExperienceLibrary, queries, k: int) -> dict
             "speedup_cpu_mean": round(statistics.fmean(scpu) / max(statistics.fmean(cpu), 1e-12), 1)}
 
 
+def synthetic_library(stream: list[tuple[str, str]], n: int, rng: random.Random
+                      ) -> tuple[ExperienceLibrary, ObservationIndex]:
+    """An in-memory library of ``n`` synthetic entries over the clusters of ``stream`` (each names words of one
+    observation; 2 in 3 positive; 70 % linked to that observation's cluster), bulk-loaded: admission and novelty
+    are benchmarked by the tests, not here. Returns it and the ``ObservationIndex`` those clusters come from."""
+    idx = ObservationIndex(DELTA)
+    cids = [idx.assign(o, t) for t, o in stream]
+    distinct = list(dict.fromkeys(zip(stream, cids)))
+    lib = ExperienceLibrary(None, capacity_pos=10**9, capacity_neg=10**9)
+    with lib.transaction():
+        for eid in range(1, n + 1):
+            (t, o), c = rng.choice(distinct)
+            words = [w for w in re.findall(r"[a-z]+", o.lower()) if len(w) > 3] or ["room"]
+            pick = " ".join(rng.sample(words, min(4, len(words))))
+            zone = "pos" if eid % 3 else "neg"
+            text = (f"When you see {pick}, '{rng.choice(VOCAB)} {rng.choice(VOCAB)}' "
+                    f"{'helped' if zone == 'pos' else 'went wrong'} (lesson {eid}).")
+            e = Entry(eid, text, zone, rng.choice(["principle", "pattern", "example"]), rng.random(), t,
+                      " ".join(o.split()[:12]), [eid], [c] if rng.random() < 0.7 else [], 0, 0, 0, -1)
+            lib._write(e)
+            lib._index(e)
+            lib._next_id = eid + 1
+    return lib, idx
+
+
 def part_retrieval(streams, quick: bool) -> dict:
     rng = random.Random(2)
     stream = streams["clean"]
@@ -288,24 +313,7 @@ def part_retrieval(streams, quick: bool) -> dict:
     sizes = [500, 10_000] if quick else [500, 10_000, 100_000]
     for n in sizes:
         t0 = time.perf_counter()
-        idx = ObservationIndex(DELTA)
-        cids = [idx.assign(o, t) for t, o in stream]
-        distinct = list(dict.fromkeys(zip(stream, cids)))
-        lib = ExperienceLibrary(None, capacity_pos=10**9, capacity_neg=10**9)
-        # bulk-load synthetic entries (admission/novelty are benchmarked by the tests, not here)
-        with lib.transaction():
-            for eid in range(1, n + 1):
-                (t, o), c = rng.choice(distinct)
-                words = [w for w in re.findall(r"[a-z]+", o.lower()) if len(w) > 3] or ["room"]
-                pick = " ".join(rng.sample(words, min(4, len(words))))
-                zone = "pos" if eid % 3 else "neg"
-                text = (f"When you see {pick}, '{rng.choice(VOCAB)} {rng.choice(VOCAB)}' "
-                        f"{'helped' if zone == 'pos' else 'went wrong'} (lesson {eid}).")
-                e = Entry(eid, text, zone, rng.choice(["principle", "pattern", "example"]), rng.random(), t,
-                          " ".join(o.split()[:12]), [eid], [c] if rng.random() < 0.7 else [], 0, 0, 0, -1)
-                lib._write(e)
-                lib._index(e)
-                lib._next_id = eid + 1
+        lib, idx = synthetic_library(stream, n, rng)
         r = Retriever(lib, top_k_pos=2, top_k_neg=1, max_tokens=200)
         queries = [(o, t, idx.lookup(o, t)) for t, o in stream]
         gc.collect()

@@ -119,14 +119,17 @@ def grpo_advantages(rewards: list[float]) -> list[float]:
 
 # ---------------------------------------------------------------- slea
 
-def slea_engine(name: str, rows, lora_layers: int, dtype: str, grad_clip: float = 1.0):
-    """(model, step function, samples): ``step()`` runs one ``ppo_update`` and returns its metrics."""
+def slea_engine(name: str, rows, lora_layers: int, dtype: str, grad_clip: float = 1.0, model=None):
+    """(model, optimizer, step, fill_old): ``step()`` runs one ``ppo_update`` and returns its metrics,
+    ``fill_old()`` sets the rows' old log-probs. ``model``: train that one (loaded with ``name`` and
+    ``lora_layers``) instead of loading a fresh one."""
     from slea.config import AlgorithmSection, TrainSection
     from slea.policy.model import load_policy
     from slea.trainer.update import Sample, ppo_update, response_logprobs
 
     torch.manual_seed(0)
-    model, _ = load_policy(model_section(name, lora_layers, dtype))
+    if model is None:
+        model, _ = load_policy(model_section(name, lora_layers, dtype))
     adv = grpo_advantages(REWARDS)
     samples = [Sample(p, c, [0.0] * len(c), [a] * len(c)) for (p, c), a in zip(rows, adv)]
     algo = AlgorithmSection(policy_loss="ppo_clip", loss_agg="token-mean", clip_eps=0.2, kl_coef=0.0)

@@ -14,6 +14,7 @@ ROOT = Path(__file__).resolve().parents[3]
 # the admissible actions of every bench prompt (a TextWorld-like coin hunt)
 ROLLOUT_ACTIONS = ["go east", "go west", "go north", "take coin", "open door", "take key", "unlock door with key"]
 _ROOMS = ["a dark cellar", "a bright kitchen", "a dusty attic", "a small garden", "a long corridor"]
+_THINGS = ["coin", "key", "apple"]  # what tasks 0-4, 5-9, 10-14 look for
 
 
 def load_bench(name: str) -> ModuleType:
@@ -26,20 +27,24 @@ def load_bench(name: str) -> ModuleType:
     return mod
 
 
-def rollout_prompts(builder, rng: random.Random, tasks: int, copies: int, later: bool) -> list[list[int]]:
+def rollout_prompts(builder, rng: random.Random, tasks: int, copies: int, later: bool, turns: int = 2,
+                    observations: list[str] | None = None) -> list[list[int]]:
     """Token ids of ``tasks x copies`` TextWorld prompts built by ``builder`` (a :class:`PromptBuilder`), task by
-    task. Turn 0 (``later=False``): the copies of a task are identical, as a group's first turn is. Later turns:
-    each copy gets two random past (observation, action) pairs drawn from ``rng``, so histories differ."""
+    task (distinct goals for up to 15 tasks). Turn 0 (``later=False``): the copies of a task are identical, as a
+    group's first turn is. Later turns: each copy gets ``turns`` random past (observation, action) pairs drawn
+    from ``rng`` (``builder.history`` of them are shown), so histories differ. ``observations``: real
+    observations to take task t's current one (the t-th) and the past ones from, instead of one-line stand-ins."""
     from slea.envs.textworld import INSTRUCTIONS as TEXTWORLD
 
     out = []
     for t in range(tasks):
         room = _ROOMS[t % len(_ROOMS)]
-        goal = f"Find the coin hidden in {room}."
-        obs = f"You are in {room}. There are exits to the east and north. " * 2
+        goal = f"Find the {_THINGS[t // len(_ROOMS) % len(_THINGS)]} hidden in {room}."
+        obs = (f"You are in {room}. There are exits to the east and north. " * 2 if observations is None
+               else observations[t % len(observations)])
         for _ in range(copies):
-            past = ([(f"You were in {rng.choice(_ROOMS)}.", rng.choice(ROLLOUT_ACTIONS)) for _ in range(2)]
-                    if later else [])
+            past = ([(rng.choice(observations) if observations else f"You were in {rng.choice(_ROOMS)}.",
+                      rng.choice(ROLLOUT_ACTIONS)) for _ in range(turns)] if later else [])
             out.append(builder.build(TEXTWORLD, goal, obs, ROLLOUT_ACTIONS, past))
     return out
 
