@@ -11,12 +11,11 @@ components (the embedded model with the default preset's LoRA on the top 15 laye
     is timed again, twice at most, keeping the try with the most CPU).
 (b) one training step (``ppo_update`` through bench/trl_step.py's ``slea_engine``, as bench/mfu.py times it, on
     the model (a) generated with: one model for the whole script, since step times moved by up to 30 % from one
-    freshly loaded model to the next) on 8
-    rows of distinct prompts built by ``PromptBuilder`` with h = 0, 1, 2, 4, 8, 16 past (observation, action)
-    turns, the observations real TextWorld ones (256 drawn from bench/data/textworld_obs.jsonl.gz, cleaned as
-    slea's anchors; past ones clipped to 150 characters by the builder), each answer one of the prompts'
-    commands (3-5 tokens); median of ``--reps`` after a warm-up step; with its model FLOPs (bench/mfu.py's
-    count) and the FLOP rate they give.
+    freshly loaded model to the next) on 8 rows of distinct prompts built by ``PromptBuilder`` with h = 0, 1, 2,
+    4, 8, 16 past (observation, action) turns, the observations real TextWorld ones (256 drawn from
+    bench/data/textworld_obs.jsonl.gz, cleaned as slea's anchors; past ones clipped to 150 characters by the
+    builder), each answer one of the prompts' commands (3-5 tokens); median of ``--reps`` after a warm-up
+    step; with its model FLOPs (bench/mfu.py's count) and the FLOP rate they give.
 (c) retrieval (``Retriever.retrieve``, top 2 positive + 1 negative, 200 tokens) from libraries of 1k, 10k and 100k
     synthetic entries (bench/retrieval.py's ``synthetic_library``), per call on 1,000 real observations (a
     seeded sample of the corpus), after a first Eq.2 call that builds the library's token matrix (timed on its
@@ -192,7 +191,8 @@ def plot(res: dict, path: Path) -> None:
         a.plot(xs, ys, "o-", label=f"slea HFGenerator (slope {g[key]['slope']:.2f})")
         a.plot(xs, [ys[0] * x / xs[0] for x in xs], "k:", label="linear in rows")
         for p in pts:
-            a.annotate(f"{p['rows']} rows", (p[key], p["s"]), textcoords="offset points", xytext=(4, -10), fontsize=8)
+            a.annotate(f"{p['rows']} row{'s' if p['rows'] > 1 else ''}", (p[key], p["s"]), textcoords="offset points",
+                       xytext=(4, -10), fontsize=8)
         a.set(xscale="log", yscale="log", xlabel=key.replace("_", " "), ylabel="generation, s",
               title=f"{label}, {NEW_TOKENS} new tokens")
         a.set_xticks(xs, [str(x) for x in xs])
@@ -223,12 +223,12 @@ def plot(res: dict, path: Path) -> None:
           title=f"(c) retrieval vs library size, {lib['queries']} queries")
     ax[1, 0].set_xticks([round(p["mean_prompt_tokens"]) for p in t])
     for a in ax.flat:
-        a.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 3.0, 5.0)))
+        a.yaxis.set_major_locator(LogLocator(subs=(1.0,) if a is ax[1, 1] else (1.0, 2.0, 3.0, 5.0)))
         for axis in (a.xaxis, a.yaxis):
             axis.set_major_formatter(ScalarFormatter())
             axis.set_minor_formatter(NullFormatter())
         a.grid(True, which="both", alpha=0.3)
-        a.legend(fontsize=8)
+        a.legend(fontsize=7 if a is ax[1, 1] else 8)
     fig.suptitle(f"slea cost growth: {res['model']}, {res['threads']} threads, {res['date']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
