@@ -8,7 +8,7 @@ import pytest
 
 from slea.experience.library import ExperienceLibrary
 from slea.experience.retrieval import HEADER, Retriever, approx_tokens
-from slea.testing.retrieval import brute_force_similar
+from slea.testing.retrieval import ScanEq2
 
 
 @pytest.fixture
@@ -138,11 +138,12 @@ def test_eq2_is_exact_over_the_whole_library_on_a_common_vocabulary(tmp_path):
             lib.add(f"lesson{i} {words}", rng.choice(["pos", "neg"]), "example", float(rng.randint(0, 3)),
                     task_type=rng.choice(["", "coin", "cook"]), context=rng.choice(vocab))
     r = Retriever(lib, top_k_pos=3, top_k_neg=2, fallback_threshold=0.3)
+    scan = ScanEq2(lib)  # the library does not change below
     sizes = []
     for _ in range(40):
         q = " ".join(rng.sample(vocab, rng.randint(0, 8)) + rng.sample(rare, rng.randint(0, 60)))
         tt = rng.choice(["", "coin", "cook"])
-        want = brute_force_similar(lib, q, tt, 0.3)
+        want = scan.similar(q, tt, 0.3)
         got = r.similar(q, tt)
         sizes.append(len(want))
         picked = {"pos": [], "neg": []}  # Eq.2's pick from the full ranking: the per-zone pruning changes nothing

@@ -60,8 +60,8 @@ class TokenMatrix:
         tids = [i for i in map(self.token_ids.get, tokens) if i is not None]
         if not tids:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
+        rows = np.concatenate([self.postings[i] for i in tids])
         tids = np.asarray(tids, dtype=np.int64)
-        rows = np.concatenate([self.postings[i] for i in tids.tolist()])
         w = np.repeat(self.idf[tids], self.df[tids])
         if rows.size * 64 > self.n:  # long postings (sorting them costs more): one dense pass over the library
             dense = np.bincount(rows, weights=w, minlength=self.n)

@@ -8,7 +8,7 @@ import re
 
 from slea.experience.library import STOPWORDS, ExperienceLibrary
 
-__all__ = ["ScanEq2", "brute_force_similar"]
+__all__ = ["ScanEq2"]
 
 
 def _tokens(text: str) -> set[str]:
@@ -45,7 +45,3 @@ class ScanEq2:
                 out.append((sim, e.score, e.id))
         return [(s, eid) for s, _, eid in sorted(out, reverse=True)]
 
-
-def brute_force_similar(lib: ExperienceLibrary, text: str, task_type: str, threshold: float) -> list[tuple[float, int]]:
-    """:meth:`ScanEq2.similar` on the library as it is now."""
-    return ScanEq2(lib).similar(text, task_type, threshold)
