@@ -54,6 +54,12 @@ def _query_tokens(text: str) -> tuple[str, ...]:
     return tuple(content_tokens(text))
 
 
+@lru_cache(maxsize=16384)
+def _rendered(text: str) -> str:
+    """An entry's text as rendered (sanitised, at most 400 characters), memoised: the same entries recur."""
+    return sanitize(text, 400)
+
+
 class Retriever:
     def __init__(self, library: ExperienceLibrary, *, top_k_pos: int = 2, top_k_neg: int = 1,
                  max_tokens: int = 200, fallback_threshold: float = 0.5,
@@ -103,11 +109,7 @@ class Retriever:
         the query's tokens. ``per_zone`` ({"pos": k+, "neg": k−}) keeps only what can be among each zone's
         best k (ties at the k-th similarity kept), so the ranking in Python stays short."""
         m = self._matrix()
-        cand, sim = m.above(_query_tokens(text), self.fallback_threshold)
-        if task_type and cand.size:
-            typed = m.task[cand]
-            keep = (typed == -1) | (typed == m.task_codes.get(task_type, -2))
-            cand, sim = cand[keep], sim[keep]
+        cand, sim = m.above(_query_tokens(text), self.fallback_threshold, task_type)
         if per_zone is not None:
             cand, sim = best_per_zone(cand, sim, m.zone, per_zone)
         eids = m.eids[cand].tolist()
@@ -192,7 +194,7 @@ class Retriever:
             return "\n".join(lines)
 
         for eid, e in items:
-            t = sanitize(e.text, 400)
+            t = _rendered(e.text)
             trial = sel + [(eid, e.zone, t)]
             if count(build(trial)) <= budget:
                 sel = trial
