@@ -51,7 +51,13 @@ def test_a_query_of_only_frequent_tokens_is_scored_by_the_dense_rows_exactly(tmp
             assert _ids(m, rows) == _ids(plain, prow) == {eid for _, eid in want}
             assert dict(zip(m.eids[rows].tolist(), sim.tolist())) == pytest.approx(
                 dict(zip(plain.eids[prow].tolist(), psim.tolist())), rel=1e-12)
-            assert {eid for _, eid in r.similar(q, task)} == {eid for _, eid in want}
+            ranked = r.similar(q, task)
+            assert {eid for _, eid in ranked} == {eid for _, eid in want}
+            top = {"pos": 2, "neg": 1}  # per zone: its best k and the ties at its k-th similarity, in rank order
+            kth = {z: sorted((v for v, eid in ranked if lib.get(eid).zone == z), reverse=True)[k - 1:k]
+                   for z, k in top.items()}
+            assert r.similar(q, task, per_zone=top) == [
+                (v, eid) for v, eid in ranked if v >= (kth[lib.get(eid).zone] or [0.0])[0]]
     assert m.above(("nothing", "here"), 0.4)[0].size == 0
     lib.close()
 

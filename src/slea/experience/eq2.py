@@ -25,6 +25,7 @@ ZONE_CODES = {"pos": 0, "neg": 1}
 DENSE_SHARE = 8  # a token in at least 1/8 of the entries gets a dense idf row (cheaper to add than to bincount)
 DENSE_MAX_ROWS = 64
 DENSE_MAX_BYTES = 64 << 20
+TW_MAX_BYTES = 64 << 20  # the cached threshold vectors, one per (threshold, task type)
 
 
 class TokenMatrix:
@@ -70,8 +71,8 @@ class TokenMatrix:
         key = (threshold, task_type)
         tw = self._tw.get(key)
         if tw is None:
-            if len(self._tw) >= 64:
-                self._tw.clear()
+            if len(self._tw) >= max(4, TW_MAX_BYTES // (8 * max(self.n, 1))):
+                del self._tw[next(iter(self._tw))]  # the oldest (threshold, task type) out
             tw = threshold * self.weight * (1.0 - 1e-12)
             if task_type:
                 tw[(self.task != -1) & (self.task != self.task_codes.get(task_type, -2))] = np.inf
@@ -106,8 +107,7 @@ class TokenMatrix:
                 typed = self.task[cand]
                 keep = (typed == -1) | (typed == self.task_codes.get(task_type, -2))
                 cand, hit = cand[keep], hit[keep]
-        w = self.weight[cand]
-        sim = np.divide(hit, w, out=np.zeros_like(hit), where=w > 0)
+        sim = hit / self.weight[cand]  # every candidate holds a query token, whose idf is > 0: W(e) > 0
         keep = sim > threshold
         return cand[keep], sim[keep]
 

@@ -110,12 +110,22 @@ class Retriever:
         best k (ties at the k-th similarity kept), so the ranking in Python stays short."""
         m = self._matrix()
         cand, sim = m.above(_query_tokens(text), self.fallback_threshold, task_type)
-        if per_zone is not None:
+        if per_zone is not None and cand.size > 64:  # a long list: numpy prunes it first (a short one, below)
             cand, sim = best_per_zone(cand, sim, m.zone, per_zone)
-        eids = m.eids[cand].tolist()
         get = self.lib.get
-        out = sorted(zip(sim.tolist(), [get(e).score for e in eids], eids), reverse=True)
-        return [(v, eid) for v, _, eid in out]
+        ents = [get(e) for e in m.eids[cand].tolist()]
+        out = sorted(zip(sim.tolist(), [e.score for e in ents], [e.id for e in ents], ents), reverse=True,
+                     key=lambda x: x[:3])
+        if per_zone is None:
+            return [(v, eid) for v, _, eid, _ in out]
+        kept, kth = [], {}  # the first k of each zone, and the ties at its k-th similarity (as best_per_zone)
+        for v, _, eid, e in out:
+            k = per_zone.get(e.zone, 0)
+            seen = kth.setdefault(e.zone, [])
+            if len(seen) < k or (k > 0 and v == seen[-1]):
+                seen.append(v)
+                kept.append((v, eid))
+        return kept
 
     def fallback(self, text: str, task_type: str = "") -> list[int]:
         ranked = self.similar(text, task_type, per_zone=self.top_k)
