@@ -6,12 +6,26 @@
 :class:`TokenMatrix` holds the library's tokens as numpy postings (entry rows per token), built once per library
 content version. A query concatenates its tokens' postings and sums their idf per entry with one weighted
 ``bincount`` — dense over the library when the postings are long, over their distinct entries when they are short
-(then the cost does not grow with the library). Every entry is scored: there is no candidate filter.
+(then the cost does not grow with the library). The most frequent tokens (in at least 1/8 of the entries, at most
+64 of them, 64 MiB) are dense rows ``idf * [token in entry]`` instead, each added to the dense sum in one pass:
+from about 1/8 of the library on, a row costs less than concatenating, repeating and scattering its posting ids.
+The task type is folded into the cached threshold vector (``inf`` for the entries of other task types). Every
+entry is scored: there is no candidate filter.
+
+Tried, 2026-12-02 (TextWorld-like library from bench/retrieval.py, 10k entries, 723 tokens, 7 dense rows; its
+slowest queries name ~60 tokens and 22-26k posting ids): dense rows from 1/4, 1/8, 1/12, 1/16, 1/32 of the library
+(5-55 rows) — 1/8 was the fastest, 1/32 slower than none; sorting each posting (no faster scatter); ``np.add.at``,
+a fancy ``+=`` per token, torch ``bincount`` / ``index_add_`` and scipy CSR products in place of ``bincount``
+(none cheaper per posting id). The remaining tail is the mid-frequency tokens (df n/100 to n/8), for which the
+postings' scatter is already the cheapest numpy form. Timings: bench/results/retrieval.json.
 
 (Tried and dropped, 2026-12-01: treating the frequent tokens apart — a dense matrix, with only the entries whose
 frequent tokens alone could pass the threshold as extra candidates — is exact, but on TextWorld-like libraries
 (a 721-token vocabulary at 10k entries) 83 % of the entries are such candidates, and it ran 5x slower.)
 
+Exactness: an entry matched by one query token gets that token's idf exactly (the other rows and postings add
++0.0), so ties at the threshold (two tokens of the same df, one of them in the query: sim = 0.5) fall as in the
+plain scan; tests/experience/test_eq2.py checks the dense rows against the postings alone and the scan.
 No entry that passes the threshold is left out (tests/experience/test_retrieval.py checks it against a plain scan).
 """
 
