@@ -113,15 +113,16 @@ class Retriever:
         if per_zone is not None and cand.size > 64:  # a long list: numpy prunes it first (a short one, below)
             cand, sim = best_per_zone(cand, sim, m.zone, per_zone)
         get = self.lib.get
-        ents = [get(e) for e in m.eids[cand].tolist()]
-        out = sorted(zip(sim.tolist(), [e.score for e in ents], [e.id for e in ents], ents), reverse=True,
-                     key=lambda x: x[:3])
+        eids = m.eids[cand].tolist()
         if per_zone is None:
-            return [(v, eid) for v, _, eid, _ in out]
+            out = sorted(zip(sim.tolist(), [get(e).score for e in eids], eids), reverse=True)
+            return [(v, eid) for v, _, eid in out]
+        ents = [get(e) for e in eids]  # (ids are distinct: the zone never decides the order)
+        out = sorted(zip(sim.tolist(), [e.score for e in ents], eids, [e.zone for e in ents]), reverse=True)
         kept, kth = [], {}  # the first k of each zone, and the ties at its k-th similarity (as best_per_zone)
-        for v, _, eid, e in out:
-            k = per_zone.get(e.zone, 0)
-            seen = kth.setdefault(e.zone, [])
+        for v, _, eid, zone in out:
+            k = per_zone.get(zone, 0)
+            seen = kth.setdefault(zone, [])
             if len(seen) < k or (k > 0 and v == seen[-1]):
                 seen.append(v)
                 kept.append((v, eid))
