@@ -5,8 +5,11 @@ token ids and log-probs, takes a weight sync as a LoRA adapter, and its log-prob
 
 from __future__ import annotations
 
+import itertools
 import os
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,11 +30,9 @@ TOLERANCE = 2e-3  # max |served log-prob - training forward's| per token, fp32 o
 
 
 def gone(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    """No running (non-zombie) process is left in group ``pgid``, as ``ps`` sees it."""
+    rows = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True, check=True).stdout
+    return not any(int(g) == pgid and not st.startswith("Z") for g, st in (r.split() for r in rows.splitlines()))
 
 
 def test_vllm_refusals_are_one_line_config_errors(tmp_path):
@@ -56,7 +57,7 @@ def test_the_server_command_covers_the_adapter_rank_and_the_settings():
     cfg.vllm.args, cfg.vllm.max_model_len = ["--max-num-seqs", "8"], None  # (no vllm here for generator: vllm)
     cmd = server_command(cfg, 8123)
     assert cmd[:3] == [sys.executable, "-m", "vllm.entrypoints.openai.api_server"]
-    flags = dict(zip(cmd[3::], cmd[4::]))
+    flags = dict(itertools.pairwise(cmd[3:]))
     assert flags["--model"] == "/models/x" and flags["--port"] == "8123" and flags["--max-lora-rank"] == "16"
     assert flags["--logprobs-mode"] == "processed_logprobs" and flags["--gpu-memory-utilization"] == "0.2"
     assert "--enable-lora" in cmd and "--max-model-len" not in cmd and cmd[-2:] == ["--max-num-seqs", "8"]
@@ -143,5 +144,39 @@ def test_the_managed_vllm_server_generates_syncs_and_matches_the_training_forwar
         print(f"\nvllm startup {gen.server.startup_s:.1f} s; max |served - forward| log-prob: {gaps}")
         assert all(v < TOLERANCE for v in gaps.values()), gaps
     finally:
+        t0 = time.perf_counter()
         close_generator(gen)
+        print(f"server stopped in {time.perf_counter() - t0:.1f} s")
     assert gone(pgid) and not gen.server.log_path.exists()  # no server, engine core or log left behind
+
+
+CHILD = """
+import os, signal, sys
+from slea.config import ModelSection
+from slea.policy.engines import make_generator
+from slea.policy.model import load_policy
+cfg = ModelSection.model_validate_json(sys.argv[1])
+model, tok = load_policy(cfg)
+gen = make_generator(cfg, model, tok)
+print(gen.server.proc.pid, flush=True)
+if sys.argv[2] == "interrupt":
+    raise KeyboardInterrupt  # uncaught: the interpreter exits with a traceback
+os.kill(os.getpid(), signal.SIGKILL)  # no clean-up at all
+"""
+
+
+@needs_vllm
+@pytest.mark.timeout(1200)
+@pytest.mark.parametrize("end", ["interrupt", "sigkill"])
+def test_a_process_that_dies_with_a_managed_server_leaves_no_server_behind(vllm_cfg, end):
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2] / "src")}
+    proc = subprocess.run([sys.executable, "-c", CHILD, vllm_cfg.model_dump_json(), end], capture_output=True,
+                          text=True, env=env, timeout=1000, check=False)
+    assert proc.returncode != 0, proc.stderr[-2000:]
+    pgid = int(proc.stdout.split()[0])
+    deadline = time.monotonic() + 60  # sigkill: the server gets SIGTERM from the kernel and shuts down
+    while not gone(pgid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    t = 60 - (deadline - time.monotonic())
+    print(f"\n{end}: server group gone {t:.1f} s after the process ended")
+    assert gone(pgid)

@@ -16,13 +16,14 @@ sync saves the LoRA adapter and loads it by a new name (``/v1/load_lora_adapter`
 
 The server goes when the generator is closed, garbage-collected or the interpreter exits (an exception or
 Ctrl-C included): SIGTERM to its process group (vLLM's engine-core processes too), SIGKILL after a grace period.
-On Linux the child also gets SIGTERM when the slea process dies without cleaning up (``PR_SET_PDEATHSIG``).
+On Linux the child also gets SIGTERM when the slea process dies without cleaning up (``PR_SET_PDEATHSIG``, set
+by a shim before it execs the server; the signal follows the *thread* that started it: start the generator in
+the main thread).
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
 import signal
 import socket
@@ -38,6 +39,9 @@ from slea.policy.openai_engine import GeneratorError, OpenAIGenerator
 BASE = "base"  # the served name of the base model (adapters are named per sync)
 LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed --max-lora-rank values
 _FIND = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
+# argv: parent pid, then the command; exits at once when the parent is already gone
+_PDEATH = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
+           "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execv(sys.argv[2], sys.argv[2:])")
 
 
 def vllm_missing(python: str | None) -> str | None:
@@ -52,7 +56,7 @@ def vllm_missing(python: str | None) -> str | None:
     if not Path(python).is_file():
         return f"model.vllm.python: {python} does not exist"
     try:
-        proc = subprocess.run([python, "-c", _FIND], capture_output=True, timeout=60, env=_child_env(python))
+        proc = subprocess.run([python, "-c", _FIND], check=False, capture_output=True, timeout=60, env=_child_env(python))
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"model.vllm.python: {python} does not run ({type(exc).__name__}: {exc})"
     return None if proc.returncode == 0 else f"model.vllm.python: {python} cannot import vllm"
@@ -103,22 +107,48 @@ def _child_env(python: str | None) -> dict[str, str]:
     return env
 
 
-def _die_with_parent() -> None:  # runs in the child between fork and exec (Linux: prctl PR_SET_PDEATHSIG)
-    with contextlib.suppress(Exception):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
+def launch_command(cmd: list[str]) -> list[str]:
+    """``cmd`` as started: on Linux behind a shim that asks for SIGTERM when this process dies
+    (``prctl(PR_SET_PDEATHSIG)``, kept across ``exec``) and then execs ``cmd``; as it is elsewhere."""
+    if sys.platform != "linux":
+        return cmd
+    return [cmd[0], "-c", _PDEATH, str(os.getpid()), *cmd]
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (zombies, which a container's init may never reap, do
+    not count: read from /proc on Linux; elsewhere, whether the group can still be signalled)."""
+    proc = Path("/proc")
+    if not proc.is_dir():
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+    for stat in proc.glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after "pid (comm)": state, ppid, pgrp, ...
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                return True
+    return False
 
 
 def _stop(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
-    """SIGTERM to the server's process group, SIGKILL to what is left after ``grace_s``."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
+    """SIGTERM to the server's process group (vLLM shuts its engine core down), SIGKILL to what is left of the
+    group after ``grace_s``; returns when none of it runs."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # the engine-core children, should any outlive the server
+        os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while group_alive(proc.pid) and time.monotonic() < deadline:
+        proc.poll()  # reap the server itself
+        time.sleep(0.1)
+    if group_alive(proc.pid):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 5
+        while group_alive(proc.pid) and time.monotonic() < deadline:
+            proc.poll()
+            time.sleep(0.1)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5)
 
@@ -143,9 +173,8 @@ class ManagedVLLM:
         fd, name = tempfile.mkstemp(prefix="slea-vllm-", suffix=".log")
         self.log_path = Path(name)
         with os.fdopen(fd, "wb") as log:
-            self.proc = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                         env=_child_env(v.python), start_new_session=True,
-                                         preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            self.proc = subprocess.Popen(launch_command(self.command), stdin=subprocess.DEVNULL, stdout=log,
+                                         stderr=subprocess.STDOUT, env=_child_env(v.python), start_new_session=True)
         self._finalizer = weakref.finalize(self, _stop, self.proc)  # also at interpreter exit
         try:
             self.startup_s = self._wait_healthy(v.startup_timeout_s)
