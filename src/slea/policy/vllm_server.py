@@ -24,6 +24,7 @@ the main thread).
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import signal
 import socket
@@ -44,9 +45,10 @@ _PDEATH = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SI
            "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execv(sys.argv[2], sys.argv[2:])")
 
 
+@functools.lru_cache(maxsize=16)
 def vllm_missing(python: str | None) -> str | None:
-    """Why ``python`` (None: this interpreter) cannot import vllm, in one line; None when it can. Cheap: the
-    package is found, not imported."""
+    """Why ``python`` (a path; None: this interpreter) cannot import vllm, in one line; None when it can. Cheap:
+    the package is found, not imported (once per interpreter and process: every config load asks)."""
     if python is None:
         import importlib.util
 
