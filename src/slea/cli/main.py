@@ -67,10 +67,14 @@ def train(
             dist.destroy_process_group()
         return
 
+    from slea.policy.openai_engine import GeneratorError
+
     try:
         trainer = Trainer(cfg)
     except ConfigError as exc:  # needs the trainer cannot meet, or a value checkable only against the model
         raise fail(f"config error: {exc}") from None
+    except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
+        raise fail(str(exc)) from None
     console.print(f"run folder: {trainer.dir}")
     try:
         summary = trainer.fit(resume=resume is not None)
