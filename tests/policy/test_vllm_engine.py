@@ -158,7 +158,7 @@ from slea.policy.model import load_policy
 cfg = ModelSection.model_validate_json(sys.argv[1])
 model, tok = load_policy(cfg)
 gen = make_generator(cfg, model, tok)
-print(gen.server.proc.pid, flush=True)
+print(gen.server.proc.pid, gen.server.log_path, flush=True)
 if sys.argv[2] == "interrupt":
     raise KeyboardInterrupt  # uncaught: the interpreter exits with a traceback
 os.kill(os.getpid(), signal.SIGKILL)  # no clean-up at all
@@ -173,10 +173,12 @@ def test_a_process_that_dies_with_a_managed_server_leaves_no_server_behind(vllm_
     proc = subprocess.run([sys.executable, "-c", CHILD, vllm_cfg.model_dump_json(), end], capture_output=True,
                           text=True, env=env, timeout=1000, check=False)
     assert proc.returncode != 0, proc.stderr[-2000:]
-    pgid = int(proc.stdout.split()[0])
+    pgid, log = int(proc.stdout.split()[0]), Path(proc.stdout.split()[1])
     deadline = time.monotonic() + 60  # sigkill: the server gets SIGTERM from the kernel and shuts down
     while not gone(pgid) and time.monotonic() < deadline:
         time.sleep(0.5)
     t = 60 - (deadline - time.monotonic())
     print(f"\n{end}: server group gone {t:.1f} s after the process ended")
     assert gone(pgid)
+    assert log.exists() == (end == "sigkill")  # an exit that runs clean-up removes the log; a SIGKILL cannot
+    log.unlink(missing_ok=True)

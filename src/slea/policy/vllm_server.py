@@ -155,6 +155,11 @@ def _stop(proc: subprocess.Popen, grace_s: float = 20.0) -> None:
         proc.wait(timeout=5)
 
 
+def _close(proc: subprocess.Popen, log_path: Path) -> None:
+    _stop(proc)
+    log_path.unlink(missing_ok=True)
+
+
 def log_tail(path: Path, lines: int = 12) -> str:
     """The last ``lines`` non-empty lines of the server log, joined with `` | ``."""
     try:
@@ -177,7 +182,7 @@ class ManagedVLLM:
         with os.fdopen(fd, "wb") as log:
             self.proc = subprocess.Popen(launch_command(self.command), stdin=subprocess.DEVNULL, stdout=log,
                                          stderr=subprocess.STDOUT, env=_child_env(v.python), start_new_session=True)
-        self._finalizer = weakref.finalize(self, _stop, self.proc)  # also at interpreter exit
+        self._finalizer = weakref.finalize(self, _close, self.proc, self.log_path)  # also at interpreter exit
         try:
             self.startup_s = self._wait_healthy(v.startup_timeout_s)
         except BaseException:  # a failed or interrupted start (Ctrl-C included) leaves no server behind
@@ -208,9 +213,11 @@ class ManagedVLLM:
         return self.proc.poll() is None
 
     def stop(self, keep_log: bool = False) -> None:
-        self._finalizer()  # runs _stop once; later calls do nothing
+        """Stop the server (once; later calls do nothing) and remove its log unless ``keep_log``."""
         if not keep_log:
-            self.log_path.unlink(missing_ok=True)
+            self._finalizer()
+        elif self._finalizer.detach() is not None:
+            _stop(self.proc)
 
 
 class VLLMGenerator(OpenAIGenerator):
