@@ -67,15 +67,21 @@ def train(
             dist.destroy_process_group()
         return
 
+    from slea.policy.openai_engine import GeneratorError
+
     try:
         trainer = Trainer(cfg)
     except ConfigError as exc:  # needs the trainer cannot meet, or a value checkable only against the model
         raise fail(f"config error: {exc}") from None
+    except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
+        raise fail(str(exc)) from None
     console.print(f"run folder: {trainer.dir}")
     try:
         summary = trainer.fit(resume=resume is not None)
     except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
         raise fail(f"run halted: {exc}", 3) from None
+    finally:
+        trainer.close()  # a managed vLLM server stops, also on an error or Ctrl-C
     console.print(summary_table(summary))
 
 
@@ -304,7 +310,7 @@ def eval_(
 
     from slea.evaluation.evaluate import evaluate, write_eval
     from slea.evaluation.report import PaperTable
-    from slea.policy.engines import make_generator
+    from slea.policy.engines import close_generator, make_generator
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
     from slea.rollout.collector import RolloutCollector
@@ -328,6 +334,7 @@ def eval_(
                            reset_timeout_s=cfg.env.reset_timeout_s,
                            iteration=cfg.train.iterations if run else 0)  # the run's "after": warm-up gate open
         finally:
+            close_generator(generator)  # a managed vLLM server stops here
             if library is not None:
                 library.close()
     res["checkpoint"] = last.name if last else None
@@ -386,7 +393,7 @@ def agent(
     from slea.evaluation.agent import agent_table, run_agent
     from slea.evaluation.report import PaperTable
     from slea.experience.portable import working_copy
-    from slea.policy.engines import make_generator
+    from slea.policy.engines import close_generator, make_generator
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
     from slea.trainer.rl import experience_manager  # the trainer's manager, extractor and all
@@ -412,6 +419,7 @@ def agent(
                             say=console.print)
         finally:
             manager.close()
+            close_generator(generator)
     res.update({"model": model, "checkpoint": last.name if last else None, "library_source": str(library),
                 "library_provenance": lib.provenance, "split": kwargs["split"]})
     saved = atomic_write_text(out / "agent.json", json.dumps(res, indent=2))

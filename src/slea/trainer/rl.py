@@ -41,7 +41,7 @@ from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings
 from slea.evaluation.evaluate import evaluate, write_eval
-from slea.policy.engines import make_generator
+from slea.policy.engines import close_generator, make_generator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.progress import Progress
@@ -201,7 +201,7 @@ class Trainer:
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
         self.reference = self._frozen_reference()
-        self.generator = make_generator(cfg.model, self.model, self.tok)  # hf | openai (slea/policy/engines.py)
+        self.generator = make_generator(cfg.model, self.model, self.tok)  # hf | openai | vllm (slea/policy/engines.py)
         builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.experience = experience_manager(cfg, self.spec, self.out, self.generator)
@@ -425,9 +425,14 @@ class Trainer:
         log.info(_eval_line("trained", after))
         return self._finish(before, after, t_start)
 
+    def close(self) -> None:
+        """Free the generation engine (a managed vLLM server stops); idempotent, also after :meth:`fit`."""
+        close_generator(self.generator)
+
     def _close_rank(self) -> dict[str, Any]:
         """The end of a rank other than 0: close what it opened and remove its scratch folder."""
         iterations = len(self.log.rows())
+        self.close()
         self.log.close()
         schemes.close(self.rollouts)
         if self.experience is not None:
@@ -443,6 +448,7 @@ class Trainer:
             evals["held-out before (sampled)"] = before["sampled"]["success"]
         evals["held-out after (sampled)"] = after["sampled"]["success"]
         plot_curves(rows, self.dir / "curves.png", evals)
+        self.close()
         self.log.close()
         schemes.close(self.rollouts)
         if self.experience is not None:
