@@ -36,7 +36,8 @@ def train(
     nproc: int = typer.Option(1, "--nproc", min=1, help="data-parallel training processes on this machine "
                               "(torch.distributed, gloo): each plays its share of the task groups"),
 ) -> None:
-    """Train a policy with RL; writes a run folder (metrics, curves, checkpoints, eval)."""
+    """Train a policy (or, for an algorithm that needs a team such as teamtr, a team of agents) with RL; writes a
+    run folder (metrics, curves, checkpoints, eval)."""
     if resume is not None:
         if not (resume / "config.yaml").is_file():
             raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
@@ -44,10 +45,16 @@ def train(
     else:
         cfg = run_config(config, set_)
     require_env(cfg.env.id)
+    from slea.algorithms.registry import get_algorithm
     from slea.config import ConfigError
     from slea.trainer.guards import RunHalted
-    from slea.trainer.rl import Trainer, check_data_parallel, run_dir_for
+    from slea.trainer.rl import check_data_parallel, run_dir_for
+    from slea.trainer.select import build_trainer, trainer_kind
 
+    try:  # the trainer is chosen by what the algorithm declares it needs (slea/trainer/select.py)
+        trainer_kind(get_algorithm(cfg.algorithm.name))
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}") from None
     if nproc > 1:
         _train_data_parallel(cfg, nproc, resume is not None)
         return
@@ -68,8 +75,8 @@ def train(
         return
 
     try:
-        trainer = Trainer(cfg)
-    except ConfigError as exc:  # needs the trainer cannot meet, or a value checkable only against the model
+        trainer = build_trainer(cfg)  # the single-agent RL trainer, or the team trainer (TeamTR)
+    except ConfigError as exc:  # a value the trainer cannot use, or one checkable only against the model
         raise fail(f"config error: {exc}") from None
     console.print(f"run folder: {trainer.dir}")
     try:
