@@ -125,7 +125,7 @@ class TeamCollector:
             results = self._step_envs(pool, turns, stats)
             self._record(episodes, live, turns, results, turn)
             if progress is not None:
-                progress(turn + 1, len(live))
+                progress(turn + 1, len(live) if turn + 1 < self.max_turns else 0)  # the last turn ends them all
         for i, st in live.items():  # ran out of turns
             episodes[i].trajectory.truncated = True
             episodes[i].trajectory.final_info = final_info(st.info)

@@ -43,17 +43,20 @@ TRAINERS: tuple[TrainerKind, ...] = (
 
 
 def trainer_kind(spec, trainers: tuple[TrainerKind, ...] = TRAINERS) -> TrainerKind:
-    """The first of ``trainers`` providing every need of ``spec``; a :class:`ConfigError` when none does (it
-    names the needs left unmet by the trainer that covers the most of them)."""
+    """The first of ``trainers`` providing every need of ``spec``; a :class:`ConfigError` when none does: it names
+    the needs no trainer provides, or, when each is provided by some trainer but none provides them all, every
+    need and what each trainer gives."""
     for kind in trainers:
         if spec.needs <= kind.provides:
             return kind
-    best = max(trainers, key=lambda k: len(spec.needs & k.provides))
-    missing = sorted(spec.needs - best.provides)
-    what = "; ".join(NEEDS[m] for m in missing)
-    covered = sorted(spec.needs & best.provides)
-    also = f" together with {'; '.join(NEEDS[c] for c in covered)}" if covered else ""
-    raise ConfigError(f"algorithm.name: {spec.name} needs {what}, which `slea train` does not provide{also}")
+    unmet = sorted(spec.needs - frozenset().union(*(k.provides for k in trainers)))
+    if unmet:
+        what = "; ".join(NEEDS[m] for m in unmet)
+        raise ConfigError(f"algorithm.name: {spec.name} needs {what}, which `slea train` does not provide")
+    what = " and ".join(NEEDS[m] for m in sorted(spec.needs))
+    gives = "; ".join(f"{k.name}: {', '.join(sorted(k.provides))}" for k in trainers)
+    raise ConfigError(f"algorithm.name: {spec.name} needs {what}, which `slea train` does not provide together "
+                      f"(its trainers provide {gives})")
 
 
 def build_trainer(cfg: RunConfig, run_dir: str | Path | None = None):
