@@ -5,8 +5,9 @@ Only safetensors, JSON and SQLite are written and read, never pickles, so loadin
 code (files with other names in a checkpoint folder, a planted ``*.pt`` or ``*.pkl``, are never opened).
 Layout of ``checkpoints/iter_000012/``:
 
-* ``trainable.safetensors`` — LoRA adapters, or all weights;
-* ``optimizer.safetensors`` + ``optimizer.json`` — moments and step counts, param groups;
+* ``trainable.safetensors`` — LoRA adapters, or all weights (a team run: every agent's adapter);
+* ``optimizer.safetensors`` + ``optimizer.json`` — moments and step counts, param groups (a team run: every
+  agent's optimizer, as one :class:`OptimizerSet`);
 * ``rng.safetensors`` + ``state.json`` — iteration, RNG states of python and numpy (torch's in the
   safetensors), and whatever the trainer adds (episodes, env seeds, guard counters);
 * ``library.sqlite`` — a consistent snapshot (SQLite online backup) of the run's experience library, when

@@ -18,15 +18,25 @@ The paper's baselines run in the same loop (``team.rollouts``): ``stale`` (naive
 update of a stage learns from π̂^0's rollouts) and ``stale_iw`` (the same, advantages weighted by
 :func:`stale_weights`).
 
-One metrics row per single-agent update (``metrics.jsonl``): ``teamtr/token_kl``, ``teamtr/beta`` (the β of its
-last step), ``teamtr/beta_next``, ``teamtr/steps``, ``teamtr/reverted``, ``team/return_before`` and
-``team/return_after`` (a coordination regression shows up as after < before), plus the loss's own metrics. After
-every stage the adapters are written to ``<run>/adapters/<agent>.safetensors``
-(:meth:`slea.team.policy.TeamPolicy.save_adapters`; resuming a run is not implemented). :meth:`TeamTrainer.fit`
-evaluates the team on held-out games before (``eval.before``) and after training (:meth:`TeamTrainer.evaluate`:
-``eval/before.json``, ``eval/after.json``, ``eval/summary.json``). The entry point is
-:class:`TeamTrainer` (``TeamTrainer(cfg, run_dir).fit()``): ``slea train`` refuses algorithms that need a team
-(slea/trainer/rl.py ``PROVIDES``).
+One metrics row per single-agent update (``metrics.jsonl``, ``iteration`` = the update's index):
+``teamtr/token_kl``, ``teamtr/beta`` (the β of its last step), ``teamtr/beta_next``, ``teamtr/steps``,
+``teamtr/reverted``, ``team/return_before`` and ``team/return_after`` (a coordination regression shows up as
+after < before), plus the loss's own metrics.
+
+``slea train`` runs this trainer for an algorithm that declares it needs a team (slea/trainer/select.py), into
+the single-agent run folder layout. After every single-agent update (every ``train.save_every`` updates) an
+atomic checkpoint ``checkpoints/iter_<update>/`` is written by :func:`slea.trainer.checkpoint.save_checkpoint`:
+every agent's adapter, every agent's optimizer (:class:`slea.trainer.checkpoint.OptimizerSet`), the RNG states,
+and in ``state.json`` the stage and position in σ, β per agent, the counters and, mid-stage, the rollouts the
+stage's next update learns from (and the ``stale_iw`` log-ratios), so no collection is replayed.
+``slea train --resume RUN`` (:meth:`TeamTrainer.resume`) continues from the newest intact one: rows logged after
+it are dropped and those updates redone, giving the uninterrupted run's adapters bit for bit (CPU, same
+``run.threads``; tests/trainer/test_teamtr_resume.py). After every stage the adapters are also written to
+``<run>/adapters/<agent>.safetensors`` (:meth:`slea.team.policy.TeamPolicy.save_adapters`).
+:meth:`TeamTrainer.fit` evaluates the team on held-out games before (``eval.before``) and after training
+(:meth:`TeamTrainer.evaluate`: ``eval/before.json``, ``eval/after.json``, ``eval/summary.json``) and plots
+``curves.png``. The entry point is :func:`slea.trainer.select.build_trainer` (``slea train``), or
+``TeamTrainer(cfg, run_dir).fit(resume=False)``.
 """
 
 from __future__ import annotations
@@ -119,6 +129,11 @@ def stale_weights(log_ratios: Any, clip: float) -> np.ndarray:
     return np.clip(np.exp(np.clip(lr, -50.0, 50.0)), 1.0 / clip, clip)
 
 
+def _note(bar: Progress, n: int):
+    """A collection's ``progress(turn, live)`` callback: the bar's note says how many of its ``n`` episodes ended."""
+    return lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done")
+
+
 def check_team_config(cfg: RunConfig) -> None:
     """A :class:`ConfigError` when the config cannot train a team (checked before the model loads)."""
     spec = get_algorithm(cfg.algorithm.name)
@@ -196,11 +211,9 @@ class TeamTrainer:
     def collect(self, stage: int, draw: int, seeds: list[int]) -> list[TeamEpisode]:
         """The current (intermediate) team plays one episode per env of the pool on the stage's tasks; ``draw``
         (the collection's index in the stage) keys the sampling, so each collection is a fresh sample."""
-        n = len(self.pool)
         with Progress(f"stage {stage + 1} rollout {draw + 1}", total=self.cfg.team.max_turns) as bar:
-            episodes, _ = self.collector.collect(
-                self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw,
-                progress=lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done"))
+            episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw,
+                                                 progress=_note(bar, len(self.pool)))
         self.episodes += len(episodes)
         self.messages += sum(len(e.agents) for e in episodes)
         return episodes
@@ -227,10 +240,8 @@ class TeamTrainer:
         for key, copies, temperature in runs:
             with EnvPool(cfg.env.id, ev.games, copies, kwargs, **guards) as pool, \
                     Progress(f"held-out eval ({key})", total=self.cfg.team.max_turns) as bar:
-                n = len(pool)
-                episodes, _ = self.collector.collect(
-                    pool, seeds, rng_salt=EVAL_SALT, temperature=temperature,
-                    progress=lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done"))
+                episodes, _ = self.collector.collect(pool, seeds, rng_salt=EVAL_SALT, temperature=temperature,
+                                                     progress=_note(bar, len(pool)))
             trajs = [e.trajectory for e in episodes]
             out[key] = {**summarize(trajs), "temperature": temperature}
             if key == "sampled":
