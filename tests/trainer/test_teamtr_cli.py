@@ -77,6 +77,10 @@ def test_slea_train_runs_a_team_into_the_single_agent_run_folder_layout(ref_run)
     assert re.search(r"stage 2/2 update 2/2 \((planner|actor)\)  return [-+]\d\.\d+ -> [-+]\d\.\d+  token KL", out)
     assert "held-out (untrained): sampled success" in out and "held-out (trained): sampled success" in out
     assert "held-out evaluation" in out and "episodes used: 12" in out  # the summary table; 3 collections x 2 x 2
+    # `slea eval` loads one policy: a team run's checkpoint (an adapter per agent) is refused in one line, exit 2
+    r = slea("eval", str(ref))
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
+    assert "is a run of the team trainer" in r.stderr and "eval/after.json" in r.stderr
 
 
 @pytest.mark.slow

@@ -248,15 +248,34 @@ def _model_target(target: str) -> bool:
 
 
 def _checkpoint_or_exit(what: str, run: Path | None) -> Path | None:
-    """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2."""
+    """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2 (also for
+    a team run: its checkpoint holds one adapter per agent, which these commands cannot load into one policy)."""
     if run is None:
         return None
     from slea.trainer.checkpoint import CheckpointError, run_checkpoint
+
+    kind = _trainer_of(run)
+    if kind is not None and kind != "rl":
+        raise fail(f"{what}: {run} is a run of the {kind} trainer (one adapter per agent), which `slea {what}` "
+                   f"cannot load into one policy; its held-out evaluation is {run / 'eval' / 'after.json'}")
 
     try:
         return run_checkpoint(run)
     except CheckpointError as exc:
         raise fail(f"{what}: {exc}") from None
+
+
+def _trainer_of(run: Path) -> str | None:
+    """The name of the trainer that trained ``run`` (slea/trainer/select.py), or None when its config does not
+    load here (the command's own loading then reports why)."""
+    from slea.algorithms.registry import get_algorithm
+    from slea.config import load_config
+    from slea.trainer.select import trainer_kind
+
+    try:
+        return trainer_kind(get_algorithm(load_config(run / "config.yaml").algorithm.name)).name
+    except Exception:  # noqa: BLE001  (a config error, an unknown plugin: not this check's to report)
+        return None
 
 
 def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
