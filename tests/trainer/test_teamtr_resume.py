@@ -156,3 +156,7 @@ def test_optimizer_set_round_trips_every_agents_moments(tmp_path):
     assert float(fresh_opts[0].state_dict()["state"][0]["step"]) == 2.0
     assert float(fresh_opts[1].state_dict()["state"][0]["step"]) == 1.0
     assert all(torch.equal(p, q) for net, f in zip(nets, fresh) for p, q in zip(net.parameters(), f.parameters()))
+    # a mapping is loaded whole: a checkpoint without one of its tensors (an agent's adapter) is refused
+    extra = {**weights, "2.weight": torch.nn.Parameter(torch.zeros(1))}
+    with pytest.raises(ckpt.CheckpointError, match="lacks weights, e.g. 2.weight"):
+        ckpt.load_checkpoint(path, extra)

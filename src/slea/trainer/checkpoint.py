@@ -140,6 +140,9 @@ def _check_trainable(model, state: dict[str, torch.Tensor], path: Path) -> None:
     missing = [n for n in state if n not in params]
     if missing:
         raise CheckpointError(f"checkpoint {path} has weights this model lacks, e.g. {missing[0]}")
+    lacking = [n for n in params if n not in state] if isinstance(model, Mapping) else []  # a mapping: all of it
+    if lacking:
+        raise CheckpointError(f"checkpoint {path} lacks weights, e.g. {lacking[0]}")
     for name, t in state.items():
         if tuple(t.shape) != tuple(params[name].shape):
             raise CheckpointError(f"checkpoint {path}: {name} has shape {tuple(t.shape)}, the model "
