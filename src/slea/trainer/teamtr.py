@@ -466,7 +466,9 @@ class TeamTrainer:
             self.pending = ([episode_from_state(e) for e in rollouts["episodes"]],
                             np.asarray(rollouts["log_ratio"], dtype=np.float64))
         self.last_checkpoint = last.name
-        log.info("resumed from %s (next: stage %d, update %d)", last.name, self.start[0] + 1, self.start[1] + 1)
+        nxt = (f"next: stage {self.start[0] + 1}, update {self.start[1] + 1}"
+               if self.start[0] < self.cfg.train.iterations else "every stage done")
+        log.info("resumed from %s (%s)", last.name, nxt)
         return True
 
     # -- the run -----------------------------------------------------------------------------------------------
