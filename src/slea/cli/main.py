@@ -36,7 +36,8 @@ def train(
     nproc: int = typer.Option(1, "--nproc", min=1, help="data-parallel training processes on this machine "
                               "(torch.distributed, gloo): each plays its share of the task groups"),
 ) -> None:
-    """Train a policy with RL; writes a run folder (metrics, curves, checkpoints, eval)."""
+    """Train a policy (or, for an algorithm that needs a team such as teamtr, a team of agents) with RL; writes a
+    run folder (metrics, curves, checkpoints, eval)."""
     if resume is not None:
         if not (resume / "config.yaml").is_file():
             raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
@@ -44,10 +45,16 @@ def train(
     else:
         cfg = run_config(config, set_)
     require_env(cfg.env.id)
+    from slea.algorithms.registry import get_algorithm
     from slea.config import ConfigError
     from slea.trainer.guards import RunHalted
-    from slea.trainer.rl import Trainer, check_data_parallel, run_dir_for
+    from slea.trainer.rl import check_data_parallel, run_dir_for
+    from slea.trainer.select import build_trainer, trainer_kind
 
+    try:  # the trainer is chosen by what the algorithm declares it needs (slea/trainer/select.py)
+        trainer_kind(get_algorithm(cfg.algorithm.name))
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}") from None
     if nproc > 1:
         _train_data_parallel(cfg, nproc, resume is not None)
         return
@@ -70,8 +77,8 @@ def train(
     from slea.policy.openai_engine import GeneratorError
 
     try:
-        trainer = Trainer(cfg)
-    except ConfigError as exc:  # needs the trainer cannot meet, or a value checkable only against the model
+        trainer = build_trainer(cfg)  # the single-agent RL trainer, or the team trainer (TeamTR)
+    except ConfigError as exc:  # a value the trainer cannot use, or one checkable only against the model
         raise fail(f"config error: {exc}") from None
     except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
         raise fail(str(exc)) from None
@@ -247,15 +254,34 @@ def _model_target(target: str) -> bool:
 
 
 def _checkpoint_or_exit(what: str, run: Path | None) -> Path | None:
-    """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2."""
+    """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2 (also for
+    a team run: its checkpoint holds one adapter per agent, which these commands cannot load into one policy)."""
     if run is None:
         return None
     from slea.trainer.checkpoint import CheckpointError, run_checkpoint
+
+    kind = _trainer_of(run)
+    if kind is not None and kind != "rl":
+        raise fail(f"{what}: {run} is a run of the {kind} trainer (one adapter per agent), which `slea {what}` "
+                   f"cannot load into one policy; its held-out evaluation is {run / 'eval' / 'after.json'}")
 
     try:
         return run_checkpoint(run)
     except CheckpointError as exc:
         raise fail(f"{what}: {exc}") from None
+
+
+def _trainer_of(run: Path) -> str | None:
+    """The name of the trainer that trained ``run`` (slea/trainer/select.py), or None when its config does not
+    load here (the command's own loading then reports why)."""
+    from slea.algorithms.registry import get_algorithm
+    from slea.config import load_config
+    from slea.trainer.select import trainer_kind
+
+    try:
+        return trainer_kind(get_algorithm(load_config(run / "config.yaml").algorithm.name)).name
+    except Exception:  # noqa: BLE001  (a config error, an unknown plugin: not this check's to report)
+        return None
 
 
 def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
