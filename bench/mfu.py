@@ -35,7 +35,8 @@
 
    **Executed FLOPs** (what the kernels run; its ratio to peak is the hardware-FLOPs utilisation, HFU): the same
    rules on the tensors ``response_logprobs`` builds: the prefix (n tokens, batch 1) runs through all layers
-   *and the LM head on all n positions* (its logits are dropped: 2·n·d·V of forward waste), then the B rows
+   and the LM head on its last position only (``logits_to_keep=1``; before 2026-12-02 on all n, 2·n·d·V of
+   forward waste, 8 % of the GRPO step), then the B rows
    left-padded to width W (B·W tokens, padding included) against n + W keys, the head on the last k + 1
    positions (k = longest response); attention as full rectangles (the CPU flash kernel's FLOP count: n·n for
    the prefix, W·(n+W) per row), its backward 5 matmuls (scores recomputed: 10·hq·dh per pair); backward over
@@ -200,7 +201,7 @@ def step_flops(arch: Arch, batches: list[MicroBatch], executed: bool) -> dict[st
             calls = [(b * w, b * w * (n + w), False)]
             if n:
                 calls.append((n, n * n, True))
-            head = b * (k + 1) + n, b * (k + 1)  # forward, backward positions
+            head = b * (k + 1) + (1 if n else 0), b * (k + 1)  # forward, backward positions (prefix: one kept)
         else:
             pairs = n * (n + 1) // 2 + sum(m * n + m * (m + 1) // 2 for m in mb.rests)
             calls = [(n + sum(mb.rests), pairs, False)]

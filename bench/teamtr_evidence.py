@@ -1,7 +1,7 @@
 """TeamTR's comparison (issue 14, deliverable 4): TeamTR vs naive sequential training vs a single agent, 2+ seeds.
 
-Every run is a :class:`slea.trainer.teamtr.TeamTrainer` run of ``configs/teamtr.yaml`` (a planner + actor team on
-TextWorld, the embedded model), kept under ``bench/results/teamtr/<variant>/runs/<variant>-s<seed>/``. The
+Every run is a ``slea train`` run of ``configs/teamtr.yaml`` (a planner + actor team on TextWorld, the embedded
+model; :func:`slea.trainer.select.build_trainer`, the CLI's entry point, picks the team trainer), kept under ``bench/results/teamtr/<variant>/runs/<variant>-s<seed>/``. The
 variants share the config and, per seed, the tasks of every stage (:func:`slea.trainer.rl.iteration_seeds`) and
 the held-out games (``eval.seed + g``, keyed sampling):
 
@@ -12,8 +12,8 @@ the held-out games (``eval.seed + g``, keyed sampling):
   trainer (n = 1), with ``team.max_turns`` halved so that its episodes get the same env moves as the team's (a
   planner + actor move is two messages).
 
-A finished run (``eval/summary.json`` written) is reused; resuming is not implemented, so an unfinished one starts
-over (its folder is cleared). A run folder trained with another config is refused. One run per invocation, so a
+A finished run (``eval/summary.json`` written) is reused; an unfinished one is resumed from its newest checkpoint
+(as ``slea train --resume``; one per single-agent update). A run folder trained with another config is refused. One run per invocation, so a
 2-core machine runs them one at a time (through ``../shared/bin/heavy``; ``$SLEA_TEAMTR_DIR`` puts the results
 elsewhere)::
 
@@ -31,7 +31,6 @@ import argparse
 import json
 import math
 import os
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -80,27 +79,27 @@ def _path(config: str) -> Path:
 
 
 def train(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None = None) -> str:
-    """Train one run (or reuse a finished one); returns ``"reused"`` or ``"trained"``."""
-    from slea.trainer.teamtr import TeamTrainer
+    """Train one run (or reuse a finished one, or resume an unfinished one); returns ``"reused"``, ``"resumed"``
+    or ``"trained"``."""
+    from slea.trainer.select import build_trainer
 
     d = run_dir(variant, seed)
     cfg = config_for(variant, seed, config, extra)
-    if (d / "config.yaml").is_file():
+    resume = (d / "config.yaml").is_file()
+    if resume:
         same, why = compare.same_config(d / "config.yaml", cfg)
         if not same:
             raise SystemExit(f"{d} was trained with another config ({why}); move it away or use $SLEA_TEAMTR_DIR")
         if (d / "eval" / "summary.json").is_file():
             print(f"{d}: finished, reused")
             return "reused"
-    if d.exists():  # an unfinished run: resuming a team run is not implemented, it starts over
-        print(f"{d}: unfinished, starting over")
-        shutil.rmtree(d)
-    summary = TeamTrainer(cfg, d).fit()
+        print(f"{d}: unfinished, resuming")
+    summary = build_trainer(cfg, d).fit(resume=resume)
     compare.relativize(RESULTS, ("bench/results/teamtr/", "configs/"))
     print(f"{d}: held-out success {summary['after']['sampled']['success']:.3f} "
           f"(before {(summary['before'] or {}).get('sampled', {}).get('success', math.nan):.3f}), "
           f"{summary['wall_s'] / 60:.1f} min")
-    return "trained"
+    return "resumed" if resume else "trained"
 
 
 # -- reading the runs ----------------------------------------------------------------------------------------

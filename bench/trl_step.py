@@ -111,7 +111,8 @@ def batch(tok, shape: str, seed: int = 0) -> list[tuple[list[int], list[int]]]:
 
 def grpo_advantages(rewards: list[float]) -> list[float]:
     """TRL's advantages for one group (scale_rewards="group"): (r − mean) / (std + 1e-4), std unbiased, in float32
-    torch arithmetic as TRL computes them, so both sides train on bit-identical advantages (slea's own
+    torch arithmetic as TRL computes them, so both sides train on the same advantages to float32 rounding (bit-equal
+    on one machine, 2.4e-7 apart on another, where TRL's batched std reduces in another order; slea's own
     ``group_normalize`` works in float64 and differs by ~5e-8)."""
     r = torch.tensor(rewards)
     return ((r - r.mean()) / (r.std() + 1e-4)).tolist()

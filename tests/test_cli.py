@@ -45,9 +45,16 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path):
     nomodel = ["--set", f"model.name_or_path={tmp_path / 'no-model'}", "--set", f"run.dir={tmp_path / 'run'}"]
     one_line_exit_2(slea("train", smoke, "--set", "env.id=slea/Nope-v0", *nomodel),
                     "env.id: unknown env 'slea/Nope-v0'")
+    # the trainer is chosen by what the algorithm declares it needs: no trainer gives a team and a critic
     one_line_exit_2(slea("train", smoke, "--set", "plugins=[my_slea_plugin]", "--set",
-                         "algorithm.name=test_plugin_team", *nomodel, cwd=ROOT / "tests/plugins"),
-                    "algorithm.name: test_plugin_team needs a team of agents", "does not provide")
+                         "algorithm.name=test_plugin_team_critic", *nomodel, cwd=ROOT / "tests/plugins"),
+                    "algorithm.name: test_plugin_team_critic needs a learned value head", "and a team of agents",
+                    "does not provide together", "team: team")
+    # a team algorithm goes to the team trainer, whose own checks refuse a config it cannot train
+    one_line_exit_2(slea("train", smoke, "--set", "plugins=[my_slea_plugin]", "--set",
+                         "algorithm.name=test_plugin_team", "--set", "env.id=slea/Sokoban-v0", *nomodel,
+                         cwd=ROOT / "tests/plugins"),
+                    "env.id: team task textworld_planner_actor is written for slea/TextWorld-v0")
     one_line_exit_2(slea("train", smoke, "--set", "algorithm.clip_eps_high=0.28"),
                     "algorithm.clip_eps_high: not read by policy_loss ppo_clip")
     one_line_exit_2(slea("train", "--resume", str(tmp_path)), "--resume:", "no config.yaml")
@@ -68,6 +75,8 @@ def test_nproc_errors_are_one_line_before_any_process_starts(tmp_path):
                     "algorithm.dynamic_sampling: not supported with more than one process")
     one_line_exit_2(slea("train", smoke, "--nproc", "2", "--set", "algorithm.name=slea", *run),
                     "experience.mode: step keeps an experience library, which is not split across processes")
+    one_line_exit_2(slea("train", str(ROOT / "configs/teamtr_smoke.yaml"), "--nproc", "2", *run),
+                    "algorithm.name: teamtr is trained by the team trainer, which runs in one process")
     assert not (tmp_path / "run").exists()
 
 

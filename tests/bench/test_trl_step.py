@@ -33,7 +33,7 @@ def test_batches_have_the_two_shapes():
 def test_slea_loss_and_gradients_equal_trl(shape):
     c = T.loss_check("tiny", shape)
     assert c["same_grad_tensors"] and c["trainable_tensors"] == 14  # 7 target modules x A, B on the top layer
-    assert c["advantages_abs_diff"] == 0.0
+    assert c["advantages_abs_diff"] < 1e-6  # TRL computes them in float32 (2.4e-7 apart on an AVX-512 CPU without AMX)
     assert c["loss_abs_diff"] < 1e-6
     assert c["grad_rel_diff"] < 1e-5
     assert c["grad_norm_slea"] > 0

@@ -24,9 +24,17 @@ def sign_advantage(batch, *, eps: float, scale: float = 1.0) -> np.ndarray:
     return (scale * np.sign(np.where(np.abs(centred) > eps, centred, 0.0)))[rows.traj]
 
 
-@register_algorithm("test_plugin_team", level="turn", needs=("team",))
+@register_algorithm("test_plugin_team", level="trajectory", needs=("team",))
 def team_advantage(batch) -> np.ndarray:
-    """An algorithm for agent teams: `slea train` cannot give it one (a trainer that can comes with TeamTR)."""
+    """An algorithm for agent teams: `slea train` runs it with the team trainer, because it declares that it needs
+    a team. Copy 0 of each task scores +1, copy 1 −1 (a random tiny model never wins, so the updates need a signal
+    that does not come from the env)."""
+    return np.where(batch.traj_ids % 2 == 0, 1.0, -1.0)
+
+
+@register_algorithm("test_plugin_team_critic", level="turn", needs=("team", "critic"))
+def team_critic_advantage(batch) -> np.ndarray:
+    """Needs a team and a learned critic: no trainer of `slea train` provides both, so it is refused."""
     return np.zeros(batch.n)
 
 
@@ -78,4 +86,5 @@ def one_lesson(generate_text=None) -> OneLesson:
     return OneLesson()
 
 
-__all__ = ["CALLS", "EchoEnv", "OneLesson", "one_lesson", "plain_pg", "sign_advantage", "team_advantage"]
+__all__ = ["CALLS", "EchoEnv", "OneLesson", "one_lesson", "plain_pg", "sign_advantage", "team_advantage",
+           "team_critic_advantage"]

@@ -269,30 +269,9 @@ SMOKE_OVERRIDES = ["--set", "train.iterations=4", "--set", "rollout.fuzzy_cutoff
                    "--set", "eval.games=1", "--set", "eval.episodes_per_game=2"]
 
 
-# A plugin module the killed run imports (``plugins: [kill_plugin]``): the process SIGKILLs itself at one fixed
-# moment, inside iteration 1's checkpoint after every file of it is written and before it is renamed into place
-# (so a half-done ``.tmp-iter_000001`` is left behind). Armed by $SLEA_TEST_KILL_AT only, so the resumed process
-# (same config, same plugin) runs on.
-KILL_PLUGIN = """
-import os, signal
-from slea.trainer import checkpoint
-
-AT = os.environ.get("SLEA_TEST_KILL_AT")
-if AT is not None:
-    real_save, real_fsync, armed = checkpoint.save_checkpoint, checkpoint._fsync, []
-
-    def save_checkpoint(root, iteration, *args, **kwargs):
-        if iteration == int(AT):
-            armed.append(iteration)
-        return real_save(root, iteration, *args, **kwargs)
-
-    def fsync(path):
-        real_fsync(path)
-        if armed and path.name.startswith(".tmp-"):  # the folder itself, after all its files
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    checkpoint.save_checkpoint, checkpoint._fsync = save_checkpoint, fsync
-"""
+# The killed run imports slea.testing.kill_checkpoint (``plugins: [...]``): armed by $SLEA_TEST_KILL_AT only, it
+# SIGKILLs the process inside iteration 1's checkpoint after every file of it is written and before it is renamed
+# into place (so a half-done ``.tmp-iter_000001`` is left behind); the resumed process (same config) runs on.
 
 
 def _trained(weights: dict[str, torch.Tensor]) -> bool:
@@ -306,9 +285,8 @@ def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
     pytest.importorskip("textworld")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     env.pop("SLEA_TEST_KILL_AT", None)
-    (tmp_path / "kill_plugin.py").write_text(KILL_PLUGIN)
     smoke = str(ROOT / "configs/smoke.yaml")
-    over = [*SMOKE_OVERRIDES, "--set", "plugins=[kill_plugin]"]
+    over = [*SMOKE_OVERRIDES, "--set", "plugins=[slea.testing.kill_checkpoint]"]
     ref = tmp_path / "ref"
     r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={ref}", *over), env=env, cwd=tmp_path,
                        capture_output=True, text=True, timeout=600, check=False)

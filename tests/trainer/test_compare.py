@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from slea.trainer.compare import SubRun, env_step_curve, plan, summarize_runs, table_markdown
 
@@ -130,7 +131,8 @@ def test_rtpo_preset_plans_against_grpo_and_gigpo_at_one_budget(tmp_path):
     rtpo, grpo = cfgs[("rtpo", 0)], cfgs[("grpo", 0)]
     assert (rtpo.algorithm.gamma, rtpo.algorithm.loss_agg) == (1.0, "seq-mean-token-mean")  # rtpo's defaults only
     assert (grpo.algorithm.gamma, grpo.algorithm.loss_agg) == (0.95, "token-mean")
-    assert {c.train.env_step_budget for c in cfgs.values()} == {2000}  # one budget for all: matched
+    preset = yaml.safe_load(Path("configs/rtpo.yaml").read_text())["train"]["env_step_budget"]
+    assert {c.train.env_step_budget for c in cfgs.values()} == {preset}  # one budget for all: matched
     assert p.spec["algorithm_defaults"]["rtpo"]["algorithm.skip_zero_advantage"] is False
     # rollout.trunks is read by rtpo: accepted in the comparison, refused for grpo alone
     with pytest.raises(ConfigError, match="rollout.trunks"):

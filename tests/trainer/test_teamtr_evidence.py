@@ -1,8 +1,10 @@
-"""bench/teamtr_evidence.py on the tiny model: one run per invocation, finished runs reused, the table and curves."""
+"""bench/teamtr_evidence.py on the tiny model: one run per invocation, finished runs reused, unfinished ones resumed,
+the table and curves."""
 
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -46,11 +48,17 @@ def test_runs_reused_and_the_table(bench, capsys):
     assert bench.train("teamtr", 0, SMOKE, TINY) == "reused"
     with pytest.raises(SystemExit, match="another config"):
         bench.train("teamtr", 0, SMOKE, [*TINY, "train.lr=0.1"])
-    # an unfinished run (no eval/summary.json) starts over in the same folder
+    # an unfinished run (no eval/summary.json; killed after update 2, before its checkpoint) is resumed: update 3
+    # is redone from the checkpoint of update 2, and the run ends as the uninterrupted one did
     d = bench.run_dir("naive", 0)
+    want = (d / "eval" / "after.json").read_text()
     (d / "eval" / "summary.json").unlink()
-    assert bench.train("naive", 0, SMOKE, TINY) == "trained"
-    assert len((d / "metrics.jsonl").read_text().splitlines()) == 2 * 2  # 2 stages x 2 agents, not appended to
+    shutil.rmtree(d / "checkpoints" / "iter_000003")
+    assert bench.train("naive", 0, SMOKE, TINY) == "resumed"
+    assert "resuming" in capsys.readouterr().out
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+    assert [r["iteration"] for r in rows] == [0, 1, 2, 3]  # 2 stages x 2 agents, not appended to
+    assert json.loads((d / "eval" / "after.json").read_text())["sampled"] == json.loads(want)["sampled"]
 
     tab = bench.table(SMOKE, TINY)
     out = bench.RESULTS

@@ -36,7 +36,8 @@ def train(
     nproc: int = typer.Option(1, "--nproc", min=1, help="data-parallel training processes on this machine "
                               "(torch.distributed, gloo): each plays its share of the task groups"),
 ) -> None:
-    """Train a policy with RL; writes a run folder (metrics, curves, checkpoints, eval)."""
+    """Train a policy (or, for an algorithm that needs a team such as teamtr, a team of agents) with RL; writes a
+    run folder (metrics, curves, checkpoints, eval)."""
     if resume is not None:
         if not (resume / "config.yaml").is_file():
             raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
@@ -44,10 +45,16 @@ def train(
     else:
         cfg = run_config(config, set_)
     require_env(cfg.env.id)
+    from slea.algorithms.registry import get_algorithm
     from slea.config import ConfigError
     from slea.trainer.guards import RunHalted
-    from slea.trainer.rl import Trainer, check_data_parallel, run_dir_for
+    from slea.trainer.rl import check_data_parallel, run_dir_for
+    from slea.trainer.select import build_trainer, trainer_kind
 
+    try:  # the trainer is chosen by what the algorithm declares it needs (slea/trainer/select.py)
+        trainer_kind(get_algorithm(cfg.algorithm.name))
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}") from None
     if nproc > 1:
         _train_data_parallel(cfg, nproc, resume is not None)
         return
@@ -67,15 +74,21 @@ def train(
             dist.destroy_process_group()
         return
 
+    from slea.policy.openai_engine import GeneratorError
+
     try:
-        trainer = Trainer(cfg)
-    except ConfigError as exc:  # needs the trainer cannot meet, or a value checkable only against the model
+        trainer = build_trainer(cfg)  # the single-agent RL trainer, or the team trainer (TeamTR)
+    except ConfigError as exc:  # a value the trainer cannot use, or one checkable only against the model
         raise fail(f"config error: {exc}") from None
+    except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
+        raise fail(str(exc)) from None
     console.print(f"run folder: {trainer.dir}")
     try:
         summary = trainer.fit(resume=resume is not None)
     except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
         raise fail(f"run halted: {exc}", 3) from None
+    finally:
+        trainer.close()  # a managed vLLM server stops, also on an error or Ctrl-C
     console.print(summary_table(summary))
 
 
@@ -241,15 +254,34 @@ def _model_target(target: str) -> bool:
 
 
 def _checkpoint_or_exit(what: str, run: Path | None) -> Path | None:
-    """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2."""
+    """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2 (also for
+    a team run: its checkpoint holds one adapter per agent, which these commands cannot load into one policy)."""
     if run is None:
         return None
     from slea.trainer.checkpoint import CheckpointError, run_checkpoint
+
+    kind = _trainer_of(run)
+    if kind is not None and kind != "rl":
+        raise fail(f"{what}: {run} is a run of the {kind} trainer (one adapter per agent), which `slea {what}` "
+                   f"cannot load into one policy; its held-out evaluation is {run / 'eval' / 'after.json'}")
 
     try:
         return run_checkpoint(run)
     except CheckpointError as exc:
         raise fail(f"{what}: {exc}") from None
+
+
+def _trainer_of(run: Path) -> str | None:
+    """The name of the trainer that trained ``run`` (slea/trainer/select.py), or None when its config does not
+    load here (the command's own loading then reports why)."""
+    from slea.algorithms.registry import get_algorithm
+    from slea.config import load_config
+    from slea.trainer.select import trainer_kind
+
+    try:
+        return trainer_kind(get_algorithm(load_config(run / "config.yaml").algorithm.name)).name
+    except Exception:  # noqa: BLE001  (a config error, an unknown plugin: not this check's to report)
+        return None
 
 
 def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
@@ -304,7 +336,7 @@ def eval_(
 
     from slea.evaluation.evaluate import evaluate, write_eval
     from slea.evaluation.report import PaperTable
-    from slea.policy.engines import make_generator
+    from slea.policy.engines import close_generator, make_generator
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
     from slea.rollout.collector import RolloutCollector
@@ -328,6 +360,7 @@ def eval_(
                            reset_timeout_s=cfg.env.reset_timeout_s,
                            iteration=cfg.train.iterations if run else 0)  # the run's "after": warm-up gate open
         finally:
+            close_generator(generator)  # a managed vLLM server stops here
             if library is not None:
                 library.close()
     res["checkpoint"] = last.name if last else None
@@ -386,7 +419,7 @@ def agent(
     from slea.evaluation.agent import agent_table, run_agent
     from slea.evaluation.report import PaperTable
     from slea.experience.portable import working_copy
-    from slea.policy.engines import make_generator
+    from slea.policy.engines import close_generator, make_generator
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
     from slea.trainer.rl import experience_manager  # the trainer's manager, extractor and all
@@ -412,6 +445,7 @@ def agent(
                             say=console.print)
         finally:
             manager.close()
+            close_generator(generator)
     res.update({"model": model, "checkpoint": last.name if last else None, "library_source": str(library),
                 "library_provenance": lib.provenance, "split": kwargs["split"]})
     saved = atomic_write_text(out / "agent.json", json.dumps(res, indent=2))

@@ -6,12 +6,26 @@
 :class:`TokenMatrix` holds the library's tokens as numpy postings (entry rows per token), built once per library
 content version. A query concatenates its tokens' postings and sums their idf per entry with one weighted
 ``bincount`` — dense over the library when the postings are long, over their distinct entries when they are short
-(then the cost does not grow with the library). Every entry is scored: there is no candidate filter.
+(then the cost does not grow with the library). The most frequent tokens (in at least 1/8 of the entries, at most
+64 of them, 64 MiB) are dense rows ``idf * [token in entry]`` instead, each added to the dense sum in one pass:
+from about 1/8 of the library on, a row costs less than concatenating, repeating and scattering its posting ids.
+The task type is folded into the cached threshold vector (``inf`` for the entries of other task types). Every
+entry is scored: there is no candidate filter.
+
+Tried, 2026-12-02 (TextWorld-like library from bench/retrieval.py, 10k entries, 723 tokens, 7 dense rows; its
+slowest queries name ~60 tokens and 22-26k posting ids): dense rows from 1/4, 1/8, 1/12, 1/16, 1/32 of the library
+(5-55 rows) — 1/8 was the fastest, 1/32 slower than none; sorting each posting (no faster scatter); ``np.add.at``,
+a fancy ``+=`` per token, torch ``bincount`` / ``index_add_`` and scipy CSR products in place of ``bincount``
+(none cheaper per posting id). The remaining tail is the mid-frequency tokens (df n/100 to n/8), for which the
+postings' scatter is already the cheapest numpy form. Timings: bench/results/retrieval.json.
 
 (Tried and dropped, 2026-12-01: treating the frequent tokens apart — a dense matrix, with only the entries whose
 frequent tokens alone could pass the threshold as extra candidates — is exact, but on TextWorld-like libraries
 (a 721-token vocabulary at 10k entries) 83 % of the entries are such candidates, and it ran 5x slower.)
 
+Exactness: an entry matched by one query token gets that token's idf exactly (the other rows and postings add
++0.0), so ties at the threshold (two tokens of the same df, one of them in the query: sim = 0.5) fall as in the
+plain scan; tests/experience/test_eq2.py checks the dense rows against the postings alone and the scan.
 No entry that passes the threshold is left out (tests/experience/test_retrieval.py checks it against a plain scan).
 """
 
@@ -22,12 +36,20 @@ import numpy as np
 from slea.experience.library import ExperienceLibrary
 
 ZONE_CODES = {"pos": 0, "neg": 1}
+DENSE_SHARE = 8  # a token in at least 1/8 of the entries gets a dense idf row (cheaper to add than to bincount)
+DENSE_MAX_ROWS = 64
+DENSE_MAX_BYTES = 64 << 20
+TW_MAX_BYTES = 64 << 20  # the cached threshold vectors, one per (threshold, task type)
 
 
 class TokenMatrix:
-    """Entries x content tokens of one library content version (immutable)."""
+    """Entries x content tokens of one library content version (immutable).
 
-    def __init__(self, lib: ExperienceLibrary) -> None:
+    ``dense_share``: tokens in at least ``n / dense_share`` entries (at most ``DENSE_MAX_ROWS`` of them, the most
+    frequent, within ``DENSE_MAX_BYTES``) are held as dense float64 rows ``idf * [token in entry]`` and added
+    row by row; ``0`` disables them (every token through the postings' bincount, the same entries)."""
+
+    def __init__(self, lib: ExperienceLibrary, dense_share: int = DENSE_SHARE) -> None:
         self.version = lib.content_version
         entries = sorted(lib.entries(), key=lambda e: e.id)
         self.n = n = len(entries)
@@ -46,32 +68,60 @@ class TokenMatrix:
         self.idf = np.log1p(n / (1.0 + self.df))
         self.weight = np.bincount(np.concatenate(self.postings), weights=np.repeat(self.idf, self.df),
                                   minlength=n) if self.postings else np.zeros(n)
-        self._tw: dict[float, np.ndarray] = {}
+        # the frequent tokens as dense rows; the others (sparse_ids) through their postings
+        cap = min(DENSE_MAX_ROWS, DENSE_MAX_BYTES // (8 * max(n, 1))) if dense_share > 0 else 0
+        freq = [int(t) for t in np.argsort(-self.df, kind="stable")[:cap] if self.df[t] * dense_share >= n]
+        self.dense = np.zeros((len(freq), n))
+        for k, t in enumerate(freq):
+            self.dense[k, self.postings[t]] = self.idf[t]
+        tok_of = {i: tok for tok, i in self.token_ids.items()}
+        self.dense_ids = {tok_of[t]: k for k, t in enumerate(freq)}
+        self.sparse_ids = {tok: i for tok, i in self.token_ids.items() if tok not in self.dense_ids}
+        self._tw: dict[tuple[float, str], np.ndarray] = {}
 
-    def _threshold_weight(self, threshold: float) -> np.ndarray:
-        """``threshold * W(e)``, a hair lower so that rounding never drops an entry before the exact test."""
-        tw = self._tw.get(threshold)
+    def _threshold_weight(self, threshold: float, task_type: str = "") -> np.ndarray:
+        """``threshold * W(e)``, a hair lower so that rounding never drops an entry before the exact test;
+        ``inf`` for the entries of another task type (untyped entries count for every one)."""
+        key = (threshold, task_type)
+        tw = self._tw.get(key)
         if tw is None:
-            tw = self._tw[threshold] = threshold * self.weight * (1.0 - 1e-12)
+            if len(self._tw) >= max(4, TW_MAX_BYTES // (8 * max(self.n, 1))):
+                del self._tw[next(iter(self._tw))]  # the oldest (threshold, task type) out
+            tw = threshold * self.weight * (1.0 - 1e-12)
+            if task_type:
+                tw[(self.task != -1) & (self.task != self.task_codes.get(task_type, -2))] = np.inf
+            self._tw[key] = tw
         return tw
 
-    def above(self, tokens, threshold: float) -> tuple[np.ndarray, np.ndarray]:
-        """(rows, sims) of every entry with ``sim > threshold`` for a query with these content tokens."""
-        tids = [i for i in map(self.token_ids.get, tokens) if i is not None]
-        if not tids:
+    def above(self, tokens, threshold: float, task_type: str = "") -> tuple[np.ndarray, np.ndarray]:
+        """(rows, sims) of every entry (of the task type, or untyped, when one is given) with
+        ``sim > threshold`` for a query with these content tokens."""
+        tids = [i for i in map(self.sparse_ids.get, tokens) if i is not None]
+        drows = [k for k in map(self.dense_ids.get, tokens) if k is not None] if self.dense_ids else []
+        if not tids and not drows:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        rows = np.concatenate([self.postings[i] for i in tids])
-        tids = np.asarray(tids, dtype=np.int64)
-        w = np.repeat(self.idf[tids], self.df[tids])
-        if rows.size * 64 > self.n:  # long postings (sorting them costs more): one dense pass over the library
-            dense = np.bincount(rows, weights=w, minlength=self.n)
-            cand = np.flatnonzero(dense > self._threshold_weight(threshold))
+        rows = np.concatenate([self.postings[i] for i in tids]) if tids else np.zeros(0, dtype=np.int64)
+        if tids:
+            tids = np.asarray(tids, dtype=np.int64)
+            w = np.repeat(self.idf[tids], self.df[tids])
+        if drows or rows.size * 64 > self.n:  # frequent tokens or long postings: one dense pass over the library
+            if rows.size:
+                dense = np.bincount(rows, weights=w, minlength=self.n)
+            else:
+                dense = self.dense[drows[0]].copy()
+                drows = drows[1:]
+            for k in drows:  # a frequent token: one row added (an entry without it gets an exact +0.0)
+                np.add(dense, self.dense[k], out=dense)
+            cand = np.flatnonzero(dense > self._threshold_weight(threshold, task_type))
             hit = dense[cand]
         else:  # short ones: only the entries they name
             cand = np.unique(rows)
             hit = np.bincount(np.searchsorted(cand, rows), weights=w, minlength=cand.size)
-        w = self.weight[cand]
-        sim = np.divide(hit, w, out=np.zeros_like(hit), where=w > 0)
+            if task_type:
+                typed = self.task[cand]
+                keep = (typed == -1) | (typed == self.task_codes.get(task_type, -2))
+                cand, hit = cand[keep], hit[keep]
+        sim = hit / self.weight[cand]  # every candidate holds a query token, whose idf is > 0: W(e) > 0
         keep = sim > threshold
         return cand[keep], sim[keep]
 
@@ -80,15 +130,15 @@ def best_per_zone(cand: np.ndarray, sim: np.ndarray, zone: np.ndarray, per_zone:
                   ) -> tuple[np.ndarray, np.ndarray]:
     """The candidates that can be among their zone's best k by similarity: every one at or above the zone's
     k-th largest similarity (ties kept, for the score and id tie-break)."""
-    keep = np.zeros(cand.size, dtype=bool)
     z = zone[cand]
+    keep = np.zeros(cand.size, dtype=bool)
     for name, code in ZONE_CODES.items():
         k = per_zone.get(name, 0)
         if k <= 0:
             continue
-        mine = np.flatnonzero(z == code)
-        if mine.size > k:
-            kth = np.partition(sim[mine], mine.size - k)[mine.size - k]
-            mine = mine[sim[mine] >= kth]
-        keep[mine] = True
+        mine = z == code
+        s = sim[mine]
+        if s.size > k:
+            mine &= sim >= (s.max() if k == 1 else np.partition(s, s.size - k)[s.size - k])
+        keep |= mine
     return cand[keep], sim[keep]

@@ -54,6 +54,12 @@ def _query_tokens(text: str) -> tuple[str, ...]:
     return tuple(content_tokens(text))
 
 
+@lru_cache(maxsize=16384)
+def _rendered(text: str) -> str:
+    """An entry's text as rendered (sanitised, at most 400 characters), memoised: the same entries recur."""
+    return sanitize(text, 400)
+
+
 class Retriever:
     def __init__(self, library: ExperienceLibrary, *, top_k_pos: int = 2, top_k_neg: int = 1,
                  max_tokens: int = 200, fallback_threshold: float = 0.5,
@@ -103,17 +109,24 @@ class Retriever:
         the query's tokens. ``per_zone`` ({"pos": k+, "neg": k−}) keeps only what can be among each zone's
         best k (ties at the k-th similarity kept), so the ranking in Python stays short."""
         m = self._matrix()
-        cand, sim = m.above(_query_tokens(text), self.fallback_threshold)
-        if task_type and cand.size:
-            typed = m.task[cand]
-            keep = (typed == -1) | (typed == m.task_codes.get(task_type, -2))
-            cand, sim = cand[keep], sim[keep]
-        if per_zone is not None:
+        cand, sim = m.above(_query_tokens(text), self.fallback_threshold, task_type)
+        if per_zone is not None and cand.size > 64:  # a long list: numpy prunes it first (a short one, below)
             cand, sim = best_per_zone(cand, sim, m.zone, per_zone)
-        eids = m.eids[cand].tolist()
         get = self.lib.get
-        out = sorted(zip(sim.tolist(), [get(e).score for e in eids], eids), reverse=True)
-        return [(v, eid) for v, _, eid in out]
+        eids = m.eids[cand].tolist()
+        if per_zone is None:
+            out = sorted(zip(sim.tolist(), [get(e).score for e in eids], eids), reverse=True)
+            return [(v, eid) for v, _, eid in out]
+        ents = [get(e) for e in eids]  # (ids are distinct: the zone never decides the order)
+        out = sorted(zip(sim.tolist(), [e.score for e in ents], eids, [e.zone for e in ents]), reverse=True)
+        kept, kth = [], {}  # the first k of each zone, and the ties at its k-th similarity (as best_per_zone)
+        for v, _, eid, zone in out:
+            k = per_zone.get(zone, 0)
+            seen = kth.setdefault(zone, [])
+            if len(seen) < k or (k > 0 and v == seen[-1]):
+                seen.append(v)
+                kept.append((v, eid))
+        return kept
 
     def fallback(self, text: str, task_type: str = "") -> list[int]:
         ranked = self.similar(text, task_type, per_zone=self.top_k)
@@ -192,7 +205,7 @@ class Retriever:
             return "\n".join(lines)
 
         for eid, e in items:
-            t = sanitize(e.text, 400)
+            t = _rendered(e.text)
             trial = sel + [(eid, e.zone, t)]
             if count(build(trial)) <= budget:
                 sel = trial

@@ -10,7 +10,11 @@ which the trainer calls after every update: the engine then generates with the m
 - ``openai``: :class:`slea.policy.openai_engine.OpenAIGenerator`, an OpenAI-compatible completions server
   (``slea serve``, vLLM's, llama.cpp's); ``sync_weights`` saves the LoRA adapter (safetensors) and asks the
   server to load it.
-- ``vllm``: refused by the config (the in-process engine needs the vllm package).
+- ``vllm``: :class:`slea.policy.vllm_server.VLLMGenerator`, the ``openai`` engine on a vLLM server that it
+  starts (``model.vllm``) and stops on :meth:`close` (or at exit); weights sync as LoRA adapters, as for openai.
+
+A served generator has ``close()``; :func:`close_generator` calls it where there is one (a served engine frees its connection and
+sync folder, a managed vLLM server stops).
 """
 
 from __future__ import annotations
@@ -28,4 +32,15 @@ def make_generator(model_cfg, model, tok, *, stop_at_newline: bool = True, backe
         from slea.policy.openai_engine import OpenAIGenerator
 
         return OpenAIGenerator(model, tok, model_cfg.openai, stop_at_newline=stop_at_newline)
-    raise ValueError(f"model.generator: no engine {name!r} (hf, openai)")
+    if name == "vllm":
+        from slea.policy.vllm_server import VLLMGenerator
+
+        return VLLMGenerator(model, tok, model_cfg, stop_at_newline=stop_at_newline)
+    raise ValueError(f"model.generator: no engine {name!r} (hf, openai, vllm)")
+
+
+def close_generator(generator) -> None:
+    """``generator.close()`` where it has one (the in-process engine holds nothing to free)."""
+    close = getattr(generator, "close", None)
+    if close is not None:
+        close()

@@ -175,13 +175,16 @@ class HFGenerator:
 def forward_after_prefix(module, prefix_ids: list[int], ids: torch.Tensor, attn: torch.Tensor, **kwargs):
     """``module`` over ``prefix_ids + row`` for each left-padded row of ``ids``/``attn``, with the common prefix
     run once at batch 1 and its KV cache fanned out to the rows; gradients flow through the prefix, so output
-    and gradients equal the plain forward. ``kwargs`` go to the second call (e.g. ``logits_to_keep``)."""
+    and gradients equal the plain forward. ``kwargs`` go to the second call (e.g. ``logits_to_keep``); when they
+    hold ``logits_to_keep`` (a causal LM), the prefix call keeps one position's logits, since the caller discards
+    the prefix's (its LM head over every prefix position was 8 % of a GRPO step's FLOPs, bench/mfu.py)."""
     from transformers import DynamicCache
 
     n = len(prefix_ids)
     config = getattr(module, "config", None) or module.get_base_model().config  # a peft wrapper has none
+    head = {"logits_to_keep": 1} if "logits_to_keep" in kwargs else {}
     cache = module(input_ids=torch.tensor([prefix_ids]), position_ids=torch.arange(n).unsqueeze(0),
-                   cache=DynamicCache(config=config), use_cache=True).cache
+                   cache=DynamicCache(config=config), use_cache=True, **head).cache
     # Fan out by repeat, not by index-select: the latter's backward (index_put_ with accumulate) adds with
     # atomics on >1 CPU thread, so gradients changed in the last bits from run to run (docs/reliability.md).
     cache.batch_repeat_interleave(ids.shape[0])

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from slea.policy.prompts import parse_action
 from slea.rollout.collector import TRAIN_SALT, clean_text, final_info
 from slea.rollout.view import invalid_feedback
-from slea.team.context import ENV, SharedContext
+from slea.team.context import ENV, Message, SharedContext
 from slea.team.prompts import TeamPromptBuilder
 from slea.team.routers import Router, route
 from slea.team.tasks import TeamTask
@@ -48,6 +48,20 @@ class TeamEpisode:
     @property
     def team_return(self) -> float:
         return self.trajectory.episode_return
+
+
+def episode_state(ep: TeamEpisode) -> dict[str, Any]:
+    """A team episode as JSON-able data (a checkpoint keeps the rollouts a resumed stage learns from next)."""
+    return {"trajectory": asdict(ep.trajectory), "agents": list(ep.agents),
+            "context": [asdict(m) for m in ep.context.messages]}
+
+
+def episode_from_state(d: dict[str, Any]) -> TeamEpisode:
+    """The :class:`TeamEpisode` written by :func:`episode_state` (its step rows, agents and context)."""
+    tr = dict(d["trajectory"])
+    tr["steps"] = [Step(**s) for s in tr["steps"]]
+    return TeamEpisode(Trajectory(**tr), [int(a) for a in d["agents"]],
+                       SharedContext([Message(**m) for m in d["context"]]))
 
 
 @dataclass
@@ -96,9 +110,10 @@ class TeamCollector:
         self.calls = 0
 
     def collect(self, pool, seeds: list[int], *, draw: int = 0, rng_salt: int = TRAIN_SALT,
-                temperature: float | None = None, traj_offset: int = 0
+                temperature: float | None = None, traj_offset: int = 0, progress=None
                 ) -> tuple[list[TeamEpisode], TeamRolloutStats]:
-        """One team episode on every env of ``pool`` (group g reset with ``seeds[g]``)."""
+        """One team episode on every env of ``pool`` (group g reset with ``seeds[g]``); ``progress(turn, live)``
+        is called after every turn (as :meth:`slea.rollout.collector.RolloutCollector.collect`'s)."""
         self.calls += 1
         stats = TeamRolloutStats()
         temp = self.cfg.temperature if temperature is None else temperature
@@ -109,6 +124,8 @@ class TeamCollector:
             turns = self._speak(episodes, live, turn, draw, temp, pool.instructions.multiline, stats)
             results = self._step_envs(pool, turns, stats)
             self._record(episodes, live, turns, results, turn)
+            if progress is not None:
+                progress(turn + 1, len(live) if turn + 1 < self.max_turns else 0)  # the last turn ends them all
         for i, st in live.items():  # ran out of turns
             episodes[i].trajectory.truncated = True
             episodes[i].trajectory.final_info = final_info(st.info)

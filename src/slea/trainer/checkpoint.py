@@ -5,8 +5,9 @@ Only safetensors, JSON and SQLite are written and read, never pickles, so loadin
 code (files with other names in a checkpoint folder, a planted ``*.pt`` or ``*.pkl``, are never opened).
 Layout of ``checkpoints/iter_000012/``:
 
-* ``trainable.safetensors`` — LoRA adapters, or all weights;
-* ``optimizer.safetensors`` + ``optimizer.json`` — moments and step counts, param groups;
+* ``trainable.safetensors`` — LoRA adapters, or all weights (a team run: every agent's adapter);
+* ``optimizer.safetensors`` + ``optimizer.json`` — moments and step counts, param groups (a team run: every
+  agent's optimizer, as one :class:`OptimizerSet`);
 * ``rng.safetensors`` + ``state.json`` — iteration, RNG states of python and numpy (torch's in the
   safetensors), and whatever the trainer adds (episodes, env seeds, guard counters);
 * ``library.sqlite`` — a consistent snapshot (SQLite online backup) of the run's experience library, when
@@ -29,6 +30,7 @@ import os
 import random
 import shutil
 import sqlite3
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,17 +90,59 @@ def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> Non
     np.random.set_state(meta["numpy"])
 
 
+class OptimizerSet:
+    """Several optimizers checkpointed as one (a team's one AdamW per agent): ``state_dict`` lists the param groups
+    of all of them in order, their per-parameter states renumbered after each other, so :func:`save_checkpoint`
+    and :func:`load_checkpoint` store and validate it exactly as one optimizer."""
+
+    def __init__(self, optimizers: list[torch.optim.Optimizer]):
+        self.optimizers = list(optimizers)
+
+    def state_dict(self) -> dict[str, Any]:
+        state: dict[int, Any] = {}
+        groups: list[dict[str, Any]] = []
+        offset = 0
+        for opt in self.optimizers:
+            sd = opt.state_dict()
+            n = sum(len(g["params"]) for g in sd["param_groups"])
+            state.update({offset + int(i): st for i, st in sd["state"].items()})
+            groups += [{**g, "params": [offset + int(i) for i in g["params"]]} for g in sd["param_groups"]]
+            offset += n
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, sd: dict[str, Any]) -> None:
+        groups, offset = list(sd["param_groups"]), 0
+        for opt in self.optimizers:
+            mine = groups[:len(opt.param_groups)]
+            groups = groups[len(opt.param_groups):]
+            n = sum(len(g["params"]) for g in mine)
+            opt.load_state_dict({
+                "state": {int(i) - offset: st for i, st in sd["state"].items() if offset <= int(i) < offset + n},
+                "param_groups": [{**g, "params": [int(i) - offset for i in g["params"]]} for g in mine]})
+            offset += n
+
+
 # -- weights --------------------------------------------------------------------------------------------
+def _parameters(model) -> dict[str, torch.Tensor]:
+    """A model's parameters by name; ``model`` may also be a ``{name: parameter}`` mapping (a team's adapters)."""
+    return dict(model) if isinstance(model, Mapping) else dict(model.named_parameters())
+
+
 def save_trainable(model, path: Path) -> None:
-    state = {n: p.detach().cpu().contiguous() for n, p in model.named_parameters() if p.requires_grad}
-    save_file(state, str(path))
+    """The trainable parameters of ``model`` (those requiring gradients), or every tensor of a mapping."""
+    items = model.items() if isinstance(model, Mapping) else (
+        (n, p) for n, p in model.named_parameters() if p.requires_grad)
+    save_file({n: p.detach().cpu().contiguous() for n, p in items}, str(path))
 
 
 def _check_trainable(model, state: dict[str, torch.Tensor], path: Path) -> None:
-    params = dict(model.named_parameters())
+    params = _parameters(model)
     missing = [n for n in state if n not in params]
     if missing:
         raise CheckpointError(f"checkpoint {path} has weights this model lacks, e.g. {missing[0]}")
+    lacking = [n for n in params if n not in state] if isinstance(model, Mapping) else []  # a mapping: all of it
+    if lacking:
+        raise CheckpointError(f"checkpoint {path} lacks weights, e.g. {lacking[0]}")
     for name, t in state.items():
         if tuple(t.shape) != tuple(params[name].shape):
             raise CheckpointError(f"checkpoint {path}: {name} has shape {tuple(t.shape)}, the model "
@@ -108,7 +152,7 @@ def _check_trainable(model, state: dict[str, torch.Tensor], path: Path) -> None:
 
 
 def _copy_trainable(model, state: dict[str, torch.Tensor]) -> None:
-    params = dict(model.named_parameters())
+    params = _parameters(model)
     with torch.no_grad():
         for name, t in state.items():
             params[name].copy_(t)
@@ -194,7 +238,10 @@ def restore_library(checkpoint: str | Path | None, dst: str | Path) -> bool:
 def save_checkpoint(root: str | Path, iteration: int, model, optimizer, extra: dict[str, Any] | None = None,
                     keep: int = 2, library: str | Path | None = None,
                     critic: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write ``root/iter_<iteration>`` atomically; ``library``: the run's SQLite library file to snapshot."""
+    """Write ``root/iter_<iteration>`` atomically; ``library``: the run's SQLite library file to snapshot.
+
+    ``model``: a model (its trainable parameters) or a ``{name: parameter}`` mapping; ``optimizer``: an
+    optimizer or an :class:`OptimizerSet`. The same go to :func:`load_checkpoint`."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"{PREFIX}{iteration:06d}"

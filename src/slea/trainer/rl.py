@@ -41,7 +41,7 @@ from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings
 from slea.evaluation.evaluate import evaluate, write_eval
-from slea.policy.engines import make_generator
+from slea.policy.engines import close_generator, make_generator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.progress import Progress
@@ -55,14 +55,16 @@ from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, fin
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
 from slea.trainer.sampling import Batch, merge_stats
+from slea.trainer.select import TRAINERS
 from slea.trainer.update import Sample, ppo_update, reference_logprobs, to_samples
 from slea.types import Trajectory, flatten
 
 log = logging.getLogger(__name__)
 
-# What `slea train` can give an algorithm (AlgorithmSpec.needs; "snapshots" through its rollout scheme,
-# slea/trainer/schemes.py); TeamTR's teams and offline data come with their own trainers.
-PROVIDES = frozenset({"critic", "clusters", "reference", "snapshots"})
+# What this trainer can give an algorithm (AlgorithmSpec.needs; "snapshots" through its rollout scheme,
+# slea/trainer/schemes.py). `slea train` picks between it and the team trainer by these declarations
+# (slea/trainer/select.py); offline data comes with `slea align`.
+PROVIDES = next(k.provides for k in TRAINERS if k.name == "rl")
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -93,11 +95,13 @@ def budget_spent(elapsed_s: float, last_iteration_s: float, budget_s: float | No
 
 
 def check_provided(spec, provides: frozenset[str] = PROVIDES) -> None:
-    """A :class:`ConfigError` when the algorithm needs what this trainer cannot give."""
+    """A :class:`ConfigError` when the algorithm needs what this trainer cannot give (`slea train` picks the
+    trainer that can, slea/trainer/select.py)."""
     missing = sorted(spec.needs - provides)
     if missing:
         what = "; ".join(NEEDS[m] for m in missing)
-        raise ConfigError(f"algorithm.name: {spec.name} needs {what}, which `slea train` does not provide")
+        raise ConfigError(f"algorithm.name: {spec.name} needs {what}, which this trainer does not provide "
+                          f"(slea.trainer.select.build_trainer picks the one that does)")
 
 
 @dataclass
@@ -201,7 +205,7 @@ class Trainer:
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
         self.reference = self._frozen_reference()
-        self.generator = make_generator(cfg.model, self.model, self.tok)  # hf | openai (slea/policy/engines.py)
+        self.generator = make_generator(cfg.model, self.model, self.tok)  # hf | openai | vllm (slea/policy/engines.py)
         builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.experience = experience_manager(cfg, self.spec, self.out, self.generator)
@@ -425,9 +429,14 @@ class Trainer:
         log.info(_eval_line("trained", after))
         return self._finish(before, after, t_start)
 
+    def close(self) -> None:
+        """Free the generation engine (a managed vLLM server stops); idempotent, also after :meth:`fit`."""
+        close_generator(self.generator)
+
     def _close_rank(self) -> dict[str, Any]:
         """The end of a rank other than 0: close what it opened and remove its scratch folder."""
         iterations = len(self.log.rows())
+        self.close()
         self.log.close()
         schemes.close(self.rollouts)
         if self.experience is not None:
@@ -443,6 +452,7 @@ class Trainer:
             evals["held-out before (sampled)"] = before["sampled"]["success"]
         evals["held-out after (sampled)"] = after["sampled"]["success"]
         plot_curves(rows, self.dir / "curves.png", evals)
+        self.close()
         self.log.close()
         schemes.close(self.rollouts)
         if self.experience is not None:
@@ -470,6 +480,9 @@ def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
         raise ConfigError("algorithm.dynamic_sampling: not supported with more than one process yet (each rank "
                           "would refill from the same seeds)")
     spec = get_algorithm(cfg.algorithm.name)
+    if not spec.needs <= PROVIDES:  # the team trainer: one process
+        raise ConfigError(f"algorithm.name: {spec.name} is trained by the team trainer, which runs in one "
+                          f"process: drop --nproc")
     if "snapshots" in spec.needs:
         raise ConfigError(f"algorithm.name: {spec.name} forks sibling rollouts from env snapshots, which is not "
                           f"split across processes yet: run it with one process")

@@ -96,20 +96,26 @@ def truncate_metrics(path: Path, last_iteration: int) -> None:
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))  # a kill mid-rewrite keeps the old file
 
 
-def plot_curves(rows: list[dict[str, Any]], out: Path, evals: dict[str, float] | None = None) -> None:
+# curves.png's three panels: (metrics key, title); the team trainer plots its own (slea/trainer/teamtr.py)
+PANELS = (("train/success", "train success"), ("train/return", "mean return"),
+          ("train/invalid_rate", "invalid-action rate"))
+
+
+def plot_curves(rows: list[dict[str, Any]], out: Path, evals: dict[str, float] | None = None,
+                panels: tuple[tuple[str, str], ...] = PANELS, xlabel: str = "iteration") -> None:
+    """``curves.png``: one panel per ``(key, title)`` of ``panels`` over the rows' ``iteration``; ``evals``
+    (label → held-out success) as dashed lines on the first panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     its = [r["iteration"] for r in rows]
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for ax, key, title in ((axes[0], "train/success", "train success"),
-                           (axes[1], "train/return", "mean return"),
-                           (axes[2], "train/invalid_rate", "invalid-action rate")):
+    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.6))
+    for ax, (key, title) in zip(axes, panels):
         ax.plot(its, [r.get(key, float("nan")) for r in rows], marker="o")
         ax.set_title(title)
-        ax.set_xlabel("iteration")
+        ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     if evals:
         for (label, val), color in zip(evals.items(), ("tab:gray", "tab:green", "tab:red", "tab:purple")):

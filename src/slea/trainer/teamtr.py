@@ -18,15 +18,25 @@ The paper's baselines run in the same loop (``team.rollouts``): ``stale`` (naive
 update of a stage learns from π̂^0's rollouts) and ``stale_iw`` (the same, advantages weighted by
 :func:`stale_weights`).
 
-One metrics row per single-agent update (``metrics.jsonl``): ``teamtr/token_kl``, ``teamtr/beta`` (the β of its
-last step), ``teamtr/beta_next``, ``teamtr/steps``, ``teamtr/reverted``, ``team/return_before`` and
-``team/return_after`` (a coordination regression shows up as after < before), plus the loss's own metrics. After
-every stage the adapters are written to ``<run>/adapters/<agent>.safetensors``
-(:meth:`slea.team.policy.TeamPolicy.save_adapters`; resuming a run is not implemented). :meth:`TeamTrainer.fit`
-evaluates the team on held-out games before (``eval.before``) and after training (:meth:`TeamTrainer.evaluate`:
-``eval/before.json``, ``eval/after.json``, ``eval/summary.json``). The entry point is
-:class:`TeamTrainer` (``TeamTrainer(cfg, run_dir).fit()``): ``slea train`` refuses algorithms that need a team
-(slea/trainer/rl.py ``PROVIDES``).
+One metrics row per single-agent update (``metrics.jsonl``, ``iteration`` = the update's index):
+``teamtr/token_kl``, ``teamtr/beta`` (the β of its last step), ``teamtr/beta_next``, ``teamtr/steps``,
+``teamtr/reverted``, ``team/return_before`` and ``team/return_after`` (a coordination regression shows up as
+after < before), plus the loss's own metrics.
+
+``slea train`` runs this trainer for an algorithm that declares it needs a team (slea/trainer/select.py), into
+the single-agent run folder layout. After every single-agent update (every ``train.save_every`` updates) an
+atomic checkpoint ``checkpoints/iter_<update>/`` is written by :func:`slea.trainer.checkpoint.save_checkpoint`:
+every agent's adapter, every agent's optimizer (:class:`slea.trainer.checkpoint.OptimizerSet`), the RNG states,
+and in ``state.json`` the stage and position in σ, β per agent, the counters and, mid-stage, the rollouts the
+stage's next update learns from (and the ``stale_iw`` log-ratios), so no collection is replayed.
+``slea train --resume RUN`` (:meth:`TeamTrainer.resume`) continues from the newest intact one: rows logged after
+it are dropped and those updates redone, giving the uninterrupted run's adapters bit for bit (CPU, same
+``run.threads``; tests/trainer/test_teamtr_resume.py). After every stage the adapters are also written to
+``<run>/adapters/<agent>.safetensors`` (:meth:`slea.team.policy.TeamPolicy.save_adapters`).
+:meth:`TeamTrainer.fit` evaluates the team on held-out games before (``eval.before``) and after training
+(:meth:`TeamTrainer.evaluate`: ``eval/before.json``, ``eval/after.json``, ``eval/summary.json``) and plots
+``curves.png``. The entry point is :func:`slea.trainer.select.build_trainer` (``slea train``), or
+``TeamTrainer(cfg, run_dir).fit(resume=False)``.
 """
 
 from __future__ import annotations
@@ -49,17 +59,24 @@ from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
 from slea.envs.pool import EnvPool
 from slea.policy.engines import make_generator
+from slea.progress import Progress
 from slea.rollout.collector import EVAL_SALT
 from slea.team.prompts import TeamPromptBuilder
-from slea.team.rollout import TeamCollector, TeamEpisode
+from slea.team.rollout import TeamCollector, TeamEpisode, episode_from_state, episode_state
 from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
-from slea.trainer.rl import iteration_seeds, run_dir_for, seed_everything
-from slea.trainer.runlog import RunLog
+from slea.trainer import checkpoint as ckpt
+from slea.trainer.guards import RunHalted
+from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_everything
+from slea.trainer.runlog import RunLog, plot_curves, read_metrics, truncate_metrics
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
 from slea.trainer.update import Sample, _right_aligned, response_logprobs, to_samples
 
 log = logging.getLogger(__name__)
+
+# curves.png of a team run: one point per single-agent update
+PANELS = (("team/success_after", "team success after the update"), ("team/return_after", "team return after it"),
+          ("teamtr/token_kl", "token KL d̂ (Eq.11)"))
 
 
 def stage_order(mode: str, n: int, run_seed: int, stage: int) -> list[int]:
@@ -110,6 +127,11 @@ def stale_weights(log_ratios: Any, clip: float) -> np.ndarray:
     sampling of a team trajectory, truncated as in Ionides 2008's truncated IS)."""
     lr = np.asarray(log_ratios, dtype=np.float64)
     return np.clip(np.exp(np.clip(lr, -50.0, 50.0)), 1.0 / clip, clip)
+
+
+def _note(bar: Progress, n: int):
+    """A collection's ``progress(turn, live)`` callback: the bar's note says how many of its ``n`` episodes ended."""
+    return lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done")
 
 
 def check_team_config(cfg: RunConfig) -> None:
@@ -178,12 +200,20 @@ class TeamTrainer:
         self.updates = 0  # single-agent updates done (the metrics rows' index)
         self.episodes = 0  # training episodes played (every collection of every stage)
         self.messages = 0  # agent messages of those episodes
+        # what a checkpoint holds: every agent's adapter (by peft parameter name) and every agent's optimizer
+        self.weights = {k: v for j in range(n) for k, v in self.team.named_adapter_parameters(j).items()}
+        self.optimizer_set = ckpt.OptimizerSet(self.optimizers)
+        self.start: tuple[int, int] = (0, 0)  # (stage, position in σ) the run continues from
+        self.pending: tuple[list[TeamEpisode], np.ndarray] | None = None  # resumed mid-stage: what it learns from
+        self.last_checkpoint: str | None = None
 
     # -- the phases of one stage -----------------------------------------------------------------------------
     def collect(self, stage: int, draw: int, seeds: list[int]) -> list[TeamEpisode]:
         """The current (intermediate) team plays one episode per env of the pool on the stage's tasks; ``draw``
         (the collection's index in the stage) keys the sampling, so each collection is a fresh sample."""
-        episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw)
+        with Progress(f"stage {stage + 1} rollout {draw + 1}", total=self.cfg.team.max_turns) as bar:
+            episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw,
+                                                 progress=_note(bar, len(self.pool)))
         self.episodes += len(episodes)
         self.messages += sum(len(e.agents) for e in episodes)
         return episodes
@@ -208,16 +238,16 @@ class TeamTrainer:
         out: dict[str, Any] = {"env": cfg.env.id, "team_task": self.task.name, "games": ev.games}
         runs = [("sampled", ev.episodes_per_game, ev.temperature)] + ([("greedy", 1, 0.0)] if ev.greedy else [])
         for key, copies, temperature in runs:
-            with EnvPool(cfg.env.id, ev.games, copies, kwargs, **guards) as pool:
-                episodes, _ = self.collector.collect(pool, seeds, rng_salt=EVAL_SALT, temperature=temperature)
+            with EnvPool(cfg.env.id, ev.games, copies, kwargs, **guards) as pool, \
+                    Progress(f"held-out eval ({key})", total=self.cfg.team.max_turns) as bar:
+                episodes, _ = self.collector.collect(pool, seeds, rng_salt=EVAL_SALT, temperature=temperature,
+                                                     progress=_note(bar, len(pool)))
             trajs = [e.trajectory for e in episodes]
             out[key] = {**summarize(trajs), "temperature": temperature}
             if key == "sampled":
                 out["per_game_wins"] = [sum(t.won for t in trajs if t.group_id == g) for g in range(ev.games)]
         out["wall_s"] = time.perf_counter() - t0
         atomic_write_text(self.dir / "eval" / f"{name}.json", json.dumps(out, indent=2))
-        log.info("held-out (%s): sampled success %.3f, return %.3f", name, out["sampled"]["success"],
-                 out["sampled"]["return"])
         return out
 
     def samples_for(self, agent: int, episodes: list[TeamEpisode], weights: list[float] | None = None
@@ -313,22 +343,31 @@ class TeamTrainer:
             messages += len(chunk)
         return total / max(messages, 1)
 
-    # -- one stage ---------------------------------------------------------------------------------------------
-    def stage(self, s: int) -> list[dict[str, Any]]:
-        """Stage ``s`` (module docstring); returns its metrics rows, one per single-agent update.
+    # -- one stage -----------------------------------------------------------------------------------------------
+    def stage(self, s: int, first: int = 0, pending: tuple[list[TeamEpisode], np.ndarray] | None = None
+              ) -> list[dict[str, Any]]:
+        """Stage ``s`` (module docstring); returns its metrics rows, one per single-agent update, each logged and
+        checkpointed (:meth:`record`) as soon as its update and the collection after it are done.
 
         Baselines (``team.rollouts``): ``stale``, naive sequential training, every agent of the stage learns from
         the stage's first collection, and the team plays again only after the last update (2 collections per
         stage, ``team/return_after`` on the last row only); ``stale_iw``, the same with each rollout's advantages
-        weighted by :func:`stale_weights` of the agents updated before in the stage."""
+        weighted by :func:`stale_weights` of the agents updated before in the stage.
+
+        A resumed run enters mid-stage at position ``first`` with ``pending``: the rollouts that update learns
+        from and the ``stale_iw`` log-ratios, as the checkpoint of the update before it kept them."""
         cfg = self.cfg
         mode = cfg.team.rollouts
         seeds = iteration_seeds(cfg.run.seed, s, cfg.rollout.groups)
         order = stage_order(cfg.team.order, len(self.task.roles), cfg.run.seed, s)
-        episodes = self.collect(s, 0, seeds)  # π̂^0
-        log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of the updated agents' messages
+        if pending is None:
+            episodes = self.collect(s, 0, seeds)  # π̂^0
+            log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of the updated agents' messages
+        else:
+            episodes, log_ratio = pending[0], np.array(pending[1], dtype=np.float64)
         rows = []
-        for i, agent in enumerate(order):
+        for i in range(first, len(order)):
+            agent = order[i]
             t0 = time.perf_counter()
             weights = stale_weights(log_ratio, cfg.team.iw_clip) if mode == "stale_iw" else None
             samples = self.samples_for(agent, episodes, None if weights is None else weights.tolist())
@@ -351,42 +390,121 @@ class TeamTrainer:
                 row["team/success_after"] = float(np.mean([e.trajectory.won for e in after])) if after else 0.0
                 if mode == "fresh":
                     episodes = after  # TeamTR: the next agent learns from the intermediate team's fresh rollouts
-            rows.append({
+            row = {
                 **row, "teamtr/token_kl": res.kl, "teamtr/beta": beta_used, "teamtr/beta_next": res.beta,
                 "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted), "teamtr/samples": len(samples),
                 **{f"update/{k}": v for k, v in res.step_metrics.items()},
                 "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
-            })
+            }
+            rows.append(row)
+            self.record(row, len(order), None if i == len(order) - 1 else (episodes, log_ratio))
         return rows
 
-    def run_stage(self, s: int) -> list[dict[str, Any]]:
-        """Stage ``s``, its rows logged (``metrics.jsonl``, TensorBoard) and the team's adapters saved."""
-        rows = self.stage(s)
-        for row in rows:
-            self.log.log(self.updates, row)
-            self.updates += 1
-            log.info("stage %d update %d (%s): return %.3f -> %s, token KL %.4f, beta %.3g, %d steps",
-                     s + 1, row["position"] + 1, row["role"], row["team/return_before"],
-                     f"{row['team/return_after']:.3f}" if "team/return_after" in row else "-",
-                     row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"])
+    def record(self, row: dict[str, Any], n: int, pending: tuple[list[TeamEpisode], np.ndarray] | None) -> None:
+        """Log an update's row (``metrics.jsonl``, TensorBoard, a progress line) and checkpoint it when due: every
+        ``train.save_every`` updates and after the run's last. ``pending``: what the stage's next update learns
+        from (``None`` after a stage's last update)."""
+        cfg = self.cfg
+        self.log.log(self.updates, row)
+        self.updates += 1
+        after = f"{row['team/return_after']:+.3f}" if "team/return_after" in row else "-"
+        log.info("stage %d/%d update %d/%d (%s)  return %+.3f -> %s  token KL %.4f  beta %.3g  %d steps  [%.0fs]",
+                 row["stage"] + 1, cfg.train.iterations, row["position"] + 1, n, row["role"],
+                 row["team/return_before"], after, row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"],
+                 row["time/stage_s"])
+        last = pending is None and row["stage"] == cfg.train.iterations - 1
+        if self.updates % cfg.train.save_every == 0 or last:
+            self.save(row["stage"], row["position"], pending)
+
+    def run_stage(self, s: int, first: int = 0, pending: tuple[list[TeamEpisode], np.ndarray] | None = None
+                  ) -> list[dict[str, Any]]:
+        """Stage ``s`` (from position ``first``), then the team's adapters written to ``<run>/adapters/``."""
+        rows = self.stage(s, first, pending)
         self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
         return rows
 
-    def fit(self) -> dict[str, Any]:
-        """``train.iterations`` stages (every single-agent update is one ``metrics.jsonl`` row), with held-out
-        evaluations before (``eval.before``) and after; ``eval/summary.json`` is written last, so its presence
-        marks a finished run."""
-        atomic_write_text(self.dir / "config.yaml", dump_config(self.cfg))
+    # -- checkpoints, resume -----------------------------------------------------------------------------------
+    def save(self, stage: int, position: int, pending: tuple[list[TeamEpisode], np.ndarray] | None) -> None:
+        """Checkpoint the update just logged (``checkpoints/iter_<update>``, :func:`slea.trainer.checkpoint.
+        save_checkpoint`): every agent's adapter, every agent's optimizer, the RNG states, and in ``state.json``
+        the stage and position, β per agent, the counters and ``pending`` (never weights that hold NaN/inf)."""
+        u = self.updates - 1
+        if not all(bool(torch.isfinite(p).all()) for p in self.weights.values()):
+            raise RunHalted(f"stopped at update {u}: the adapters hold NaN/inf, so no checkpoint was written; the "
+                            f"last good checkpoint is {self.last_checkpoint}")
+        rollouts = None if pending is None else {"episodes": [episode_state(e) for e in pending[0]],
+                                                 "log_ratio": [float(x) for x in pending[1]]}
+        path = ckpt.save_checkpoint(
+            self.dir / "checkpoints", u, self.weights, self.optimizer_set, keep=self.cfg.train.keep_checkpoints,
+            extra={"stage": stage, "position": position, "updates": self.updates, "episodes": self.episodes,
+                   "messages": self.messages, "betas": list(self.betas), "agents": list(self.task.agents),
+                   "pending": rollouts})
+        self.last_checkpoint = path.name
+
+    def resume(self) -> bool:
+        """Continue from the newest intact checkpoint (damaged ones are skipped with a warning), as the
+        single-agent trainer does: adapters, optimizers, RNGs, β, counters and the position in the stage; rows
+        logged after it are dropped (those updates are redone). Without a checkpoint the run starts over; with
+        only damaged ones it stops (:class:`RunHalted`) and changes nothing."""
+        root = self.dir / "checkpoints"
+        last, state = ckpt.load_latest(root, self.weights, self.optimizer_set)
+        if state is None and ckpt.list_checkpoints(root):
+            raise RunHalted(f"--resume: no checkpoint in {root} loads (see the warnings); nothing was changed. "
+                            f"Move that folder away to start the run over.")
+        u = int(state["iteration"]) if state is not None else -1
+        truncate_metrics(self.log.path, u)
+        self.log.purge_after(u)
+        if state is None:
+            return False
+        self.updates, self.episodes, self.messages = (int(state[k]) for k in ("updates", "episodes", "messages"))
+        self.betas = [float(b) for b in state["betas"]]
+        stage, position, rollouts = int(state["stage"]), int(state["position"]), state.get("pending")
+        if rollouts is None:  # the checkpoint closed its stage
+            self.start, self.pending = (stage + 1, 0), None
+        else:
+            self.start = (stage, position + 1)
+            self.pending = ([episode_from_state(e) for e in rollouts["episodes"]],
+                            np.asarray(rollouts["log_ratio"], dtype=np.float64))
+        self.last_checkpoint = last.name
+        nxt = (f"next: stage {self.start[0] + 1}, update {self.start[1] + 1}"
+               if self.start[0] < self.cfg.train.iterations else "every stage done")
+        log.info("resumed from %s (%s)", last.name, nxt)
+        return True
+
+    # -- the run -----------------------------------------------------------------------------------------------
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        """``train.iterations`` stages (every single-agent update is one ``metrics.jsonl`` row and, by default,
+        one checkpoint), with held-out evaluations before (``eval.before``) and after; ``resume`` continues from
+        the run folder's newest checkpoint (:meth:`resume`). ``eval/summary.json`` is written last, so its
+        presence marks a finished run."""
+        cfg = self.cfg
+        atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
+        if resume:
+            self.resume()
         t_start = time.perf_counter()
-        before = self.evaluate("before") if self.cfg.eval.before else None
-        for s in range(self.cfg.train.iterations):
-            self.run_stage(s)
+        before = None
+        if cfg.eval.before and self.updates == 0:
+            before = self.evaluate("before")
+            log.info(_eval_line("untrained", before))
+        elif cfg.eval.before and (self.dir / "eval" / "before.json").is_file():  # resumed: evaluated already
+            before = json.loads((self.dir / "eval" / "before.json").read_text())
+        first_stage, first, pending = self.start[0], self.start[1], self.pending
+        for s in range(first_stage, cfg.train.iterations):
+            self.run_stage(s, first if s == first_stage else 0, pending if s == first_stage else None)
+        self.pending = None
         after = self.evaluate("after")
+        log.info(_eval_line("trained", after))
+        rows = read_metrics(self.log.path)
+        evals = {**({"held-out before (sampled)": before["sampled"]["success"]} if before else {}),
+                 "held-out after (sampled)": after["sampled"]["success"]}
+        plot_curves(rows, self.dir / "curves.png", evals, panels=PANELS, xlabel="single-agent update")
         self.close()
         summary = {"run_dir": str(self.dir), "team_task": self.task.name, "agents": self.task.agents,
-                   "rollouts": self.cfg.team.rollouts, "stages": self.cfg.train.iterations, "updates": self.updates,
-                   "episodes": self.episodes, "messages": self.messages, "before": before, "after": after,
-                   "wall_s": time.perf_counter() - t_start}
+                   "rollouts": cfg.team.rollouts, "stages": cfg.train.iterations, "updates": self.updates,
+                   "iterations": len(rows), "episodes": self.episodes, "messages": self.messages,
+                   "before": before, "after": after, "wall_s": time.perf_counter() - t_start,
+                   "checkpoint": self.last_checkpoint,
+                   "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
         atomic_write_text(self.dir / "eval" / "summary.json", json.dumps(summary, indent=2))
         return summary
 

@@ -1,0 +1,104 @@
+"""Eq.2's token matrix (SLEA-RL Eq.2): the dense rows of frequent tokens give the same entries as the postings
+alone and as a plain scan, including a query of frequent tokens only and ties exactly at the threshold."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+from slea.experience.eq2 import TokenMatrix, best_per_zone
+from slea.experience.library import ExperienceLibrary
+from slea.experience.retrieval import Retriever
+from slea.testing.retrieval import ScanEq2
+
+
+def _lib(path, texts):
+    lib = ExperienceLibrary(path, capacity_pos=10**6, capacity_neg=10**6, novelty_threshold=1.01)
+    with lib.transaction():
+        for i, (text, task) in enumerate(texts):
+            lib.add(text, "pos" if i % 3 else "neg", "example", float(i % 4), task_type=task)
+    return lib
+
+
+def _task(i: int) -> str:
+    return f"game{chr(97 + i % 26)}{chr(97 + i // 26)}"
+
+
+def _ids(m: TokenMatrix, rows: np.ndarray) -> set[int]:
+    return set(m.eids[rows].tolist())
+
+
+def test_a_query_of_only_frequent_tokens_is_scored_by_the_dense_rows_exactly(tmp_path):
+    rng = random.Random(3)
+    common = ["north", "south", "door", "key", "lamp"]  # each in most entries: dense rows
+    rare = ["".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(7)) for _ in range(400)]  # df ~ 3
+    texts = [(" ".join(rng.sample(common, rng.randint(1, 5)) + rng.sample(rare, rng.randint(0, 3))),
+              rng.choice(["", "coin", "cook"])) for _ in range(800)]
+    lib = _lib(tmp_path / "f.sqlite", texts)
+    m, plain = TokenMatrix(lib), TokenMatrix(lib, dense_share=0)
+    assert set(m.dense_ids) == set(common) and plain.dense.shape[0] == 0  # the dense path is the one tested
+    scan = ScanEq2(lib)
+    r = Retriever(lib, top_k_pos=3, top_k_neg=2, fallback_threshold=0.4)
+    for q in ["north", "north south", "door key lamp", "north south door key lamp", f"lamp {rare[3]} {rare[7]}",
+              " ".join(rare[:200] + ["key"])]:
+        tokens = tuple(set(q.split()))
+        for task in ("", "coin", "cook", "unknown"):
+            want = scan.similar(q, task, 0.4)
+            rows, sim = m.above(tokens, 0.4, task)
+            prow, psim = plain.above(tokens, 0.4, task)
+            assert _ids(m, rows) == _ids(plain, prow) == {eid for _, eid in want}
+            assert dict(zip(m.eids[rows].tolist(), sim.tolist())) == pytest.approx(
+                dict(zip(plain.eids[prow].tolist(), psim.tolist())), rel=1e-12)
+            ranked = r.similar(q, task)
+            assert {eid for _, eid in ranked} == {eid for _, eid in want}
+            top = {"pos": 2, "neg": 1}  # per zone: its best k and the ties at its k-th similarity, in rank order
+            kth = {z: sorted((v for v, eid in ranked if lib.get(eid).zone == z), reverse=True)[k - 1:k]
+                   for z, k in top.items()}
+            assert r.similar(q, task, per_zone=top) == [
+                (v, eid) for v, eid in ranked if v >= (kth[lib.get(eid).zone] or [0.0])[0]]
+    assert m.above(("nothing", "here"), 0.4)[0].size == 0
+    lib.close()
+
+
+def test_a_tie_at_the_threshold_stays_out_through_the_dense_rows(tmp_path):
+    """Two tokens of the same df have the same idf: one of them in the query is sim 0.5 exactly, not > 0.5."""
+    lib = _lib(tmp_path / "t.sqlite", [("north south", _task(i)) for i in range(40)]
+               + [("east west", _task(i)) for i in range(10)])  # one task type each: no duplicate
+    m = TokenMatrix(lib)
+    assert {"north", "south"} <= set(m.dense_ids)
+    assert m.above(("north",), 0.5)[0].size == 0 and ScanEq2(lib).similar("north", "", 0.5) == []
+    rows, sim = m.above(("north",), 0.49)
+    assert rows.size == 40 and np.all(sim == 0.5)
+    assert m.above(("north", "south"), 0.5)[0].size == 40
+    lib.close()
+
+
+def test_the_dense_rows_stay_within_their_bounds(tmp_path, monkeypatch):
+    from slea.experience import eq2
+
+    words = " ".join(f"zo{chr(97 + k)}" for k in range(12))  # 12 tokens in every entry
+    lib = _lib(tmp_path / "b.sqlite", [(words, _task(i)) for i in range(30)])
+    assert len(TokenMatrix(lib).dense_ids) == 12
+    monkeypatch.setattr(eq2, "DENSE_MAX_ROWS", 5)
+    m = TokenMatrix(lib)
+    assert m.dense.shape == (5, 30) and len(m.sparse_ids) == 7
+    half = tuple(words.split()[:6])  # 6 of the 12 tokens, some through the dense rows, some through postings
+    scan = ScanEq2(lib)
+    for threshold in (0.4, 0.5):
+        assert _ids(m, m.above(half, threshold)[0]) == {eid for _, eid in scan.similar(" ".join(half), "", threshold)}
+    assert m.above(half, 0.4)[0].size == 30
+    monkeypatch.setattr(eq2, "DENSE_MAX_BYTES", 8 * 30 * 2)
+    assert TokenMatrix(lib).dense.shape == (2, 30)
+    lib.close()
+
+
+def test_best_per_zone_keeps_the_ties_at_the_kth_similarity():
+    cand = np.arange(6)
+    sim = np.array([0.9, 0.7, 0.7, 0.6, 0.8, 0.8])
+    zone = np.array([0, 0, 0, 0, 1, 1], dtype=np.int8)
+    rows, s = best_per_zone(cand, sim, zone, {"pos": 2, "neg": 1})
+    assert rows.tolist() == [0, 1, 2, 4, 5] and s.tolist() == [0.9, 0.7, 0.7, 0.8, 0.8]
+    assert best_per_zone(cand, sim, zone, {"pos": 1})[0].tolist() == [0]
+    assert best_per_zone(cand, sim, zone, {"pos": 9, "neg": 9})[0].tolist() == cand.tolist()
