@@ -404,7 +404,7 @@ class Trainer:
             if self.dp.from_main(budget_spent(time.perf_counter() - t_train, last_iter_s, cfg.train.time_budget_s)):
                 log.info("time budget of %.0fs reached after %d iterations", cfg.train.time_budget_s, it)
                 break
-            spent = _spent_budget(cfg.train, self.rollout_count, self.env_steps)
+            spent = spent_budget(cfg.train, self.rollout_count, self.env_steps)
             if spent:
                 log.info("%s reached after %d iterations", spent, it)
                 break
@@ -492,7 +492,7 @@ def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
                           f"would link lessons to other ranks' cluster ids): run it with one process")
 
 
-def _spent_budget(train, rollouts: int, env_steps: int) -> str:
+def spent_budget(train, rollouts: int, env_steps: int) -> str:
     """Which of ``train.rollout_budget`` / ``train.env_step_budget`` is used up ('' when none is)."""
     if train.rollout_budget is not None and rollouts >= train.rollout_budget:
         return f"rollout budget of {train.rollout_budget} ({rollouts} played)"

@@ -21,7 +21,10 @@ update of a stage learns from π̂^0's rollouts) and ``stale_iw`` (the same, adv
 One metrics row per single-agent update (``metrics.jsonl``, ``iteration`` = the update's index):
 ``teamtr/token_kl``, ``teamtr/beta`` (the β of its last step), ``teamtr/beta_next``, ``teamtr/steps``,
 ``teamtr/reverted``, ``team/return_before`` and ``team/return_after`` (a coordination regression shows up as
-after < before), plus the loss's own metrics.
+after < before), ``train/success``, ``train/return``, ``train/invalid_rate`` (of the rollouts the update learns
+from), the cumulative ``rollouts`` (team episodes) and ``env_steps`` (the acting agent's moves), plus the loss's.
+Budgets (``train.time_budget_s``, ``rollout_budget``, ``env_step_budget``) are checked before every single-agent
+update (:meth:`TeamTrainer.budget_stop`); a stop checkpoints the last update and evaluates as a finished run does.
 
 ``slea train`` runs this trainer for an algorithm that declares it needs a team (slea/trainer/select.py), into
 the single-agent run folder layout. After every single-agent update (every ``train.save_every`` updates) an
@@ -58,6 +61,7 @@ from slea.algorithms.teamtr import token_kl
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
 from slea.envs.pool import EnvPool
+from slea.evaluation.evaluate import summarize
 from slea.policy.engines import make_generator
 from slea.progress import Progress
 from slea.rollout.collector import EVAL_SALT
@@ -67,7 +71,14 @@ from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
 from slea.trainer import checkpoint as ckpt
 from slea.trainer.guards import RunHalted
-from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_everything
+from slea.trainer.rl import (
+    _eval_line,
+    budget_spent,
+    iteration_seeds,
+    run_dir_for,
+    seed_everything,
+    spent_budget,
+)
 from slea.trainer.runlog import RunLog, plot_curves, read_metrics, truncate_metrics
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
 from slea.trainer.update import Sample, _right_aligned, response_logprobs, to_samples
@@ -198,8 +209,14 @@ class TeamTrainer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = RunLog(self.dir)
         self.updates = 0  # single-agent updates done (the metrics rows' index)
-        self.episodes = 0  # training episodes played (every collection of every stage)
+        self.episodes = 0  # training episodes played (every collection of every stage): the rollouts
         self.messages = 0  # agent messages of those episodes
+        self.env_steps = 0  # env steps of those episodes (the acting agent's moves; a planner's message is none)
+        self.train_s = 0.0  # training seconds before this process (a resumed run's budget already spent)
+        self.t_train = time.perf_counter()  # when this process's training started (fit resets it)
+        self.last_update_s = 0.0  # the last single-agent update's seconds, its collections included
+        self.stopped = ""  # the budget that stopped the run ('' while none did)
+        self.unsaved: tuple[int, int, Any] | None = None  # the last update logged but not checkpointed
         # what a checkpoint holds: every agent's adapter (by peft parameter name) and every agent's optimizer
         self.weights = {k: v for j in range(n) for k, v in self.team.named_adapter_parameters(j).items()}
         self.optimizer_set = ckpt.OptimizerSet(self.optimizers)
@@ -216,7 +233,20 @@ class TeamTrainer:
                                                  progress=_note(bar, len(self.pool)))
         self.episodes += len(episodes)
         self.messages += sum(len(e.agents) for e in episodes)
+        self.env_steps += sum(1 for e in episodes for s in e.trajectory.steps if s.action)
         return episodes
+
+    def budget_stop(self) -> str:
+        """Which budget forbids starting another single-agent update ('' when none does), as the single-agent
+        trainer decides before an iteration (:func:`slea.trainer.rl.budget_spent`, :func:`~slea.trainer.rl.spent_budget`):
+        ``train.time_budget_s`` against the training seconds of this run, those before a resume included, with
+        the last update's seconds as the next one's estimate; ``train.rollout_budget`` against the team episodes
+        played; ``train.env_step_budget`` against their env steps."""
+        train = self.cfg.train
+        elapsed = self.train_s + time.perf_counter() - self.t_train
+        if budget_spent(elapsed, self.last_update_s, train.time_budget_s):
+            return f"time budget of {train.time_budget_s:.0f}s ({elapsed:.0f}s spent)"
+        return spent_budget(train, self.episodes, self.env_steps)
 
     # -- held-out evaluation ---------------------------------------------------------------------------------
     def evaluate(self, name: str) -> dict[str, Any]:
@@ -228,7 +258,6 @@ class TeamTrainer:
         ``eval.greedy``, one greedy episode; every episode samples from its own stream keyed by (the evaluation
         salt, env seed, copy, turn), so the evaluations before and after training draw the same random numbers.
         ``episode_len`` counts agent messages (a planner + actor move is two)."""
-        from slea.evaluation.evaluate import summarize
 
         cfg, ev = self.cfg, self.cfg.eval
         t0 = time.perf_counter()
@@ -360,19 +389,24 @@ class TeamTrainer:
         mode = cfg.team.rollouts
         seeds = iteration_seeds(cfg.run.seed, s, cfg.rollout.groups)
         order = stage_order(cfg.team.order, len(self.task.roles), cfg.run.seed, s)
-        if pending is None:
-            episodes = self.collect(s, 0, seeds)  # π̂^0
-            log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of the updated agents' messages
-        else:
-            episodes, log_ratio = pending[0], np.array(pending[1], dtype=np.float64)
+        episodes, log_ratio = (None, None) if pending is None else (pending[0], np.array(pending[1], dtype=np.float64))
         rows = []
         for i in range(first, len(order)):
+            self.stopped = self.budget_stop()  # budgets stop the run between single-agent updates
+            if self.stopped:
+                break
+            t_row = time.perf_counter()
+            if episodes is None:
+                episodes = self.collect(s, 0, seeds)  # π̂^0
+                log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of updated agents' messages
             agent = order[i]
             t0 = time.perf_counter()
             weights = stale_weights(log_ratio, cfg.team.iw_clip) if mode == "stale_iw" else None
             samples = self.samples_for(agent, episodes, None if weights is None else weights.tolist())
             row: dict[str, Any] = {"stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
                                    "team/return_before": mean_return(episodes)}
+            played = summarize([e.trajectory for e in episodes])  # the rollouts this update learns from
+            row.update({f"train/{k}": played[k] for k in ("success", "return", "invalid_rate")})
             if weights is not None:
                 row["teamtr/iw_mean"], row["teamtr/iw_max"] = float(weights.mean()), float(weights.max())
             before = self.message_logprobs(agent, episodes) if mode == "stale_iw" else None
@@ -395,7 +429,9 @@ class TeamTrainer:
                 "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted), "teamtr/samples": len(samples),
                 **{f"update/{k}": v for k, v in res.step_metrics.items()},
                 "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
+                "episodes": self.episodes, "rollouts": self.episodes, "env_steps": self.env_steps,
             }
+            self.last_update_s = time.perf_counter() - t_row
             rows.append(row)
             self.record(row, len(order), None if i == len(order) - 1 else (episodes, log_ratio))
         return rows
@@ -413,8 +449,9 @@ class TeamTrainer:
                  row["team/return_before"], after, row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"],
                  row["time/stage_s"])
         last = pending is None and row["stage"] == cfg.train.iterations - 1
+        self.unsaved = (row["stage"], row["position"], pending)
         if self.updates % cfg.train.save_every == 0 or last:
-            self.save(row["stage"], row["position"], pending)
+            self.save(*self.unsaved)
 
     def run_stage(self, s: int, first: int = 0, pending: tuple[list[TeamEpisode], np.ndarray] | None = None
                   ) -> list[dict[str, Any]]:
@@ -437,9 +474,10 @@ class TeamTrainer:
         path = ckpt.save_checkpoint(
             self.dir / "checkpoints", u, self.weights, self.optimizer_set, keep=self.cfg.train.keep_checkpoints,
             extra={"stage": stage, "position": position, "updates": self.updates, "episodes": self.episodes,
-                   "messages": self.messages, "betas": list(self.betas), "agents": list(self.task.agents),
+                   "messages": self.messages, "env_steps": self.env_steps, "betas": list(self.betas),
+                   "train_s": self.train_s + time.perf_counter() - self.t_train, "agents": list(self.task.agents),
                    "pending": rollouts})
-        self.last_checkpoint = path.name
+        self.last_checkpoint, self.unsaved = path.name, None
 
     def resume(self) -> bool:
         """Continue from the newest intact checkpoint (damaged ones are skipped with a warning), as the
@@ -457,6 +495,7 @@ class TeamTrainer:
         if state is None:
             return False
         self.updates, self.episodes, self.messages = (int(state[k]) for k in ("updates", "episodes", "messages"))
+        self.env_steps, self.train_s = int(state.get("env_steps", 0)), float(state.get("train_s", 0.0))
         self.betas = [float(b) for b in state["betas"]]
         stage, position, rollouts = int(state["stage"]), int(state["position"]), state.get("pending")
         if rollouts is None:  # the checkpoint closed its stage
@@ -489,8 +528,14 @@ class TeamTrainer:
         elif cfg.eval.before and (self.dir / "eval" / "before.json").is_file():  # resumed: evaluated already
             before = json.loads((self.dir / "eval" / "before.json").read_text())
         first_stage, first, pending = self.start[0], self.start[1], self.pending
+        self.t_train = time.perf_counter()  # the time budget covers training, not the evaluations
         for s in range(first_stage, cfg.train.iterations):
             self.run_stage(s, first if s == first_stage else 0, pending if s == first_stage else None)
+            if self.stopped:
+                log.info("%s reached after %d single-agent updates", self.stopped, self.updates)
+                break
+        if self.unsaved is not None:  # stopped by a budget between saves: the evaluated adapters are saved too
+            self.save(*self.unsaved)
         self.pending = None
         after = self.evaluate("after")
         log.info(_eval_line("trained", after))
@@ -502,6 +547,7 @@ class TeamTrainer:
         summary = {"run_dir": str(self.dir), "team_task": self.task.name, "agents": self.task.agents,
                    "rollouts": cfg.team.rollouts, "stages": cfg.train.iterations, "updates": self.updates,
                    "iterations": len(rows), "episodes": self.episodes, "messages": self.messages,
+                   "env_steps": self.env_steps, "stopped_by": self.stopped or None,
                    "before": before, "after": after, "wall_s": time.perf_counter() - t_start,
                    "checkpoint": self.last_checkpoint,
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
