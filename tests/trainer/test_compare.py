@@ -160,6 +160,9 @@ def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
             (self.dir / "eval").mkdir(exist_ok=True)
             (self.dir / "eval/summary.json").write_text(json.dumps({"after": {"sampled": {"success": 0.25}}}))
 
+        def close(self):
+            pass
+
     monkeypatch.setattr(rl, "Trainer", FakeTrainer)
     p = plan(SMOKE, ["grpo", "rloo"], [0], tmp_path)
     net = torch.nn.Linear(2, 1)  # rloo-s0 was interrupted after its first checkpoint
@@ -186,3 +189,18 @@ def test_relativize_strips_machine_folders_from_saved_files_only(tmp_path):
     assert (run / "config.yaml").read_text() == "config: configs/slea.yaml\nout: bench/results/ev/a\n"
     assert "/x/" in (run / "checkpoints" / "meta.json").read_text() and "/x/" in (run / "metrics.jsonl").read_text()
     assert relativize(tmp_path) == 0  # nothing left to rewrite
+
+
+def test_config_diff_compares_top_level_lists_such_as_plugins_whole(tmp_path):
+    from slea.config import build_config, dump_config
+    from slea.trainer.compare import config_diff, same_config
+
+    cfg = build_config({})
+    saved = yaml.safe_load(dump_config(cfg))
+    (tmp_path / "same.yaml").write_text(yaml.safe_dump(saved))
+    assert config_diff(tmp_path / "same.yaml", cfg) == [] and same_config(tmp_path / "same.yaml", cfg) == (True, "")
+    saved["plugins"] = ["someone_elses_plugin"]
+    saved["train"]["lr"] = 0.5
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(saved))
+    assert config_diff(tmp_path / "other.yaml", cfg) == ["plugins", "train.lr"]
+    assert same_config(tmp_path / "other.yaml", cfg) == (False, "plugins: ['someone_elses_plugin'] there, [] now")
