@@ -102,6 +102,11 @@ def test_table_statistics_and_interpolation(tmp_path):
     odd = summarize_runs([_fake_run(tmp_path / "odd", "c", 0, [0.0, 1.0], [10, 30], 0.0)])["budgets"]
     assert len(odd) == 4 and all(isinstance(b, int) and abs(b - f * 30) <= 0.5
                                  for b, f in zip(odd, (0.25, 0.5, 0.75, 1.0)))
+    # a run that played no env step (a team whose actor never produced a command) has no value at any budget
+    none = summarize_runs([*runs, _fake_run(tmp_path / "none", "d", 0, [0.0, 0.0], [0, 0], 0.0)])
+    assert none["budgets"] == t["budgets"]  # the shortest run with env steps sets them
+    assert all(v["mean"] is None for v in none["algorithms"]["d"]["train_success_at_env_steps"].values())
+    assert "| d | 1 | 0.000 | – | – | – | – | – | – | 0 |" in table_markdown(none)
 
 
 def test_env_steps_fallback_for_old_runs():

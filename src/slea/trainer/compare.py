@@ -251,9 +251,9 @@ def summarize_runs(runs: list[SubRun]) -> dict[str, Any]:
     for algo in algos:
         mine = [(r, loaded[(r.algorithm, r.seed)]) for r in runs if r.algorithm == algo]
         at = {}
-        for b in budgets:
+        for b in budgets:  # a run that never played b env steps (none at all: a team whose actor never moved)
             at[str(b)] = stat([float(_interp(d["x"], d["ys"]["train/success"], np.array([b]))[0])
-                                for _, d in mine])
+                                if d["env_steps"] >= b else None for _, d in mine])
         table["algorithms"][algo] = {
             "seeds": [r.seed for r, _ in mine],
             "status": {str(r.seed): r.status for r, _ in mine},
@@ -302,7 +302,8 @@ def table_markdown(table: dict[str, Any]) -> str:
         + ".",
         "Held-out success: sampled episodes on the held-out games after training (mean ± std over seeds, ddof=1).",
         ("Train success @ N steps: the per-iteration train success, linearly interpolated at N cumulative env "
-         "steps (budgets = 25/50/75/100% of the shortest run's env steps), mean ± std over seeds."),
+         "steps (budgets = 25/50/75/100% of the shortest run's env steps; \"–\" for a run that played none), "
+         "mean ± std over seeds."),
         ("Env steps and rollouts: totals per run (a rollout is a whole episode or, for rtpo, a sibling forked "
          "from a trunk's turn boundary; train.rollout_budget / train.env_step_budget stop runs at a matched "
          "budget)."),
