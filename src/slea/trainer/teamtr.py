@@ -28,13 +28,8 @@ update (:meth:`TeamTrainer.budget_stop`); a stop checkpoints the last update and
 
 ``slea train`` runs this trainer for an algorithm that declares it needs a team (slea/trainer/select.py), into
 the single-agent run folder layout. After every single-agent update (every ``train.save_every`` updates) an
-atomic checkpoint ``checkpoints/iter_<update>/`` is written by :func:`slea.trainer.checkpoint.save_checkpoint`:
-every agent's adapter, every agent's optimizer (:class:`slea.trainer.checkpoint.OptimizerSet`), the RNG states,
-and in ``state.json`` the stage and position in σ, β per agent, the counters and, mid-stage, the rollouts the
-stage's next update learns from (and the ``stale_iw`` log-ratios), so no collection is replayed.
-``slea train --resume RUN`` (:meth:`TeamTrainer.resume`) continues from the newest intact one: rows logged after
-it are dropped and those updates redone, giving the uninterrupted run's adapters bit for bit (CPU, same
-``run.threads``; tests/trainer/test_teamtr_resume.py). After every stage the adapters are also written to
+atomic checkpoint ``checkpoints/iter_<update>/`` is written and ``slea train --resume RUN`` continues from the
+newest intact one, bit for bit (:mod:`slea.trainer.team_checkpoint`). After every stage the adapters are also written to
 ``<run>/adapters/<agent>.safetensors`` (:meth:`slea.team.policy.TeamPolicy.save_adapters`).
 :meth:`TeamTrainer.fit` evaluates the team on held-out games before (``eval.before``) and after training
 (:meth:`TeamTrainer.evaluate`: ``eval/before.json``, ``eval/after.json``, ``eval/summary.json``) and plots
@@ -62,24 +57,18 @@ from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
 from slea.envs.pool import EnvPool
 from slea.evaluation.evaluate import summarize
+from slea.evaluation.team import evaluate_team
 from slea.policy.engines import make_generator
-from slea.progress import Progress
-from slea.rollout.collector import EVAL_SALT
+from slea.progress import Progress, episodes_note
 from slea.team.prompts import TeamPromptBuilder
-from slea.team.rollout import TeamCollector, TeamEpisode, episode_from_state, episode_state
+from slea.team.rollout import TeamCollector, TeamEpisode
 from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
 from slea.trainer import checkpoint as ckpt
-from slea.trainer.guards import RunHalted
-from slea.trainer.rl import (
-    _eval_line,
-    budget_spent,
-    iteration_seeds,
-    run_dir_for,
-    seed_everything,
-    spent_budget,
-)
-from slea.trainer.runlog import RunLog, plot_curves, read_metrics, truncate_metrics
+from slea.trainer import team_checkpoint
+from slea.trainer.budgets import stop_reason
+from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_everything
+from slea.trainer.runlog import RunLog, plot_curves, read_metrics
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
 from slea.trainer.update import Sample, _right_aligned, response_logprobs, to_samples
 
@@ -138,11 +127,6 @@ def stale_weights(log_ratios: Any, clip: float) -> np.ndarray:
     sampling of a team trajectory, truncated as in Ionides 2008's truncated IS)."""
     lr = np.asarray(log_ratios, dtype=np.float64)
     return np.clip(np.exp(np.clip(lr, -50.0, 50.0)), 1.0 / clip, clip)
-
-
-def _note(bar: Progress, n: int):
-    """A collection's ``progress(turn, live)`` callback: the bar's note says how many of its ``n`` episodes ended."""
-    return lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done")
 
 
 def check_team_config(cfg: RunConfig) -> None:
@@ -230,7 +214,7 @@ class TeamTrainer:
         (the collection's index in the stage) keys the sampling, so each collection is a fresh sample."""
         with Progress(f"stage {stage + 1} rollout {draw + 1}", total=self.cfg.team.max_turns) as bar:
             episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw,
-                                                 progress=_note(bar, len(self.pool)))
+                                                 progress=episodes_note(bar, len(self.pool)))
         self.episodes += len(episodes)
         self.messages += sum(len(e.agents) for e in episodes)
         self.env_steps += sum(1 for e in episodes for s in e.trajectory.steps if s.action)
@@ -238,46 +222,17 @@ class TeamTrainer:
 
     def budget_stop(self) -> str:
         """Which budget forbids starting another single-agent update ('' when none does), as the single-agent
-        trainer decides before an iteration (:func:`slea.trainer.rl.budget_spent`, :func:`~slea.trainer.rl.spent_budget`):
-        ``train.time_budget_s`` against the training seconds of this run, those before a resume included, with
-        the last update's seconds as the next one's estimate; ``train.rollout_budget`` against the team episodes
-        played; ``train.env_step_budget`` against their env steps."""
-        train = self.cfg.train
-        elapsed = self.train_s + time.perf_counter() - self.t_train
-        if budget_spent(elapsed, self.last_update_s, train.time_budget_s):
-            return f"time budget of {train.time_budget_s:.0f}s ({elapsed:.0f}s spent)"
-        return spent_budget(train, self.episodes, self.env_steps)
+        trainer decides before an iteration (:func:`slea.trainer.budgets.stop_reason`): ``train.time_budget_s``
+        against this run's training seconds, those before a resume included, the last update's seconds the next
+        one's estimate; ``train.rollout_budget`` against the team episodes played; ``env_step_budget`` their steps."""
+        return stop_reason(self.cfg.train, self.train_s + time.perf_counter() - self.t_train, self.last_update_s,
+                           self.episodes, self.env_steps)
 
     # -- held-out evaluation ---------------------------------------------------------------------------------
     def evaluate(self, name: str) -> dict[str, Any]:
-        """The current team on ``eval.games`` held-out games (the env's ``split: heldout`` plus
-        ``env.eval_kwargs``), written to ``<run>/eval/<name>.json``.
-
-        As slea's single-agent evaluation (:mod:`slea.evaluation.evaluate`): game ``g`` is env seed
-        ``eval.seed + g``, ``eval.episodes_per_game`` sampled episodes each at ``eval.temperature`` and, with
-        ``eval.greedy``, one greedy episode; every episode samples from its own stream keyed by (the evaluation
-        salt, env seed, copy, turn), so the evaluations before and after training draw the same random numbers.
-        ``episode_len`` counts agent messages (a planner + actor move is two)."""
-
-        cfg, ev = self.cfg, self.cfg.eval
-        t0 = time.perf_counter()
-        kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}
-        seeds = [ev.seed + g for g in range(ev.games)]
-        guards = {"step_timeout_s": cfg.env.step_timeout_s, "reset_timeout_s": cfg.env.reset_timeout_s}
-        out: dict[str, Any] = {"env": cfg.env.id, "team_task": self.task.name, "games": ev.games}
-        runs = [("sampled", ev.episodes_per_game, ev.temperature)] + ([("greedy", 1, 0.0)] if ev.greedy else [])
-        for key, copies, temperature in runs:
-            with EnvPool(cfg.env.id, ev.games, copies, kwargs, **guards) as pool, \
-                    Progress(f"held-out eval ({key})", total=self.cfg.team.max_turns) as bar:
-                episodes, _ = self.collector.collect(pool, seeds, rng_salt=EVAL_SALT, temperature=temperature,
-                                                     progress=_note(bar, len(pool)))
-            trajs = [e.trajectory for e in episodes]
-            out[key] = {**summarize(trajs), "temperature": temperature}
-            if key == "sampled":
-                out["per_game_wins"] = [sum(t.won for t in trajs if t.group_id == g) for g in range(ev.games)]
-        out["wall_s"] = time.perf_counter() - t0
-        atomic_write_text(self.dir / "eval" / f"{name}.json", json.dumps(out, indent=2))
-        return out
+        """The current team on the held-out games (:func:`slea.evaluation.team.evaluate_team`), written to
+        ``<run>/eval/<name>.json``."""
+        return evaluate_team(self.collector, self.cfg, self.task.name, self.dir / "eval" / f"{name}.json")
 
     def samples_for(self, agent: int, episodes: list[TeamEpisode], weights: list[float] | None = None
                     ) -> list[Sample]:
@@ -460,55 +415,9 @@ class TeamTrainer:
         self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
         return rows
 
-    # -- checkpoints, resume -----------------------------------------------------------------------------------
-    def save(self, stage: int, position: int, pending: tuple[list[TeamEpisode], np.ndarray] | None) -> None:
-        """Checkpoint the update just logged (``checkpoints/iter_<update>``, :func:`slea.trainer.checkpoint.
-        save_checkpoint`): every agent's adapter, every agent's optimizer, the RNG states, and in ``state.json``
-        the stage and position, β per agent, the counters and ``pending`` (never weights that hold NaN/inf)."""
-        u = self.updates - 1
-        if not all(bool(torch.isfinite(p).all()) for p in self.weights.values()):
-            raise RunHalted(f"stopped at update {u}: the adapters hold NaN/inf, so no checkpoint was written; the "
-                            f"last good checkpoint is {self.last_checkpoint}")
-        rollouts = None if pending is None else {"episodes": [episode_state(e) for e in pending[0]],
-                                                 "log_ratio": [float(x) for x in pending[1]]}
-        path = ckpt.save_checkpoint(
-            self.dir / "checkpoints", u, self.weights, self.optimizer_set, keep=self.cfg.train.keep_checkpoints,
-            extra={"stage": stage, "position": position, "updates": self.updates, "episodes": self.episodes,
-                   "messages": self.messages, "env_steps": self.env_steps, "betas": list(self.betas),
-                   "train_s": self.train_s + time.perf_counter() - self.t_train, "agents": list(self.task.agents),
-                   "pending": rollouts})
-        self.last_checkpoint, self.unsaved = path.name, None
-
-    def resume(self) -> bool:
-        """Continue from the newest intact checkpoint (damaged ones are skipped with a warning), as the
-        single-agent trainer does: adapters, optimizers, RNGs, β, counters and the position in the stage; rows
-        logged after it are dropped (those updates are redone). Without a checkpoint the run starts over; with
-        only damaged ones it stops (:class:`RunHalted`) and changes nothing."""
-        root = self.dir / "checkpoints"
-        last, state = ckpt.load_latest(root, self.weights, self.optimizer_set)
-        if state is None and ckpt.list_checkpoints(root):
-            raise RunHalted(f"--resume: no checkpoint in {root} loads (see the warnings); nothing was changed. "
-                            f"Move that folder away to start the run over.")
-        u = int(state["iteration"]) if state is not None else -1
-        truncate_metrics(self.log.path, u)
-        self.log.purge_after(u)
-        if state is None:
-            return False
-        self.updates, self.episodes, self.messages = (int(state[k]) for k in ("updates", "episodes", "messages"))
-        self.env_steps, self.train_s = int(state.get("env_steps", 0)), float(state.get("train_s", 0.0))
-        self.betas = [float(b) for b in state["betas"]]
-        stage, position, rollouts = int(state["stage"]), int(state["position"]), state.get("pending")
-        if rollouts is None:  # the checkpoint closed its stage
-            self.start, self.pending = (stage + 1, 0), None
-        else:
-            self.start = (stage, position + 1)
-            self.pending = ([episode_from_state(e) for e in rollouts["episodes"]],
-                            np.asarray(rollouts["log_ratio"], dtype=np.float64))
-        self.last_checkpoint = last.name
-        nxt = (f"next: stage {self.start[0] + 1}, update {self.start[1] + 1}"
-               if self.start[0] < self.cfg.train.iterations else "every stage done")
-        log.info("resumed from %s (%s)", last.name, nxt)
-        return True
+    # -- checkpoints, resume (slea/trainer/team_checkpoint.py) ------------------------------------------------
+    save = team_checkpoint.save
+    resume = team_checkpoint.resume
 
     # -- the run -----------------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
