@@ -48,6 +48,7 @@ from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector, RolloutStats
 from slea.trainer import checkpoint as ckpt
 from slea.trainer import schemes
+from slea.trainer.budgets import budget_spent, spent_budget
 from slea.trainer.critic import Critic
 from slea.trainer.distributed import DataParallel
 from slea.trainer.episodes import EpisodeSampler
@@ -85,13 +86,6 @@ def iteration_seeds(run_seed: int, iteration: int, groups: int) -> list[int]:
     and a compared algorithm see the same tasks."""
     rng = np.random.default_rng([run_seed, iteration])
     return [int(s) for s in rng.integers(0, 2**31 - 1, size=groups)]
-
-
-def budget_spent(elapsed_s: float, last_iteration_s: float, budget_s: float | None) -> bool:
-    """Whether ``train.time_budget_s`` forbids starting another iteration: one is started only while it is
-    expected (as long as the last one) to end less than half an iteration past the budget. The first iteration
-    always starts (no last one: 0 s); ``None`` is no budget."""
-    return budget_s is not None and elapsed_s + 0.5 * last_iteration_s > budget_s
 
 
 def check_provided(spec, provides: frozenset[str] = PROVIDES) -> None:
@@ -404,7 +398,7 @@ class Trainer:
             if self.dp.from_main(budget_spent(time.perf_counter() - t_train, last_iter_s, cfg.train.time_budget_s)):
                 log.info("time budget of %.0fs reached after %d iterations", cfg.train.time_budget_s, it)
                 break
-            spent = _spent_budget(cfg.train, self.rollout_count, self.env_steps)
+            spent = spent_budget(cfg.train, self.rollout_count, self.env_steps)
             if spent:
                 log.info("%s reached after %d iterations", spent, it)
                 break
@@ -490,15 +484,6 @@ def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
         raise ConfigError(f"experience.mode: {cfg.experience.mode} keeps an experience library, which is not split "
                           f"across processes yet (each rank clusters its own observations, so the gathered batch "
                           f"would link lessons to other ranks' cluster ids): run it with one process")
-
-
-def _spent_budget(train, rollouts: int, env_steps: int) -> str:
-    """Which of ``train.rollout_budget`` / ``train.env_step_budget`` is used up ('' when none is)."""
-    if train.rollout_budget is not None and rollouts >= train.rollout_budget:
-        return f"rollout budget of {train.rollout_budget} ({rollouts} played)"
-    if train.env_step_budget is not None and env_steps >= train.env_step_budget:
-        return f"env-step budget of {train.env_step_budget} ({env_steps} played)"
-    return ""
 
 
 def _faulted(t: Trajectory) -> bool:
