@@ -100,3 +100,22 @@ def test_sharded_two_process_update_equals_one_process_update(start_state, tmp_p
             assert [len(row) for row in got] == [len(row) for row in want_ref]
             for g, w in zip(got, want_ref):
                 assert g == pytest.approx(w, abs=1e-5)
+
+
+def test_fsdp_refuses_what_cannot_work():
+    from slea.config import ConfigError, RunConfig
+    from slea.trainer.rl import check_data_parallel
+
+    cfg = RunConfig.model_validate({"train": {"fsdp": True}, "model": {"name_or_path": "tiny"},
+                                    "rollout": {"groups": 2}})
+    check_data_parallel(cfg, DataParallel(0, 2))  # LoRA over 2 processes: accepted
+    with pytest.raises(ConfigError, match="train.fsdp: shards the base weights .* --nproc 2 or more"):
+        check_data_parallel(cfg, DataParallel())
+    no_lora = cfg.model_copy(update={"model": cfg.model.model_copy(update={"lora": False})})
+    with pytest.raises(ConfigError, match="model.lora: false"):
+        check_data_parallel(no_lora, DataParallel(0, 2))
+    ppo = cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"name": "ppo"})})
+    with pytest.raises(ConfigError, match="train.fsdp: ppo's critic"):
+        check_data_parallel(ppo, DataParallel(0, 2))
+    check_data_parallel(cfg.model_copy(update={"train": cfg.train.model_copy(update={"fsdp": False})}),
+                        DataParallel())  # without fsdp one process is fine

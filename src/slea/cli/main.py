@@ -77,6 +77,7 @@ def train(
     from slea.policy.openai_engine import GeneratorError
 
     try:
+        check_data_parallel(cfg, DataParallel())  # one process: train.fsdp is refused
         trainer = build_trainer(cfg)  # the single-agent RL trainer, or the team trainer (TeamTR)
     except ConfigError as exc:  # a value the trainer cannot use, or one checkable only against the model
         raise fail(f"config error: {exc}") from None
