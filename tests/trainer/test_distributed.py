@@ -79,6 +79,9 @@ def test_sharded_two_process_update_equals_one_process_update(start_state, tmp_p
     torch.set_num_threads(1)
     start = trainable(model_from(start_state))
     launch(fsdp_rank_main, 2, start_state, tmp_path)
+    for r in range(2):  # each rank holds about half of the frozen base weights (dim-0 shards, padded)
+        numel = json.loads((tmp_path / f"fsdp-numel-rank{r}.json").read_text())
+        assert 0.45 * numel["full"] < numel["local"] < 0.55 * numel["full"], numel
     for mb in (2, 1):  # with micro-batches of 1 the 3-row mini-batch is 1 + 2 rows: rank 0 runs an idle pass
         for agg in AGGS:
             want, want_met = fixed_update(start_state, agg, None, micro_batch=mb)

@@ -93,9 +93,15 @@ def fsdp_rank_main(state: Path, out: Path) -> None:
     """One rank's run with the base weights sharded (``train.fsdp``): for micro-batches of 2 and of 1 (the
     latter leaves one rank a pass short, so it runs an idle pass), the updated weights and metrics of every
     aggregation and the reference log-probs, written as ``fsdp-mb<m>-<agg>-rank<r>.*`` /
-    ``fsdp-mb<m>-ref-rank<r>.json``."""
+    ``fsdp-mb<m>-ref-rank<r>.json``; and the base weights' element count, whole and held by this rank, as
+    ``fsdp-numel-rank<r>.json``."""
     torch.set_num_threads(1)
     dp = DataParallel.current()
+    model = model_from(state)
+    full = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    shard_frozen_base(model)
+    local = sum(p.to_local().numel() for p in model.parameters() if not p.requires_grad)
+    (out / f"fsdp-numel-rank{dp.rank}.json").write_text(json.dumps({"full": full, "local": local}))
     for mb in (2, 1):
         for agg in AGGS:
             weights, met = fixed_update(state, agg, dp, micro_batch=mb, fsdp=True)
