@@ -130,10 +130,15 @@ def _rank_main(rank: int, fn: Callable[..., Any], world: int, port: int, args: t
         dist.destroy_process_group()
 
 
+def is_torchrun() -> bool:
+    """Whether torchrun started this process as one of several (``WORLD_SIZE`` > 1 in the environment)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def init_from_torchrun() -> bool:
     """Join the group torchrun describes (``WORLD_SIZE``/``RANK``/``MASTER_ADDR`` in the environment) when this
     process was started by it and no group exists yet; True when a multi-process group is now initialised."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if not is_torchrun():
         return False
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
