@@ -15,7 +15,9 @@ Then metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py,
 Data-parallel (``slea train --nproc N``, slea/trainer/distributed.py): each rank plays its share of the task groups,
 the ranks exchange their episodes so every rank holds the whole batch, and the update sums their gradients; rank 0
 alone writes the run folder, checkpoints and evaluates (the other ranks write their library and metrics to a
-scratch folder that is removed at the end).
+scratch folder that is removed at the end). With ``train.fsdp`` the frozen base weights are sharded over the ranks
+(FSDP2); rollouts and evaluations run with them gathered whole (:func:`slea.trainer.distributed.full_weights`),
+the update with one layer gathered at a time.
 
 The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
 """
@@ -50,7 +52,7 @@ from slea.trainer import checkpoint as ckpt
 from slea.trainer import schemes
 from slea.trainer.budgets import budget_spent, spent_budget
 from slea.trainer.critic import Critic
-from slea.trainer.distributed import DataParallel
+from slea.trainer.distributed import DataParallel, full_weights, shard_frozen_base
 from slea.trainer.episodes import EpisodeSampler
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
@@ -198,6 +200,8 @@ class Trainer:
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
+        if cfg.train.fsdp:  # the frozen base weights sharded over the ranks; the LoRA weights stay whole
+            shard_frozen_base(self.model)
         self.reference = self._frozen_reference()
         self.generator = make_generator(cfg.model, self.model, self.tok)  # hf | openai | vllm (slea/policy/engines.py)
         builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
@@ -225,13 +229,23 @@ class Trainer:
     def iteration(self, it: int) -> dict[str, float]:
         t0 = time.perf_counter()
         seeds = iteration_seeds(self.cfg.run.seed, it, self.cfg.rollout.groups)
-        rounds = [self.train_round(batch, it) for batch in self.rollouts.rounds(it, seeds)]
+        rounds = [self.train_round(batch, it) for batch in self._gathered(self.rollouts.rounds(it, seeds))]
         batches = [r.batch for r in rounds]
         self.episodes += sum(len(b.collected) for b in batches)
         self.env_steps += sum(b.env_steps for b in batches)
         self.rollout_count += sum(b.rollouts for b in batches)
         streak = self.bad_updates.observe(any(r.update.get("skipped_updates", 0) for r in rounds))
         return self.metrics(rounds, streak, time.perf_counter() - t0)
+
+    def _gathered(self, rounds):
+        """The rollout scheme's rounds, each played with the whole weights on every rank (under ``train.fsdp``
+        a rank's generation runs its own number of forwards, which sharded layers cannot: distributed.py)."""
+        while True:
+            with full_weights(self.model):
+                batch = next(rounds, None)
+            if batch is None:
+                return
+            yield batch
 
     def train_round(self, batch: Batch, it: int) -> Round:
         """Advantages → library → update on one round of rollouts."""
@@ -389,9 +403,11 @@ class Trainer:
         self.generator.sync_weights(self.model)  # a served engine starts from the trainer's weights
         t_start = time.perf_counter()
         before = None
-        if cfg.eval.before and self.start_iteration == 0 and self.dp.main:
-            before = self.evaluate("before", 0)
-            log.info(_eval_line("untrained", before))
+        if cfg.eval.before and self.start_iteration == 0:
+            with full_weights(self.model):  # every rank gathers (a collective); rank 0 alone evaluates
+                if self.dp.main:
+                    before = self.evaluate("before", 0)
+                    log.info(_eval_line("untrained", before))
         t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
         last_iter_s, last_run, last_saved = 0.0, self.start_iteration - 1, self.start_iteration - 1
         for it in range(self.start_iteration, cfg.train.iterations):
@@ -417,9 +433,10 @@ class Trainer:
                 last_saved = it
         if last_run > last_saved:  # stopped by the budget between saves: the evaluated weights are saved too
             self.save(last_run)
-        if not self.dp.main:  # rank 0 evaluates and writes the summary
-            return self._close_rank()
-        after = self.evaluate("after", cfg.train.iterations)
+        with full_weights(self.model):  # every rank gathers; rank 0 alone evaluates and writes the summary
+            if not self.dp.main:
+                return self._close_rank()
+            after = self.evaluate("after", cfg.train.iterations)
         log.info(_eval_line("trained", after))
         return self._finish(before, after, t_start)
 
@@ -461,7 +478,10 @@ class Trainer:
 
 
 def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
-    """A :class:`ConfigError` for what data parallelism cannot split yet."""
+    """A :class:`ConfigError` for what data parallelism cannot split yet, and for ``train.fsdp`` settings that
+    cannot work."""
+    if cfg.train.fsdp:
+        check_fsdp(cfg, dp)
     if dp.world == 1:
         return
     if cfg.model.generator != "hf":
@@ -484,6 +504,19 @@ def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
         raise ConfigError(f"experience.mode: {cfg.experience.mode} keeps an experience library, which is not split "
                           f"across processes yet (each rank clusters its own observations, so the gathered batch "
                           f"would link lessons to other ranks' cluster ids): run it with one process")
+
+
+def check_fsdp(cfg: RunConfig, dp: DataParallel) -> None:
+    """``train.fsdp`` shards the frozen base weights of a LoRA policy over two or more processes."""
+    if dp.world == 1:
+        raise ConfigError("train.fsdp: shards the base weights over the processes of a data-parallel run: use "
+                          "--nproc 2 or more (or torchrun)")
+    if not cfg.model.lora:
+        raise ConfigError("train.fsdp: shards frozen base weights and keeps the LoRA weights whole; a fully "
+                          "fine-tuned policy (model.lora: false) is not supported")
+    if "critic" in get_algorithm(cfg.algorithm.name).needs:
+        raise ConfigError(f"train.fsdp: {cfg.algorithm.name}'s critic runs the policy's layers on each rank's own "
+                          f"rows, which sharded layers cannot: drop train.fsdp")
 
 
 def _faulted(t: Trajectory) -> bool:
