@@ -107,7 +107,7 @@ def test_sharded_two_process_update_equals_one_process_update(start_state, tmp_p
 
 def test_fsdp_refuses_what_cannot_work():
     from slea.config import ConfigError, RunConfig
-    from slea.trainer.rl import check_data_parallel
+    from slea.trainer.dp_checks import check_data_parallel
 
     cfg = RunConfig.model_validate({"train": {"fsdp": True}, "model": {"name_or_path": "tiny"},
                                     "rollout": {"groups": 2}})

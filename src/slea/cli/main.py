@@ -47,8 +47,9 @@ def train(
     require_env(cfg.env.id)
     from slea.algorithms.registry import get_algorithm
     from slea.config import ConfigError
+    from slea.trainer.dp_checks import check_data_parallel
     from slea.trainer.guards import RunHalted
-    from slea.trainer.rl import check_data_parallel, run_dir_for
+    from slea.trainer.rl import run_dir_for
     from slea.trainer.select import build_trainer, trainer_kind
 
     try:  # the trainer is chosen by what the algorithm declares it needs (slea/trainer/select.py)
@@ -147,7 +148,8 @@ def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
 
     from slea.config import ConfigError
     from slea.trainer.distributed import DataParallel, launch
-    from slea.trainer.rl import check_data_parallel, run_dir_for
+    from slea.trainer.dp_checks import check_data_parallel
+    from slea.trainer.rl import run_dir_for
 
     try:
         check_data_parallel(cfg, DataParallel(0, nproc))
