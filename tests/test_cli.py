@@ -77,6 +77,10 @@ def test_nproc_errors_are_one_line_before_any_process_starts(tmp_path):
                     "experience.mode: step keeps an experience library, which is not split across processes")
     one_line_exit_2(slea("train", str(ROOT / "configs/teamtr_smoke.yaml"), "--nproc", "2", *run),
                     "algorithm.name: teamtr is trained by the team trainer, which runs in one process")
+    one_line_exit_2(slea("train", smoke, "--set", "train.fsdp=true", *run),
+                    "train.fsdp: shards the base weights over the processes of a data-parallel run")
+    one_line_exit_2(slea("train", smoke, "--nproc", "2", "--set", "train.fsdp=true", "--set", "model.lora=false",
+                         *run), "train.fsdp: shards frozen base weights and keeps the LoRA weights whole")
     assert not (tmp_path / "run").exists()
 
 

@@ -212,6 +212,9 @@ class TrainSection(_Section):
     max_bad_updates: int = Field(3, ge=0)  # stop after this many NaN/inf-hit updates in a row (0: never)
     critic_lr: float = Field(1e-3, gt=0)  # ppo/turn_ppo value head (its own AdamW)
     critic_updates: int = Field(8, ge=1)  # critic optimizer steps per iteration
+    # shard the frozen base weights over the --nproc / torchrun processes (FSDP2; LoRA weights stay whole):
+    # docs/scaling.md
+    fsdp: bool = False
 
 
 class EvalSection(_Section):

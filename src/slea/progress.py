@@ -99,3 +99,8 @@ class Progress:
             self._bar.stop()
         elif exc[0] is None and log.isEnabledFor(logging.INFO):
             self._line()
+
+
+def episodes_note(bar: Progress, n: int):
+    """A collection's ``progress(turn, live)`` callback: the bar's note says how many of its ``n`` episodes ended."""
+    return lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done")

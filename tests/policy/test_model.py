@@ -31,3 +31,13 @@ def test_lora_on_the_top_layers_only():
     assert all("lora_" in n for n, p in top.named_parameters() if p.requires_grad)
     with pytest.raises(ConfigError, match="model.lora_layers"):
         load_policy(ModelSection(name_or_path="tiny", dtype="float32", lora_layers=3))
+
+
+def test_a_build_without_config_json_is_never_put_in_place(tmp_path):
+    from slea.policy.model import _atomic_dir
+
+    final = tmp_path / "models" / "broken"
+    with pytest.raises(RuntimeError, match="wrote no config.json"):
+        _atomic_dir(final, lambda tmp: (tmp / "tokenizer.json").write_text("{}"))  # what a rank > 0 builds
+    assert not final.exists() and list(final.parent.iterdir()) == []
+    assert _atomic_dir(final, lambda tmp: (tmp / "config.json").write_text("{}")) == final

@@ -181,7 +181,7 @@ def test_generator_config_refusals():
 
 def test_trainers_that_cannot_use_a_served_engine_refuse_it():
     from slea.trainer.distributed import DataParallel
-    from slea.trainer.rl import check_data_parallel
+    from slea.trainer.dp_checks import check_data_parallel
     from slea.trainer.teamtr import check_team_config
 
     cfg = build_config({"model": {"generator": "openai"}})

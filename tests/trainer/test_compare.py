@@ -102,6 +102,11 @@ def test_table_statistics_and_interpolation(tmp_path):
     odd = summarize_runs([_fake_run(tmp_path / "odd", "c", 0, [0.0, 1.0], [10, 30], 0.0)])["budgets"]
     assert len(odd) == 4 and all(isinstance(b, int) and abs(b - f * 30) <= 0.5
                                  for b, f in zip(odd, (0.25, 0.5, 0.75, 1.0)))
+    # a run that played no env step (a team whose actor never produced a command) has no value at any budget
+    none = summarize_runs([*runs, _fake_run(tmp_path / "none", "d", 0, [0.0, 0.0], [0, 0], 0.0)])
+    assert none["budgets"] == t["budgets"]  # the shortest run with env steps sets them
+    assert all(v["mean"] is None for v in none["algorithms"]["d"]["train_success_at_env_steps"].values())
+    assert "| d | 1 | 0.000 | – | – | – | – | – | – | 0 |" in table_markdown(none)
 
 
 def test_env_steps_fallback_for_old_runs():
@@ -160,6 +165,9 @@ def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
             (self.dir / "eval").mkdir(exist_ok=True)
             (self.dir / "eval/summary.json").write_text(json.dumps({"after": {"sampled": {"success": 0.25}}}))
 
+        def close(self):
+            pass
+
     monkeypatch.setattr(rl, "Trainer", FakeTrainer)
     p = plan(SMOKE, ["grpo", "rloo"], [0], tmp_path)
     net = torch.nn.Linear(2, 1)  # rloo-s0 was interrupted after its first checkpoint
@@ -186,3 +194,18 @@ def test_relativize_strips_machine_folders_from_saved_files_only(tmp_path):
     assert (run / "config.yaml").read_text() == "config: configs/slea.yaml\nout: bench/results/ev/a\n"
     assert "/x/" in (run / "checkpoints" / "meta.json").read_text() and "/x/" in (run / "metrics.jsonl").read_text()
     assert relativize(tmp_path) == 0  # nothing left to rewrite
+
+
+def test_config_diff_compares_top_level_lists_such_as_plugins_whole(tmp_path):
+    from slea.config import build_config, dump_config
+    from slea.trainer.compare import config_diff, same_config
+
+    cfg = build_config({})
+    saved = yaml.safe_load(dump_config(cfg))
+    (tmp_path / "same.yaml").write_text(yaml.safe_dump(saved))
+    assert config_diff(tmp_path / "same.yaml", cfg) == [] and same_config(tmp_path / "same.yaml", cfg) == (True, "")
+    saved["plugins"] = ["someone_elses_plugin"]
+    saved["train"]["lr"] = 0.5
+    (tmp_path / "other.yaml").write_text(yaml.safe_dump(saved))
+    assert config_diff(tmp_path / "other.yaml", cfg) == ["plugins", "train.lr"]
+    assert same_config(tmp_path / "other.yaml", cfg) == (False, "plugins: ['someone_elses_plugin'] there, [] now")

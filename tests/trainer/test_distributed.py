@@ -1,4 +1,5 @@
-"""Data parallelism: a 2-process update (gloo, spawned) on a fixed batch equals the 1-process update."""
+"""Data parallelism: a 2-process update (gloo, spawned) on a fixed batch equals the 1-process update, with the
+base weights replicated and with them sharded (FSDP2, ``train.fsdp``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,17 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_model
 
-from slea.testing.ddp import AGGS, MODEL, fixed_update, model_from, rank_main, trainable
-from slea.trainer.distributed import DataParallel, launch
+from slea.testing.ddp import (
+    AGGS,
+    MODEL,
+    fixed_reference,
+    fixed_update,
+    fsdp_rank_main,
+    model_from,
+    rank_main,
+    trainable,
+)
+from slea.trainer.distributed import DataParallel, launch, lockstep_passes
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +46,14 @@ def test_shares_cover_the_batch_once():
     assert DataParallel().main and not DataParallel(1, 2).main
 
 
+def test_lockstep_passes_are_the_busiest_ranks():
+    for n in range(1, 12):
+        for world in (1, 2, 3):
+            for mb in (1, 2, 4):
+                busiest = max(-(-len(DataParallel(r, world).block(n)) // mb) for r in range(world))
+                assert lockstep_passes(n, world, mb) == busiest, (n, world, mb)
+
+
 def test_two_process_update_equals_one_process_update(start_state, tmp_path):
     torch.set_num_threads(1)
     start = trainable(model_from(start_state))
@@ -55,3 +73,52 @@ def test_two_process_update_equals_one_process_update(start_state, tmp_path):
         keys = want_met if agg == "token-mean" else ("loss", "kl", "grad_norm")
         for key in keys:
             assert mets[0][key] == pytest.approx(want_met[key], rel=1e-5, abs=1e-7), (agg, key)
+
+
+def test_sharded_two_process_update_equals_one_process_update(start_state, tmp_path):
+    torch.set_num_threads(1)
+    start = trainable(model_from(start_state))
+    launch(fsdp_rank_main, 2, start_state, tmp_path)
+    for r in range(2):  # each rank holds about half of the frozen base weights (dim-0 shards, padded)
+        numel = json.loads((tmp_path / f"fsdp-numel-rank{r}.json").read_text())
+        assert 0.45 * numel["full"] < numel["local"] < 0.55 * numel["full"], numel
+    for mb in (2, 1):  # with micro-batches of 1 the 3-row mini-batch is 1 + 2 rows: rank 0 runs an idle pass
+        for agg in AGGS:
+            want, want_met = fixed_update(start_state, agg, None, micro_batch=mb)
+            stem = f"fsdp-mb{mb}-{agg}"
+            ranks = [load_file(tmp_path / f"{stem}-rank{r}.safetensors") for r in range(2)]
+            mets = [json.loads((tmp_path / f"{stem}-rank{r}.json").read_text()) for r in range(2)]
+            assert ranks[0].keys() == want.keys()  # the LoRA weights, whole (not shards) on every rank
+            assert max(float((want[n] - start[n]).abs().max()) for n in want) > 1e-3
+            for n in want:
+                assert torch.equal(ranks[0][n], ranks[1][n]), n
+                torch.testing.assert_close(ranks[0][n], want[n], rtol=0, atol=1e-6, msg=f"{stem}: {n}")
+            assert mets[0] == mets[1] and mets[0].keys() == want_met.keys()
+            keys = want_met if agg == "token-mean" else ("loss", "kl", "grad_norm")
+            for key in keys:
+                assert mets[0][key] == pytest.approx(want_met[key], rel=1e-5, abs=1e-7), (stem, key)
+        want_ref = fixed_reference(start_state, None, mb)
+        for r in range(2):
+            got = json.loads((tmp_path / f"fsdp-mb{mb}-ref-rank{r}.json").read_text())
+            assert [len(row) for row in got] == [len(row) for row in want_ref]
+            for g, w in zip(got, want_ref):
+                assert g == pytest.approx(w, abs=1e-5)
+
+
+def test_fsdp_refuses_what_cannot_work():
+    from slea.config import ConfigError, RunConfig
+    from slea.trainer.dp_checks import check_data_parallel
+
+    cfg = RunConfig.model_validate({"train": {"fsdp": True}, "model": {"name_or_path": "tiny"},
+                                    "rollout": {"groups": 2}})
+    check_data_parallel(cfg, DataParallel(0, 2))  # LoRA over 2 processes: accepted
+    with pytest.raises(ConfigError, match="train.fsdp: shards the base weights .* --nproc 2 or more"):
+        check_data_parallel(cfg, DataParallel())
+    no_lora = cfg.model_copy(update={"model": cfg.model.model_copy(update={"lora": False})})
+    with pytest.raises(ConfigError, match="model.lora: false"):
+        check_data_parallel(no_lora, DataParallel(0, 2))
+    ppo = cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"name": "ppo"})})
+    with pytest.raises(ConfigError, match="train.fsdp: ppo's critic"):
+        check_data_parallel(ppo, DataParallel(0, 2))
+    check_data_parallel(cfg.model_copy(update={"train": cfg.train.model_copy(update={"fsdp": False})}),
+                        DataParallel())  # without fsdp one process is fine

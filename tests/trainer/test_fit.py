@@ -52,7 +52,7 @@ def test_full_finetune_kl_reference_is_the_frozen_starting_model(tmp_path):
 
 
 def test_budget_spent_starts_an_iteration_only_if_it_ends_within_half_an_iteration_of_the_budget():
-    from slea.trainer.rl import budget_spent
+    from slea.trainer.budgets import budget_spent
 
     assert not budget_spent(0.0, 0.0, 1e-3)  # the first iteration always starts
     assert not budget_spent(80.0, 30.0, 100.0)  # 80 + 15 = 95 ≤ 100: expected to end at 110, within 15 s
@@ -65,7 +65,8 @@ def test_budget_spent_starts_an_iteration_only_if_it_ends_within_half_an_iterati
 def test_a_rollout_budget_stops_the_run_and_counts_siblings(tmp_path):
     """train.rollout_budget: rtpo's first iteration on the two-turn env plays 2 trunks and 2 siblings at each of
     their boundaries (2 + 2·2·2 = 10 rollouts when both trunks play 2 turns) and the budget of 5 ends the run."""
-    from slea.trainer.rl import Trainer, _spent_budget
+    from slea.trainer.budgets import spent_budget
+    from slea.trainer.rl import Trainer
 
     run = tmp_path / "run"
     cfg = load_config(SMOKE, ["plugins=[slea.testing.two_turn]", "env.id=slea/FirstChoice-v0", "env.kwargs={}",
@@ -80,4 +81,4 @@ def test_a_rollout_budget_stops_the_run_and_counts_siblings(tmp_path):
     assert r["rollouts"] == r["budget/rollouts"] == 2 + 2 * r["rollout/forked_boundaries"] >= 5
     assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000000"
     train = cfg.train.model_copy(update={"rollout_budget": None, "env_step_budget": 10})
-    assert _spent_budget(train, 99, 9) == "" and "env-step budget of 10" in _spent_budget(train, 0, 10)
+    assert spent_budget(train, 99, 9) == "" and "env-step budget of 10" in spent_budget(train, 0, 10)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+import slea.evaluation.team as team_eval
 import slea.trainer.teamtr as teamtr_mod
 from slea.config import load_config
 from slea.team import get_team_task
@@ -35,7 +36,8 @@ def test_solo_arm_trains_one_agent_per_stage_and_evaluates_on_heldout_games(tmp_
         pools.append((dict(kwargs), groups, copies))
         return real_pool(env_id, groups, copies, kwargs, **kw)
 
-    monkeypatch.setattr(teamtr_mod, "EnvPool", recording_pool)
+    monkeypatch.setattr(teamtr_mod, "EnvPool", recording_pool)  # training
+    monkeypatch.setattr(team_eval, "EnvPool", recording_pool)  # the held-out evaluation (slea/evaluation/team.py)
     cfg = load_config(ROOT / "configs/teamtr_smoke.yaml",
                       [*SMALL, "team.task=textworld_solo_actor", "eval.before=true", "eval.greedy=true",
                        "eval.seed=3"])

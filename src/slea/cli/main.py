@@ -47,8 +47,9 @@ def train(
     require_env(cfg.env.id)
     from slea.algorithms.registry import get_algorithm
     from slea.config import ConfigError
+    from slea.trainer.dp_checks import check_data_parallel
     from slea.trainer.guards import RunHalted
-    from slea.trainer.rl import check_data_parallel, run_dir_for
+    from slea.trainer.rl import run_dir_for
     from slea.trainer.select import build_trainer, trainer_kind
 
     try:  # the trainer is chosen by what the algorithm declares it needs (slea/trainer/select.py)
@@ -58,8 +59,10 @@ def train(
     if nproc > 1:
         _train_data_parallel(cfg, nproc, resume is not None)
         return
-    from slea.trainer.distributed import DataParallel, init_from_torchrun
+    from slea.trainer.distributed import DataParallel, init_from_torchrun, is_torchrun
 
+    if is_torchrun():
+        _build_cached_model(cfg.model)  # before this process joins the group (see the function)
     if init_from_torchrun():  # started by torchrun: this process is one rank of its group
         dp = DataParallel.current()
         try:
@@ -77,6 +80,7 @@ def train(
     from slea.policy.openai_engine import GeneratorError
 
     try:
+        check_data_parallel(cfg, DataParallel())  # one process: train.fsdp is refused
         trainer = build_trainer(cfg)  # the single-agent RL trainer, or the team trainer (TeamTR)
     except ConfigError as exc:  # a value the trainer cannot use, or one checkable only against the model
         raise fail(f"config error: {exc}") from None
@@ -128,6 +132,15 @@ def align(
         s, g = res["sampled"], res.get("greedy") or {}
         plain(f"{split}: sampled success {s['success']:.3f}, greedy success {g.get('success', float('nan')):.3f}")
 
+def _build_cached_model(model_cfg) -> None:
+    """Build the cached ``tiny`` / ``embedded`` model folders a run names, in this process before it joins a
+    process group: in a rank > 0 of one, transformers' ``save_pretrained`` writes nothing."""
+    from slea.policy.model import resolve
+
+    for name in {model_cfg.name_or_path, model_cfg.tokenizer or model_cfg.name_or_path}:
+        resolve(name)
+
+
 def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
     """``slea train --nproc N``: N spawned ranks in one gloo group (slea/trainer/distributed.py). (Under
     ``torchrun --nproc-per-node N -m slea.cli train ...`` each process joins torchrun's group instead.)"""
@@ -135,12 +148,14 @@ def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
 
     from slea.config import ConfigError
     from slea.trainer.distributed import DataParallel, launch
-    from slea.trainer.rl import check_data_parallel, run_dir_for
+    from slea.trainer.dp_checks import check_data_parallel
+    from slea.trainer.rl import run_dir_for
 
     try:
         check_data_parallel(cfg, DataParallel(0, nproc))
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
+    _build_cached_model(cfg.model)  # once, here: a spawned rank > 0 could not write it
     run_dir = run_dir_for(cfg)  # chosen once here: a timestamped name must be the same on every rank
     console.print(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
     try:

@@ -34,13 +34,18 @@ def cache_dir() -> Path:
 
 
 def _atomic_dir(final: Path, build) -> Path:
-    """Build a folder in a temporary sibling and rename it into place, so a killed build leaves nothing."""
+    """Build a folder in a temporary sibling and rename it into place, so a killed build leaves nothing. A build
+    that wrote no ``config.json`` is never put in place (transformers' ``save_pretrained`` writes nothing in a
+    process of rank > 0 of an initialised ``torch.distributed`` group)."""
     if (final / "config.json").is_file():
         return final
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", dir=final.parent))
     try:
         build(tmp)
+        if not (tmp / "config.json").is_file():
+            raise RuntimeError(f"building {final.name} wrote no config.json (a data-parallel rank > 0 saves "
+                               f"nothing: build it in one process first)")
         try:
             tmp.rename(final)
         except OSError:  # another process won the race

@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_model, save_file
 
 from slea.config import AlgorithmSection, ModelSection, TrainSection
-from slea.trainer.distributed import DataParallel
-from slea.trainer.update import Sample, ppo_update
+from slea.trainer.distributed import DataParallel, shard_frozen_base
+from slea.trainer.update import Sample, ppo_update, reference_logprobs
 
 MODEL = ModelSection(name_or_path="tiny", dtype="float32", lora=True, lora_r=4, lora_alpha=8,
                      lora_targets=["q_proj", "v_proj"])
@@ -53,10 +53,13 @@ def trainable(model) -> dict[str, torch.Tensor]:
 
 
 def fixed_update(state: Path, agg: str, dp: DataParallel | None, micro_batch: int = TRAIN.micro_batch,
-                 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-    """One ``ppo_update`` (2 AdamW steps, KL term on) from the saved weights: the trained weights and metrics."""
+                 fsdp: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """One ``ppo_update`` (2 AdamW steps, KL term on) from the saved weights: the trained weights and metrics
+    (``fsdp``: with the base weights sharded over the group first)."""
     torch.manual_seed(0)
     model = model_from(state)
+    if fsdp:
+        shard_frozen_base(model)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=TRAIN.lr)
     algo = AlgorithmSection(loss_agg=agg, kl_coef=0.1)
     train = TRAIN.model_copy(update={"micro_batch": micro_batch})
@@ -74,3 +77,35 @@ def rank_main(state: Path, out: Path) -> None:
         weights, met = fixed_update(state, agg, dp)
         save_file(weights, out / f"{agg}-rank{dp.rank}.safetensors")
         (out / f"{agg}-rank{dp.rank}.json").write_text(json.dumps(met))
+
+
+def fixed_reference(state: Path, dp: DataParallel | None, micro_batch: int, fsdp: bool = False) -> list[list[float]]:
+    """The reference log-probs (adapters disabled) of :func:`fixed_samples`, computed in micro-batches."""
+    model = model_from(state)
+    if fsdp:
+        shard_frozen_base(model)
+    samples = fixed_samples(model.config.vocab_size)
+    reference_logprobs(model, samples, micro_batch=micro_batch, temperature=1.0, dtype="float32", dp=dp)
+    return [s.ref_logprobs for s in samples]
+
+
+def fsdp_rank_main(state: Path, out: Path) -> None:
+    """One rank's run with the base weights sharded (``train.fsdp``): for micro-batches of 2 and of 1 (the
+    latter leaves one rank a pass short, so it runs an idle pass), the updated weights and metrics of every
+    aggregation and the reference log-probs, written as ``fsdp-mb<m>-<agg>-rank<r>.*`` /
+    ``fsdp-mb<m>-ref-rank<r>.json``; and the base weights' element count, whole and held by this rank, as
+    ``fsdp-numel-rank<r>.json``."""
+    torch.set_num_threads(1)
+    dp = DataParallel.current()
+    model = model_from(state)
+    full = sum(p.numel() for p in model.parameters() if not p.requires_grad)
+    shard_frozen_base(model)
+    local = sum(p.to_local().numel() for p in model.parameters() if not p.requires_grad)
+    (out / f"fsdp-numel-rank{dp.rank}.json").write_text(json.dumps({"full": full, "local": local}))
+    for mb in (2, 1):
+        for agg in AGGS:
+            weights, met = fixed_update(state, agg, dp, micro_batch=mb, fsdp=True)
+            save_file(weights, out / f"fsdp-mb{mb}-{agg}-rank{dp.rank}.safetensors")
+            (out / f"fsdp-mb{mb}-{agg}-rank{dp.rank}.json").write_text(json.dumps(met))
+        ref = fixed_reference(state, dp, mb, fsdp=True)
+        (out / f"fsdp-mb{mb}-ref-rank{dp.rank}.json").write_text(json.dumps(ref))

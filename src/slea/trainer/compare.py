@@ -10,8 +10,13 @@ of iterations, groups and copies, and is evaluated on the same held-out games. E
 assumed equal (an episode may end early; dynamic sampling plays extra groups), and the table compares train
 success at equal env-step budgets.
 
+Every sub-run is trained by the trainer ``slea train`` would run for it (:func:`slea.trainer.select.
+build_trainer`: the single-agent loop, or the TeamTR stage loop for an algorithm that needs a team, whose
+metrics rows are single-agent updates carrying the same ``env_steps``/``rollouts``/``train/success`` columns).
+A value a sub-run does not record is shown as "–".
+
 Reuse: a sub-run with ``eval/summary.json`` is finished and is read, not recomputed; one with a checkpoint
-resumes from it (``Trainer.fit(resume=True)``); a sub-run whose saved config differs from the one this
+resumes from it (``fit(resume=True)``); a sub-run whose saved config differs from the one this
 invocation would use is an error (use another ``--out``), so a folder never mixes settings.
 
 Outputs in ``<out>``: ``table.md`` and ``table.json`` (held-out success after training, mean ± std over
@@ -75,12 +80,16 @@ def _check_unused(cfgs: list[RunConfig]) -> None:
 def config_diff(saved: Path, cfg: RunConfig, free: tuple[tuple[str, str], ...] = (("run", "dir"), ("run", "name"))
                 ) -> list[str]:
     """The ``section.key`` settings where a run's saved config.yaml differs from ``cfg``, less ``free``; keys only
-    one side has (a newer or an older slea) are not a change."""
+    one side has (a newer or an older slea) are not a change. A top-level value that is no section (``plugins``,
+    a list) is compared whole, by its own name."""
     old = yaml.safe_load(Path(saved).read_text()) or {}
     new = yaml.safe_load(dump_config(cfg))
     out = []
     for sec in sorted(set(old) & set(new)):
         a, b = old[sec] or {}, new[sec] or {}
+        if not (isinstance(a, dict) and isinstance(b, dict)):
+            out += [sec] if a != b else []
+            continue
         out += [f"{sec}.{key}" for key in sorted(set(a) & set(b)) if (sec, key) not in free and a[key] != b[key]]
     return out
 
@@ -91,8 +100,9 @@ def same_config(saved: Path, cfg: RunConfig) -> tuple[bool, str]:
     if not diff:
         return True, ""
     old, new = yaml.safe_load(Path(saved).read_text()) or {}, yaml.safe_load(dump_config(cfg))
-    sec, key = diff[0].split(".", 1)
-    return False, f"{diff[0]}: {old[sec][key]!r} there, {new[sec][key]!r} now"
+    sec, _, key = diff[0].partition(".")
+    there, now = (old[sec], new[sec]) if not key else (old[sec][key], new[sec][key])
+    return False, f"{diff[0]}: {there!r} there, {now!r} now"
 
 
 @dataclass
@@ -126,6 +136,10 @@ def plan(config: str | Path | None, algorithms: list[str], seeds: list[int], out
                     raise ValueError(f"{d} was trained with another config ({why}); use another --out")
             items.append((SubRun(algo, seed, d), cfg))
     _check_unused([cfg for _, cfg in items])
+    from slea.trainer.select import check_config
+
+    for _, cfg in items:  # the chosen trainer's own checks (a team trainer's), before any sub-run trains
+        check_config(cfg)
     defaults = {a: dict(get_algorithm(a).defaults) for a in algorithms if get_algorithm(a).defaults}
     spec = {"config": str(config) if config else None, "algorithms": list(algorithms), "seeds": list(seeds),
             "overrides": overrides, "algorithm_defaults": defaults}
@@ -147,15 +161,16 @@ def run(p: Plan, say: Callable[[str], None] | None = None) -> dict[str, Any]:
             sub.status = "reused"
             say(f"{label}: finished, reused")
         else:
-            from slea.trainer.rl import Trainer
+            from slea.trainer.select import build_trainer
 
             resume = ckpt.latest_checkpoint(sub.dir / "checkpoints") is not None
             sub.status = "resumed" if resume else "trained"
             say(f"{label}: {'resuming' if resume else 'training'}")
-            trainer = Trainer(cfg, run_dir=sub.dir)
+            trainer = build_trainer(cfg, sub.dir)  # as `slea train`: the trainer the algorithm's needs pick
             try:
                 trainer.fit(resume=resume)
             finally:
+                trainer.close()
                 rollouts = getattr(trainer, "rollouts", None)
                 if rollouts is not None:  # runs share this process: release each one's envs
                     from slea.trainer.schemes import close
@@ -236,9 +251,9 @@ def summarize_runs(runs: list[SubRun]) -> dict[str, Any]:
     for algo in algos:
         mine = [(r, loaded[(r.algorithm, r.seed)]) for r in runs if r.algorithm == algo]
         at = {}
-        for b in budgets:
+        for b in budgets:  # a run that never played b env steps (none at all: a team whose actor never moved)
             at[str(b)] = stat([float(_interp(d["x"], d["ys"]["train/success"], np.array([b]))[0])
-                                for _, d in mine])
+                                if d["env_steps"] >= b else None for _, d in mine])
         table["algorithms"][algo] = {
             "seeds": [r.seed for r, _ in mine],
             "status": {str(r.seed): r.status for r, _ in mine},
@@ -287,7 +302,8 @@ def table_markdown(table: dict[str, Any]) -> str:
         + ".",
         "Held-out success: sampled episodes on the held-out games after training (mean ± std over seeds, ddof=1).",
         ("Train success @ N steps: the per-iteration train success, linearly interpolated at N cumulative env "
-         "steps (budgets = 25/50/75/100% of the shortest run's env steps), mean ± std over seeds."),
+         "steps (budgets = 25/50/75/100% of the shortest run's env steps; \"–\" for a run that played none), "
+         "mean ± std over seeds."),
         ("Env steps and rollouts: totals per run (a rollout is a whole episode or, for rtpo, a sibling forked "
          "from a trunk's turn boundary; train.rollout_budget / train.env_step_budget stop runs at a matched "
          "budget)."),

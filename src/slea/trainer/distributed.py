@@ -11,13 +11,26 @@ Why not ``torch.nn.parallel.DistributedDataParallel``: it averages gradients ove
 backward per rank, while slea's micro-batches are uneven across ranks (a mini-batch of 5 rows is 3 + 2) and its
 prefix-shared forward runs the model twice before one backward; the summed all-reduce after accumulation is the
 same collective without those constraints. Backend: gloo (CPU); nccl where the tensors live on GPUs.
+
+Sharded base weights (``train.fsdp``, :func:`shard_frozen_base`): FSDP2's ``fully_shard`` splits each decoder
+layer's frozen base weights (and the root's embeddings/head) across the ranks, and all-gathers a layer's
+weights for its forward and backward only. The LoRA parameters are left out of the sharding (``ignored_params``):
+they stay whole, plain tensors on every rank, so the gradient all-reduce above, the clipped optimizer step and
+the checkpoint of the trainable weights are unchanged, and FSDP reduces no gradient itself (the base weights have
+none), so nothing is summed twice. Every forward of a sharded module is a collective, so the ranks must run the
+same number of forwards and backwards in the same order: the update pads a rank's micro-batches with zero-weight
+passes (:func:`lockstep_passes`) and runs one forward per backward (no shared-prefix split), and rollouts and
+evaluations, whose forward counts differ by rank, run inside :func:`full_weights`, with the base weights
+gathered once and no collective per forward.
 """
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -117,11 +130,72 @@ def _rank_main(rank: int, fn: Callable[..., Any], world: int, port: int, args: t
         dist.destroy_process_group()
 
 
+def is_torchrun() -> bool:
+    """Whether torchrun started this process as one of several (``WORLD_SIZE`` > 1 in the environment)."""
+    return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
 def init_from_torchrun() -> bool:
     """Join the group torchrun describes (``WORLD_SIZE``/``RANK``/``MASTER_ADDR`` in the environment) when this
     process was started by it and no group exists yet; True when a multi-process group is now initialised."""
-    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+    if not is_torchrun():
         return False
     if not dist.is_initialized():
         dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
     return True
+
+
+def shard_frozen_base(model) -> None:
+    """Shard ``model``'s frozen weights over the process group with FSDP2 (module docstring): every decoder
+    layer is one FSDP unit, the root (embeddings, final norm, LM head) another; the trainable (LoRA) parameters
+    stay replicated. A model whose trainable parameters are more than adapters is refused by the config check
+    (``train.fsdp`` needs ``model.lora``)."""
+    from torch.distributed.fsdp import fully_shard
+
+    trainable = {p for p in model.parameters() if p.requires_grad}
+    for layer in decoder_layers(model):
+        fully_shard(layer, ignored_params=trainable)
+    fully_shard(model, ignored_params=trainable)
+
+
+def decoder_layers(model) -> list[torch.nn.Module]:
+    """The decoder layers of an HF causal LM (peft-wrapped or not): the modules of its ``ModuleList`` of
+    blocks, found as the list whose length is ``config.num_hidden_layers``."""
+    n = model.config.num_hidden_layers
+    for module in model.modules():
+        if isinstance(module, torch.nn.ModuleList) and len(module) == n:
+            return list(module)
+    raise ValueError(f"no list of {n} decoder layers in {type(model).__name__}")
+
+
+def is_sharded(model) -> bool:
+    """Whether ``model`` holds FSDP-sharded modules (:func:`shard_frozen_base`)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return any(isinstance(m, FSDPModule) for m in model.modules())
+
+
+@contextlib.contextmanager
+def full_weights(model) -> Iterator[None]:
+    """Inside: every FSDP unit of ``model`` holds its whole weights (one all-gather per unit on entry, so every
+    rank must enter together) and keeps them across forwards, so forwards issue no collective and the ranks may
+    run different numbers of them (generation). On exit the units drop back to their shards. A model that is
+    not sharded passes through. The price is memory: the whole base model per rank while inside."""
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for unit in units:
+        unit.set_reshard_after_forward(False)
+        unit.unshard()
+    try:
+        yield
+    finally:
+        for unit in units:
+            unit.reshard()
+            unit.set_reshard_after_forward(True)
+
+
+def lockstep_passes(n_rows: int, world: int, micro_batch: int) -> int:
+    """The micro-batches the busiest rank runs on ``n_rows`` rows shared by :meth:`DataParallel.block` (its
+    share is ``ceil(n_rows / world)`` rows): under sharding every rank runs this many passes."""
+    return math.ceil(math.ceil(n_rows / world) / micro_batch)

@@ -15,7 +15,9 @@ Then metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py,
 Data-parallel (``slea train --nproc N``, slea/trainer/distributed.py): each rank plays its share of the task groups,
 the ranks exchange their episodes so every rank holds the whole batch, and the update sums their gradients; rank 0
 alone writes the run folder, checkpoints and evaluates (the other ranks write their library and metrics to a
-scratch folder that is removed at the end).
+scratch folder that is removed at the end). With ``train.fsdp`` the frozen base weights are sharded over the ranks
+(FSDP2); rollouts and evaluations run with them gathered whole (:func:`slea.trainer.distributed.full_weights`),
+the update with one layer gathered at a time.
 
 The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
 """
@@ -48,14 +50,15 @@ from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector, RolloutStats
 from slea.trainer import checkpoint as ckpt
 from slea.trainer import schemes
+from slea.trainer.budgets import budget_spent, spent_budget
 from slea.trainer.critic import Critic
-from slea.trainer.distributed import DataParallel
+from slea.trainer.distributed import DataParallel, full_weights, shard_frozen_base
+from slea.trainer.dp_checks import PROVIDES, check_data_parallel
 from slea.trainer.episodes import EpisodeSampler
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
 from slea.trainer.sampling import Batch, merge_stats
-from slea.trainer.select import TRAINERS
 from slea.trainer.update import Sample, ppo_update, reference_logprobs, to_samples
 from slea.types import Trajectory, flatten
 
@@ -64,7 +67,6 @@ log = logging.getLogger(__name__)
 # What this trainer can give an algorithm (AlgorithmSpec.needs; "snapshots" through its rollout scheme,
 # slea/trainer/schemes.py). `slea train` picks between it and the team trainer by these declarations
 # (slea/trainer/select.py); offline data comes with `slea align`.
-PROVIDES = next(k.provides for k in TRAINERS if k.name == "rl")
 
 
 def run_dir_for(cfg: RunConfig) -> Path:
@@ -85,13 +87,6 @@ def iteration_seeds(run_seed: int, iteration: int, groups: int) -> list[int]:
     and a compared algorithm see the same tasks."""
     rng = np.random.default_rng([run_seed, iteration])
     return [int(s) for s in rng.integers(0, 2**31 - 1, size=groups)]
-
-
-def budget_spent(elapsed_s: float, last_iteration_s: float, budget_s: float | None) -> bool:
-    """Whether ``train.time_budget_s`` forbids starting another iteration: one is started only while it is
-    expected (as long as the last one) to end less than half an iteration past the budget. The first iteration
-    always starts (no last one: 0 s); ``None`` is no budget."""
-    return budget_s is not None and elapsed_s + 0.5 * last_iteration_s > budget_s
 
 
 def check_provided(spec, provides: frozenset[str] = PROVIDES) -> None:
@@ -204,6 +199,8 @@ class Trainer:
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
         self.model, self.tok = load_policy(cfg.model)
+        if cfg.train.fsdp:  # the frozen base weights sharded over the ranks; the LoRA weights stay whole
+            shard_frozen_base(self.model)
         self.reference = self._frozen_reference()
         self.generator = make_generator(cfg.model, self.model, self.tok)  # hf | openai | vllm (slea/policy/engines.py)
         builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
@@ -231,13 +228,23 @@ class Trainer:
     def iteration(self, it: int) -> dict[str, float]:
         t0 = time.perf_counter()
         seeds = iteration_seeds(self.cfg.run.seed, it, self.cfg.rollout.groups)
-        rounds = [self.train_round(batch, it) for batch in self.rollouts.rounds(it, seeds)]
+        rounds = [self.train_round(batch, it) for batch in self._gathered(self.rollouts.rounds(it, seeds))]
         batches = [r.batch for r in rounds]
         self.episodes += sum(len(b.collected) for b in batches)
         self.env_steps += sum(b.env_steps for b in batches)
         self.rollout_count += sum(b.rollouts for b in batches)
         streak = self.bad_updates.observe(any(r.update.get("skipped_updates", 0) for r in rounds))
         return self.metrics(rounds, streak, time.perf_counter() - t0)
+
+    def _gathered(self, rounds):
+        """The rollout scheme's rounds, each played with the whole weights on every rank (under ``train.fsdp``
+        a rank's generation runs its own number of forwards, which sharded layers cannot: distributed.py)."""
+        while True:
+            with full_weights(self.model):
+                batch = next(rounds, None)
+            if batch is None:
+                return
+            yield batch
 
     def train_round(self, batch: Batch, it: int) -> Round:
         """Advantages → library → update on one round of rollouts."""
@@ -395,16 +402,18 @@ class Trainer:
         self.generator.sync_weights(self.model)  # a served engine starts from the trainer's weights
         t_start = time.perf_counter()
         before = None
-        if cfg.eval.before and self.start_iteration == 0 and self.dp.main:
-            before = self.evaluate("before", 0)
-            log.info(_eval_line("untrained", before))
+        if cfg.eval.before and self.start_iteration == 0:
+            with full_weights(self.model):  # every rank gathers (a collective); rank 0 alone evaluates
+                if self.dp.main:
+                    before = self.evaluate("before", 0)
+                    log.info(_eval_line("untrained", before))
         t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
         last_iter_s, last_run, last_saved = 0.0, self.start_iteration - 1, self.start_iteration - 1
         for it in range(self.start_iteration, cfg.train.iterations):
             if self.dp.from_main(budget_spent(time.perf_counter() - t_train, last_iter_s, cfg.train.time_budget_s)):
                 log.info("time budget of %.0fs reached after %d iterations", cfg.train.time_budget_s, it)
                 break
-            spent = _spent_budget(cfg.train, self.rollout_count, self.env_steps)
+            spent = spent_budget(cfg.train, self.rollout_count, self.env_steps)
             if spent:
                 log.info("%s reached after %d iterations", spent, it)
                 break
@@ -423,9 +432,10 @@ class Trainer:
                 last_saved = it
         if last_run > last_saved:  # stopped by the budget between saves: the evaluated weights are saved too
             self.save(last_run)
-        if not self.dp.main:  # rank 0 evaluates and writes the summary
-            return self._close_rank()
-        after = self.evaluate("after", cfg.train.iterations)
+        with full_weights(self.model):  # every rank gathers; rank 0 alone evaluates and writes the summary
+            if not self.dp.main:
+                return self._close_rank()
+            after = self.evaluate("after", cfg.train.iterations)
         log.info(_eval_line("trained", after))
         return self._finish(before, after, t_start)
 
@@ -464,41 +474,6 @@ class Trainer:
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
         write_eval(self.dir, "summary", summary)
         return summary
-
-
-def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
-    """A :class:`ConfigError` for what data parallelism cannot split yet."""
-    if dp.world == 1:
-        return
-    if cfg.model.generator != "hf":
-        raise ConfigError(f"model.generator: {cfg.model.generator} serves one process's weights; data-parallel "
-                          f"training generates in-process (hf)")
-    if cfg.rollout.groups < dp.world:
-        raise ConfigError(f"rollout.groups: {cfg.rollout.groups} task groups cannot be shared by {dp.world} "
-                          f"processes (at least one group each)")
-    if cfg.algorithm.dynamic_sampling:
-        raise ConfigError("algorithm.dynamic_sampling: not supported with more than one process yet (each rank "
-                          "would refill from the same seeds)")
-    spec = get_algorithm(cfg.algorithm.name)
-    if not spec.needs <= PROVIDES:  # the team trainer: one process
-        raise ConfigError(f"algorithm.name: {spec.name} is trained by the team trainer, which runs in one "
-                          f"process: drop --nproc")
-    if "snapshots" in spec.needs:
-        raise ConfigError(f"algorithm.name: {spec.name} forks sibling rollouts from env snapshots, which is not "
-                          f"split across processes yet: run it with one process")
-    if cfg.experience.mode != "off":
-        raise ConfigError(f"experience.mode: {cfg.experience.mode} keeps an experience library, which is not split "
-                          f"across processes yet (each rank clusters its own observations, so the gathered batch "
-                          f"would link lessons to other ranks' cluster ids): run it with one process")
-
-
-def _spent_budget(train, rollouts: int, env_steps: int) -> str:
-    """Which of ``train.rollout_budget`` / ``train.env_step_budget`` is used up ('' when none is)."""
-    if train.rollout_budget is not None and rollouts >= train.rollout_budget:
-        return f"rollout budget of {train.rollout_budget} ({rollouts} played)"
-    if train.env_step_budget is not None and env_steps >= train.env_step_budget:
-        return f"env-step budget of {train.env_step_budget} ({env_steps} played)"
-    return ""
 
 
 def _faulted(t: Trajectory) -> bool:

@@ -8,7 +8,10 @@ model loads. Both trainers take ``(cfg, run_dir=None)`` and run with ``fit(resum
 folder layout (``config.yaml``, ``metrics.jsonl``, TensorBoard ``events/``, ``checkpoints/``, ``curves.png``,
 ``eval/before.json``, ``eval/after.json``, ``eval/summary.json``).
 
-This module imports neither torch nor a trainer until one is built.
+A trainer may also declare a config check that runs without a model (``check``, ``module:function``):
+:func:`check_config` runs it, so ``slea compare`` refuses a bad sub-run before any sub-run trains.
+
+This module imports neither torch nor a trainer until one is built or checked.
 """
 
 from __future__ import annotations
@@ -23,22 +26,28 @@ from slea.config import ConfigError, RunConfig
 
 @dataclass(frozen=True)
 class TrainerKind:
-    """A trainer ``slea train`` can run: ``provides`` (keys of ``NEEDS``) and its class (``module:Class``)."""
+    """A trainer ``slea train`` can run: ``provides`` (keys of ``NEEDS``), its class (``module:Class``) and
+    optionally its model-free config check (``module:function``, raising :class:`ConfigError`)."""
 
     name: str
     provides: frozenset[str]
     target: str
+    check: str | None = None
 
     def load(self):
-        module, _, cls = self.target.partition(":")
-        return getattr(importlib.import_module(module), cls)
+        return _resolve(self.target)
+
+
+def _resolve(target: str):
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
 TRAINERS: tuple[TrainerKind, ...] = (
     # the on-policy loop (slea/trainer/rl.py); "snapshots" through its rollout scheme (slea/trainer/schemes.py)
     TrainerKind("rl", frozenset({"critic", "clusters", "reference", "snapshots"}), "slea.trainer.rl:Trainer"),
     # TeamTR's stage loop (slea/trainer/teamtr.py): a team of LoRA agents, one single-agent update at a time
-    TrainerKind("team", frozenset({"team"}), "slea.trainer.teamtr:TeamTrainer"),
+    TrainerKind("team", frozenset({"team"}), "slea.trainer.teamtr:TeamTrainer", "slea.trainer.teamtr:check_team_config"),
 )
 
 
@@ -64,3 +73,11 @@ def build_trainer(cfg: RunConfig, run_dir: str | Path | None = None):
     config error costs no model load."""
     kind = trainer_kind(get_algorithm(cfg.algorithm.name))
     return kind.load()(cfg, Path(run_dir) if run_dir is not None else None)
+
+
+def check_config(cfg: RunConfig) -> None:
+    """The :class:`ConfigError` that building ``cfg``'s trainer would raise before its model loads: no trainer
+    provides the algorithm's needs (:func:`trainer_kind`), or the chosen trainer's own check refuses the config."""
+    kind = trainer_kind(get_algorithm(cfg.algorithm.name))
+    if kind.check is not None:
+        _resolve(kind.check)(cfg)

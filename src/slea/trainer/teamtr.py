@@ -21,17 +21,15 @@ update of a stage learns from π̂^0's rollouts) and ``stale_iw`` (the same, adv
 One metrics row per single-agent update (``metrics.jsonl``, ``iteration`` = the update's index):
 ``teamtr/token_kl``, ``teamtr/beta`` (the β of its last step), ``teamtr/beta_next``, ``teamtr/steps``,
 ``teamtr/reverted``, ``team/return_before`` and ``team/return_after`` (a coordination regression shows up as
-after < before), plus the loss's own metrics.
+after < before), ``train/success``, ``train/return``, ``train/invalid_rate`` (of the rollouts the update learns
+from), the cumulative ``rollouts`` (team episodes) and ``env_steps`` (the acting agent's moves), plus the loss's.
+Budgets (``train.time_budget_s``, ``rollout_budget``, ``env_step_budget``) are checked before every single-agent
+update (:meth:`TeamTrainer.budget_stop`); a stop checkpoints the last update and evaluates as a finished run does.
 
 ``slea train`` runs this trainer for an algorithm that declares it needs a team (slea/trainer/select.py), into
 the single-agent run folder layout. After every single-agent update (every ``train.save_every`` updates) an
-atomic checkpoint ``checkpoints/iter_<update>/`` is written by :func:`slea.trainer.checkpoint.save_checkpoint`:
-every agent's adapter, every agent's optimizer (:class:`slea.trainer.checkpoint.OptimizerSet`), the RNG states,
-and in ``state.json`` the stage and position in σ, β per agent, the counters and, mid-stage, the rollouts the
-stage's next update learns from (and the ``stale_iw`` log-ratios), so no collection is replayed.
-``slea train --resume RUN`` (:meth:`TeamTrainer.resume`) continues from the newest intact one: rows logged after
-it are dropped and those updates redone, giving the uninterrupted run's adapters bit for bit (CPU, same
-``run.threads``; tests/trainer/test_teamtr_resume.py). After every stage the adapters are also written to
+atomic checkpoint ``checkpoints/iter_<update>/`` is written and ``slea train --resume RUN`` continues from the
+newest intact one, bit for bit (:mod:`slea.trainer.team_checkpoint`). After every stage the adapters are also written to
 ``<run>/adapters/<agent>.safetensors`` (:meth:`slea.team.policy.TeamPolicy.save_adapters`).
 :meth:`TeamTrainer.fit` evaluates the team on held-out games before (``eval.before``) and after training
 (:meth:`TeamTrainer.evaluate`: ``eval/before.json``, ``eval/after.json``, ``eval/summary.json``) and plots
@@ -58,17 +56,19 @@ from slea.algorithms.teamtr import token_kl
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
 from slea.envs.pool import EnvPool
+from slea.evaluation.evaluate import summarize
+from slea.evaluation.team import evaluate_team
 from slea.policy.engines import make_generator
-from slea.progress import Progress
-from slea.rollout.collector import EVAL_SALT
+from slea.progress import Progress, episodes_note
 from slea.team.prompts import TeamPromptBuilder
-from slea.team.rollout import TeamCollector, TeamEpisode, episode_from_state, episode_state
+from slea.team.rollout import TeamCollector, TeamEpisode
 from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
 from slea.trainer import checkpoint as ckpt
-from slea.trainer.guards import RunHalted
+from slea.trainer import team_checkpoint
+from slea.trainer.budgets import stop_reason
 from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_everything
-from slea.trainer.runlog import RunLog, plot_curves, read_metrics, truncate_metrics
+from slea.trainer.runlog import RunLog, plot_curves, read_metrics
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
 from slea.trainer.update import Sample, _right_aligned, response_logprobs, to_samples
 
@@ -127,11 +127,6 @@ def stale_weights(log_ratios: Any, clip: float) -> np.ndarray:
     sampling of a team trajectory, truncated as in Ionides 2008's truncated IS)."""
     lr = np.asarray(log_ratios, dtype=np.float64)
     return np.clip(np.exp(np.clip(lr, -50.0, 50.0)), 1.0 / clip, clip)
-
-
-def _note(bar: Progress, n: int):
-    """A collection's ``progress(turn, live)`` callback: the bar's note says how many of its ``n`` episodes ended."""
-    return lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done")
 
 
 def check_team_config(cfg: RunConfig) -> None:
@@ -198,8 +193,14 @@ class TeamTrainer:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.log = RunLog(self.dir)
         self.updates = 0  # single-agent updates done (the metrics rows' index)
-        self.episodes = 0  # training episodes played (every collection of every stage)
+        self.episodes = 0  # training episodes played (every collection of every stage): the rollouts
         self.messages = 0  # agent messages of those episodes
+        self.env_steps = 0  # env steps of those episodes (the acting agent's moves; a planner's message is none)
+        self.train_s = 0.0  # training seconds before this process (a resumed run's budget already spent)
+        self.t_train = time.perf_counter()  # when this process's training started (fit resets it)
+        self.last_update_s = 0.0  # the last single-agent update's seconds, its collections included
+        self.stopped = ""  # the budget that stopped the run ('' while none did)
+        self.unsaved: tuple[int, int, Any] | None = None  # the last update logged but not checkpointed
         # what a checkpoint holds: every agent's adapter (by peft parameter name) and every agent's optimizer
         self.weights = {k: v for j in range(n) for k, v in self.team.named_adapter_parameters(j).items()}
         self.optimizer_set = ckpt.OptimizerSet(self.optimizers)
@@ -213,42 +214,25 @@ class TeamTrainer:
         (the collection's index in the stage) keys the sampling, so each collection is a fresh sample."""
         with Progress(f"stage {stage + 1} rollout {draw + 1}", total=self.cfg.team.max_turns) as bar:
             episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw,
-                                                 progress=_note(bar, len(self.pool)))
+                                                 progress=episodes_note(bar, len(self.pool)))
         self.episodes += len(episodes)
         self.messages += sum(len(e.agents) for e in episodes)
+        self.env_steps += sum(1 for e in episodes for s in e.trajectory.steps if s.action)
         return episodes
+
+    def budget_stop(self) -> str:
+        """Which budget forbids starting another single-agent update ('' when none does), as the single-agent
+        trainer decides before an iteration (:func:`slea.trainer.budgets.stop_reason`): ``train.time_budget_s``
+        against this run's training seconds, those before a resume included, the last update's seconds the next
+        one's estimate; ``train.rollout_budget`` against the team episodes played; ``env_step_budget`` their steps."""
+        return stop_reason(self.cfg.train, self.train_s + time.perf_counter() - self.t_train, self.last_update_s,
+                           self.episodes, self.env_steps)
 
     # -- held-out evaluation ---------------------------------------------------------------------------------
     def evaluate(self, name: str) -> dict[str, Any]:
-        """The current team on ``eval.games`` held-out games (the env's ``split: heldout`` plus
-        ``env.eval_kwargs``), written to ``<run>/eval/<name>.json``.
-
-        As slea's single-agent evaluation (:mod:`slea.evaluation.evaluate`): game ``g`` is env seed
-        ``eval.seed + g``, ``eval.episodes_per_game`` sampled episodes each at ``eval.temperature`` and, with
-        ``eval.greedy``, one greedy episode; every episode samples from its own stream keyed by (the evaluation
-        salt, env seed, copy, turn), so the evaluations before and after training draw the same random numbers.
-        ``episode_len`` counts agent messages (a planner + actor move is two)."""
-        from slea.evaluation.evaluate import summarize
-
-        cfg, ev = self.cfg, self.cfg.eval
-        t0 = time.perf_counter()
-        kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}
-        seeds = [ev.seed + g for g in range(ev.games)]
-        guards = {"step_timeout_s": cfg.env.step_timeout_s, "reset_timeout_s": cfg.env.reset_timeout_s}
-        out: dict[str, Any] = {"env": cfg.env.id, "team_task": self.task.name, "games": ev.games}
-        runs = [("sampled", ev.episodes_per_game, ev.temperature)] + ([("greedy", 1, 0.0)] if ev.greedy else [])
-        for key, copies, temperature in runs:
-            with EnvPool(cfg.env.id, ev.games, copies, kwargs, **guards) as pool, \
-                    Progress(f"held-out eval ({key})", total=self.cfg.team.max_turns) as bar:
-                episodes, _ = self.collector.collect(pool, seeds, rng_salt=EVAL_SALT, temperature=temperature,
-                                                     progress=_note(bar, len(pool)))
-            trajs = [e.trajectory for e in episodes]
-            out[key] = {**summarize(trajs), "temperature": temperature}
-            if key == "sampled":
-                out["per_game_wins"] = [sum(t.won for t in trajs if t.group_id == g) for g in range(ev.games)]
-        out["wall_s"] = time.perf_counter() - t0
-        atomic_write_text(self.dir / "eval" / f"{name}.json", json.dumps(out, indent=2))
-        return out
+        """The current team on the held-out games (:func:`slea.evaluation.team.evaluate_team`), written to
+        ``<run>/eval/<name>.json``."""
+        return evaluate_team(self.collector, self.cfg, self.task.name, self.dir / "eval" / f"{name}.json")
 
     def samples_for(self, agent: int, episodes: list[TeamEpisode], weights: list[float] | None = None
                     ) -> list[Sample]:
@@ -360,19 +344,24 @@ class TeamTrainer:
         mode = cfg.team.rollouts
         seeds = iteration_seeds(cfg.run.seed, s, cfg.rollout.groups)
         order = stage_order(cfg.team.order, len(self.task.roles), cfg.run.seed, s)
-        if pending is None:
-            episodes = self.collect(s, 0, seeds)  # π̂^0
-            log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of the updated agents' messages
-        else:
-            episodes, log_ratio = pending[0], np.array(pending[1], dtype=np.float64)
+        episodes, log_ratio = (None, None) if pending is None else (pending[0], np.array(pending[1], dtype=np.float64))
         rows = []
         for i in range(first, len(order)):
+            self.stopped = self.budget_stop()  # budgets stop the run between single-agent updates
+            if self.stopped:
+                break
+            t_row = time.perf_counter()
+            if episodes is None:
+                episodes = self.collect(s, 0, seeds)  # π̂^0
+                log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of updated agents' messages
             agent = order[i]
             t0 = time.perf_counter()
             weights = stale_weights(log_ratio, cfg.team.iw_clip) if mode == "stale_iw" else None
             samples = self.samples_for(agent, episodes, None if weights is None else weights.tolist())
             row: dict[str, Any] = {"stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
                                    "team/return_before": mean_return(episodes)}
+            played = summarize([e.trajectory for e in episodes])  # the rollouts this update learns from
+            row.update({f"train/{k}": played[k] for k in ("success", "return", "invalid_rate")})
             if weights is not None:
                 row["teamtr/iw_mean"], row["teamtr/iw_max"] = float(weights.mean()), float(weights.max())
             before = self.message_logprobs(agent, episodes) if mode == "stale_iw" else None
@@ -395,7 +384,9 @@ class TeamTrainer:
                 "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted), "teamtr/samples": len(samples),
                 **{f"update/{k}": v for k, v in res.step_metrics.items()},
                 "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
+                "episodes": self.episodes, "rollouts": self.episodes, "env_steps": self.env_steps,
             }
+            self.last_update_s = time.perf_counter() - t_row
             rows.append(row)
             self.record(row, len(order), None if i == len(order) - 1 else (episodes, log_ratio))
         return rows
@@ -413,8 +404,9 @@ class TeamTrainer:
                  row["team/return_before"], after, row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"],
                  row["time/stage_s"])
         last = pending is None and row["stage"] == cfg.train.iterations - 1
+        self.unsaved = (row["stage"], row["position"], pending)
         if self.updates % cfg.train.save_every == 0 or last:
-            self.save(row["stage"], row["position"], pending)
+            self.save(*self.unsaved)
 
     def run_stage(self, s: int, first: int = 0, pending: tuple[list[TeamEpisode], np.ndarray] | None = None
                   ) -> list[dict[str, Any]]:
@@ -423,53 +415,9 @@ class TeamTrainer:
         self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
         return rows
 
-    # -- checkpoints, resume -----------------------------------------------------------------------------------
-    def save(self, stage: int, position: int, pending: tuple[list[TeamEpisode], np.ndarray] | None) -> None:
-        """Checkpoint the update just logged (``checkpoints/iter_<update>``, :func:`slea.trainer.checkpoint.
-        save_checkpoint`): every agent's adapter, every agent's optimizer, the RNG states, and in ``state.json``
-        the stage and position, β per agent, the counters and ``pending`` (never weights that hold NaN/inf)."""
-        u = self.updates - 1
-        if not all(bool(torch.isfinite(p).all()) for p in self.weights.values()):
-            raise RunHalted(f"stopped at update {u}: the adapters hold NaN/inf, so no checkpoint was written; the "
-                            f"last good checkpoint is {self.last_checkpoint}")
-        rollouts = None if pending is None else {"episodes": [episode_state(e) for e in pending[0]],
-                                                 "log_ratio": [float(x) for x in pending[1]]}
-        path = ckpt.save_checkpoint(
-            self.dir / "checkpoints", u, self.weights, self.optimizer_set, keep=self.cfg.train.keep_checkpoints,
-            extra={"stage": stage, "position": position, "updates": self.updates, "episodes": self.episodes,
-                   "messages": self.messages, "betas": list(self.betas), "agents": list(self.task.agents),
-                   "pending": rollouts})
-        self.last_checkpoint = path.name
-
-    def resume(self) -> bool:
-        """Continue from the newest intact checkpoint (damaged ones are skipped with a warning), as the
-        single-agent trainer does: adapters, optimizers, RNGs, β, counters and the position in the stage; rows
-        logged after it are dropped (those updates are redone). Without a checkpoint the run starts over; with
-        only damaged ones it stops (:class:`RunHalted`) and changes nothing."""
-        root = self.dir / "checkpoints"
-        last, state = ckpt.load_latest(root, self.weights, self.optimizer_set)
-        if state is None and ckpt.list_checkpoints(root):
-            raise RunHalted(f"--resume: no checkpoint in {root} loads (see the warnings); nothing was changed. "
-                            f"Move that folder away to start the run over.")
-        u = int(state["iteration"]) if state is not None else -1
-        truncate_metrics(self.log.path, u)
-        self.log.purge_after(u)
-        if state is None:
-            return False
-        self.updates, self.episodes, self.messages = (int(state[k]) for k in ("updates", "episodes", "messages"))
-        self.betas = [float(b) for b in state["betas"]]
-        stage, position, rollouts = int(state["stage"]), int(state["position"]), state.get("pending")
-        if rollouts is None:  # the checkpoint closed its stage
-            self.start, self.pending = (stage + 1, 0), None
-        else:
-            self.start = (stage, position + 1)
-            self.pending = ([episode_from_state(e) for e in rollouts["episodes"]],
-                            np.asarray(rollouts["log_ratio"], dtype=np.float64))
-        self.last_checkpoint = last.name
-        nxt = (f"next: stage {self.start[0] + 1}, update {self.start[1] + 1}"
-               if self.start[0] < self.cfg.train.iterations else "every stage done")
-        log.info("resumed from %s (%s)", last.name, nxt)
-        return True
+    # -- checkpoints, resume (slea/trainer/team_checkpoint.py) ------------------------------------------------
+    save = team_checkpoint.save
+    resume = team_checkpoint.resume
 
     # -- the run -----------------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
@@ -489,8 +437,14 @@ class TeamTrainer:
         elif cfg.eval.before and (self.dir / "eval" / "before.json").is_file():  # resumed: evaluated already
             before = json.loads((self.dir / "eval" / "before.json").read_text())
         first_stage, first, pending = self.start[0], self.start[1], self.pending
+        self.t_train = time.perf_counter()  # the time budget covers training, not the evaluations
         for s in range(first_stage, cfg.train.iterations):
             self.run_stage(s, first if s == first_stage else 0, pending if s == first_stage else None)
+            if self.stopped:
+                log.info("%s reached after %d single-agent updates", self.stopped, self.updates)
+                break
+        if self.unsaved is not None:  # stopped by a budget between saves: the evaluated adapters are saved too
+            self.save(*self.unsaved)
         self.pending = None
         after = self.evaluate("after")
         log.info(_eval_line("trained", after))
@@ -502,6 +456,7 @@ class TeamTrainer:
         summary = {"run_dir": str(self.dir), "team_task": self.task.name, "agents": self.task.agents,
                    "rollouts": cfg.team.rollouts, "stages": cfg.train.iterations, "updates": self.updates,
                    "iterations": len(rows), "episodes": self.episodes, "messages": self.messages,
+                   "env_steps": self.env_steps, "stopped_by": self.stopped or None,
                    "before": before, "after": after, "wall_s": time.perf_counter() - t_start,
                    "checkpoint": self.last_checkpoint,
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}

@@ -20,7 +20,7 @@ from slea.algorithms.kl import kl_penalty
 from slea.algorithms.registry import get_policy_loss
 from slea.config import loss_settings
 from slea.policy.generation import autocast, forward_after_prefix, left_pad, shared_prefix
-from slea.trainer.distributed import DataParallel
+from slea.trainer.distributed import DataParallel, is_sharded, lockstep_passes
 from slea.types import Step
 
 
@@ -94,15 +94,21 @@ def _right_aligned(rows: list[list[float]], k: int) -> torch.Tensor:
 
 @torch.no_grad()
 def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temperature: float, dtype: str,
-                       reference=None, dp: DataParallel | None = None) -> None:
+                       reference=None, dp: DataParallel | None = None, share_prefix: bool = True) -> None:
     """Fill ``ref_logprobs`` from π_ref: ``reference`` (a frozen copy of the starting weights) when given, else
     ``model`` with its LoRA adapters disabled. A model without adapters and no ``reference`` is an error: its
     "reference" would be the current policy and the KL term would be 0. With ``dp`` each rank computes its
     share of the rows and every rank receives all of them."""
     if dp is not None and dp.world > 1:
         mine = dp.share(samples)
+        sharded = is_sharded(model)
         reference_logprobs(model, mine, micro_batch=micro_batch, temperature=temperature, dtype=dtype,
-                           reference=reference)
+                           reference=reference, share_prefix=not sharded)
+        if sharded:  # every rank runs the busiest rank's number of forwards (distributed.py)
+            idle = lockstep_passes(len(samples), dp.world, micro_batch) - math.ceil(len(mine) / micro_batch)
+            with model.disable_adapter():
+                for _ in range(idle):
+                    response_logprobs(model, samples[:1], temperature=temperature, dtype=dtype, share_prefix=False)
         every = [row for part in dp.gather([s.ref_logprobs for s in mine]) for row in part]
         for s, row in zip(samples, every):
             s.ref_logprobs = row
@@ -115,9 +121,17 @@ def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temper
     with ctx:
         for start in range(0, len(samples), micro_batch):
             chunk = samples[start:start + micro_batch]
-            logp, mask = response_logprobs(net, chunk, temperature=temperature, dtype=dtype)
+            logp, mask = response_logprobs(net, chunk, temperature=temperature, dtype=dtype,
+                                           share_prefix=share_prefix)
             for s, row, m in zip(chunk, logp, mask):
                 s.ref_logprobs = row[m.bool()].tolist()
+
+
+def idle_pass(model, sample: Sample, *, temperature: float, dtype: str) -> None:
+    """A forward and backward of ``sample`` with weight 0: it adds nothing to any gradient, and lets a rank with
+    fewer rows than the busiest one join the collectives of a sharded model's passes (distributed.py)."""
+    logp, _ = response_logprobs(model, [sample], temperature=temperature, dtype=dtype, share_prefix=False)
+    (logp.sum() * 0.0).backward()
 
 
 def minibatches(n_rows: int, updates: int, rng: random.Random) -> list[list[int]]:
@@ -137,13 +151,15 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
 
     With ``dp`` (data parallelism, slea/trainer/distributed.py) every rank holds the same ``samples`` and runs
     its share of each mini-batch, weighted by the whole mini-batch; the summed gradients and the metrics are
-    those of one process."""
+    those of one process. A sharded model (``train.fsdp``) runs one forward per micro-batch, and a rank with
+    fewer micro-batches than the busiest one adds zero-weight passes (:func:`idle_pass`)."""
     loss_fn = get_policy_loss(algo_cfg.policy_loss)
     kwargs = loss_settings(algo_cfg, loss_fn)
     minis = minibatches(len(samples), train_cfg.updates_per_iter, rng)
     n_mini = len(minis)
     params = [p for p in model.parameters() if p.requires_grad]
     agg = algo_cfg.loss_agg
+    sharded = dp is not None and dp.world > 1 and is_sharded(model)
     totals: dict[str, float] = {}
     skipped = 0
     model.train()
@@ -161,9 +177,15 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
         optimizer.zero_grad(set_to_none=True)
         metrics_acc: dict[str, float] = {}
         mine = rows if dp is None else dp.share(rows)  # this rank's rows; the weights below are the mini-batch's
-        for start in range(0, len(mine), train_cfg.micro_batch):
-            chunk = mine[start:start + train_cfg.micro_batch]
-            logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype)
+        chunks = [mine[start:start + train_cfg.micro_batch] for start in range(0, len(mine), train_cfg.micro_batch)]
+        if sharded:  # every rank runs the busiest rank's number of forward/backward passes (distributed.py)
+            chunks += [[]] * (lockstep_passes(len(rows), dp.world, train_cfg.micro_batch) - len(chunks))
+        for chunk in chunks:
+            if not chunk:
+                idle_pass(model, rows[0], temperature=temperature, dtype=dtype)
+                continue
+            logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype,
+                                           share_prefix=not sharded)
             pad = (k - mask.shape[1], 0)
             logp, mask = torch.nn.functional.pad(logp, pad), torch.nn.functional.pad(mask, pad)
             old = _right_aligned([s.old_logprobs for s in chunk], k)

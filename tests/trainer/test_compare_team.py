@@ -1,0 +1,78 @@
+"""``slea compare`` on a team config: team sub-runs are trained by the trainer ``slea train`` picks (the algorithm's
+declared needs, never its name), and the table and curves come from their metrics and evaluations.
+
+``test_plugin_team`` (tests/plugins/my_slea_plugin.py) is a user's algorithm that needs a team; ``teamtr`` is
+TeamTR itself. The tiny model on the TeamTR smoke preset cut to one task group and two messages per episode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from slea.trainer.runlog import read_metrics
+
+pytest.importorskip("textworld")
+
+ROOT = Path(__file__).resolve().parents[2]
+SMALL = ["plugins=[my_slea_plugin]", "rollout.groups=1", "team.max_turns=2", "team.trust_region.min_steps=1",
+         "team.trust_region.max_steps=1", "team.trust_region.kl_estimator=k3", "train.lr=0.001", "run.threads=1",
+         "eval.games=1", "eval.episodes_per_game=2"]
+
+
+def slea(*args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT / "src"), str(ROOT / "tests/plugins")]))
+    return subprocess.run([sys.executable, "-m", "slea.cli", *args], env=env, capture_output=True, text=True,
+                          timeout=600, check=False)
+
+
+def _compare(out: Path, algorithms: str, *extra: str) -> subprocess.CompletedProcess:
+    over = [x for o in [*SMALL, *extra] for x in ("--set", o)]
+    return slea("compare", str(ROOT / "configs/teamtr_smoke.yaml"), "--algorithms", algorithms, "--seeds", "0,1",
+                "--out", str(out), *over)
+
+
+def test_slea_compare_trains_team_sub_runs_and_tables_their_metrics(tmp_path):
+    out = tmp_path / "cmp"
+    r = _compare(out, "teamtr,test_plugin_team")
+    assert r.returncode == 0, r.stderr[-3000:]
+    for name in ("table.md", "table.json", "curves.png", "compare.json"):
+        assert (out / name).is_file(), name
+    table = json.loads((out / "table.json").read_text())
+    assert list(table["algorithms"]) == ["teamtr", "test_plugin_team"]
+    for algo, a in table["algorithms"].items():
+        assert a["status"] == {"0": "trained", "1": "trained"}
+        for seed in (0, 1):
+            run = out / "runs" / f"{algo}-s{seed}"
+            rows = read_metrics(run / "metrics.jsonl")
+            assert [x["stage"] for x in rows] == [0, 0, 1, 1]  # a team run: a row per single-agent update
+            summary = json.loads((run / "eval/summary.json").read_text())
+            # 2 stages × 3 fresh collections × 2 episodes
+            assert summary["episodes"] == 12 and rows[-1]["rollouts"] == 12
+            assert rows[-1]["env_steps"] == summary["env_steps"]
+        assert a["rollouts"]["mean"] == 12 and a["iterations"]["mean"] == 4
+        assert a["env_steps"]["values"] == [float(json.loads((out / "runs" / f"{algo}-s{s}" / "eval/summary.json")
+                                                              .read_text())["env_steps"]) for s in (0, 1)]
+        assert a["heldout_success"]["n"] == 2 and a["final_train_success"]["n"] == 2
+        assert a["heldout_greedy_success"]["mean"] is None  # eval.greedy is off in the preset: shown as "–"
+    md = (out / "table.md").read_text()
+    assert "| teamtr | 2 |" in md and "| test_plugin_team | 2 |" in md and "–" in md
+    # the user's algorithm trained (its signal), so the seeds' adapters differ from TeamTR's untrained ones
+    plugin_rows = read_metrics(out / "runs/test_plugin_team-s0/metrics.jsonl")
+    assert all(x["teamtr/steps"] >= 1 and x["teamtr/samples"] > 0 for x in plugin_rows)
+
+    r = _compare(out, "teamtr,test_plugin_team")  # everything finished: reused, nothing trained again
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("finished, reused") == 4
+
+
+def test_a_config_the_team_trainer_refuses_is_refused_before_any_sub_run_trains(tmp_path):
+    # the team trainer's own check (slea.trainer.select.check_config) runs at planning, in one line, exit 2
+    r = _compare(tmp_path / "cmp", "teamtr", "algorithm.kl_coef=0.1")
+    assert r.returncode == 2 and "Traceback" not in r.stderr and not (tmp_path / "cmp/runs").exists()
+    assert "algorithm.kl_coef: TeamTR's KL term" in r.stderr and len(r.stderr.strip().splitlines()) == 1
