@@ -11,10 +11,10 @@ import torch
 from pytest import approx
 
 from slea.algorithms import get_algorithm
-from slea.algorithms.registry import ALGORITHMS, register_algorithm
 from slea.config import ConfigError, build_config, load_config
 from slea.team import SharedContext
 from slea.team.rollout import TeamEpisode
+from slea.testing.team_signal import signal_algorithm as registered_signal
 from slea.trainer.teamtr import TeamTrainer, agent_samples, check_team_config, stage_order, stale_weights
 from slea.types import Step, Trajectory
 
@@ -33,12 +33,8 @@ OVERRIDES = ["rollout.groups=1", "team.max_turns=2", "team.order=reverse", "team
 
 @pytest.fixture
 def signal_algorithm():
-    @register_algorithm(SIGNAL, level="trajectory", needs=("team",), defaults={"algorithm.policy_loss": "teamtr"})
-    def signal(batch):
-        return np.where(batch.traj_ids % 2 == 0, 1.0, -1.0)
-
-    yield SIGNAL
-    ALGORITHMS.remove(SIGNAL)
+    with registered_signal(SIGNAL):
+        yield SIGNAL
 
 
 def test_stage_order():

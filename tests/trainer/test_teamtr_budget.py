@@ -10,11 +10,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
-from slea.algorithms.registry import ALGORITHMS, register_algorithm
 from slea.config import load_config
+from slea.testing.team_signal import signal_algorithm
 from slea.trainer import checkpoint as ckpt
 from slea.trainer.runlog import read_metrics
 from slea.trainer.teamtr import TeamTrainer
@@ -31,13 +30,8 @@ OVERRIDES = ["rollout.groups=1", "team.max_turns=2", "team.trust_region.min_step
 
 @pytest.fixture(scope="module", autouse=True)
 def signal():
-    # a random tiny model never scores: copy 0 of a task scores +1, copy 1 −1, so every update trains
-    @register_algorithm(SIGNAL, level="trajectory", needs=("team",), defaults={"algorithm.policy_loss": "teamtr"})
-    def sig(batch):
-        return np.where(batch.traj_ids % 2 == 0, 1.0, -1.0)
-
-    yield SIGNAL
-    ALGORITHMS.remove(SIGNAL)
+    with signal_algorithm(SIGNAL):
+        yield SIGNAL
 
 
 def _cfg(*extra: str):

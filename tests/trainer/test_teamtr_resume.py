@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from slea.algorithms.registry import ALGORITHMS, register_algorithm
 from slea.config import load_config
+from slea.testing.team_signal import signal_algorithm
 from slea.trainer import checkpoint as ckpt
 from slea.trainer.guards import RunHalted
 from slea.trainer.runlog import read_metrics
@@ -43,12 +42,8 @@ class _Killed(Exception):
 
 @pytest.fixture(scope="module")
 def signal():
-    @register_algorithm(SIGNAL, level="trajectory", needs=("team",), defaults={"algorithm.policy_loss": "teamtr"})
-    def sig(batch):
-        return np.where(batch.traj_ids % 2 == 0, 1.0, -1.0)
-
-    yield SIGNAL
-    ALGORITHMS.remove(SIGNAL)
+    with signal_algorithm(SIGNAL):
+        yield SIGNAL
 
 
 def _cfg(mode: str):
