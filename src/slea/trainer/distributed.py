@@ -27,9 +27,11 @@ gathered once and no collective per forward.
 from __future__ import annotations
 
 import contextlib
+import faulthandler
 import math
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -122,12 +124,27 @@ def launch(fn: Callable[..., Any], nproc: int, *args: Any) -> None:
 
 
 def _rank_main(rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple) -> None:
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
-                            timeout=COLLECTIVE_TIMEOUT)
+    faulthandler.enable()  # a native abort in a rank prints its Python stacks, not a bare "SIGABRT"
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
     try:
         fn(*args)
+        dist.barrier()  # no rank tears its group down while another still has a collective in flight
     finally:
         dist.destroy_process_group()
+    _leave_in_order(store, rank, world)
+
+
+def _leave_in_order(store: dist.Store, rank: int, world: int, poll_s: float = 0.01) -> None:
+    """Rank 0 hosts the store: it exits only once every rank has torn its group down, so no rank's teardown
+    meets a vanished store or half-closed connections (a rank once died with SIGABRT at exit)."""
+    store.add(_LEFT_KEY, 1)
+    if rank == 0:
+        while store.add(_LEFT_KEY, 0) < world:
+            time.sleep(poll_s)
+
+
+_LEFT_KEY = "slea/ranks_left"
 
 
 def is_torchrun() -> bool:
