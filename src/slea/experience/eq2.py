@@ -44,6 +44,7 @@ DENSE_SHARE = 8  # a token in at least 1/8 of the entries gets a dense idf row (
 DENSE_MAX_ROWS = 64
 DENSE_MAX_BYTES = 64 << 20
 TW_MAX_BYTES = 64 << 20  # the cached threshold vectors, one per (threshold, task type)
+PLAN_MAX = 4096  # cached query plans (one per distinct token tuple) per matrix
 
 
 class TokenMatrix:
@@ -51,7 +52,11 @@ class TokenMatrix:
 
     ``dense_share``: tokens in at least ``n / dense_share`` entries (at most ``DENSE_MAX_ROWS`` of them, the most
     frequent, within ``DENSE_MAX_BYTES``) are held as dense float64 rows ``idf * [token in entry]`` and added
-    row by row; ``0`` disables them (every token through the postings' bincount, the same entries)."""
+    row by row; ``0`` disables them (every token through the postings' bincount, the same entries).
+
+    Token ids (``token_ids``) fix the order of every sum: the postings tokens in string order, then the dense
+    ones in row order. Each entry's ``W(e)`` and each query's ``hit(q, e)`` add their idf terms in token-id order
+    (``order_sum``), whatever the order of the query's tokens or Python's string hashing."""
 
     def __init__(self, lib: ExperienceLibrary, dense_share: int = DENSE_SHARE) -> None:
         self.version = lib.content_version
@@ -63,25 +68,28 @@ class TokenMatrix:
         self.task = np.array([self.task_codes.setdefault(e.task_type, len(self.task_codes)) if e.task_type else -1
                               for e in entries], dtype=np.int64)  # -1: untyped, retrieved for every task type
         self.zone = np.array([ZONE_CODES[e.zone] for e in entries], dtype=np.int8)
-        self.token_ids: dict[str, int] = {}
-        self.postings: list[np.ndarray] = []
-        for tok, ids in lib.posting_items():
-            self.token_ids[tok] = len(self.postings)
-            self.postings.append(np.fromiter((row[e] for e in ids), dtype=np.int64, count=len(ids)))
-        self.df = np.array([len(p) for p in self.postings], dtype=np.int64)
+        items = sorted((tok, len(ids), ids) for tok, ids in lib.posting_items())
+        cap = min(DENSE_MAX_ROWS, DENSE_MAX_BYTES // (8 * max(n, 1))) if dense_share > 0 else 0
+        by_df = sorted(range(len(items)), key=lambda i: (-items[i][1], items[i][0]))[:cap]
+        freq = [i for i in by_df if items[i][1] * dense_share >= n]
+        dense_of = set(freq)
+        order = [i for i in range(len(items)) if i not in dense_of] + freq
+        self.n_sparse = len(items) - len(freq)
+        self.token_ids = {items[i][0]: k for k, i in enumerate(order)}
+        self.postings = [np.fromiter((row[e] for e in items[i][2]), dtype=np.int64, count=items[i][1])
+                         for i in order]
+        self.df = np.array([items[i][1] for i in order], dtype=np.int64)
         self.idf = np.log1p(n / (1.0 + self.df))
         self.weight = np.bincount(np.concatenate(self.postings), weights=np.repeat(self.idf, self.df),
                                   minlength=n) if self.postings else np.zeros(n)
-        # the frequent tokens as dense rows; the others (sparse_ids) through their postings
-        cap = min(DENSE_MAX_ROWS, DENSE_MAX_BYTES // (8 * max(n, 1))) if dense_share > 0 else 0
-        freq = [int(t) for t in np.argsort(-self.df, kind="stable")[:cap] if self.df[t] * dense_share >= n]
         self.dense = np.zeros((len(freq), n))
-        for k, t in enumerate(freq):
+        for k in range(len(freq)):
+            t = self.n_sparse + k
             self.dense[k, self.postings[t]] = self.idf[t]
-        tok_of = {i: tok for tok, i in self.token_ids.items()}
-        self.dense_ids = {tok_of[t]: k for k, t in enumerate(freq)}
-        self.sparse_ids = {tok: i for tok, i in self.token_ids.items() if tok not in self.dense_ids}
+        self.dense_ids = {tok: k - self.n_sparse for tok, k in self.token_ids.items() if k >= self.n_sparse}
+        self.sparse_ids = {tok: k for tok, k in self.token_ids.items() if k < self.n_sparse}
         self._tw: dict[tuple[float, str], np.ndarray] = {}
+        self._plans: dict[tuple[str, ...], tuple] = {}
 
     def _threshold_weight(self, threshold: float, task_type: str = "") -> np.ndarray:
         """``threshold * W(e)``, a hair lower so that rounding never drops an entry before the exact test;
@@ -97,24 +105,40 @@ class TokenMatrix:
             self._tw[key] = tw
         return tw
 
+    def _plan(self, tokens: tuple[str, ...]) -> tuple:
+        """A query's work, memoised per token tuple (``PLAN_MAX``, oldest out): its postings tokens' arrays,
+        idf and df in token-id order, their total length, and its dense rows in row order."""
+        plan = self._plans.get(tokens)
+        if plan is None:
+            ids = self.token_ids
+            tids = sorted({ids[t] for t in tokens if t in ids})
+            ns = self.n_sparse
+            sparse = [t for t in tids if t < ns]
+            drows = [t - ns for t in tids if t >= ns]
+            arr = np.asarray(sparse, dtype=np.int64)
+            plan = ([self.postings[t] for t in sparse], self.idf[arr], self.df[arr], int(self.df[arr].sum()), drows)
+            if len(self._plans) >= PLAN_MAX:
+                del self._plans[next(iter(self._plans))]
+            self._plans[tokens] = plan
+        return plan
+
     def above(self, tokens, threshold: float, task_type: str = "") -> tuple[np.ndarray, np.ndarray]:
         """(rows, sims) of every entry (of the task type, or untyped, when one is given) with
         ``sim > threshold`` for a query with these content tokens."""
-        tids = [i for i in map(self.sparse_ids.get, tokens) if i is not None]
-        drows = [k for k in map(self.dense_ids.get, tokens) if k is not None] if self.dense_ids else []
-        if not tids and not drows:
+        posts, idf, df, size, drows = self._plan(tokens if isinstance(tokens, tuple) else tuple(tokens))
+        if not size and not drows:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        rows = np.concatenate([self.postings[i] for i in tids]) if tids else np.zeros(0, dtype=np.int64)
-        if tids:
-            tids = np.asarray(tids, dtype=np.int64)
-            w = np.repeat(self.idf[tids], self.df[tids])
-        if drows or rows.size * 64 > self.n:  # frequent tokens or long postings: one dense pass over the library
-            if rows.size:
+        if size:
+            rows = np.concatenate(posts) if len(posts) > 1 else posts[0]
+            w = np.repeat(idf, df)
+        if drows or size * 64 > self.n:  # frequent tokens or long postings: one dense pass over the library
+            if size:
                 dense = np.bincount(rows, weights=w, minlength=self.n)
+                k0 = 0
             else:
                 dense = self.dense[drows[0]].copy()
-                drows = drows[1:]
-            for k in drows:  # a frequent token: one row added (an entry without it gets an exact +0.0)
+                k0 = 1
+            for k in drows[k0:]:  # a frequent token: one row added (an entry without it gets an exact +0.0)
                 np.add(dense, self.dense[k], out=dense)
             cand = np.flatnonzero(dense > self._threshold_weight(threshold, task_type))
             hit = dense[cand]
@@ -128,6 +152,14 @@ class TokenMatrix:
         sim = hit / self.weight[cand]  # every candidate holds a query token, whose idf is > 0: W(e) > 0
         keep = sim > threshold
         return cand[keep], sim[keep]
+
+    def order_sum(self, tokens) -> float:
+        """The idf of these tokens added one by one in token-id order, as :meth:`above` and ``weight`` add
+        them (a reference for the tests: ``hit`` and ``W`` of one entry)."""
+        total = 0.0
+        for k in sorted(self.token_ids[t] for t in tokens if t in self.token_ids):
+            total += float(self.idf[k])
+        return total
 
 
 def best_per_zone(cand: np.ndarray, sim: np.ndarray, zone: np.ndarray, per_zone: dict[str, int]
