@@ -43,7 +43,7 @@ ZONE_CODES = {"pos": 0, "neg": 1}
 DENSE_SHARE = 8  # a token in at least 1/8 of the entries gets a dense idf row (cheaper to add than to bincount)
 DENSE_MAX_ROWS = 64
 DENSE_MAX_BYTES = 64 << 20
-TW_MAX_BYTES = 64 << 20  # the cached threshold vectors, one per (threshold, task type)
+TW_MAX = 16  # cached threshold vectors (one per threshold)
 PLAN_MAX = 4096  # cached query plans (one per distinct token tuple) per matrix
 
 
@@ -54,19 +54,28 @@ class TokenMatrix:
     frequent, within ``DENSE_MAX_BYTES``) are held as dense float64 rows ``idf * [token in entry]`` and added
     row by row; ``0`` disables them (every token through the postings' bincount, the same entries).
 
+    Rows are grouped by task type (the untyped entries first, then each task type's, ``starts``), and each
+    posting is sorted, so a typed query scores only its task type's rows and the untyped ones: two slices of
+    every posting and of every dense row, not the whole library.
+
     Token ids (``token_ids``) fix the order of every sum: the postings tokens in string order, then the dense
     ones in row order. Each entry's ``W(e)`` and each query's ``hit(q, e)`` add their idf terms in token-id order
-    (``order_sum``), whatever the order of the query's tokens or Python's string hashing."""
+    (``order_sum``), whatever the order of the query's tokens, the grouping or Python's string hashing."""
 
     def __init__(self, lib: ExperienceLibrary, dense_share: int = DENSE_SHARE) -> None:
         self.version = lib.content_version
-        entries = sorted(lib.entries(), key=lambda e: e.id)
+        self.task_codes: dict[str, int] = {}
+        for e in sorted(lib.entries(), key=lambda e: e.id):
+            if e.task_type:
+                self.task_codes.setdefault(e.task_type, len(self.task_codes))
+        entries = sorted(lib.entries(), key=lambda e: (self.task_codes.get(e.task_type, -1), e.id))
         self.n = n = len(entries)
         self.eids = np.array([e.id for e in entries], dtype=np.int64)
         row = {e.id: i for i, e in enumerate(entries)}
-        self.task_codes: dict[str, int] = {}
-        self.task = np.array([self.task_codes.setdefault(e.task_type, len(self.task_codes)) if e.task_type else -1
-                              for e in entries], dtype=np.int64)  # -1: untyped, retrieved for every task type
+        self.task = np.array([self.task_codes[e.task_type] if e.task_type else -1 for e in entries],
+                             dtype=np.int64)  # -1: untyped, retrieved for every task type
+        # group g (0: untyped, 1 + code: a task type) holds rows starts[g]:starts[g + 1]
+        self.starts = np.searchsorted(self.task, np.arange(-1, len(self.task_codes) + 1))
         self.zone = np.array([ZONE_CODES[e.zone] for e in entries], dtype=np.int8)
         items = sorted((tok, len(ids), ids) for tok, ids in lib.posting_items())
         cap = min(DENSE_MAX_ROWS, DENSE_MAX_BYTES // (8 * max(n, 1))) if dense_share > 0 else 0
@@ -76,8 +85,11 @@ class TokenMatrix:
         order = [i for i in range(len(items)) if i not in dense_of] + freq
         self.n_sparse = len(items) - len(freq)
         self.token_ids = {items[i][0]: k for k, i in enumerate(order)}
-        self.postings = [np.fromiter((row[e] for e in items[i][2]), dtype=np.int64, count=items[i][1])
+        self.postings = [np.sort(np.fromiter((row[e] for e in items[i][2]), dtype=np.int64, count=items[i][1]))
                          for i in order]
+        # cut[t, g]: where group g starts in token t's (sorted) posting
+        self.cut = np.array([np.searchsorted(p, self.starts) for p in self.postings], dtype=np.int64
+                            ).reshape(len(order), self.starts.size)
         self.df = np.array([items[i][1] for i in order], dtype=np.int64)
         self.idf = np.log1p(n / (1.0 + self.df))
         self.weight = np.bincount(np.concatenate(self.postings), weights=np.repeat(self.idf, self.df),
@@ -88,67 +100,95 @@ class TokenMatrix:
             self.dense[k, self.postings[t]] = self.idf[t]
         self.dense_ids = {tok: k - self.n_sparse for tok, k in self.token_ids.items() if k >= self.n_sparse}
         self.sparse_ids = {tok: k for tok, k in self.token_ids.items() if k < self.n_sparse}
-        self._tw: dict[tuple[float, str], np.ndarray] = {}
-        self._plans: dict[tuple[str, ...], tuple] = {}
+        self._tw: dict[float, np.ndarray] = {}
+        self._plans: dict[tuple, list] = {}
 
-    def _threshold_weight(self, threshold: float, task_type: str = "") -> np.ndarray:
-        """``threshold * W(e)``, a hair lower so that rounding never drops an entry before the exact test;
-        ``inf`` for the entries of another task type (untyped entries count for every one)."""
-        key = (threshold, task_type)
-        tw = self._tw.get(key)
+    def _threshold_weight(self, threshold: float) -> np.ndarray:
+        """``threshold * W(e)``, a hair lower so that rounding never drops an entry before the exact test."""
+        tw = self._tw.get(threshold)
         if tw is None:
-            if len(self._tw) >= max(4, TW_MAX_BYTES // (8 * max(self.n, 1))):
-                del self._tw[next(iter(self._tw))]  # the oldest (threshold, task type) out
-            tw = threshold * self.weight * (1.0 - 1e-12)
-            if task_type:
-                tw[(self.task != -1) & (self.task != self.task_codes.get(task_type, -2))] = np.inf
-            self._tw[key] = tw
+            if len(self._tw) >= TW_MAX:
+                del self._tw[next(iter(self._tw))]  # the oldest threshold out
+            tw = self._tw[threshold] = threshold * self.weight * (1.0 - 1e-12)
         return tw
 
-    def _plan(self, tokens: tuple[str, ...]) -> tuple:
-        """A query's work, memoised per token tuple (``PLAN_MAX``, oldest out): its postings tokens' arrays,
-        idf and df in token-id order, their total length, and its dense rows in row order."""
-        plan = self._plans.get(tokens)
+    def _segments(self, task_type: str) -> list[tuple[int, int, int]]:
+        """(group, first row, end row) of the rows a query of this task type scores: every row for ``""``
+        (group -1), else the untyped rows and the task type's (only the untyped ones for an unknown type)."""
+        if not task_type:
+            return [(-1, 0, self.n)]
+        st = self.starts
+        groups = [0] + ([1 + self.task_codes[task_type]] if task_type in self.task_codes else [])
+        return [(g, int(st[g]), int(st[g + 1])) for g in groups if st[g + 1] > st[g]]
+
+    def _plan(self, tokens: tuple[str, ...], task_type: str) -> list[tuple]:
+        """A query's work, memoised per (token tuple, task type) (``PLAN_MAX``, oldest out): per segment of
+        rows, its postings tokens' slices (in token-id order), their idf and lengths, their total length and
+        the dense rows of the tokens present there (in row order)."""
+        key = (tokens, task_type)
+        plan = self._plans.get(key)
         if plan is None:
             ids = self.token_ids
             tids = sorted({ids[t] for t in tokens if t in ids})
             ns = self.n_sparse
-            sparse = [t for t in tids if t < ns]
-            drows = [t - ns for t in tids if t >= ns]
-            arr = np.asarray(sparse, dtype=np.int64)
-            plan = ([self.postings[t] for t in sparse], self.idf[arr], self.df[arr], int(self.df[arr].sum()), drows)
+            sparse = np.asarray([t for t in tids if t < ns], dtype=np.int64)
+            dense = [t for t in tids if t >= ns]
+            plan = []
+            for g, lo, hi in self._segments(task_type):
+                if g < 0:
+                    a, b = np.zeros(sparse.size, dtype=np.int64), self.df[sparse]
+                    drows = [t - ns for t in dense]
+                else:
+                    a, b = self.cut[sparse, g], self.cut[sparse, g + 1]
+                    drows = [t - ns for t in dense if self.cut[t, g + 1] > self.cut[t, g]]
+                has = b > a
+                ts, a, b = sparse[has].tolist(), a[has].tolist(), b[has].tolist()
+                posts = [self.postings[t][i:j] for t, i, j in zip(ts, a, b)]
+                lens = np.asarray([j - i for i, j in zip(a, b)], dtype=np.int64)
+                if posts or drows:
+                    plan.append((lo, hi, posts, self.idf[np.asarray(ts, dtype=np.int64)], lens, int(lens.sum()),
+                                 drows))
             if len(self._plans) >= PLAN_MAX:
                 del self._plans[next(iter(self._plans))]
-            self._plans[tokens] = plan
+            self._plans[key] = plan
         return plan
 
     def above(self, tokens, threshold: float, task_type: str = "") -> tuple[np.ndarray, np.ndarray]:
         """(rows, sims) of every entry (of the task type, or untyped, when one is given) with
         ``sim > threshold`` for a query with these content tokens."""
-        posts, idf, df, size, drows = self._plan(tokens if isinstance(tokens, tuple) else tuple(tokens))
-        if not size and not drows:
+        plan = self._plan(tokens if isinstance(tokens, tuple) else tuple(tokens), task_type)
+        got = [self._score(threshold, *seg) for seg in plan]
+        if len(got) == 1:
+            return got[0]
+        if not got:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
+        return np.concatenate([c for c, _ in got]), np.concatenate([s for _, s in got])
+
+    def _score(self, threshold: float, lo: int, hi: int, posts: list, idf: np.ndarray, lens: np.ndarray,
+               size: int, drows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, sims) above the threshold among rows lo:hi, from the postings slices and dense rows there."""
+        n = hi - lo
         if size:
             rows = np.concatenate(posts) if len(posts) > 1 else posts[0]
-            w = np.repeat(idf, df)
-        if drows or size * 64 > self.n:  # frequent tokens or long postings: one dense pass over the library
+            if lo:
+                rows = rows - lo
+            w = np.repeat(idf, lens)
+        if drows or size * 64 > n:  # frequent tokens or long postings: one dense pass over the rows
             if size:
-                dense = np.bincount(rows, weights=w, minlength=self.n)
+                dense = np.bincount(rows, weights=w, minlength=n)
                 k0 = 0
             else:
-                dense = self.dense[drows[0]].copy()
+                dense = self.dense[drows[0], lo:hi].copy()
                 k0 = 1
             for k in drows[k0:]:  # a frequent token: one row added (an entry without it gets an exact +0.0)
-                np.add(dense, self.dense[k], out=dense)
-            cand = np.flatnonzero(dense > self._threshold_weight(threshold, task_type))
+                np.add(dense, self.dense[k, lo:hi], out=dense)
+            cand = np.flatnonzero(dense > self._threshold_weight(threshold)[lo:hi])
             hit = dense[cand]
         else:  # short ones: only the entries they name
             cand = np.unique(rows)
             hit = np.bincount(np.searchsorted(cand, rows), weights=w, minlength=cand.size)
-            if task_type:
-                typed = self.task[cand]
-                keep = (typed == -1) | (typed == self.task_codes.get(task_type, -2))
-                cand, hit = cand[keep], hit[keep]
+        if lo:
+            cand += lo
         sim = hit / self.weight[cand]  # every candidate holds a query token, whose idf is > 0: W(e) > 0
         keep = sim > threshold
         return cand[keep], sim[keep]
