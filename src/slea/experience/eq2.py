@@ -35,6 +35,8 @@ No entry that passes the threshold is left out (tests/experience/test_retrieval.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from slea.experience.library import ExperienceLibrary
@@ -64,18 +66,20 @@ class TokenMatrix:
 
     def __init__(self, lib: ExperienceLibrary, dense_share: int = DENSE_SHARE) -> None:
         self.version = lib.content_version
+        entries = sorted(lib.entries(), key=lambda e: e.id)
         self.task_codes: dict[str, int] = {}
-        for e in sorted(lib.entries(), key=lambda e: e.id):
+        for e in entries:
             if e.task_type:
                 self.task_codes.setdefault(e.task_type, len(self.task_codes))
-        entries = sorted(lib.entries(), key=lambda e: (self.task_codes.get(e.task_type, -1), e.id))
+        codes = self.task_codes
+        entries.sort(key=lambda e: codes[e.task_type] if e.task_type else -1)  # stable: by id in each group
         self.n = n = len(entries)
         self.eids = np.array([e.id for e in entries], dtype=np.int64)
         row = {e.id: i for i, e in enumerate(entries)}
-        self.task = np.array([self.task_codes[e.task_type] if e.task_type else -1 for e in entries],
+        self.task = np.array([codes[e.task_type] if e.task_type else -1 for e in entries],
                              dtype=np.int64)  # -1: untyped, retrieved for every task type
         # group g (0: untyped, 1 + code: a task type) holds rows starts[g]:starts[g + 1]
-        self.starts = np.searchsorted(self.task, np.arange(-1, len(self.task_codes) + 1))
+        self.starts = np.searchsorted(self.task, np.arange(-1, len(codes) + 1))
         self.zone = np.array([ZONE_CODES[e.zone] for e in entries], dtype=np.int8)
         items = sorted((tok, len(ids), ids) for tok, ids in lib.posting_items())
         cap = min(DENSE_MAX_ROWS, DENSE_MAX_BYTES // (8 * max(n, 1))) if dense_share > 0 else 0
@@ -87,11 +91,31 @@ class TokenMatrix:
         self.token_ids = {items[i][0]: k for k, i in enumerate(order)}
         self.postings = [np.sort(np.fromiter((row[e] for e in items[i][2]), dtype=np.int64, count=items[i][1]))
                          for i in order]
-        # cut[t, g]: where group g starts in token t's (sorted) posting
-        self.cut = np.array([np.searchsorted(p, self.starts) for p in self.postings], dtype=np.int64
-                            ).reshape(len(order), self.starts.size)
+        cut = np.array([np.searchsorted(p, self.starts) for p in self.postings], dtype=np.int64
+                       ).reshape(len(order), self.starts.size)  # cut[t, g]: where group g starts in posting t
+        # group g's pieces (its -1: every row), numbered in token-id order: pieces[g] maps a token to its
+        # number, views[g] / lens[g] / tids[g] hold the slice of the token's posting there, its length, its id
+        nz = np.nonzero(cut[:, 1:] > cut[:, :-1])
+        tok_of = [items[i][0] for i in order]
+        self.pieces: list[dict[str, int]] = []
+        self.views: list[list[np.ndarray]] = []
+        self.lens: list[np.ndarray] = []
+        self.tids: list[list[int]] = []
+        for g in [*range(self.starts.size - 1), -1]:
+            ts = np.arange(len(order)) if g < 0 else np.sort(nz[0][nz[1] == g])
+            a, b = (np.zeros_like(ts), cut[:, -1]) if g < 0 else (cut[ts, g], cut[ts, g + 1])
+            self.pieces.append({tok_of[t]: k for k, t in enumerate(ts.tolist())})
+            self.views.append([self.postings[t][i:j] for t, i, j in zip(ts.tolist(), a.tolist(), b.tolist())])
+            self.lens.append(b - a)
+            self.tids.append(ts.tolist())
+        self.first_dense = [bisect_left(t, self.n_sparse) for t in self.tids]  # per group: its first dense piece
         self.df = np.array([items[i][1] for i in order], dtype=np.int64)
         self.idf = np.log1p(n / (1.0 + self.df))
+        self.piece_idf = [self.idf[np.asarray(t, dtype=np.int64)] for t in self.tids]
+        st = self.starts.tolist()  # the segments a query of each task type scores: (first row, end row, group)
+        self._segs = {"": [(0, n, -1)], None: [(st[0], st[1], 0)] if st[1] > st[0] else []}
+        for code in range(len(codes)):
+            self._segs[entries[st[code + 1]].task_type] = self._segs[None] + [(st[code + 1], st[code + 2], code + 1)]
         self.weight = np.bincount(np.concatenate(self.postings), weights=np.repeat(self.idf, self.df),
                                   minlength=n) if self.postings else np.zeros(n)
         self.dense = np.zeros((len(freq), n))
@@ -112,42 +136,25 @@ class TokenMatrix:
             tw = self._tw[threshold] = threshold * self.weight * (1.0 - 1e-12)
         return tw
 
-    def _segments(self, task_type: str) -> list[tuple[int, int, int]]:
-        """(group, first row, end row) of the rows a query of this task type scores: every row for ``""``
-        (group -1), else the untyped rows and the task type's (only the untyped ones for an unknown type)."""
-        if not task_type:
-            return [(-1, 0, self.n)]
-        st = self.starts
-        groups = [0] + ([1 + self.task_codes[task_type]] if task_type in self.task_codes else [])
-        return [(g, int(st[g]), int(st[g + 1])) for g in groups if st[g + 1] > st[g]]
-
     def _plan(self, tokens: tuple[str, ...], task_type: str) -> list[tuple]:
         """A query's work, memoised per (token tuple, task type) (``PLAN_MAX``, oldest out): per segment of
-        rows, its postings tokens' slices (in token-id order), their idf and lengths, their total length and
-        the dense rows of the tokens present there (in row order)."""
+        rows it scores (all of them for ``""``; else the untyped rows and the task type's), its postings
+        tokens' slices there in token-id order, their idf, lengths and total length, and the dense rows of the
+        tokens present there."""
         key = (tokens, task_type)
         plan = self._plans.get(key)
         if plan is None:
-            ids = self.token_ids
-            tids = sorted({ids[t] for t in tokens if t in ids})
-            ns = self.n_sparse
-            sparse = np.asarray([t for t in tids if t < ns], dtype=np.int64)
-            dense = [t for t in tids if t >= ns]
-            plan = []
-            for g, lo, hi in self._segments(task_type):
-                if g < 0:
-                    a, b = np.zeros(sparse.size, dtype=np.int64), self.df[sparse]
-                    drows = [t - ns for t in dense]
-                else:
-                    a, b = self.cut[sparse, g], self.cut[sparse, g + 1]
-                    drows = [t - ns for t in dense if self.cut[t, g + 1] > self.cut[t, g]]
-                has = b > a
-                ts, a, b = sparse[has].tolist(), a[has].tolist(), b[has].tolist()
-                posts = [self.postings[t][i:j] for t, i, j in zip(ts, a, b)]
-                lens = np.asarray([j - i for i, j in zip(a, b)], dtype=np.int64)
-                if posts or drows:
-                    plan.append((lo, hi, posts, self.idf[np.asarray(ts, dtype=np.int64)], lens, int(lens.sum()),
-                                 drows))
+            segs = self._segs.get(task_type)
+            plan, ns = [], self.n_sparse
+            for lo, hi, g in self._segs[None] if segs is None else segs:  # (an unknown task type: untyped rows)
+                got = sorted({k for k in map(self.pieces[g].get, tokens) if k is not None})  # token-id order
+                if not got:
+                    continue
+                cut = bisect_left(got, self.first_dense[g])
+                k = np.array(got[:cut], dtype=np.int64)
+                lens, views, tids = self.lens[g][k], self.views[g], self.tids[g]
+                plan.append((lo, hi, [views[i] for i in got[:cut]], self.piece_idf[g][k], lens, int(lens.sum()),
+                             [tids[i] - ns for i in got[cut:]]))
             if len(self._plans) >= PLAN_MAX:
                 del self._plans[next(iter(self._plans))]
             self._plans[key] = plan
