@@ -75,7 +75,6 @@ class TokenMatrix:
         entries.sort(key=lambda e: codes[e.task_type] if e.task_type else -1)  # stable: by id in each group
         self.n = n = len(entries)
         self.eids = np.array([e.id for e in entries], dtype=np.int64)
-        row = {e.id: i for i, e in enumerate(entries)}
         self.task = np.array([codes[e.task_type] if e.task_type else -1 for e in entries],
                              dtype=np.int64)  # -1: untyped, retrieved for every task type
         # group g (0: untyped, 1 + code: a task type) holds rows starts[g]:starts[g + 1]
@@ -89,8 +88,9 @@ class TokenMatrix:
         order = [i for i in range(len(items)) if i not in dense_of] + freq
         self.n_sparse = len(items) - len(freq)
         self.token_ids = {items[i][0]: k for k, i in enumerate(order)}
-        self.postings = [np.sort(np.fromiter((row[e] for e in items[i][2]), dtype=np.int64, count=items[i][1]))
-                         for i in order]
+        lut = np.zeros(int(self.eids.max()) + 1 if n else 0, dtype=np.int64)  # entry id -> row
+        lut[self.eids] = np.arange(n)
+        self.postings = [np.sort(lut[np.fromiter(items[i][2], dtype=np.int64, count=items[i][1])]) for i in order]
         cut = np.array([np.searchsorted(p, self.starts) for p in self.postings], dtype=np.int64
                        ).reshape(len(order), self.starts.size)  # cut[t, g]: where group g starts in posting t
         # group g's pieces (its -1: every row), numbered in token-id order: pieces[g] maps a token to its
