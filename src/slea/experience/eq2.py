@@ -9,7 +9,10 @@ content version. A query concatenates its tokens' postings and sums their idf pe
 (then the cost does not grow with the library). The most frequent tokens (in at least 1/8 of the entries, at most
 64 of them, 64 MiB) are dense rows ``idf * [token in entry]`` instead, each added to the dense sum in one pass:
 from about 1/8 of the library on, a row costs less than concatenating, repeating and scattering its posting ids.
-The task type is folded into the cached threshold vector (``inf`` for the entries of other task types). Every
+Rows are grouped by task type (untyped first) and postings sorted, so a typed
+query scores only the untyped rows and its task type's (slices of the postings and dense rows); each query's
+work (its postings slices, idf, lengths, dense rows) is memoised per token tuple and task type. Every sum adds
+its idf terms in token-id order, so the scores do not depend on the query's token order or string hashing. Every
 entry is scored: there is no candidate filter.
 
 Tried, 2026-12-02 (TextWorld-like library from bench/retrieval.py, 10k entries, 723 tokens, 7 dense rows; its
