@@ -102,3 +102,64 @@ def test_best_per_zone_keeps_the_ties_at_the_kth_similarity():
     assert rows.tolist() == [0, 1, 2, 4, 5] and s.tolist() == [0.9, 0.7, 0.7, 0.8, 0.8]
     assert best_per_zone(cand, sim, zone, {"pos": 1})[0].tolist() == [0]
     assert best_per_zone(cand, sim, zone, {"pos": 9, "neg": 9})[0].tolist() == cand.tolist()
+
+
+def _reference(lib, m: TokenMatrix, q: str, task: str, threshold: float) -> list[tuple[float, int]]:
+    """Eq.2 by a plain scan, every sum added term by term in the matrix's token order (token_ids): the same
+    floats, bit for bit, that the grouped postings, dense rows and plans must give."""
+    from slea.experience.library import content_tokens
+
+    qt = content_tokens(q)
+    rank = m.token_ids
+    out = []
+    for e in lib.entries():
+        if e.task_type and task and e.task_type != task:
+            continue
+        bag = sorted(lib.tokens(e.id), key=rank.__getitem__)
+        total = 0.0
+        for t in bag:
+            total += float(m.idf[rank[t]])
+        hit = 0.0
+        for t in bag:
+            if t in qt:
+                hit += float(m.idf[rank[t]])
+        if hit and hit / total > threshold:
+            out.append((hit / total, e.score, e.id))
+    return [(s, eid) for s, _, eid in sorted(out, reverse=True)]
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_grouped_postings_give_the_plain_scans_ranking_and_scores_exactly(tmp_path, seed):
+    """Random libraries (typed and untyped entries, frequent and rare tokens, dense rows), random queries of
+    every task type, an unknown one and none: the same entries, in the same order, with the same floats."""
+    rng = random.Random(seed)
+    common = ["north", "south", "door", "key", "lamp", "chest", "table"]
+    mid = [f"mid{chr(97 + i)}" for i in range(30)]
+    rare = ["".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(6)) for _ in range(300)]
+    tasks = ["", "coin", "cook", "hunt"][: 2 + seed % 3]
+    texts = [(" ".join(rng.sample(common, rng.randint(0, 4)) + rng.sample(mid, rng.randint(0, 4))
+                       + rng.sample(rare, rng.randint(1, 3))), rng.choice(tasks)) for _ in range(300 + 200 * seed)]
+    lib = _lib(tmp_path / f"g{seed}.sqlite", texts)
+    r = Retriever(lib, top_k_pos=2, top_k_neg=1, fallback_threshold=0.3 + 0.1 * (seed % 2))
+    m = r._matrix()
+    assert m.dense.shape[0] > 0 and len(m.task_codes) == len([t for t in tasks if t])
+    df = {}
+    for e in lib.entries():
+        for t in lib.tokens(e.id):
+            df[t] = df.get(t, 0) + 1
+    assert {t: int(m.df[k]) for t, k in m.token_ids.items()} == df
+    scan = ScanEq2(lib)
+    for _ in range(60):
+        q = " ".join(rng.sample(common, rng.randint(0, 7)) + rng.sample(mid, rng.randint(0, 12))
+                     + rng.sample(rare, rng.randint(0, 40)))
+        for task in [*tasks, "unknown"]:
+            want = _reference(lib, m, q, task, r.fallback_threshold)
+            assert r.similar(q, task) == want
+            assert [e for _, e in want] == [e for _, e in scan.similar(q, task, r.fallback_threshold)] or \
+                {e for _, e in want} == {e for _, e in scan.similar(q, task, r.fallback_threshold)}
+            kth = {z: sorted((v for v, eid in want if lib.get(eid).zone == z), reverse=True)[k - 1:k]
+                   for z, k in r.top_k.items()}
+            assert r.similar(q, task, per_zone=r.top_k) == [
+                (v, eid) for v, eid in want if v >= (kth[lib.get(eid).zone] or [0.0])[0]]
+            assert r.similar(q, task) == want  # again: through the memoised plan
+    lib.close()

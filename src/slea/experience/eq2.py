@@ -9,7 +9,10 @@ content version. A query concatenates its tokens' postings and sums their idf pe
 (then the cost does not grow with the library). The most frequent tokens (in at least 1/8 of the entries, at most
 64 of them, 64 MiB) are dense rows ``idf * [token in entry]`` instead, each added to the dense sum in one pass:
 from about 1/8 of the library on, a row costs less than concatenating, repeating and scattering its posting ids.
-The task type is folded into the cached threshold vector (``inf`` for the entries of other task types). Every
+Rows are grouped by task type (untyped first) and postings sorted, so a typed
+query scores only the untyped rows and its task type's (slices of the postings and dense rows); each query's
+work (its postings slices, idf, lengths, dense rows) is memoised per token tuple and task type. Every sum adds
+its idf terms in token-id order, so the scores do not depend on the query's token order or string hashing. Every
 entry is scored: there is no candidate filter.
 
 Tried, 2026-12-02 (TextWorld-like library from bench/retrieval.py, 10k entries, 723 tokens, 7 dense rows; its
@@ -35,6 +38,8 @@ No entry that passes the threshold is left out (tests/experience/test_retrieval.
 
 from __future__ import annotations
 
+from bisect import bisect_left
+
 import numpy as np
 
 from slea.experience.library import ExperienceLibrary
@@ -43,7 +48,8 @@ ZONE_CODES = {"pos": 0, "neg": 1}
 DENSE_SHARE = 8  # a token in at least 1/8 of the entries gets a dense idf row (cheaper to add than to bincount)
 DENSE_MAX_ROWS = 64
 DENSE_MAX_BYTES = 64 << 20
-TW_MAX_BYTES = 64 << 20  # the cached threshold vectors, one per (threshold, task type)
+TW_MAX = 16  # cached threshold vectors (one per threshold)
+PLAN_MAX = 4096  # cached query plans (one per distinct token tuple) per matrix
 
 
 class TokenMatrix:
@@ -51,83 +57,159 @@ class TokenMatrix:
 
     ``dense_share``: tokens in at least ``n / dense_share`` entries (at most ``DENSE_MAX_ROWS`` of them, the most
     frequent, within ``DENSE_MAX_BYTES``) are held as dense float64 rows ``idf * [token in entry]`` and added
-    row by row; ``0`` disables them (every token through the postings' bincount, the same entries)."""
+    row by row; ``0`` disables them (every token through the postings' bincount, the same entries).
+
+    Rows are grouped by task type (the untyped entries first, then each task type's, ``starts``), and each
+    posting is sorted, so a typed query scores only its task type's rows and the untyped ones: two slices of
+    every posting and of every dense row, not the whole library.
+
+    Token ids (``token_ids``) fix the order of every sum: the postings tokens in string order, then the dense
+    ones in row order. Each entry's ``W(e)`` and each query's ``hit(q, e)`` add their idf terms in token-id order
+    (``order_sum``), whatever the order of the query's tokens, the grouping or Python's string hashing."""
 
     def __init__(self, lib: ExperienceLibrary, dense_share: int = DENSE_SHARE) -> None:
         self.version = lib.content_version
         entries = sorted(lib.entries(), key=lambda e: e.id)
+        self.task_codes: dict[str, int] = {}
+        for e in entries:
+            if e.task_type:
+                self.task_codes.setdefault(e.task_type, len(self.task_codes))
+        codes = self.task_codes
+        entries.sort(key=lambda e: codes[e.task_type] if e.task_type else -1)  # stable: by id in each group
         self.n = n = len(entries)
         self.eids = np.array([e.id for e in entries], dtype=np.int64)
-        row = {e.id: i for i, e in enumerate(entries)}
-        self.task_codes: dict[str, int] = {}
-        self.task = np.array([self.task_codes.setdefault(e.task_type, len(self.task_codes)) if e.task_type else -1
-                              for e in entries], dtype=np.int64)  # -1: untyped, retrieved for every task type
+        self.task = np.array([codes[e.task_type] if e.task_type else -1 for e in entries],
+                             dtype=np.int64)  # -1: untyped, retrieved for every task type
+        # group g (0: untyped, 1 + code: a task type) holds rows starts[g]:starts[g + 1]
+        self.starts = np.searchsorted(self.task, np.arange(-1, len(codes) + 1))
         self.zone = np.array([ZONE_CODES[e.zone] for e in entries], dtype=np.int8)
-        self.token_ids: dict[str, int] = {}
-        self.postings: list[np.ndarray] = []
-        for tok, ids in lib.posting_items():
-            self.token_ids[tok] = len(self.postings)
-            self.postings.append(np.fromiter((row[e] for e in ids), dtype=np.int64, count=len(ids)))
-        self.df = np.array([len(p) for p in self.postings], dtype=np.int64)
+        items = sorted((tok, len(ids), ids) for tok, ids in lib.posting_items())
+        cap = min(DENSE_MAX_ROWS, DENSE_MAX_BYTES // (8 * max(n, 1))) if dense_share > 0 else 0
+        by_df = sorted(range(len(items)), key=lambda i: (-items[i][1], items[i][0]))[:cap]
+        freq = [i for i in by_df if items[i][1] * dense_share >= n]
+        dense_of = set(freq)
+        order = [i for i in range(len(items)) if i not in dense_of] + freq
+        self.n_sparse = len(items) - len(freq)
+        self.token_ids = {items[i][0]: k for k, i in enumerate(order)}
+        lut = np.zeros(int(self.eids.max()) + 1 if n else 0, dtype=np.int64)  # entry id -> row
+        lut[self.eids] = np.arange(n)
+        self.postings = [np.sort(lut[np.fromiter(items[i][2], dtype=np.int64, count=items[i][1])]) for i in order]
+        cut = np.array([np.searchsorted(p, self.starts) for p in self.postings], dtype=np.int64
+                       ).reshape(len(order), self.starts.size)  # cut[t, g]: where group g starts in posting t
+        # group g's pieces (its -1: every row), numbered in token-id order: pieces[g] maps a token to its
+        # number, views[g] / lens[g] / tids[g] hold the slice of the token's posting there, its length, its id
+        nz = np.nonzero(cut[:, 1:] > cut[:, :-1])
+        tok_of = [items[i][0] for i in order]
+        self.pieces: list[dict[str, int]] = []
+        self.views: list[list[np.ndarray]] = []
+        self.lens: list[np.ndarray] = []
+        self.tids: list[list[int]] = []
+        for g in [*range(self.starts.size - 1), -1]:
+            ts = np.arange(len(order)) if g < 0 else np.sort(nz[0][nz[1] == g])
+            a, b = (np.zeros_like(ts), cut[:, -1]) if g < 0 else (cut[ts, g], cut[ts, g + 1])
+            self.pieces.append({tok_of[t]: k for k, t in enumerate(ts.tolist())})
+            self.views.append([self.postings[t][i:j] for t, i, j in zip(ts.tolist(), a.tolist(), b.tolist())])
+            self.lens.append(b - a)
+            self.tids.append(ts.tolist())
+        self.first_dense = [bisect_left(t, self.n_sparse) for t in self.tids]  # per group: its first dense piece
+        self.df = np.array([items[i][1] for i in order], dtype=np.int64)
         self.idf = np.log1p(n / (1.0 + self.df))
+        self.piece_idf = [self.idf[np.asarray(t, dtype=np.int64)] for t in self.tids]
+        st = self.starts.tolist()  # the segments a query of each task type scores: (first row, end row, group)
+        self._segs = {"": [(0, n, -1)], None: [(st[0], st[1], 0)] if st[1] > st[0] else []}
+        for code in range(len(codes)):
+            self._segs[entries[st[code + 1]].task_type] = self._segs[None] + [(st[code + 1], st[code + 2], code + 1)]
         self.weight = np.bincount(np.concatenate(self.postings), weights=np.repeat(self.idf, self.df),
                                   minlength=n) if self.postings else np.zeros(n)
-        # the frequent tokens as dense rows; the others (sparse_ids) through their postings
-        cap = min(DENSE_MAX_ROWS, DENSE_MAX_BYTES // (8 * max(n, 1))) if dense_share > 0 else 0
-        freq = [int(t) for t in np.argsort(-self.df, kind="stable")[:cap] if self.df[t] * dense_share >= n]
         self.dense = np.zeros((len(freq), n))
-        for k, t in enumerate(freq):
+        for k in range(len(freq)):
+            t = self.n_sparse + k
             self.dense[k, self.postings[t]] = self.idf[t]
-        tok_of = {i: tok for tok, i in self.token_ids.items()}
-        self.dense_ids = {tok_of[t]: k for k, t in enumerate(freq)}
-        self.sparse_ids = {tok: i for tok, i in self.token_ids.items() if tok not in self.dense_ids}
-        self._tw: dict[tuple[float, str], np.ndarray] = {}
+        self.dense_ids = {tok: k - self.n_sparse for tok, k in self.token_ids.items() if k >= self.n_sparse}
+        self.sparse_ids = {tok: k for tok, k in self.token_ids.items() if k < self.n_sparse}
+        self._tw: dict[float, np.ndarray] = {}
+        self._plans: dict[tuple, list] = {}
 
-    def _threshold_weight(self, threshold: float, task_type: str = "") -> np.ndarray:
-        """``threshold * W(e)``, a hair lower so that rounding never drops an entry before the exact test;
-        ``inf`` for the entries of another task type (untyped entries count for every one)."""
-        key = (threshold, task_type)
-        tw = self._tw.get(key)
+    def _threshold_weight(self, threshold: float) -> np.ndarray:
+        """``threshold * W(e)``, a hair lower so that rounding never drops an entry before the exact test."""
+        tw = self._tw.get(threshold)
         if tw is None:
-            if len(self._tw) >= max(4, TW_MAX_BYTES // (8 * max(self.n, 1))):
-                del self._tw[next(iter(self._tw))]  # the oldest (threshold, task type) out
-            tw = threshold * self.weight * (1.0 - 1e-12)
-            if task_type:
-                tw[(self.task != -1) & (self.task != self.task_codes.get(task_type, -2))] = np.inf
-            self._tw[key] = tw
+            if len(self._tw) >= TW_MAX:
+                del self._tw[next(iter(self._tw))]  # the oldest threshold out
+            tw = self._tw[threshold] = threshold * self.weight * (1.0 - 1e-12)
         return tw
+
+    def _plan(self, tokens: tuple[str, ...], task_type: str) -> list[tuple]:
+        """A query's work, memoised per (token tuple, task type) (``PLAN_MAX``, oldest out): per segment of
+        rows it scores (all of them for ``""``; else the untyped rows and the task type's), its postings
+        tokens' slices there in token-id order, their idf, lengths and total length, and the dense rows of the
+        tokens present there."""
+        key = (tokens, task_type)
+        plan = self._plans.get(key)
+        if plan is None:
+            segs = self._segs.get(task_type)
+            plan, ns = [], self.n_sparse
+            for lo, hi, g in self._segs[None] if segs is None else segs:  # (an unknown task type: untyped rows)
+                got = sorted({k for k in map(self.pieces[g].get, tokens) if k is not None})  # token-id order
+                if not got:
+                    continue
+                cut = bisect_left(got, self.first_dense[g])
+                k = np.array(got[:cut], dtype=np.int64)
+                lens, views, tids = self.lens[g][k], self.views[g], self.tids[g]
+                plan.append((lo, hi, [views[i] for i in got[:cut]], self.piece_idf[g][k], lens, int(lens.sum()),
+                             [tids[i] - ns for i in got[cut:]]))
+            if len(self._plans) >= PLAN_MAX:
+                del self._plans[next(iter(self._plans))]
+            self._plans[key] = plan
+        return plan
 
     def above(self, tokens, threshold: float, task_type: str = "") -> tuple[np.ndarray, np.ndarray]:
         """(rows, sims) of every entry (of the task type, or untyped, when one is given) with
         ``sim > threshold`` for a query with these content tokens."""
-        tids = [i for i in map(self.sparse_ids.get, tokens) if i is not None]
-        drows = [k for k in map(self.dense_ids.get, tokens) if k is not None] if self.dense_ids else []
-        if not tids and not drows:
+        plan = self._plan(tokens if isinstance(tokens, tuple) else tuple(tokens), task_type)
+        got = [self._score(threshold, *seg) for seg in plan]
+        if len(got) == 1:
+            return got[0]
+        if not got:
             return np.zeros(0, dtype=np.int64), np.zeros(0)
-        rows = np.concatenate([self.postings[i] for i in tids]) if tids else np.zeros(0, dtype=np.int64)
-        if tids:
-            tids = np.asarray(tids, dtype=np.int64)
-            w = np.repeat(self.idf[tids], self.df[tids])
-        if drows or rows.size * 64 > self.n:  # frequent tokens or long postings: one dense pass over the library
-            if rows.size:
-                dense = np.bincount(rows, weights=w, minlength=self.n)
+        return np.concatenate([c for c, _ in got]), np.concatenate([s for _, s in got])
+
+    def _score(self, threshold: float, lo: int, hi: int, posts: list, idf: np.ndarray, lens: np.ndarray,
+               size: int, drows: list[int]) -> tuple[np.ndarray, np.ndarray]:
+        """(rows, sims) above the threshold among rows lo:hi, from the postings slices and dense rows there."""
+        n = hi - lo
+        if size:
+            rows = np.concatenate(posts) if len(posts) > 1 else posts[0]
+            if lo:
+                rows = rows - lo
+            w = np.repeat(idf, lens)
+        if drows or size * 64 > n:  # frequent tokens or long postings: one dense pass over the rows
+            if size:
+                dense = np.bincount(rows, weights=w, minlength=n)
+                k0 = 0
             else:
-                dense = self.dense[drows[0]].copy()
-                drows = drows[1:]
-            for k in drows:  # a frequent token: one row added (an entry without it gets an exact +0.0)
-                np.add(dense, self.dense[k], out=dense)
-            cand = np.flatnonzero(dense > self._threshold_weight(threshold, task_type))
+                dense = self.dense[drows[0], lo:hi].copy()
+                k0 = 1
+            for k in drows[k0:]:  # a frequent token: one row added (an entry without it gets an exact +0.0)
+                np.add(dense, self.dense[k, lo:hi], out=dense)
+            cand = np.flatnonzero(dense > self._threshold_weight(threshold)[lo:hi])
             hit = dense[cand]
         else:  # short ones: only the entries they name
             cand = np.unique(rows)
             hit = np.bincount(np.searchsorted(cand, rows), weights=w, minlength=cand.size)
-            if task_type:
-                typed = self.task[cand]
-                keep = (typed == -1) | (typed == self.task_codes.get(task_type, -2))
-                cand, hit = cand[keep], hit[keep]
+        if lo:
+            cand += lo
         sim = hit / self.weight[cand]  # every candidate holds a query token, whose idf is > 0: W(e) > 0
         keep = sim > threshold
         return cand[keep], sim[keep]
+
+    def order_sum(self, tokens) -> float:
+        """The idf of these tokens added one by one in token-id order, as :meth:`above` and ``weight`` add
+        them (a reference for the tests: ``hit`` and ``W`` of one entry)."""
+        total = 0.0
+        for k in sorted(self.token_ids[t] for t in tokens if t in self.token_ids):
+            total += float(self.idf[k])
+        return total
 
 
 def best_per_zone(cand: np.ndarray, sim: np.ndarray, zone: np.ndarray, per_zone: dict[str, int]

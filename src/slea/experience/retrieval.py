@@ -23,11 +23,13 @@ library — unlike the released code's permanent per-observation cache.
 
 from __future__ import annotations
 
+import heapq
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from slea.experience.eq2 import TokenMatrix, best_per_zone
+from slea.experience.eq2 import ZONE_CODES, TokenMatrix, best_per_zone
 from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
 
 HEADER = "Lessons from earlier episodes (hints; use them only if they fit):"
@@ -90,8 +92,6 @@ class Retriever:
             return []
         if len(ids) <= k:
             return sorted(ids, key=self._rank_key, reverse=True)
-        import heapq
-
         return heapq.nlargest(k, ids, key=self._rank_key)
 
     # -- Eq.2 ------------------------------------------------------------------------------------------------
@@ -110,23 +110,24 @@ class Retriever:
         best k (ties at the k-th similarity kept), so the ranking in Python stays short."""
         m = self._matrix()
         cand, sim = m.above(_query_tokens(text), self.fallback_threshold, task_type)
-        if per_zone is not None and cand.size > 64:  # a long list: numpy prunes it first (a short one, below)
-            cand, sim = best_per_zone(cand, sim, m.zone, per_zone)
         get = self.lib.get
-        eids = m.eids[cand].tolist()
         if per_zone is None:
+            eids = m.eids[cand].tolist()
             out = sorted(zip(sim.tolist(), [get(e).score for e in eids], eids), reverse=True)
             return [(v, eid) for v, _, eid in out]
-        ents = [get(e) for e in eids]  # (ids are distinct: the zone never decides the order)
-        out = sorted(zip(sim.tolist(), [e.score for e in ents], eids, [e.zone for e in ents]), reverse=True)
-        kept, kth = [], {}  # the first k of each zone, and the ties at its k-th similarity (as best_per_zone)
-        for v, _, eid, zone in out:
-            k = per_zone.get(zone, 0)
-            seen = kth.setdefault(zone, [])
-            if len(seen) < k or (k > 0 and v == seen[-1]):
-                seen.append(v)
-                kept.append((v, eid))
-        return kept
+        if cand.size > 64:  # a long list: numpy prunes it first
+            cand, sim = best_per_zone(cand, sim, m.zone, per_zone)
+        sims, zones = sim.tolist(), m.zone[cand].tolist()
+        kth = {}  # each zone's k-th largest similarity: the entries at or above it (ties kept, as best_per_zone)
+        for name, code in ZONE_CODES.items():
+            k = per_zone.get(name, 0)
+            if k > 0:
+                mine = [v for v, z in zip(sims, zones) if z == code]
+                kth[code] = sorted(mine, reverse=True)[k - 1] if len(mine) >= k else -math.inf
+        keep = [i for i, (v, z) in enumerate(zip(sims, zones)) if z in kth and v >= kth[z]]
+        eids = m.eids[cand].tolist()  # (ids are distinct: the zone never decides the order)
+        out = sorted([(sims[i], get(eids[i]).score, eids[i]) for i in keep], reverse=True)
+        return [(v, eid) for v, _, eid in out]
 
     def fallback(self, text: str, task_type: str = "") -> list[int]:
         ranked = self.similar(text, task_type, per_zone=self.top_k)
@@ -142,8 +143,6 @@ class Retriever:
     def best_of_task(self, task_type: str = "") -> list[int]:
         """The task type's top k+ strategies and k− warnings by quality z, recency, id (untyped entries count
         for every task type, as in :meth:`similar`)."""
-        import heapq
-
         out = []
         for zone in ("pos", "neg"):
             ids = [e.id for e in self.lib.entries(zone)
