@@ -139,8 +139,9 @@ def _leave_in_order(store: dist.Store, rank: int, world: int, poll_s: float = 0.
     """Rank 0 hosts the store: it exits only once every rank has torn its group down, so no rank's teardown
     meets a vanished store or half-closed connections (a rank once died with SIGABRT at exit)."""
     store.add(_LEFT_KEY, 1)
-    if rank == 0:
-        while store.add(_LEFT_KEY, 0) < world:
+    deadline = time.monotonic() + COLLECTIVE_TIMEOUT.total_seconds()
+    if rank == 0:  # bounded: a rank that died after the barrier must not keep rank 0 waiting forever
+        while store.add(_LEFT_KEY, 0) < world and time.monotonic() < deadline:
             time.sleep(poll_s)
 
 
