@@ -24,12 +24,11 @@ library — unlike the released code's permanent per-observation cache.
 from __future__ import annotations
 
 import heapq
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from slea.experience.eq2 import ZONE_CODES, TokenMatrix, best_per_zone
+from slea.experience.eq2 import TokenMatrix, best_per_zone
 from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
 
 HEADER = "Lessons from earlier episodes (hints; use them only if they fit):"
@@ -110,23 +109,11 @@ class Retriever:
         best k (ties at the k-th similarity kept), so the ranking in Python stays short."""
         m = self._matrix()
         cand, sim = m.above(_query_tokens(text), self.fallback_threshold, task_type)
-        get = self.lib.get
-        if per_zone is None:
-            eids = m.eids[cand].tolist()
-            out = sorted(zip(sim.tolist(), [get(e).score for e in eids], eids), reverse=True)
-            return [(v, eid) for v, _, eid in out]
-        if cand.size > 64:  # a long list: numpy prunes it first
+        if per_zone is not None:  # only what can be among each zone's best k (ties at the k-th similarity kept)
             cand, sim = best_per_zone(cand, sim, m.zone, per_zone)
-        sims, zones = sim.tolist(), m.zone[cand].tolist()
-        kth = {}  # each zone's k-th largest similarity: the entries at or above it (ties kept, as best_per_zone)
-        for name, code in ZONE_CODES.items():
-            k = per_zone.get(name, 0)
-            if k > 0:
-                mine = [v for v, z in zip(sims, zones) if z == code]
-                kth[code] = sorted(mine, reverse=True)[k - 1] if len(mine) >= k else -math.inf
-        keep = [i for i, (v, z) in enumerate(zip(sims, zones)) if z in kth and v >= kth[z]]
         eids = m.eids[cand].tolist()  # (ids are distinct: the zone never decides the order)
-        out = sorted([(sims[i], get(eids[i]).score, eids[i]) for i in keep], reverse=True)
+        get = self.lib.get
+        out = sorted(zip(sim.tolist(), [get(e).score for e in eids], eids), reverse=True)
         return [(v, eid) for v, _, eid in out]
 
     def fallback(self, text: str, task_type: str = "") -> list[int]:
