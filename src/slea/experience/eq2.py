@@ -64,8 +64,8 @@ class TokenMatrix:
     every posting and of every dense row, not the whole library.
 
     Token ids (``token_ids``) fix the order of every sum: the postings tokens in string order, then the dense
-    ones in row order. Each entry's ``W(e)`` and each query's ``hit(q, e)`` add their idf terms in token-id order
-    (``order_sum``), whatever the order of the query's tokens, the grouping or Python's string hashing."""
+    ones in row order. Each entry's ``W(e)`` and each query's ``hit(q, e)`` add their idf terms in token-id order,
+    whatever the order of the query's tokens, the grouping or Python's string hashing."""
 
     def __init__(self, lib: ExperienceLibrary, dense_share: int = DENSE_SHARE) -> None:
         self.version = lib.content_version
@@ -202,14 +202,6 @@ class TokenMatrix:
         sim = hit / self.weight[cand]  # every candidate holds a query token, whose idf is > 0: W(e) > 0
         keep = sim > threshold
         return cand[keep], sim[keep]
-
-    def order_sum(self, tokens) -> float:
-        """The idf of these tokens added one by one in token-id order, as :meth:`above` and ``weight`` add
-        them (a reference for the tests: ``hit`` and ``W`` of one entry)."""
-        total = 0.0
-        for k in sorted(self.token_ids[t] for t in tokens if t in self.token_ids):
-            total += float(self.idf[k])
-        return total
 
 
 def best_per_zone(cand: np.ndarray, sim: np.ndarray, zone: np.ndarray, per_zone: dict[str, int]
