@@ -44,6 +44,7 @@ T = TypeVar("T")
 
 # Rank 0 may evaluate or checkpoint while the other ranks wait at the next collective: allow that long.
 COLLECTIVE_TIMEOUT = timedelta(hours=6)
+LEFT_KEY = "slea/ranks_left"  # the store's count of ranks that have torn their group down
 
 
 @dataclass(frozen=True)
@@ -135,17 +136,15 @@ def _rank_main(rank: int, fn: Callable[..., Any], world: int, port: int, args: t
     _leave_in_order(store, rank, world)
 
 
-def _leave_in_order(store: dist.Store, rank: int, world: int, poll_s: float = 0.01) -> None:
-    """Rank 0 hosts the store: it exits only once every rank has torn its group down, so no rank's teardown
-    meets a vanished store or half-closed connections (a rank once died with SIGABRT at exit)."""
-    store.add(_LEFT_KEY, 1)
-    deadline = time.monotonic() + COLLECTIVE_TIMEOUT.total_seconds()
-    if rank == 0:  # bounded: a rank that died after the barrier must not keep rank 0 waiting forever
-        while store.add(_LEFT_KEY, 0) < world and time.monotonic() < deadline:
-            time.sleep(poll_s)
-
-
-_LEFT_KEY = "slea/ranks_left"
+def _leave_in_order(store: dist.Store, rank: int, world: int) -> None:
+    """Rank 0 hosts the store: it exits only once every rank has torn its group down (at most the collective
+    timeout), so no rank's teardown meets a vanished store or half-closed connections (a rank once died with
+    SIGABRT at exit)."""
+    store.add(LEFT_KEY, 1)
+    if rank == 0:
+        deadline = time.monotonic() + COLLECTIVE_TIMEOUT.total_seconds()
+        while store.add(LEFT_KEY, 0) < world and time.monotonic() < deadline:
+            time.sleep(0.01)
 
 
 def is_torchrun() -> bool:
