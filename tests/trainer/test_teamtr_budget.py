@@ -96,6 +96,9 @@ def test_env_step_budget_counts_the_acting_agents_moves(tmp_path):
     tr.close()
     # fresh rollouts: π̂^0, then the team after each update; a planner's message steps no env
     assert [r["env_steps"] for r in rows] == [played[0] + played[1], sum(played)]
+    # budget/*: what each update's collections added (π̂^0 counts to the first update), as single-agent rows log
+    assert [r["budget/env_steps"] for r in rows] == [played[0] + played[1], played[2]]
+    assert [r["budget/rollouts"] for r in rows] == [4, 2]
     assert tr.env_steps == sum(played) and tr.episodes == 6
 
     budget = rows[0]["env_steps"]

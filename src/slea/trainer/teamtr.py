@@ -22,7 +22,8 @@ One metrics row per single-agent update (``metrics.jsonl``, ``iteration`` = the 
 ``teamtr/token_kl``, ``teamtr/beta`` (the β of its last step), ``teamtr/beta_next``, ``teamtr/steps``,
 ``teamtr/reverted``, ``team/return_before`` and ``team/return_after`` (a coordination regression shows up as
 after < before), ``train/success``, ``train/return``, ``train/invalid_rate`` (of the rollouts the update learns
-from), the cumulative ``rollouts`` (team episodes) and ``env_steps`` (the acting agent's moves), plus the loss's.
+from), the cumulative ``rollouts`` (team episodes) and ``env_steps`` (the acting agent's moves), what the update's
+collections added to them (``budget/rollouts``, ``budget/env_steps``, as a single-agent iteration's), plus the loss's.
 Budgets (``train.time_budget_s``, ``rollout_budget``, ``env_step_budget``) are checked before every single-agent
 update (:meth:`TeamTrainer.budget_stop`); a stop checkpoints the last update and evaluates as a finished run does.
 
@@ -350,7 +351,7 @@ class TeamTrainer:
             self.stopped = self.budget_stop()  # budgets stop the run between single-agent updates
             if self.stopped:
                 break
-            t_row = time.perf_counter()
+            t_row, played_before = time.perf_counter(), (self.episodes, self.env_steps)
             if episodes is None:
                 episodes = self.collect(s, 0, seeds)  # π̂^0
                 log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of updated agents' messages
@@ -385,6 +386,9 @@ class TeamTrainer:
                 **{f"update/{k}": v for k, v in res.step_metrics.items()},
                 "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
                 "episodes": self.episodes, "rollouts": self.episodes, "env_steps": self.env_steps,
+                # what this update spent of the budgets (its collections), as the single-agent rows' budget/*
+                "budget/rollouts": self.episodes - played_before[0],
+                "budget/env_steps": self.env_steps - played_before[1],
             }
             self.last_update_s = time.perf_counter() - t_row
             rows.append(row)
