@@ -15,8 +15,9 @@ on difflib's match count M (ratio = 2M/(la + lb)), each of which only discards p
 3. the LCS itself: rapidfuzz ``LCSseq.similarity`` (bit-parallel in C, banded by an integer cutoff just below
    the matches δ needs, so no float edge). difflib's matching blocks form a common subsequence, so M <= LCS;
 4. the exact count, raced: the survivors' matching-block recursions
-   (:class:`~slea.experience.textmatch._Match`, bit-identical to difflib) are refined one rectangle at a time,
-   always the one with the highest upper bound, until one is provably the most similar or none reaches δ.
+   (:class:`~slea.experience.textmatch._Match`: difflib's own, each rectangle's longest block found by the
+   compiled ``cydifflib``, bit-identical) are refined one rectangle at a time, always the one with the highest
+   upper bound, until one is provably the most similar or none reaches δ.
 
 Step 2 touches every prototype of the task type — no exact filter can do less, since at δ = 0.85 two texts can
 qualify without sharing any 4 consecutive characters — so its cost (and that of step 3 where histograms look

@@ -8,7 +8,9 @@ import random
 from collections import Counter
 from typing import Any
 
-from slea.experience.textmatch import _LCS_MAX, PreparedText, _need, fast_ratio, lcs_length, match_upper_bound
+from rapidfuzz.distance import LCSseq
+
+from slea.experience.textmatch import PreparedText, _need, fast_ratio
 
 __all__ = ["WORDS26", "ExactScanIndex", "low_vocab_stream", "missed_joins", "rand_index"]
 
@@ -49,13 +51,10 @@ class ExactScanIndex:
         thr = self.threshold
         best, best_r = -1, -1.0
         for cid, b, prep in self._protos.get(task_type, ()):
-            if self.bounds:
-                total = la + len(b)
-                need = _need(max(thr, best_r), total)
-                if min(la, len(b)) < need or match_upper_bound(a, b, need) < need:
+            if self.bounds:  # difflib's blocks form a common subsequence: skip when the LCS cannot reach need
+                need = _need(max(thr, best_r), la + len(b))
+                if min(la, len(b)) < need or LCSseq.similarity(a, b, score_cutoff=need) < need:
                     continue
-            if self.bounds and self.fast and len(b) <= _LCS_MAX and not prep.popular and lcs_length(a, prep) < need:
-                continue
             r = fast_ratio(a, prep) if self.fast else difflib.SequenceMatcher(None, a, b).ratio()
             if r >= thr and r > best_r:
                 best, best_r = cid, r
