@@ -1,9 +1,9 @@
 """TeamTR's comparison (issue 14, deliverable 4): TeamTR vs naive sequential training vs a single agent, 2+ seeds.
 
-Every run is a ``slea train`` run of ``configs/teamtr.yaml`` (a planner + actor team on TextWorld, the embedded
-model; :func:`slea.trainer.select.build_trainer`, the CLI's entry point, picks the team trainer), kept under ``bench/results/teamtr/<variant>/runs/<variant>-s<seed>/``. The
-variants share the config and, per seed, the tasks of every stage (:func:`slea.trainer.rl.iteration_seeds`) and
-the held-out games (``eval.seed + g``, keyed sampling):
+The runs are ``slea compare`` sub-runs (:mod:`slea.trainer.compare`): three variants of ``configs/teamtr.yaml`` (a
+planner + actor team on TextWorld, the embedded model), each trained by the team trainer ``slea train`` picks,
+under ``bench/results/teamtr/runs/<variant>-s<seed>/``. The variants share the config and, per seed, the tasks of
+every stage (:func:`slea.trainer.rl.iteration_seeds`) and the held-out games (``eval.seed + g``, keyed sampling):
 
 * ``teamtr`` — ``team.rollouts: fresh``: the intermediate team plays again before every single-agent update;
 * ``naive`` — ``team.rollouts: stale``: naive sequential training, every update of a stage learns from the stage's
@@ -12,17 +12,25 @@ the held-out games (``eval.seed + g``, keyed sampling):
   trainer (n = 1), with ``team.max_turns`` halved so that its episodes get the same env moves as the team's (a
   planner + actor move is two messages).
 
-A finished run (``eval/summary.json`` written) is reused; an unfinished one is resumed from its newest checkpoint
-(as ``slea train --resume``; one per single-agent update). A run folder trained with another config is refused. One run per invocation, so a
-2-core machine runs them one at a time (through ``../shared/bin/heavy``; ``$SLEA_TEAMTR_DIR`` puts the results
-elsewhere)::
+So the whole comparison is (with the config's ``team.max_turns: 8``)::
+
+    slea compare configs/teamtr.yaml --seeds 0,1,2 --out bench/results/teamtr \
+        --variant teamtr:team.rollouts=fresh --variant naive:team.rollouts=stale \
+        --variant single:team.task=textworld_solo_actor,team.rollouts=fresh,team.max_turns=4
+
+and the two share their runs. This script adds two things: one sub-run per invocation (on a 2-core machine each
+waits for its turn through ``../shared/bin/heavy``), and the team's own statistics per stage (``stages.md``,
+``stages.json``, ``stages.png``: coordination regressions, the return after each stage). A finished run
+(``eval/summary.json``) is reused, an unfinished one resumed from its newest checkpoint, a run folder trained with
+another config refused (:func:`slea.trainer.compare.train_sub_run`, :func:`slea.trainer.compare.plan`)::
 
     python bench/teamtr_evidence.py run --variant teamtr --seed 0
     python bench/teamtr_evidence.py run --variant naive --seed 0
     python bench/teamtr_evidence.py run --variant single --seed 0
-    python bench/teamtr_evidence.py table       # table.md/json, curves.png from what has finished
+    python bench/teamtr_evidence.py table       # slea compare's table.md/json and curves.png, and stages.*
 
-``--config`` and ``--set KEY=VALUE`` (repeatable) change the base config, for a smaller job or a test.
+``--config`` and ``--set KEY=VALUE`` (repeatable) change the base config, for a smaller job or a test;
+``$SLEA_TEAMTR_DIR`` puts the results elsewhere.
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ import numpy as np
 
 from slea.config import RunConfig, load_config
 from slea.trainer import compare
+from slea.trainer.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_TEAMTR_DIR") or ROOT / "bench" / "results" / "teamtr")
@@ -46,31 +55,32 @@ SOLO_TASK = "textworld_solo_actor"
 VARIANTS = {
     "teamtr": ["team.rollouts=fresh"],
     "naive": ["team.rollouts=stale"],
-    "single": [f"team.task={SOLO_TASK}", "team.rollouts=fresh"],  # + team.max_turns halved (config_for)
+    "single": [f"team.task={SOLO_TASK}", "team.rollouts=fresh"],  # + team.max_turns halved (variants)
 }
 
 
-def variant_dir(variant: str) -> Path:
-    return RESULTS / variant
+def variants(config: str = CONFIG, extra: list[str] | None = None) -> dict[str, list[str]]:
+    """The ``slea compare`` variants: :data:`VARIANTS`, the single agent's ``team.max_turns`` half the team's (the
+    config's with ``extra``), so that its episodes get the same env moves."""
+    team_turns = load_config(_path(config), list(extra or []), check_unused=False).team.max_turns
+    return {**VARIANTS, "single": [*VARIANTS["single"], f"team.max_turns={max(1, team_turns // 2)}"]}
+
+
+def plan(seeds: list[int], config: str = CONFIG, extra: list[str] | None = None) -> compare.Plan:
+    """The comparison of every variant at ``seeds`` in :data:`RESULTS` (validated, nothing trained)."""
+    try:
+        return compare.plan(_path(config), [], list(seeds), RESULTS, list(extra or []), variants(config, extra))
+    except ValueError as exc:
+        hint = " (or move it away, or set $SLEA_TEAMTR_DIR)" if "another config" in str(exc) else ""
+        raise SystemExit(f"{exc}{hint}") from None
 
 
 def run_dir(variant: str, seed: int) -> Path:
-    return variant_dir(variant) / "runs" / f"{variant}-s{seed}"
-
-
-def overrides_for(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None = None) -> list[str]:
-    """The overrides of one run: ``extra`` (``--set``), the variant's, then the run's seed, name and folder."""
-    extra = list(extra or [])
-    over = [*extra, *VARIANTS[variant]]
-    if variant == "single":  # the same env moves per episode: the team spends two messages per move
-        team_turns = load_config(_path(config), extra, check_unused=False).team.max_turns
-        over.append(f"team.max_turns={max(1, team_turns // 2)}")
-    d = run_dir(variant, seed)
-    return [*over, f"run.seed={seed}", f"run.name={d.name}", f"run.dir={d}"]
+    return RESULTS / "runs" / compare.run_name(variant, seed)
 
 
 def config_for(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None = None) -> RunConfig:
-    return load_config(_path(config), overrides_for(variant, seed, config, extra))
+    return next(cfg for sub, cfg in plan([seed], config, extra).items if sub.algorithm == variant)
 
 
 def _path(config: str) -> Path:
@@ -79,41 +89,32 @@ def _path(config: str) -> Path:
 
 
 def train(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None = None) -> str:
-    """Train one run (or reuse a finished one, or resume an unfinished one); returns ``"reused"``, ``"resumed"``
-    or ``"trained"``."""
-    from slea.trainer.select import build_trainer
-
-    d = run_dir(variant, seed)
-    cfg = config_for(variant, seed, config, extra)
-    resume = (d / "config.yaml").is_file()
-    if resume:
-        same, why = compare.same_config(d / "config.yaml", cfg)
-        if not same:
-            raise SystemExit(f"{d} was trained with another config ({why}); move it away or use $SLEA_TEAMTR_DIR")
-        if (d / "eval" / "summary.json").is_file():
-            print(f"{d}: finished, reused")
-            return "reused"
-        print(f"{d}: unfinished, resuming")
-    summary = build_trainer(cfg, d).fit(resume=resume)
+    """Train one sub-run (or reuse a finished one, or resume an unfinished one); returns ``"reused"``,
+    ``"resumed"`` or ``"trained"``."""
+    sub, cfg = next((s, c) for s, c in plan([seed], config, extra).items if s.algorithm == variant)
+    status = compare.train_sub_run(sub, cfg, say=print)
     compare.relativize(RESULTS, ("bench/results/teamtr/", "configs/"))
-    print(f"{d}: held-out success {summary['after']['sampled']['success']:.3f} "
-          f"(before {(summary['before'] or {}).get('sampled', {}).get('success', math.nan):.3f}), "
-          f"{summary['wall_s'] / 60:.1f} min")
-    return "resumed" if resume else "trained"
+    if status != "reused":
+        summary = json.loads((sub.dir / "eval" / "summary.json").read_text())
+        print(f"{sub.dir}: held-out success {summary['after']['sampled']['success']:.3f} "
+              f"(before {(summary['before'] or {}).get('sampled', {}).get('success', math.nan):.3f}), "
+              f"{summary['wall_s'] / 60:.1f} min")
+    return status
 
 
 # -- reading the runs ----------------------------------------------------------------------------------------
 def finished() -> list[compare.SubRun]:
+    """The finished sub-runs under :data:`RESULTS`, variant by variant, seeds in order."""
     out = []
     for variant in VARIANTS:
-        for d in sorted((variant_dir(variant) / "runs").glob(f"{variant}-s*")):
-            if (d / "eval" / "summary.json").is_file():
-                out.append(compare.SubRun(variant, int(d.name.rsplit("-s", 1)[1]), d, "reused"))
+        runs = [d for d in (RESULTS / "runs").glob(f"{variant}-s*") if (d / "eval" / "summary.json").is_file()]
+        for d in sorted(runs, key=lambda d: int(d.name.rsplit("-s", 1)[1])):
+            out.append(compare.SubRun(variant, int(d.name.rsplit("-s", 1)[1]), d, "reused"))
     return out
 
 
 def _rows(d: Path) -> list[dict[str, Any]]:
-    return [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return read_metrics(d / "metrics.jsonl")
 
 
 def stage_curve(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -157,10 +158,17 @@ STATS = ("heldout_success", "heldout_return", "heldout_greedy_success", "heldout
 
 
 def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
+    """From every finished run: ``slea compare``'s ``table.md``, ``table.json`` and ``curves.png``
+    (:func:`slea.trainer.compare.write_outputs`), then the team's per-stage statistics, ``stages.md``,
+    ``stages.json`` and ``stages.png``; returns the latter."""
     compare.relativize(RESULTS, ("bench/results/teamtr/", "configs/"))
     runs = finished()
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")
+    arms = variants(config, extra)
+    std = compare.summarize_runs(runs)  # the spec `slea compare` writes for these variants and seeds
+    std["spec"] = {**plan(sorted({r.seed for r in runs}), config, extra).spec, "config": config}
+    compare.write_outputs(std, runs, RESULTS)
     per = {(r.algorithm, r.seed): run_stats(r) for r in runs}
     tab: dict[str, Any] = {"variants": {}}
     for variant in dict.fromkeys(r.algorithm for r in runs):
@@ -170,12 +178,11 @@ def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
                                     "per_seed": {str(s): {**{k: m[k] for k in STATS},
                                                           "train_return_per_stage": m["curve"]["return_after"]}
                                                  for s, m in mine.items()}}
-    tab["spec"] = {"config": config, "overrides": list(extra or []), "variants": {
-        v: VARIANTS[v] + (["team.max_turns=<config's // 2>"] if v == "single" else []) for v in VARIANTS}}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "table.json").write_text(json.dumps(tab, indent=2))
-    (RESULTS / "table.md").write_text(markdown(tab))
-    plot(runs, {k: v["curve"] for k, v in per.items()}, RESULTS / "curves.png")
+    tab["spec"] = {"config": config, "overrides": list(extra or []), "variants": arms}
+    (RESULTS / "stages.json").write_text(json.dumps(tab, indent=2))
+    (RESULTS / "stages.md").write_text(markdown(tab))
+    plot(runs, {k: v["curve"] for k, v in per.items()}, RESULTS / "stages.png")
+    print(compare.table_markdown(std))
     print(markdown(tab))
     return tab
 

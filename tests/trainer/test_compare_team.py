@@ -23,6 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["plugins=[my_slea_plugin]", "rollout.groups=1", "team.max_turns=2", "team.trust_region.min_steps=1",
          "team.trust_region.max_steps=1", "team.trust_region.kl_estimator=k3", "train.lr=0.001", "run.threads=1",
          "eval.games=1", "eval.episodes_per_game=2"]
+NO_PLUGIN = SMALL[1:]  # TeamTR alone needs no plugin
 
 
 def slea(*args: str) -> subprocess.CompletedProcess:
@@ -76,3 +77,46 @@ def test_a_config_the_team_trainer_refuses_is_refused_before_any_sub_run_trains(
     r = _compare(tmp_path / "cmp", "teamtr", "algorithm.kl_coef=0.1")
     assert r.returncode == 2 and "Traceback" not in r.stderr and not (tmp_path / "cmp/runs").exists()
     assert "algorithm.kl_coef: TeamTR's KL term" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_slea_compare_team_variants_at_a_matched_rollout_budget(tmp_path):
+    # TeamTR's variants are settings of one config (team.rollouts), compared as `--variant LABEL:KEY=VALUE`; with
+    # 2 episodes per collection, a rollout budget of 6 stops fresh (3 collections per stage) after stage 0's two
+    # updates, and naive sequential training (2 per stage) after stage 1's first update
+    out = tmp_path / "cmp"
+    over = [x for o in [*NO_PLUGIN, "train.rollout_budget=6"] for x in ("--set", o)]
+    r = slea("compare", str(ROOT / "configs/teamtr_smoke.yaml"), "--variant", "teamtr:team.rollouts=fresh",
+             "--variant", "naive:team.rollouts=stale", "--seeds", "0", "--out", str(out), *over)
+    assert r.returncode == 0, r.stderr[-3000:]
+    spec = json.loads((out / "compare.json").read_text())
+    assert spec["variants"] == {"teamtr": ["team.rollouts=fresh"], "naive": ["team.rollouts=stale"]}
+    table = json.loads((out / "table.json").read_text())
+    assert list(table["algorithms"]) == ["teamtr", "naive"]
+    for name, stages, mode in (("teamtr", [0, 0], "fresh"), ("naive", [0, 0, 1], "stale")):
+        run = out / "runs" / f"{name}-s0"
+        rows = read_metrics(run / "metrics.jsonl")
+        summary = json.loads((run / "eval/summary.json").read_text())
+        assert [x["stage"] for x in rows] == stages and summary["rollouts"] == mode
+        assert summary["episodes"] == 6 and summary["stopped_by"].startswith("rollout budget of 6 (6 played)")
+        assert sum(x["budget/rollouts"] for x in rows) == 6 and rows[-1]["rollouts"] == 6
+        a = table["algorithms"][name]
+        assert a["rollouts"]["values"] == [6.0] and a["iterations"]["values"] == [float(len(stages))]
+        assert a["env_steps"]["values"] == [float(summary["env_steps"])]
+    md = (out / "table.md").read_text()
+    assert md.startswith("| variant | seeds |") and "| naive | 1 |" in md and "naive: team.rollouts=stale" in md
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--algorithms", "teamtr,grpo"], "teamtr is trained by the team trainer and grpo by the rl trainer"),
+    (["--variant", "a:team.rollouts=stale", "--variant", "b:eval.games=3"], "variant b: eval.games is the same"),
+    (["--algorithms", "teamtr", "--variant", "a:team.rollouts=stale"], "give --algorithms or --variant, not both"),
+    (["--variant", "naive"], "--variant 'naive': expected LABEL:KEY=VALUE"),
+    (["--variant", "a:team.rollouts=stale", "--variant", "b:team.rollouts=fresh", "--set", "team.rollouts=stale_iw"],
+     "--set team.rollouts: every variant of the comparison sets it"),
+    (["--variant", "a:team.rollouts=stale", "--variant", "b:team.rollout=fresh"], "team.rollout: unknown key"),
+])
+def test_a_comparison_that_would_not_be_fair_is_refused_in_one_line(tmp_path, args, says):
+    r = slea("compare", str(ROOT / "configs/teamtr_smoke.yaml"), "--seeds", "0", "--out", str(tmp_path / "cmp"),
+             *[x for o in NO_PLUGIN for x in ("--set", o)], *args)
+    assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert says in r.stderr and not (tmp_path / "cmp").exists()

@@ -1,10 +1,14 @@
-"""bench/teamtr_evidence.py on the tiny model: one run per invocation, finished runs reused, unfinished ones resumed,
-the table and curves."""
+"""bench/teamtr_evidence.py on the tiny model: its runs are `slea compare` variant sub-runs (one per invocation,
+finished runs reused, unfinished ones resumed, the same folders `slea compare --variant` reuses), `slea compare`'s
+table and curves, and the team's per-stage table."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -34,7 +38,9 @@ def test_variants_share_the_config_and_the_single_agent_gets_the_same_env_moves(
     assert team.team.task == naive.team.task == "textworld_planner_actor"
     assert single.team.task == "textworld_solo_actor" and single.team.max_turns == 3  # 3 moves, as the team's 6
     assert team.run.seed == 3 and Path(single.run.dir) == bench.run_dir("single", 3)
-    assert bench.run_dir("naive", 1) == bench.RESULTS / "naive" / "runs" / "naive-s1"
+    assert bench.run_dir("naive", 1) == bench.RESULTS / "runs" / "naive-s1"  # `slea compare`'s layout
+    assert bench.variants(SMOKE, ["team.max_turns=6"])["single"] == [
+        "team.task=textworld_solo_actor", "team.rollouts=fresh", "team.max_turns=3"]
     # the preset of the comparison loads and passes the team trainer's checks
     from slea.trainer.teamtr import check_team_config
 
@@ -62,7 +68,15 @@ def test_runs_reused_and_the_table(bench, capsys):
 
     tab = bench.table(SMOKE, TINY)
     out = bench.RESULTS
-    assert (out / "curves.png").stat().st_size > 0 and json.loads((out / "table.json").read_text()) == tab
+    assert (out / "stages.png").stat().st_size > 0 and json.loads((out / "stages.json").read_text()) == tab
+    # slea compare's own table of the same runs: rollouts and env steps as the runs counted them
+    std = json.loads((out / "table.json").read_text())
+    assert list(std["algorithms"]) == ["teamtr", "naive", "single"] and (out / "curves.png").stat().st_size > 0
+    assert std["algorithms"]["teamtr"]["rollouts"]["values"] == [12.0, 12.0]
+    assert std["algorithms"]["naive"]["env_steps"]["values"] == [float(json.loads(
+        (bench.run_dir("naive", 0) / "eval/summary.json").read_text())["env_steps"])]
+    assert std["spec"]["variants"]["single"][-1] == "team.max_turns=1" and "| variant | seeds |" in (
+        out / "table.md").read_text()
     v = tab["variants"]
     assert list(v) == ["teamtr", "naive", "single"] and v["teamtr"]["seeds"] == [0, 1]
     assert v["teamtr"]["heldout_success"]["n"] == 2 and v["single"]["heldout_success"]["n"] == 1
@@ -78,5 +92,14 @@ def test_runs_reused_and_the_table(bench, capsys):
     s0 = {n: v[n]["per_seed"]["0"] for n in ("teamtr", "naive")}
     assert s0["teamtr"]["heldout_return_before"] == s0["naive"]["heldout_return_before"]
     assert len(s0["teamtr"]["train_return_per_stage"]) == 2
-    md = (out / "table.md").read_text()
+    md = (out / "stages.md").read_text()
     assert "| teamtr | 0, 1 |" in md and "| single | 0 |" in md and " ± " in md
+
+    # `slea compare` with the bench's variants reuses the bench's runs: nothing is trained again
+    args = ["compare", str(ROOT / SMOKE), "--seeds", "0", "--out", str(out),
+            *[x for v, over in bench.variants(SMOKE, TINY).items() for x in ("--variant", f"{v}:{','.join(over)}")],
+            *[x for o in TINY for x in ("--set", o)]]
+    r = subprocess.run([sys.executable, "-m", "slea.cli", *args], capture_output=True, text=True, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout.count("finished, reused") == 3 and ": training" not in r.stdout

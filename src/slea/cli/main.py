@@ -209,24 +209,29 @@ def summary_table(summary: dict) -> Table:
 @app.command()
 def compare(
     config: Path | None = typer.Argument(None, help="YAML config shared by every run"),
-    algorithms: str = typer.Option("grpo,rloo,gigpo", "--algorithms", help="comma-separated algorithm names"),
+    algorithms: str | None = typer.Option(None, "--algorithms", help="comma-separated algorithm names "
+                                          "(default grpo,rloo,gigpo unless --variant is given)"),
+    variant: list[str] = typer.Option([], "--variant", help="instead of --algorithms, one compared variant of the "
+                                      "config (repeatable), e.g. --variant naive:team.rollouts=stale"),
     seeds: str = typer.Option("0", "--seeds", help="comma-separated run seeds, e.g. 0,1,2"),
     set_: list[str] = typer.Option([], "--set", help="override for every run, e.g. --set train.iterations=4"),
     out: Path | None = typer.Option(None, "--out", help="output folder (default runs/compare-<config>)"),
 ) -> None:
-    """Train several algorithms × seeds with identical env seeds and budget; writes table.md/json and
-    curves.png. Finished sub-runs are reused, unfinished ones resumed."""
+    """Train several algorithms (or variants: --variant LABEL:KEY=VALUE,...) × seeds with identical env seeds and
+    budget; writes table.md/json and curves.png. Finished sub-runs are reused, unfinished ones resumed."""
     from slea.config import ConfigError
     from slea.trainer import compare as cmp
 
-    algos = [a.strip() for a in algorithms.split(",") if a.strip()]
+    if algorithms is None and not variant:
+        algorithms = "grpo,rloo,gigpo"
+    algos = [a.strip() for a in (algorithms or "").split(",") if a.strip()]
     try:
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
     out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
     try:
-        plan = cmp.plan(config, algos, seed_list, out, overrides=list(set_))
+        plan = cmp.plan(config, algos, seed_list, out, overrides=list(set_), variants=cmp.parse_variants(variant))
     except (ConfigError, ValueError) as exc:
         raise fail(f"compare: {exc}") from None
     require_env(plan.items[0][1].env.id)

@@ -1,9 +1,12 @@
-"""``slea compare``: several algorithms × seeds on one config, side by side, resumable.
+"""``slea compare``: several algorithms (or variants of one config) × seeds, side by side, resumable.
 
-Every sub-run ``<out>/runs/<algo>-s<seed>/`` is an ordinary run folder trained from the same config with
-``algorithm.name=<algo>`` and ``run.seed=<seed>`` (plus the config values the algorithm declares at
-registration, ``AlgorithmSpec.defaults``, where the config does not set them, and the user's ``--set``
-overrides). A setting only some of the compared algorithms read is accepted for the others (the refusal of
+Every sub-run ``<out>/runs/<label>-s<seed>/`` is an ordinary run folder trained from the same config with the
+user's ``--set`` overrides, ``run.seed=<seed>`` and its arm's own settings (:class:`Arm`): ``algorithm.name=<algo>``
+for ``--algorithms``, or a variant's settings for ``--variant LABEL:KEY=VALUE,...`` (such as TeamTR's
+``team.rollouts=stale``, naive sequential training); then the config values the algorithm declares at
+registration (``AlgorithmSpec.defaults``) where the config does not set them. A variant may not set what every
+sub-run must share (``run.*``, ``eval.*``, ``env.eval_kwargs``: the seeds, the folders, the held-out games); a
+``--set`` key that every arm sets is refused (it would be ignored). A setting only some of the compared algorithms read is accepted for the others (the refusal of
 unused settings checks it against the whole comparison). So for a given seed every algorithm plays the same task groups in
 every iteration (``rl.iteration_seeds`` depends on the run seed and the iteration only), with the same number
 of iterations, groups and copies, and is evaluated on the same held-out games. Env steps are counted, not
@@ -13,7 +16,10 @@ success at equal env-step budgets.
 Every sub-run is trained by the trainer ``slea train`` would run for it (:func:`slea.trainer.select.
 build_trainer`: the single-agent loop, or the TeamTR stage loop for an algorithm that needs a team, whose
 metrics rows are single-agent updates carrying the same ``env_steps``/``rollouts``/``train/success`` columns).
-A value a sub-run does not record is shown as "–".
+A value a sub-run does not record is shown as "–". Sub-runs trained by different trainers (a team algorithm
+beside a single-agent one) are refused at planning: a team's iteration is a stage of n + 1 collections, its episode
+is ``team.max_turns`` messages and its prompts are the team's, so their rows and evaluations would not measure the
+same thing. A single agent is compared with a team as a team variant (a one-agent team task).
 
 Reuse: a sub-run with ``eval/summary.json`` is finished and is read, not recomputed; one with a checkpoint
 resumes from it (``fit(resume=True)``); a sub-run whose saved config differs from the one this
@@ -45,27 +51,94 @@ from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, load_config, unused_settings
 from slea.trainer.runlog import read_metrics
 
-__all__ = ["Plan", "SubRun", "compare", "env_step_curve", "plan", "run", "summarize_runs", "write_outputs"]
+__all__ = ["Arm", "Plan", "SubRun", "compare", "env_step_curve", "parse_variants", "plan", "run", "summarize_runs",
+           "train_sub_run", "write_outputs"]
 
 BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
 
+# what a variant may not set: the seeds and folders compare gives, and the held-out games every arm is scored on
+SHARED_KEYS = ("run.", "eval.", "env.eval_kwargs")
+LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
 @dataclass
 class SubRun:
-    algorithm: str
+    algorithm: str  # the arm's label: the algorithm's name, or the variant's
     seed: int
     dir: Path
     status: str = ""  # "reused", "resumed" or "trained"
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One row of the comparison: its label (the table's row; its sub-runs are ``<label>-s<seed>``) and the
+    overrides that make it, applied after ``--set``: ``algorithm.name=<algo>`` for an algorithm, a variant's own
+    settings for a variant."""
+
+    label: str
+    overrides: tuple[str, ...]
 
 
 def run_name(algorithm: str, seed: int) -> str:
     return f"{algorithm}-s{seed}"
 
 
-def sub_config(config: str | Path | None, algorithm: str, seed: int, overrides: list[str], run_dir: Path
-               ) -> RunConfig:
-    over = [f"algorithm.name={algorithm}", f"run.seed={seed}", *overrides,
-            f"run.dir={run_dir}", f"run.name={run_name(algorithm, seed)}"]
+def _key(override: str) -> str:
+    return override.partition("=")[0].strip()
+
+
+def parse_variants(texts: list[str]) -> dict[str, list[str]]:
+    """``--variant LABEL:KEY=VALUE[,KEY=VALUE...]`` (repeatable) as ``{label: overrides}``, in order. A comma
+    separates two settings only where a ``key=`` follows it, so a list value (``[a,b]``) stays whole. A
+    ``ValueError`` for a malformed or repeated variant."""
+    out: dict[str, list[str]] = {}
+    for text in texts:
+        label, sep, rest = text.partition(":")
+        label = label.strip()
+        if not sep or not label or not rest.strip():
+            raise ValueError(f"--variant {text!r}: expected LABEL:KEY=VALUE[,KEY=VALUE...]")
+        if label in out:
+            raise ValueError(f"--variant {label}: given twice")
+        out[label] = [x.strip() for x in re.split(r",(?=\s*[A-Za-z_][\w.]*=)", rest) if x.strip()]
+    return out
+
+
+def make_arms(algorithms: list[str], variants: dict[str, list[str]] | None, overrides: list[str]) -> list[Arm]:
+    """The comparison's arms: one per algorithm, or one per variant (not both: a variant may set
+    ``algorithm.name``). A ``ValueError`` for none, a repeat, a label that cannot name a folder, a setting that is
+    not ``KEY=VALUE``, one every sub-run must share (:data:`SHARED_KEYS`), or a ``--set`` key every arm sets (that
+    value would be ignored; one only some arms set applies to the others)."""
+    variants = dict(variants or {})
+    if algorithms and variants:
+        raise ValueError("give --algorithms or --variant, not both (a variant may set algorithm.name=...)")
+    if not algorithms and not variants:
+        raise ValueError("compare needs at least one algorithm or variant, and one seed")
+    if len(set(algorithms)) != len(algorithms):
+        raise ValueError("algorithms must not repeat")
+    pairs = [(a, [f"algorithm.name={a}"]) for a in algorithms] or list(variants.items())
+    kind = "algorithm" if algorithms else "variant"
+    for key in dict.fromkeys(_key(o) for o in overrides):  # a --set every arm overrides would be ignored
+        if all(key in {_key(o) for o in over} for _, over in pairs):
+            raise ValueError(f"--set {key}: every {kind} of the comparison sets it, so this value would be ignored")
+    for label, over in pairs:
+        if not LABEL.fullmatch(label):
+            raise ValueError(f"{kind} {label!r}: a label is letters, digits and _ . + - (it names folders)")
+        if not over:
+            raise ValueError(f"variant {label}: no setting (expected LABEL:KEY=VALUE[,KEY=VALUE...])")
+        for o in over:
+            if "=" not in o:
+                raise ValueError(f"variant {label}: {o!r} is not KEY=VALUE")
+            if kind == "variant" and _key(o).startswith(SHARED_KEYS):
+                raise ValueError(f"variant {label}: {_key(o)} is the same for every sub-run (the seeds, folders and "
+                                 f"held-out games of a fair comparison); set it with --set")
+    return [Arm(label, tuple(over)) for label, over in pairs]
+
+
+def sub_config(config: str | Path | None, arm: Arm, seed: int, overrides: list[str], run_dir: Path) -> RunConfig:
+    """A sub-run's config: the shared config, ``--set``, the seed, the arm's settings, its folder and name."""
+    over = [*overrides, f"run.seed={seed}", *arm.overrides, f"run.dir={run_dir}",
+            f"run.name={run_name(arm.label, seed)}"]
     return load_config(config, over, check_unused=False)
 
 
@@ -114,70 +187,66 @@ class Plan:
     items: list[tuple[SubRun, RunConfig]]
 
 
+def _check_one_trainer(items: list[tuple[SubRun, RunConfig]]) -> None:
+    """A ``ValueError`` when the sub-runs are not all trained by one trainer (module docstring: what a team's
+    rows and evaluations measure differs from a single agent's)."""
+    from slea.trainer.select import trainer_kind
+
+    first: dict[str, str] = {}
+    for sub, cfg in items:
+        first.setdefault(trainer_kind(get_algorithm(cfg.algorithm.name)).name, sub.algorithm)
+    if len(first) > 1:
+        (k1, a1), (k2, a2) = list(first.items())[:2]
+        raise ValueError(f"{a1} is trained by the {k1} trainer and {a2} by the {k2} trainer, whose iterations, "
+                         f"episodes and prompts differ: one table would not compare them fairly (compare a single "
+                         f"agent with a team as a team variant, a one-agent team task)")
+
+
 def plan(config: str | Path | None, algorithms: list[str], seeds: list[int], out: str | Path,
-         overrides: list[str] | None = None) -> Plan:
+         overrides: list[str] | None = None, variants: dict[str, list[str]] | None = None) -> Plan:
     """Resolve and validate every sub-run's config before anything trains (a typo fails fast, not after
-    hours). Raises ``ConfigError`` for a bad config and ``ValueError`` for a bad spec or an ``out`` folder
+    hours): one arm per algorithm, or per variant (``{label: overrides}``, :func:`make_arms`). Raises
+    ``ConfigError`` for a bad config and ``ValueError`` for a bad spec, a mix of trainers, or an ``out`` folder
     holding a sub-run trained with different settings."""
     out = Path(out)
     overrides = list(overrides or [])
-    if not algorithms or not seeds:
-        raise ValueError("compare needs at least one algorithm and one seed")
-    if len(set(algorithms)) != len(algorithms) or len(set(seeds)) != len(seeds):
-        raise ValueError("algorithms and seeds must not repeat")
+    arms = make_arms(list(algorithms), variants, overrides)
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError("compare needs at least one seed, and seeds must not repeat")
     items = []
-    for algo in algorithms:
+    for arm in arms:
         for seed in seeds:
-            d = out / "runs" / run_name(algo, seed)
-            cfg = sub_config(config, algo, seed, overrides, d)
+            d = out / "runs" / run_name(arm.label, seed)
+            cfg = sub_config(config, arm, seed, overrides, d)
             if (d / "config.yaml").is_file():
                 same, why = same_config(d / "config.yaml", cfg)
                 if not same:
                     raise ValueError(f"{d} was trained with another config ({why}); use another --out")
-            items.append((SubRun(algo, seed, d), cfg))
+            items.append((SubRun(arm.label, seed, d), cfg))
     _check_unused([cfg for _, cfg in items])
     from slea.trainer.select import check_config
 
     for _, cfg in items:  # the chosen trainer's own checks (a team trainer's), before any sub-run trains
         check_config(cfg)
-    defaults = {a: dict(get_algorithm(a).defaults) for a in algorithms if get_algorithm(a).defaults}
-    spec = {"config": str(config) if config else None, "algorithms": list(algorithms), "seeds": list(seeds),
+    _check_one_trainer(items)
+    names = dict.fromkeys(cfg.algorithm.name for _, cfg in items)
+    defaults = {a: dict(get_algorithm(a).defaults) for a in names if get_algorithm(a).defaults}
+    spec = {"config": str(config) if config else None, "algorithms": [a.label for a in arms], "seeds": list(seeds),
             "overrides": overrides, "algorithm_defaults": defaults}
+    if variants:
+        spec["variants"] = {a.label: list(a.overrides) for a in arms}
     return Plan(out, spec, items)
 
 
 def run(p: Plan, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Train (or reuse, or resume) every sub-run of the plan, then write the table and the curves.
     Returns the table (as written to ``table.json``)."""
-    from slea.trainer import checkpoint as ckpt
-
     say = say or (lambda msg: None)
     p.out.mkdir(parents=True, exist_ok=True)
     atomic_write_text(p.out / "compare.json", json.dumps(p.spec, indent=2))
     runs = []
     for i, (sub, cfg) in enumerate(p.items):
-        label = f"[{i + 1}/{len(p.items)}] {sub.dir.name}"
-        if (sub.dir / "eval" / "summary.json").is_file():
-            sub.status = "reused"
-            say(f"{label}: finished, reused")
-        else:
-            from slea.trainer.select import build_trainer
-
-            resume = ckpt.latest_checkpoint(sub.dir / "checkpoints") is not None
-            sub.status = "resumed" if resume else "trained"
-            say(f"{label}: {'resuming' if resume else 'training'}")
-            trainer = build_trainer(cfg, sub.dir)  # as `slea train`: the trainer the algorithm's needs pick
-            try:
-                trainer.fit(resume=resume)
-            finally:
-                trainer.close()
-                rollouts = getattr(trainer, "rollouts", None)
-                if rollouts is not None:  # runs share this process: release each one's envs
-                    from slea.trainer.schemes import close
-
-                    close(rollouts)
-            del trainer
-            gc.collect()
+        train_sub_run(sub, cfg, say, f"[{i + 1}/{len(p.items)}] {sub.dir.name}")
         runs.append(sub)
     table = summarize_runs(runs)
     table["spec"] = p.spec
@@ -185,10 +254,44 @@ def run(p: Plan, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     return table
 
 
+def train_sub_run(sub: SubRun, cfg: RunConfig, say: Callable[[str], None] | None = None, label: str | None = None
+                  ) -> str:
+    """One sub-run of a plan: reused when finished (``eval/summary.json``), resumed from its newest checkpoint, or
+    trained, by the trainer ``slea train`` would pick (:func:`slea.trainer.select.build_trainer`). Sets and returns
+    ``sub.status`` (``"reused"``, ``"resumed"`` or ``"trained"``); ``say`` gets one line saying which."""
+    from slea.trainer import checkpoint as ckpt
+
+    say = say or (lambda msg: None)
+    label = label or str(sub.dir)
+    if (sub.dir / "eval" / "summary.json").is_file():
+        sub.status = "reused"
+        say(f"{label}: finished, reused")
+        return sub.status
+    from slea.trainer.select import build_trainer
+
+    resume = ckpt.latest_checkpoint(sub.dir / "checkpoints") is not None
+    sub.status = "resumed" if resume else "trained"
+    say(f"{label}: {'resuming' if resume else 'training'}")
+    trainer = build_trainer(cfg, sub.dir)  # as `slea train`: the trainer the algorithm's needs pick
+    try:
+        trainer.fit(resume=resume)
+    finally:
+        trainer.close()
+        rollouts = getattr(trainer, "rollouts", None)
+        if rollouts is not None:  # runs share this process: release each one's envs
+            from slea.trainer.schemes import close
+
+            close(rollouts)
+    del trainer
+    gc.collect()
+    return sub.status
+
+
 def compare(config: str | Path | None, algorithms: list[str], seeds: list[int], out: str | Path,
-            overrides: list[str] | None = None, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+            overrides: list[str] | None = None, say: Callable[[str], None] | None = None,
+            variants: dict[str, list[str]] | None = None) -> dict[str, Any]:
     """:func:`plan` then :func:`run`: the whole comparison in one call."""
-    return run(plan(config, algorithms, seeds, out, overrides), say=say)
+    return run(plan(config, algorithms, seeds, out, overrides, variants), say=say)
 
 
 # -- reading the sub-runs --------------------------------------------------------------------------------------
@@ -196,13 +299,16 @@ def env_step_curve(rows: list[dict[str, Any]]) -> tuple[np.ndarray, dict[str, np
     """Cumulative env steps after each logged iteration, and the per-iteration train metrics against them.
 
     Uses the ``env_steps`` counter the trainer logs; for runs without it, ``train/episode_len ×
-    train/episodes`` accumulated."""
+    train/episodes`` accumulated; NaN where a run recorded neither (a team run older than its counters), shown
+    as "–", not as 0 env steps."""
     if not rows:
         return np.zeros(0), {}
     if all("env_steps" in r for r in rows):
         x = np.array([float(r["env_steps"]) for r in rows])
+    elif all("train/episode_len" in r and "train/episodes" in r for r in rows):
+        x = np.cumsum([float(r["train/episode_len"]) * float(r["train/episodes"]) for r in rows])
     else:
-        x = np.cumsum([float(r.get("train/episode_len", 0.0)) * float(r.get("train/episodes", 0.0)) for r in rows])
+        x = np.full(len(rows), math.nan)
     ys = {k: np.array([float(r.get(k, math.nan)) for r in rows])
           for k in ("train/success", "train/return", "train/invalid_rate")}
     return x, ys
@@ -282,7 +388,8 @@ def _fmt(s: dict[str, Any], digits: int = 3) -> str:
 
 def table_markdown(table: dict[str, Any]) -> str:
     budgets = table["budgets"]
-    head = ["algorithm", "seeds", "held-out success", "greedy", "untrained"]
+    spec = table.get("spec", {})
+    head = ["variant" if spec.get("variants") else "algorithm", "seeds", "held-out success", "greedy", "untrained"]
     head += [f"train succ. @ {b} steps" for b in budgets]
     head += ["env steps", "rollouts", "wall (min)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -294,11 +401,12 @@ def table_markdown(table: dict[str, Any]) -> str:
         cells += [_fmt(a["train_success_at_env_steps"][str(b)]) for b in budgets]
         cells += [_fmt(a["env_steps"], 0), _fmt(a.get("rollouts", {}), 0), _fmt(wall_min, 1)]
         lines.append("| " + " | ".join(cells) + " |")
-    spec = table.get("spec", {})
+    variants = spec.get("variants") or {}
     notes = [
         "",
         f"Config `{spec.get('config')}`, seeds {spec.get('seeds')}, overrides {spec.get('overrides') or 'none'}"
         + (f", algorithm defaults {spec.get('algorithm_defaults')}" if spec.get("algorithm_defaults") else "")
+        + (("; variants: " + "; ".join(f"{v}: {', '.join(o)}" for v, o in variants.items())) if variants else "")
         + ".",
         "Held-out success: sampled episodes on the held-out games after training (mean ± std over seeds, ddof=1).",
         ("Train success @ N steps: the per-iteration train success, linearly interpolated at N cumulative env "
@@ -325,7 +433,7 @@ def plot_compare(runs: list[SubRun], out: Path, points: int = 50) -> None:
     for ax, key, title, (lo_y, hi_y) in panels:
         for algo in algos:
             curves = [data[(r.algorithm, r.seed)] for r in runs if r.algorithm == algo]
-            curves = [(x, ys[key]) for x, ys in curves if x.size]
+            curves = [(x, ys[key]) for x, ys in curves if x.size and np.isfinite(x).all()]
             if not curves:
                 continue
             lo = max(x[0] for x, _ in curves)
@@ -341,7 +449,8 @@ def plot_compare(runs: list[SubRun], out: Path, points: int = 50) -> None:
         ax.set_title(f"{title} (mean over seeds, 95% CI)")
         ax.set_xlabel("env steps")
         ax.grid(alpha=0.3)
-    axes[0].legend(fontsize=8)
+    if axes[0].get_legend_handles_labels()[0]:  # runs that recorded no env steps draw no curve
+        axes[0].legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(out, dpi=90)
     plt.close(fig)
