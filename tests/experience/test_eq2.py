@@ -1,5 +1,7 @@
 """Eq.2's token matrix (SLEA-RL Eq.2): the dense rows of frequent tokens give the same entries as the postings
-alone and as a plain scan, including a query of frequent tokens only and ties exactly at the threshold."""
+alone and as a plain scan, including a query of frequent tokens only and ties exactly at the threshold; the
+compiled kernel (numba) and the numpy form give the same entries and the same floats. Every test here runs
+both (``impl``), the kernel only where numba is installed."""
 
 from __future__ import annotations
 
@@ -12,6 +14,18 @@ from slea.experience.eq2 import TokenMatrix, best_per_zone
 from slea.experience.library import ExperienceLibrary
 from slea.experience.retrieval import Retriever
 from slea.testing.retrieval import ScanEq2
+
+
+@pytest.fixture(params=["kernel", "numpy"])
+def impl(request, monkeypatch):
+    """Which implementation :meth:`TokenMatrix.above` runs: the numba kernel, or numpy (numba hidden)."""
+    from slea.experience import eq2
+
+    if request.param == "kernel" and not eq2._compiled():
+        pytest.skip("numba is not installed (the experience extra)")
+    if request.param == "numpy":
+        monkeypatch.setattr(eq2, "_KERNEL", False)
+    return request.param
 
 
 def _lib(path, texts):
@@ -30,7 +44,7 @@ def _ids(m: TokenMatrix, rows: np.ndarray) -> set[int]:
     return set(m.eids[rows].tolist())
 
 
-def test_a_query_of_only_frequent_tokens_is_scored_by_the_dense_rows_exactly(tmp_path):
+def test_a_query_of_only_frequent_tokens_is_scored_by_the_dense_rows_exactly(tmp_path, impl):
     rng = random.Random(3)
     common = ["north", "south", "door", "key", "lamp"]  # each in most entries: dense rows
     rare = ["".join(rng.choice("bcdfghjklmnpqrstvwxz") for _ in range(7)) for _ in range(400)]  # df ~ 3
@@ -62,7 +76,7 @@ def test_a_query_of_only_frequent_tokens_is_scored_by_the_dense_rows_exactly(tmp
     lib.close()
 
 
-def test_a_tie_at_the_threshold_stays_out_through_the_dense_rows(tmp_path):
+def test_a_tie_at_the_threshold_stays_out_through_the_dense_rows(tmp_path, impl):
     """Two tokens of the same df have the same idf: one of them in the query is sim 0.5 exactly, not > 0.5."""
     lib = _lib(tmp_path / "t.sqlite", [("north south", _task(i)) for i in range(40)]
                + [("east west", _task(i)) for i in range(10)])  # one task type each: no duplicate
@@ -75,7 +89,7 @@ def test_a_tie_at_the_threshold_stays_out_through_the_dense_rows(tmp_path):
     lib.close()
 
 
-def test_the_dense_rows_stay_within_their_bounds(tmp_path, monkeypatch):
+def test_the_dense_rows_stay_within_their_bounds(tmp_path, monkeypatch, impl):
     from slea.experience import eq2
 
     words = " ".join(f"zo{chr(97 + k)}" for k in range(12))  # 12 tokens in every entry
@@ -83,7 +97,7 @@ def test_the_dense_rows_stay_within_their_bounds(tmp_path, monkeypatch):
     assert len(TokenMatrix(lib).dense_ids) == 12
     monkeypatch.setattr(eq2, "DENSE_MAX_ROWS", 5)
     m = TokenMatrix(lib)
-    assert m.dense.shape == (5, 30) and len(m.sparse_ids) == 7
+    assert m.dense.shape == (5, 30) and len(m.token_ids) - len(m.dense_ids) == 7
     half = tuple(words.split()[:6])  # 6 of the 12 tokens, some through the dense rows, some through postings
     scan = ScanEq2(lib)
     for threshold in (0.4, 0.5):
@@ -129,7 +143,7 @@ def _reference(lib, m: TokenMatrix, q: str, task: str, threshold: float) -> list
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_the_grouped_postings_give_the_plain_scans_ranking_and_scores_exactly(tmp_path, seed):
+def test_the_grouped_postings_give_the_plain_scans_ranking_and_scores_exactly(tmp_path, impl, seed):
     """Random libraries (typed and untyped entries, frequent and rare tokens, dense rows), random queries of
     every task type, an unknown one and none: the same entries, in the same order, with the same floats."""
     rng = random.Random(seed)
@@ -162,4 +176,24 @@ def test_the_grouped_postings_give_the_plain_scans_ranking_and_scores_exactly(tm
             assert r.similar(q, task, per_zone=r.top_k) == [
                 (v, eid) for v, eid in want if v >= (kth[lib.get(eid).zone] or [0.0])[0]]
             assert r.similar(q, task) == want  # again: through the memoised plan
+    lib.close()
+
+
+def test_above_prunes_per_zone_as_best_per_zone_does(tmp_path, impl):
+    """``above(..., per_zone)`` keeps what :func:`best_per_zone` keeps from the unpruned answer: each zone's
+    best k and the ties at its k-th similarity (a frequent-token vocabulary: many ties), nothing from a zone
+    with k = 0 or not named."""
+    rng = random.Random(7)
+    words = ["north", "south", "door", "key", "lamp", "chest"]
+    lib = _lib(tmp_path / "z.sqlite", [(" ".join(rng.sample(words, rng.randint(1, 3))), rng.choice(["", "coin"]))
+                                       for _ in range(300)])
+    m = TokenMatrix(lib)
+    for per_zone in [{"pos": 1}, {"pos": 0, "neg": 3}, {"pos": 2, "neg": 1}, {}, {"pos": 500, "neg": 500}]:
+        for q in [("north",), ("north", "door"), ("key", "lamp", "chest"), tuple(words)]:
+            for task in ("", "coin"):
+                rows, sim = m.above(q, 0.3, task)
+                want_rows, want_sim = best_per_zone(rows, sim, m.zone, per_zone)
+                got_rows, got_sim = m.above(q, 0.3, task, per_zone)
+                assert dict(zip(got_rows.tolist(), got_sim.tolist())) == dict(
+                    zip(want_rows.tolist(), want_sim.tolist()))
     lib.close()
