@@ -146,6 +146,8 @@ def _compiled():
         else:
             _KERNEL = numba.njit(cache=True)(_kernel)
     return _KERNEL
+
+
 class TokenMatrix:
     """Entries x content tokens of one library content version (immutable).
 
@@ -196,7 +198,8 @@ class TokenMatrix:
         for k, p in enumerate(postings[n_sparse:]):
             self.dense[k, p] = self.idf[n_sparse + k]
         self.dense_ids = {tok: k - n_sparse for tok, k in self.token_ids.items() if k >= n_sparse}
-        self._acc = np.zeros(n)  # the kernel's sums (zero between calls) and touched rows
+        # the kernel's sums (zero between calls) and touched rows: shared, safe since the kernel holds the GIL
+        self._acc = np.zeros(n)
         self._touched = np.zeros(n, dtype=np.int64)
         self._segs = self._segments(entries)
 
