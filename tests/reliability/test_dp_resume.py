@@ -48,8 +48,21 @@ def test_interrupted_two_process_run_resumes_to_the_uninterrupted_one(tmp_path, 
     assert any(not torch.equal(start[k], want[k]) for k in want), "the last iteration never moved the weights"
     for k in want:
         assert torch.equal(got[k], want[k]), k
+    assert ckpt.trained_processes(run) == 2  # what `slea train --resume` restarts with when --nproc is not given
 
     # the negative control: resumed from the same checkpoint with AdamW's moments and step counts left fresh
     _, control = _final(no_opt)
     assert any(not torch.equal(control[k], want[k]) for k in want), \
         "a resume without the optimizer state gave the same weights: this test cannot see a lost optimizer"
+
+
+def test_trained_processes_is_one_without_the_field_or_a_checkpoint(tmp_path):
+    net = torch.nn.Linear(2, 2)
+    opt = torch.optim.AdamW(net.parameters())
+    assert ckpt.trained_processes(tmp_path) == 1  # no checkpoint yet
+    ckpt.save_checkpoint(tmp_path / "checkpoints", 0, net, opt)  # one process, or a checkpoint older than the field
+    assert ckpt.trained_processes(tmp_path) == 1
+    ckpt.save_checkpoint(tmp_path / "checkpoints", 1, net, opt, extra={"processes": 2})
+    assert ckpt.trained_processes(tmp_path) == 2
+    (tmp_path / "checkpoints" / "iter_000001" / "state.json").write_text("{}")  # damaged: the previous one counts
+    assert ckpt.trained_processes(tmp_path) == 1

@@ -33,8 +33,9 @@ def train(
     config: Path | None = typer.Argument(None, help="YAML config (default: built-in defaults)"),
     set_: list[str] = typer.Option([], "--set", help="override, e.g. --set rollout.groups=2"),
     resume: Path | None = typer.Option(None, "--resume", help="continue the run in this folder"),
-    nproc: int = typer.Option(1, "--nproc", min=1, help="data-parallel training processes on this machine "
-                              "(torch.distributed, gloo): each plays its share of the task groups"),
+    nproc: int | None = typer.Option(None, "--nproc", min=1, help="data-parallel training processes on this "
+                                     "machine (torch.distributed, gloo): each plays its share of the task groups "
+                                     "(default 1; with --resume, as many as the run's last checkpoint had)"),
 ) -> None:
     """Train a policy (or, for an algorithm that needs a team such as teamtr, a team of agents) with RL; writes a
     run folder (metrics, curves, checkpoints, eval)."""
@@ -56,10 +57,14 @@ def train(
         trainer_kind(get_algorithm(cfg.algorithm.name))
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
+    from slea.trainer.checkpoint import trained_processes
+    from slea.trainer.distributed import DataParallel, init_from_torchrun, is_torchrun
+
+    if nproc is None:  # a resumed --nproc run (train.fsdp needs it) restarts with its own count; torchrun sets its own
+        nproc = trained_processes(resume) if resume is not None and not is_torchrun() else 1
     if nproc > 1:
         _train_data_parallel(cfg, nproc, resume is not None)
         return
-    from slea.trainer.distributed import DataParallel, init_from_torchrun, is_torchrun
 
     if is_torchrun():
         _build_cached_model(cfg.model)  # before this process joins the group (see the function)

@@ -322,6 +322,20 @@ def run_checkpoint(run: str | Path) -> Path:
     return last
 
 
+def trained_processes(run: str | Path) -> int:
+    """How many data-parallel processes wrote the run's newest usable checkpoint (``processes`` in its
+    ``state.json``), so ``slea train --resume`` restarts as many: 1 for a one-process run, for a checkpoint
+    older than the field, and for a run without a usable checkpoint."""
+    last = latest_checkpoint(Path(run) / "checkpoints")
+    if last is None:
+        return 1
+    try:
+        n = _read_json(last / "state.json").get("processes", 1)
+    except (CheckpointError, AttributeError):
+        return 1
+    return n if isinstance(n, int) and n >= 1 else 1
+
+
 def verify_checkpoint(folder: str | Path) -> dict[str, Any]:
     """Check a checkpoint's files against its manifest (sizes and SHA-256); returns the manifest.
 

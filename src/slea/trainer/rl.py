@@ -355,6 +355,7 @@ class Trainer:
         path = ckpt.save_checkpoint(
             self.dir / "checkpoints", it, self.model, self.optimizer, critic=critic_t,
             extra={"episodes": self.episodes, "env_steps": self.env_steps, "rollouts": self.rollout_count,
+                   "processes": self.dp.world,  # `slea train --resume` restarts as many (checkpoint.py)
                    "critic": critic_meta,
                    "bad_update_streak": self.bad_updates.streak,
                    "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
