@@ -10,7 +10,8 @@ import sqlite3
 import pytest
 from rapidfuzz.distance import Indel, LCSseq
 
-from slea.experience.clustering import _CAP, _K, ObservationIndex, _histogram, difflib_ratio
+from slea.experience.clustering import ObservationIndex, difflib_ratio
+from slea.experience.prototypes import _CAP, _K, _histogram
 from slea.experience.textmatch import _need
 from slea.testing.clustering import ExactScanIndex, low_vocab_stream, missed_joins, rand_index
 
@@ -248,17 +249,16 @@ def test_indel_and_histogram_bound_difflib_on_random_strings():
 
 
 def test_lcs_cutoff_keeps_every_pair_at_threshold():
-    """The index asks rapidfuzz for the LCS with an integer cutoff at or below the matches δ needs, so a pair
-    exactly at δ survives (rapidfuzz 3.14's float cutoff on the normalised score, 0.85, drops this first pair)."""
+    """The index asks rapidfuzz for the LCS with an integer cutoff, the matches the ratio needs, so a pair exactly
+    at δ survives (rapidfuzz 3.14's float cutoff on the normalised score, 0.85, drops this first pair)."""
     a, b = "abcdefghijklmnopqrst", "abcdefghijklmnopqXYZ"
     assert difflib_ratio(a, b) == Indel.normalized_similarity(a, b) == 0.85
     for delta in (0.6, 0.85, 0.95):
-        idx = ObservationIndex(delta)
         for a, b in _random_pairs(1, 200) + [("abcdefghijklmnopqrst", "abcdefghijklmnopqXYZ")]:
             total = len(a) + len(b)
             if total and difflib_ratio(a, b) >= delta:
                 need = _need(delta, total)
-                assert LCSseq.similarity(a, b, score_cutoff=int(idx._half * total)) >= need, (a, b, delta)
+                assert LCSseq.similarity(a, b, score_cutoff=need) >= need, (a, b, delta)
 
 
 def test_histogram_saturates_past_its_cap():
@@ -299,3 +299,64 @@ def test_joins_a_pair_that_shares_no_four_characters_in_a_row():
         idx.assign(f)
     c = idx.assign(a)
     assert idx.assign(b) == c
+
+
+@pytest.mark.parametrize("delta", [0.6, 0.85, 0.95])
+def test_length_window_keeps_pairs_exactly_at_its_edge(delta):
+    """A prefix of b joins b's cluster exactly when 2·la/(la + lb) >= δ, the length window's own edge: the
+    shortest and the longest such partners are found among many prototypes of other lengths (sorted columns)."""
+    rng = random.Random(4)
+    for lb in (40, 97, 300):
+        b = "".join(rng.choice("abcdefghij") for _ in range(lb))
+        la = min(k for k in range(lb + 1) if difflib_ratio(b[:k], b) >= delta)
+        for query, proto, miss in ((b[:la], b, b[:la - 1]), (b, b[:la], None)):  # query shorter, then longer
+            idx = ObservationIndex(delta)
+            c = idx.assign(proto)
+            for n in range(1, 400):  # other lengths on both sides of the window; merges of the tail
+                idx.assign("".join(rng.choice("klmnopqrst") for _ in range(n)))
+            assert idx._tables[""].row[c] < idx._tables[""].nsorted  # the prototype sits in the sorted columns
+            assert idx.lookup(query) == c
+            if miss is not None:  # one character shorter falls below δ
+                assert idx.lookup(miss) == -1
+
+
+def test_index_equals_a_scan_of_the_live_prototypes_through_evictions_and_merges():
+    """With a small max_clusters, columns die (eviction) and the tail is merged again and again; every assign
+    still picks what a difflib scan of the live prototypes picks (best ratio >= δ, ties to the oldest)."""
+    stream = [(t, o) for t, o in low_vocab_stream(700, seed=5) if t == "a"]
+    idx = ObservationIndex(0.85, max_clusters=80)
+    for t, o in stream:
+        want, best = -1, -1.0
+        for cid, _, proto, _ in sorted(idx.clusters()):
+            if Indel.normalized_similarity(o, proto) < 0.85 - 1e-9:  # >= difflib's ratio: only a shortcut
+                continue
+            r = difflib_ratio(o, proto)
+            if r >= 0.85 and r > best:
+                want, best = cid, r
+        if (t, o) not in idx._memo or idx._memo[(t, o)] not in idx:
+            assert idx.lookup(o, t) == want, o
+        idx.assign(o, t)
+    assert idx.stats["evicted"] > 60
+    assert idx._tables["a"].nsorted > 64
+
+
+def test_an_older_tie_wins_over_the_leader_of_the_histogram_order():
+    """The younger of two prototypes at the same ratio has the better histogram bound, so it is resolved first
+    and sets the floor; the older one, exactly at that floor, must still be raced and win the tie."""
+    rng = random.Random(6)
+    for _ in range(50):
+        q = "".join(rng.choice("abcdefghij") for _ in range(150))
+        cut = rng.sample(range(150), 40)  # 20 characters lost each, elsewhere: the two stay apart
+        older = "".join("#" if i in cut[:20] else c for i, c in enumerate(q))
+        younger = "".join(rng.choice("abcdefghij".replace(c, "")) if i in cut[20:] else c for i, c in enumerate(q))
+        if difflib_ratio(q, older) == difflib_ratio(q, younger) >= 0.85 > difflib_ratio(younger, older):
+            break
+    else:
+        raise AssertionError("no pair at the same ratio")
+    idx = ObservationIndex(0.85)
+    for _ in range(30):  # fillers in the length window, far below δ: the histogram step runs
+        idx.assign("".join(rng.choice("klmnopqrst") for _ in range(150)))
+    a, b = idx.assign(older), idx.assign(younger)
+    rows, ubs = idx._tables[""].bounded(q, idx._half)
+    assert rows[0] == idx._tables[""].row[b] and ubs[0] > ubs[1]  # the younger leads the histogram order
+    assert idx.lookup(q) == a < b

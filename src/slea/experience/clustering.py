@@ -10,19 +10,24 @@ The default, ``exact=True``, decides exactly that (no missed join, no wrong winn
 on difflib's match count M (ratio = 2M/(la + lb)), each of which only discards prototypes that cannot qualify:
 
 1. repeats: a dict from (task type, observation) to cluster id (about 1 µs);
-2. character histograms of every prototype of the task type, vectorised (numpy): M <= LCS <= Σ_c min(count_a(c),
-   count_b(c)) (difflib's quick_ratio; it implies the length bound 2·min(la, lb)/(la + lb));
-3. the LCS itself: rapidfuzz ``LCSseq.similarity`` (bit-parallel in C, banded by an integer cutoff just below
-   the matches δ needs, so no float edge). difflib's matching blocks form a common subsequence, so M <= LCS;
+2. character histograms of the task type's prototypes, vectorised (numpy): M <= LCS <= Σ_c min(count_a(c),
+   count_b(c)) (difflib's quick_ratio). Since M <= min(la, lb), only prototypes whose length lies in a window
+   around the query's (2·min(la, lb)/(la + lb) >= δ) can qualify; prototypes are kept sorted by length
+   (:class:`~slea.experience.prototypes._Table`), so this step reads that window's slice, not the whole task type;
+3. the LCS itself: rapidfuzz ``LCSseq.similarity`` (bit-parallel in C, banded by the integer cutoff of the matches
+   needed, so no float edge). difflib's matching blocks form a common subsequence, so M <= LCS. Prototypes go
+   best histogram bound first; the first to pass is resolved exactly at once, and its ratio becomes the floor
+   the rest must reach, which ends the scan at the first histogram bound below it;
 4. the exact count, raced: the survivors' matching-block recursions
    (:class:`~slea.experience.textmatch._Match`: difflib's own, each rectangle's longest block found by the
    compiled ``cydifflib``, bit-identical) are refined one rectangle at a time, always the one with the highest
    upper bound, until one is provably the most similar or none reaches δ.
 
-Step 2 touches every prototype of the task type — no exact filter can do less, since at δ = 0.85 two texts can
-qualify without sharing any 4 consecutive characters — so its cost (and that of step 3 where histograms look
-alike) grows with the clusters of one task type (bench/retrieval.py measures it). ``exact=False`` replaces step 2 by an inverted index over word features whose
-cost does not grow; it may miss a qualifying prototype (and then open a cluster), never joins one below δ.
+Step 2 still reads every prototype in the length window — no exact filter can do much less, since at δ = 0.85 two
+texts can qualify without sharing any 4 consecutive characters — so its cost (and that of step 3 where histograms
+look alike) grows with the clusters of one task type (bench/retrieval.py measures it). ``exact=False`` replaces
+step 2 by an inverted index over word features whose cost does not grow; it may miss a qualifying prototype (and
+then open a cluster), never joins one below δ.
 
 At most ``max_clusters`` live clusters: the least recently used is evicted when a new one opens; evicted ids are
 never reused nor matched again. State persists to SQLite (``obs_clusters``, ``obs_memo``, ``obs_meta``) or a dict.
@@ -40,82 +45,14 @@ from operator import mul, xor
 from typing import Any
 from zlib import crc32
 
-import numpy as np
 from rapidfuzz.distance import LCSseq
 
+from slea.experience.prototypes import _Table
 from slea.experience.textmatch import PreparedText, _Match, _need, difflib_ratio, fast_ratio, matching_count
 
 __all__ = ["ObservationIndex", "PreparedText", "difflib_ratio", "fast_ratio", "matching_count"]
 
 _NP_SLACK = 1e-6  # the histogram bound compares with δ minus this (float rounding of 2M/(la+lb) >= δ)
-_SCAN_ALL = 12  # task types with at most this many prototypes skip the histogram step (numpy call overhead)
-
-
-# -- step 2: character histograms ----------------------------------------------------------------------------
-def _bucket_table() -> bytes:
-    """UTF-8 byte -> one of 64 buckets: letters case-folded, digits, the rest (punctuation, non-ASCII) hashed.
-
-    Merging characters into a bucket keeps the bound an upper bound (a min of sums is at least the sum of mins),
-    and a matched character brings the same bytes to both sides, so byte counts bound character matches too.
-    """
-    alpha = [ord(chr(i).lower()) - 97 if chr(i).isascii() and chr(i).isalpha() else -1 for i in range(256)]
-    return bytes(a if a >= 0 else 26 + i - 48 if 48 <= i <= 57 else 36 + i % 28 for i, a in enumerate(alpha))
-
-
-_BUCKET = _bucket_table()
-_K = 64
-_CAP = np.iinfo(np.uint16).max  # texts of more bytes get no histogram bound (a saturated row always passes)
-
-
-def _histogram(raw: bytes) -> np.ndarray:
-    """Bucketed byte counts (uint16) of a UTF-8 text of at most ``_CAP`` bytes, else all ``_CAP``."""
-    if len(raw) > _CAP:
-        return np.full(_K, _CAP, np.uint16)
-    return np.bincount(np.frombuffer(raw.translate(_BUCKET), np.uint8), minlength=_K).astype(np.uint16)
-
-
-class _Table:
-    """One task type's prototypes, one row each (in any order): histogram, length term, cluster id, text."""
-
-    __slots__ = ("cids", "hist", "n", "texts", "weight")
-
-    def __init__(self) -> None:
-        self.n = 0
-        self.hist = np.zeros((8, _K), np.uint16)
-        self.weight = np.zeros(8)  # (δ - slack)/2 · len(prototype)
-        self.cids: list[int] = []
-        self.texts: list[str] = []
-
-    def add(self, cid: int, text: str, weight: float) -> int:
-        n = self.n
-        if n == len(self.weight):  # grow by doubling
-            self.hist = np.concatenate([self.hist, np.zeros_like(self.hist)])
-            self.weight = np.concatenate([self.weight, np.zeros_like(self.weight)])
-        self.hist[n] = _histogram(text.encode("utf-8", "surrogatepass"))
-        self.weight[n] = weight
-        self.cids.append(cid)
-        self.texts.append(text)
-        self.n = n + 1
-        return n
-
-    def remove(self, row: int) -> int:
-        """Drop a row (the last row moves into it); returns the moved row's cluster id, or -1."""
-        last = self.n = self.n - 1
-        self.hist[row], self.weight[row] = self.hist[last], self.weight[last]
-        cid, text = self.cids.pop(), self.texts.pop()
-        if row == last:
-            return -1
-        self.cids[row], self.texts[row] = cid, text
-        return cid
-
-    def bounded(self, text: str, half_delta: float) -> list[int] | range:
-        """Rows whose histogram bound reaches δ: ``Σ min(h_a, h_b) >= (δ - slack)/2 · (la + lb)``."""
-        n = self.n
-        raw = text.encode("utf-8", "surrogatepass")
-        if n <= _SCAN_ALL or len(raw) > _CAP:
-            return range(n)
-        s = np.minimum(self.hist[:n], _histogram(raw)).sum(1, dtype=np.int32)
-        return np.flatnonzero(s >= self.weight[:n] + half_delta * len(text)).tolist()
 
 
 # -- exact=False: word-feature candidate filter ---------------------------------------------------------------
@@ -240,7 +177,6 @@ class ObservationIndex:
         self._proto: dict[int, str] = {}
         self._scope_of: dict[int, str] = {}
         self._size: dict[int, int] = {}
-        self._row: dict[int, int] = {}  # cid -> row in its task type's table
         self._lru: dict[int, None] = {}  # insertion order = recency (oldest first)
         self._tick: dict[int, int] = {}  # last use, on a counter (persisted: it restores the LRU order)
         self._clock = 0
@@ -305,36 +241,57 @@ class ObservationIndex:
     # -- search ------------------------------------------------------------------------------------------------
     def _search(self, observation: str, task_type: str, record: bool = True) -> int:
         table = self._tables.get(task_type)
-        if table is None or not table.n:
+        if table is None or not len(table):
             return -1
         if self.exact:
-            rows = table.bounded(observation, self._half)
+            rows, ubs = table.bounded(observation, self._half)
         else:
             cands = self._postings[task_type].candidates(observation, self.max_candidates, self.work_budget)
-            rows = [self._row[c] for c in cands if c in self._row]
-        best, counts = self._best(observation, table, rows)
+            rows, ubs = [table.row[c] for c in cands if c in table.row], None
+        best, counts = self._best(observation, table, rows, ubs)
         if record:
             self.stats.update(searched=1, bounded=counts[0], lcs_passed=counts[1], exact_steps=counts[2])
         return best
 
-    def _best(self, a: str, table: _Table, rows: list[int] | range) -> tuple[int, tuple[int, int, int]]:
-        """The most similar qualifying prototype among ``rows`` (-1 if none), and (rows, LCS survivors, steps)."""
+    def _best(self, a: str, table: _Table, rows: list[int], ubs: list[float] | None = None
+              ) -> tuple[int, tuple[int, int, int]]:
+        """The most similar qualifying prototype among ``rows`` (-1 if none), and (rows, LCS survivors, steps).
+
+        With ``ubs`` (rows sorted by an upper bound of their ratio, best first), the first prototype that passes
+        the LCS bound is resolved exactly at once: its ratio then becomes the floor every later row must reach
+        (a row below it can neither beat nor tie it), which ends the scan at the first bound under the floor.
+        """
         la = len(a)
         texts, cids = table.texts, table.cids
         lcs = LCSseq.similarity
-        half = self._half
-        race = {}  # cid -> (difflib's matching-block recursion capped by the LCS, la + lb, matches needed for δ)
-        for r in rows:
+        floor = self.threshold
+        race = {}  # cid -> (difflib's matching-block recursion capped by the LCS, la + lb, matches needed)
+        steps = seen = 0
+        for k, r in enumerate(rows):
+            if ubs is not None and ubs[k] < floor:
+                break
+            seen += 1
             b = texts[r]
             total = la + len(b)
-            cap = lcs(a, b, score_cutoff=int(half * total))  # C, banded by the cutoff (<= need); 0 below it
-            if (cap or not total) and cap >= (need := _need(self.threshold, total)):
-                cid = cids[r]
-                race[cid] = (_Match(a, self._prepared(cid), cap), total, need)
+            need = _need(floor, total)
+            cap = lcs(a, b, score_cutoff=need)  # C, banded by the integer cutoff; 0 below it
+            if not (cap or not total) or cap < need:
+                continue
+            cid = cids[r]
+            m = _Match(a, self._prepared(cid), cap)
+            race[cid] = (m, total, need)
+            if ubs is not None and len(race) == 1:  # the leader so far: its exact ratio becomes the floor
+                while m.heap and m.ub() >= need:
+                    m.step()
+                    steps += 1
+                if m.total >= need:
+                    floor = 2.0 * m.total / total if total else 1.0
+                else:
+                    del race[cid]
         if not race:
-            return -1, (len(rows), 0, 0)
-        best, steps = _race(race)
-        return best, (len(rows), len(race), steps)
+            return -1, (seen, 0, steps)
+        best, more = _race(race)
+        return best, (seen, len(race), steps + more)
 
     def _prepared(self, cid: int) -> PreparedText:
         p = self._prep.get(cid)
@@ -388,7 +345,7 @@ class ObservationIndex:
         table = self._tables.get(task_type)
         if table is None:
             table = self._tables[task_type] = _Table()
-        self._row[cid] = table.add(cid, prototype, self._half * len(prototype))
+        table.add(cid, prototype, self._half * len(prototype))
         if not self.exact:
             post = self._postings.get(task_type)
             if post is None:
@@ -399,10 +356,7 @@ class ObservationIndex:
         self.stats["evicted"] += 1
         del self._lru[cid]
         del self._proto[cid]
-        moved = self._tables[self._scope_of.pop(cid)].remove(self._row[cid])
-        if moved >= 0:
-            self._row[moved] = self._row[cid]
-        del self._row[cid]
+        self._tables[self._scope_of.pop(cid)].remove(cid)
         del self._size[cid]
         del self._tick[cid]
         self._prep.pop(cid, None)
