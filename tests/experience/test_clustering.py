@@ -341,15 +341,16 @@ def test_index_equals_a_scan_of_the_live_prototypes_through_evictions_and_merges
 
 
 def test_an_older_tie_wins_over_the_leader_of_the_histogram_order():
-    """The younger of two prototypes at the same ratio has the better histogram bound, so it is resolved first
-    and sets the floor; the older one, exactly at that floor, must still be raced and win the tie."""
+    """The younger of two prototypes at the same ratio has the better histogram bound, so it is refined first
+    and sets the floor (here its exact ratio: both sit at the fewest matches δ allows); the older one, exactly at
+    that floor, must still be raced and win the tie."""
     rng = random.Random(6)
     for _ in range(50):
         q = "".join(rng.choice("abcdefghij") for _ in range(150))
-        cut = rng.sample(range(150), 40)  # 20 characters lost each, elsewhere: the two stay apart
-        older = "".join("#" if i in cut[:20] else c for i, c in enumerate(q))
-        younger = "".join(rng.choice("abcdefghij".replace(c, "")) if i in cut[20:] else c for i, c in enumerate(q))
-        if difflib_ratio(q, older) == difflib_ratio(q, younger) >= 0.85 > difflib_ratio(younger, older):
+        cut = rng.sample(range(150), 44)  # 22 characters lost each, elsewhere: the two stay apart
+        older = "".join("#" if i in cut[:22] else c for i, c in enumerate(q))
+        younger = "".join(rng.choice("abcdefghij".replace(c, "")) if i in cut[22:] else c for i, c in enumerate(q))
+        if difflib_ratio(q, older) == difflib_ratio(q, younger) == 2 * _need(0.85, 300) / 300:
             break
     else:
         raise AssertionError("no pair at the same ratio")

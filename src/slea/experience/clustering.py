@@ -16,8 +16,8 @@ on difflib's match count M (ratio = 2M/(la + lb)), each of which only discards p
    (:class:`~slea.experience.prototypes._Table`), so this step reads that window's slice, not the whole task type;
 3. the LCS itself: rapidfuzz ``LCSseq.similarity`` (bit-parallel in C, banded by the integer cutoff of the matches
    needed, so no float edge). difflib's matching blocks form a common subsequence, so M <= LCS. Prototypes go
-   best histogram bound first; the first to pass is resolved exactly at once, and its ratio becomes the floor
-   the rest must reach, which ends the scan at the first histogram bound below it;
+   best histogram bound first; the first to pass is refined until it provably reaches δ, and its ratio so far
+   becomes the floor the rest must reach, which ends the scan at the first histogram bound below it;
 4. the exact count, raced: the survivors' matching-block recursions
    (:class:`~slea.experience.textmatch._Match`: difflib's own, each rectangle's longest block found by the
    compiled ``cydifflib``, bit-identical) are refined one rectangle at a time, always the one with the highest
@@ -258,8 +258,9 @@ class ObservationIndex:
         """The most similar qualifying prototype among ``rows`` (-1 if none), and (rows, LCS survivors, steps).
 
         With ``ubs`` (rows sorted by an upper bound of their ratio, best first), the first prototype that passes
-        the LCS bound is resolved exactly at once: its ratio then becomes the floor every later row must reach
-        (a row below it can neither beat nor tie it), which ends the scan at the first bound under the floor.
+        the LCS bound is refined until it provably reaches δ: its ratio so far (a lower bound of its exact one)
+        is then the floor every later row must reach (a row below it can neither beat nor tie it), and the scan
+        ends at the first bound under the floor.
         """
         la = len(a)
         texts, cids = table.texts, table.cids
@@ -280,12 +281,12 @@ class ObservationIndex:
             cid = cids[r]
             m = _Match(a, self._prepared(cid), cap)
             race[cid] = (m, total, need)
-            if ubs is not None and len(race) == 1:  # the leader so far: its exact ratio becomes the floor
-                while m.heap and m.ub() >= need:
+            if ubs is not None and len(race) == 1:  # the leader so far: refined until it provably qualifies
+                while m.heap and m.total < need <= m.ub():
                     m.step()
                     steps += 1
                 if m.total >= need:
-                    floor = 2.0 * m.total / total if total else 1.0
+                    floor = 2.0 * m.total / total if total else 1.0  # at most its exact ratio
                 else:
                     del race[cid]
         if not race:
