@@ -5,11 +5,16 @@ for bit. The negative control, the same interrupted run resumed with a fresh opt
 comparison can see a resume that restores less than it should.
 
 The three runs (uninterrupted, interrupted + resumed, interrupted + resumed without the optimizer) share one
-spawned group (slea/testing/dp_resume.py) on the tiny model of ``rel.tiny_config``.
+spawned group (slea/testing/dp_resume.py) on the tiny model of ``rel.tiny_config``. Slow: ``slea train --nproc 2
+--set train.fsdp=true`` on the smoke preset, rank 0 SIGKILLed inside iteration 1's checkpoint, resumed with
+``slea train --resume RUN`` (no ``--nproc``), equals the uninterrupted command's run.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -20,6 +25,8 @@ from slea.testing.dp_resume import KILL_AT, resume_rank_main
 from slea.trainer import checkpoint as ckpt
 from slea.trainer.distributed import launch
 from slea.trainer.runlog import read_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _final(run: Path) -> tuple[str, dict[str, torch.Tensor]]:
@@ -66,3 +73,39 @@ def test_trained_processes_is_one_without_the_field_or_a_checkpoint(tmp_path):
     assert ckpt.trained_processes(tmp_path) == 2
     (tmp_path / "checkpoints" / "iter_000001" / "state.json").write_text("{}")  # damaged: the previous one counts
     assert ckpt.trained_processes(tmp_path) == 1
+
+
+# -- the real thing: `slea train --nproc 2 --set train.fsdp=true`, rank 0 SIGKILLed inside a checkpoint -------------
+def _slea(*args: str) -> list[str]:
+    return [sys.executable, "-m", "slea.cli", *args]
+
+
+@pytest.mark.slow
+def test_sigkilled_fsdp_cli_run_resumes_without_nproc_to_the_uninterrupted_one(tmp_path, rel):
+    pytest.importorskip("textworld")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+    env.pop("SLEA_TEST_KILL_AT", None)
+    over = ["--nproc", "2", "--set", "train.fsdp=true", "--set", "run.threads=1", "--set", "train.iterations=3",
+            "--set", "rollout.fuzzy_cutoff=0.3", "--set", "eval.greedy=false", "--set", "eval.games=1",
+            "--set", "eval.episodes_per_game=2", "--set", "plugins=[slea.testing.kill_checkpoint]"]
+    smoke = str(ROOT / "configs/smoke.yaml")
+    ref, run = tmp_path / "ref", tmp_path / "run"
+    r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={ref}", *over), env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    # the plugin is imported in the spawned rank 0 too: it kills itself inside iteration 1's checkpoint, and the
+    # launcher ends the other rank
+    r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={run}", *over), env={**env, "SLEA_TEST_KILL_AT": "1"},
+                       cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode != 0, r.stdout[-2000:]
+    assert (run / "checkpoints" / ".tmp-iter_000001" / "manifest.json").is_file()  # killed mid-checkpoint
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000000"]
+
+    r = subprocess.run(_slea("train", "--resume", str(run)), env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "(2 data-parallel processes)" in r.stdout and "resumed from iter_000000" in r.stdout, r.stdout[-2000:]
+    rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl"))
+    (name, want), (got_name, got) = _final(ref), _final(run)
+    assert got_name == name == "iter_000002" and got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)

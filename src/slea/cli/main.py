@@ -172,6 +172,7 @@ def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
 def _train_rank(cfg, run_dir: Path, resume: bool) -> None:
     """One rank of ``slea train --nproc``: rank 0 logs, writes the run folder and prints the summary."""
     from slea.config import ConfigError
+    from slea.plugins import import_plugin
     from slea.progress import setup_logging
     from slea.trainer.distributed import DataParallel
     from slea.trainer.guards import RunHalted
@@ -179,6 +180,8 @@ def _train_rank(cfg, run_dir: Path, resume: bool) -> None:
 
     main = DataParallel.current().main
     setup_logging(logging.INFO if main else logging.WARNING)  # one rank reports progress
+    for module in cfg.plugins:  # a spawned rank received the config, not the parent's imports: register them here
+        import_plugin(module)
     try:
         trainer = Trainer(cfg, run_dir=run_dir)
     except ConfigError as exc:
