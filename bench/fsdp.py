@@ -9,7 +9,7 @@ Each set-up runs in fresh processes (``slea.trainer.distributed.launch``: 1 or 2
 so memory figures do not carry over. Per rank: the policy of configs/default.yaml (its ``model`` section: the
 embedded SmolLM2-135M-Instruct, LoRA r16 on the top 15 of 30 layers, bf16 autocast over fp32 weights) is loaded
 and, for ``fsdp``, sharded; the fixed batch is 32 rollout-shaped rows (``slea.testing.bench.rollout_prompts``:
-4 tasks x 8 copies of a later turn, ~300-token prompts with the default's one-pair history, 3-6-token answers,
+4 tasks x 8 copies of a later turn, ~220-token prompts with the default's one-pair history, 3-6-token answers,
 advantages ±1, on-policy old log-probs from a no-grad forward); the update is ``ppo_update`` with
 configs/default.yaml's ``algorithm`` and ``train`` sections (4 AdamW steps over mini-batches of 8, micro-batches
 of 8, β = 0), as ``Trainer.update`` calls it. After ``--warmup`` updates, ``--reps`` are timed (ranks start each
@@ -17,18 +17,20 @@ one together after a barrier; the median of rank 0's wall times is reported).
 
 Figures per set-up:
 
-- ``update_s``: wall time per update; ``cpu_per_wall``: CPU seconds per wall second of each rank over the timed
-  updates (about its thread count when the rank had its cores to itself);
+- ``update_s``: wall time per update (``update_s_min``: the fastest); ``cpu_per_wall``: CPU seconds per wall
+  second of each rank over the timed updates (about its thread count when the rank had its cores to itself);
 - ``peak_rss_update_mib``: each rank's peak resident memory over the updates (``VmHWM`` reset through
-  /proc/self/clear_refs just before the first update: the model's load, which holds the whole base model on
-  every rank before it is sharded, and the gather for the old log-probs are not in it); ``peak_rss_mib``: the
-  whole process's peak, load included;
+  /proc/self/clear_refs just before the first update, so the model's load, which holds the whole base model on
+  every rank before it is sharded, is not in it); ``peak_rss_mib``: the whole process's peak, load and gathers
+  included; ``rss_loaded_mib`` / ``rss_before_update_mib``: resident memory after the load, and after sharding
+  and the old log-probs;
 - ``base_weights_held``: the fraction of the frozen base weights' elements a rank stores (1 when replicated);
-- ``gather_s`` (``fsdp`` only): one whole-model all-gather and release (``full_weights``), what every round of
-  rollouts and every evaluation costs on top of the update;
-- ``lora_max_abs_diff``: the largest difference of the LoRA weights after all the updates from the baseline's
-  (bf16 autocast and a different grouping of rows change the rounding), next to ``lora_max_abs_change``, how far
-  the updates moved them.
+- ``gather_s`` (``fsdp`` only, timed after the updates): one whole-model all-gather and release
+  (``full_weights``), what every round of rollouts and every evaluation costs on top of the update;
+- ``first_update`` and ``first_update_rel_diff``: the first update's loss and gradient norm, and their relative
+  distance from the baseline's (the same update up to rounding: bf16 autocast, another grouping of the rows).
+  (The LoRA weights are not compared: AdamW's first steps move every weight by about ±lr whatever its gradient's
+  size, so rounding that flips a near-zero gradient moves a weight by 2 lr.)
 
     .venv/bin/python bench/fsdp.py [--model embedded] [--reps 3] [--warmup 1] [--out ...]
 
@@ -86,12 +88,12 @@ def fixed_batch(tok, cfg) -> list:
 
 
 def fill_old_logprobs(model, samples: list, cfg) -> None:
-    """On-policy old log-probs (old = current weights, as a rollout's own log-probs would be), computed with the
-    whole weights on every rank (a sharded model gathers them once)."""
-    from slea.trainer.distributed import full_weights
+    """On-policy old log-probs (old = current weights, as a rollout's own log-probs would be). Every rank runs
+    the same forwards on the whole batch, so a sharded model's per-layer gathers stay in lockstep; no
+    whole-model gather, whose freed buffers would stay in the process's heap and in the update's memory figure."""
     from slea.trainer.update import response_logprobs
 
-    with torch.no_grad(), full_weights(model):
+    with torch.no_grad():
         for start in range(0, len(samples), cfg.train.micro_batch):
             chunk = samples[start:start + cfg.train.micro_batch]
             logp, mask = response_logprobs(model, chunk, temperature=cfg.rollout.temperature, dtype=cfg.model.dtype)
@@ -144,10 +146,8 @@ def timed_gathers(model, reps: int) -> float:
 
 
 def rank_main(setup: str, model_name: str, threads: int, warmup: int, reps: int, out: Path) -> None:
-    """One rank of ``setup`` (the entry point ``launch`` spawns): load (and shard), time the updates, write
-    ``<setup>-rank<r>.json`` into ``out`` and, on rank 0, the final LoRA weights."""
-    from safetensors.torch import save_file
-
+    """One rank of ``setup`` (the entry point ``launch`` spawns): load (and shard), time the updates, then (when
+    sharded) the whole-model gathers; writes ``<setup>-rank<r>.json`` into ``out``."""
     from slea.policy.model import load_policy
     from slea.trainer.distributed import DataParallel, shard_frozen_base
     from slea.trainer.update import ppo_update
@@ -157,25 +157,26 @@ def rank_main(setup: str, model_name: str, threads: int, warmup: int, reps: int,
     cfg = default_config(model_name)
     torch.manual_seed(0)
     model, tok = load_policy(cfg.model)
+    loaded = memory_mib()
     if SETUPS[setup][1]:
         shard_frozen_base(model)
     full, local = frozen_elements(model)
-    start = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
     samples = fixed_batch(tok, cfg)
     fill_old_logprobs(model, samples, cfg)
-    gather_s = timed_gathers(model, reps) if SETUPS[setup][1] else None
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.train.lr,
                             betas=tuple(cfg.train.betas), weight_decay=cfg.train.weight_decay)
+    first: dict[str, float] = {}
 
     def update() -> float:
         if dp.world > 1:
             torch.distributed.barrier()
         t0 = time.perf_counter()
-        ppo_update(model, opt, samples, cfg.algorithm, cfg.train, temperature=cfg.rollout.temperature,
-                   dtype=cfg.model.dtype, rng=random.Random(0), dp=dp)
+        met = ppo_update(model, opt, samples, cfg.algorithm, cfg.train, temperature=cfg.rollout.temperature,
+                         dtype=cfg.model.dtype, rng=random.Random(0), dp=dp)
+        first.update({} if first else {k: met[k] for k in ("loss", "grad_norm")})
         return time.perf_counter() - t0
 
-    loaded = memory_mib()
+    before = memory_mib()
     reset_peak()
     for _ in range(warmup):
         update()
@@ -183,17 +184,15 @@ def rank_main(setup: str, model_name: str, threads: int, warmup: int, reps: int,
     times = [update() for _ in range(reps)]
     cpu_per_wall = (cpu_s() - c0) / (time.perf_counter() - w0)
     during = memory_mib()
-    trained = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    gather_s = timed_gathers(model, reps) if SETUPS[setup][1] else None
     res = {"rank": dp.rank, "world": dp.world, "threads": threads, "update_s": times,
            "cpu_per_wall": cpu_per_wall, "peak_rss_update_mib": during["VmHWM"],
-           "peak_rss_mib": max(loaded["VmHWM"], during["VmHWM"]), "rss_before_update_mib": loaded["VmRSS"],
+           "peak_rss_mib": max(loaded["VmHWM"], memory_mib()["VmHWM"]), "rss_loaded_mib": loaded["VmRSS"],
+           "rss_before_update_mib": before["VmRSS"],
            "base_weights": full, "base_weights_local": local, "base_weights_held": local / full,
            "gather_s": gather_s, "rows": len(samples),
-           "tokens": sum(len(s.prompt_ids) + len(s.response_ids) for s in samples),
-           "lora_max_abs_change": max(float((trained[n] - start[n]).abs().max()) for n in start)}
+           "tokens": sum(len(s.prompt_ids) + len(s.response_ids) for s in samples), "first_update": first}
     (out / f"{setup}-rank{dp.rank}.json").write_text(json.dumps(res))
-    if dp.main:
-        save_file({n: t.contiguous() for n, t in trained.items()}, str(out / f"{setup}.safetensors"))
 
 
 def measure(setup: str, args, scratch: Path) -> dict:
@@ -206,44 +205,45 @@ def measure(setup: str, args, scratch: Path) -> dict:
     ranks = [json.loads((scratch / f"{setup}-rank{r}.json").read_text()) for r in range(nproc)]
     r0 = ranks[0]
     return {"processes": nproc, "fsdp": SETUPS[setup][1], "threads_per_process": threads,
-            "update_s": statistics.median(r0["update_s"]), "update_s_all": r0["update_s"],
+            "update_s": statistics.median(r0["update_s"]), "update_s_min": min(r0["update_s"]),
+            "update_s_all": r0["update_s"],
             "cpu_per_wall": [r["cpu_per_wall"] for r in ranks],
             "peak_rss_update_mib": [r["peak_rss_update_mib"] for r in ranks],
             "peak_rss_mib": [r["peak_rss_mib"] for r in ranks],
+            "rss_loaded_mib": [r["rss_loaded_mib"] for r in ranks],
             "rss_before_update_mib": [r["rss_before_update_mib"] for r in ranks],
             "base_weights_held": [r["base_weights_held"] for r in ranks], "base_weights": r0["base_weights"],
             "gather_s": r0["gather_s"], "rows": r0["rows"], "tokens": r0["tokens"],
-            "lora_max_abs_change": r0["lora_max_abs_change"]}
+            "first_update": r0["first_update"]}
 
 
-def add_ratios(results: dict[str, dict], scratch: Path) -> None:
+def add_ratios(results: dict[str, dict]) -> None:
     """Every figure of every set-up also as a ratio against the baseline's (per-rank lists: each rank against
-    the baseline's one process), and the LoRA weights' distance from the baseline's."""
-    from safetensors.torch import load_file
-
+    the baseline's one process), and how far the first update's loss and gradient norm are from the baseline's
+    (the same update, up to rounding: bf16 autocast, another grouping of the rows)."""
     base = results["baseline"]
-    base_w = load_file(str(scratch / "baseline.safetensors"))
-    for name, r in results.items():
+    for r in results.values():
         r["vs_baseline"] = {
             "update_s": r["update_s"] / base["update_s"],
             "peak_rss_update_mib": [m / base["peak_rss_update_mib"][0] for m in r["peak_rss_update_mib"]],
             "peak_rss_mib": [m / base["peak_rss_mib"][0] for m in r["peak_rss_mib"]],
             "base_weights_held": [f / base["base_weights_held"][0] for f in r["base_weights_held"]]}
-        w = load_file(str(scratch / f"{name}.safetensors"))
-        r["lora_max_abs_diff"] = max(float((w[n] - base_w[n]).abs().max()) for n in base_w)
+        r["first_update_rel_diff"] = {k: abs(r["first_update"][k] - v) / max(abs(v), 1e-12)
+                                      for k, v in base["first_update"].items()}
     results["fsdp"]["vs_dp"] = {"update_s": results["fsdp"]["update_s"] / results["dp"]["update_s"]}
 
 
 def table(res: dict) -> str:
     lines = [("| set-up | update s | vs 1 proc | peak RSS in update MiB/rank | vs 1 proc | base weights held/rank | "
-              "CPU/wall per rank | LoRA max abs diff |"), "|---|---:|---:|---:|---:|---:|---:|---:|"]
+              "CPU/wall per rank | grad norm rel diff |"), "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for name, r in res["setups"].items():
         v = r["vs_baseline"]
         lines.append(f"| {name} ({r['processes']} x {r['threads_per_process']} thr) | {r['update_s']:.2f} | "
                      f"{v['update_s']:.2f}x | {' / '.join(f'{m:.0f}' for m in r['peak_rss_update_mib'])} | "
                      f"{' / '.join(f'{x:.2f}x' for x in v['peak_rss_update_mib'])} | "
                      f"{' / '.join(f'{f:.1%}' for f in r['base_weights_held'])} | "
-                     f"{' / '.join(f'{c:.2f}' for c in r['cpu_per_wall'])} | {r['lora_max_abs_diff']:.1e} |")
+                     f"{' / '.join(f'{c:.2f}' for c in r['cpu_per_wall'])} | "
+                     f"{r['first_update_rel_diff']['grad_norm']:.1e} |")
     f = res["setups"]["fsdp"]
     lines.append(f"\nfsdp vs dp: {f['vs_dp']['update_s']:.2f}x the update time; one whole-model gather "
                  f"(before each round of rollouts / evaluation): {f['gather_s']:.3f} s")
@@ -263,7 +263,7 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory(prefix="slea-bench-fsdp-") as tmp:
         scratch = Path(tmp)
         setups = {name: measure(name, args, scratch) for name in SETUPS}
-        add_ratios(setups, scratch)
+    add_ratios(setups)
     cfg = default_config(args.model)
     res = {"model": args.model, "lora": {"r": cfg.model.lora_r, "alpha": cfg.model.lora_alpha,
                                          "layers": cfg.model.lora_layers, "targets": cfg.model.lora_targets},

@@ -33,6 +33,7 @@ def test_tiny_bench_measures_three_setups_of_the_same_update(tmp_path):
         assert v["vs_baseline"]["update_s"] == pytest.approx(v["update_s"] / s["baseline"]["update_s"])
         assert v["vs_baseline"]["peak_rss_update_mib"] == pytest.approx(
             [m / s["baseline"]["peak_rss_update_mib"][0] for m in v["peak_rss_update_mib"]])
-        assert v["lora_max_abs_change"] > 1e-4, name  # the update trained
-        assert v["lora_max_abs_diff"] < 1e-2 * v["lora_max_abs_change"], name  # the same update in every set-up
+        assert v["first_update"]["grad_norm"] > 0, name  # the update trained
+        assert v["first_update_rel_diff"]["grad_norm"] < 1e-3, name  # the same update in every set-up (fp32)
+        assert v["first_update_rel_diff"]["loss"] < 1e-3, name
     assert "| fsdp (2 x 1 thr) |" in res["table"]
