@@ -10,6 +10,7 @@ import sqlite3
 import pytest
 from rapidfuzz.distance import Indel, LCSseq
 
+from slea.experience import prototypes
 from slea.experience.clustering import ObservationIndex, difflib_ratio
 from slea.experience.prototypes import _CAP, _K, _histogram
 from slea.experience.textmatch import _need
@@ -302,9 +303,11 @@ def test_joins_a_pair_that_shares_no_four_characters_in_a_row():
 
 
 @pytest.mark.parametrize("delta", [0.6, 0.85, 0.95])
-def test_length_window_keeps_pairs_exactly_at_its_edge(delta):
+def test_length_window_keeps_pairs_exactly_at_its_edge(delta, monkeypatch):
     """A prefix of b joins b's cluster exactly when 2·la/(la + lb) >= δ, the length window's own edge: the
     shortest and the longest such partners are found among many prototypes of other lengths (sorted columns)."""
+    monkeypatch.setattr(prototypes, "_TAIL", 64)  # sort small tables too
+    monkeypatch.setattr(prototypes, "_GAP", 0)  # and read only the window's slice, never up to the tail
     rng = random.Random(4)
     for lb in (40, 97, 300):
         b = "".join(rng.choice("abcdefghij") for _ in range(lb))
@@ -320,9 +323,10 @@ def test_length_window_keeps_pairs_exactly_at_its_edge(delta):
                 assert idx.lookup(miss) == -1
 
 
-def test_index_equals_a_scan_of_the_live_prototypes_through_evictions_and_merges():
+def test_index_equals_a_scan_of_the_live_prototypes_through_evictions_and_merges(monkeypatch):
     """With a small max_clusters, columns die (eviction) and the tail is merged again and again; every assign
     still picks what a difflib scan of the live prototypes picks (best ratio >= δ, ties to the oldest)."""
+    monkeypatch.setattr(prototypes, "_TAIL", 64)  # sort small tables too
     stream = [(t, o) for t, o in low_vocab_stream(700, seed=5) if t == "a"]
     idx = ObservationIndex(0.85, max_clusters=80)
     for t, o in stream:

@@ -11,6 +11,7 @@ import numpy as np
 
 _SCAN_ALL = 12  # task types with at most this many prototypes skip the histogram step (numpy call overhead)
 _GAP = 1024  # a query's window and the unsorted tail are bounded in two numpy passes when this far apart
+_TAIL = 1024  # the unsorted tail is merged in past max(_TAIL, sorted/64) columns (smaller tables never sort)
 
 
 def _bucket_table() -> bytes:
@@ -40,8 +41,8 @@ class _Table:
 
     A prototype can only qualify within a window of lengths (M <= min(la, lb), so 2·min(la, lb)/(la + lb) >= δ):
     columns ``[0, nsorted)`` are kept sorted by length and a query bounds its window's slice, plus the unsorted
-    tail of recent additions; the tail is merged in once it outgrows ``max(64, nsorted/64)`` (an argsort,
-    amortised over the additions). Evicted columns are marked dead and dropped at the next merge. Histograms
+    tail of recent additions; the tail is merged in once it outgrows ``max(_TAIL, nsorted/64)`` (an argsort,
+    amortised over the additions; a table of fewer than _TAIL prototypes is all tail and never pays a merge). Evicted columns are marked dead and dropped at the next merge. Histograms
     are stored transposed (64 × columns): the bound then sums 64 contiguous vectors, not 64 counts per column.
     """
 
@@ -71,7 +72,7 @@ class _Table:
         self.texts.append(text)
         self.row[cid] = n
         self.n = n + 1
-        if self.n - self.nsorted > max(64, self.nsorted >> 6):
+        if self.n - self.nsorted > max(_TAIL, self.nsorted >> 6):
             self._merge()
 
     def remove(self, cid: int) -> None:
