@@ -21,10 +21,10 @@ per group over the query tokens' posting slices). Both add every entry's idf ter
 tokens last), as ``W(e)`` is summed, so the scores are identical, bit for bit, whichever runs, and do not depend
 on the query's token order or on string hashing; tests/experience/test_eq2.py checks both against a plain scan.
 
-Profiled 2026-12-03 (bench/retrieval.py's 10k library, 723 tokens, first-seen queries of ~60 tokens and 6-10k
-posting ids): the numpy form cost ~25 µs of scoring, ~10 µs to build its per-query plan (slices, idf, lengths)
-and ~10 µs of per-zone pruning over a few numpy calls each on small arrays; the kernel does all three in one
-call. Tried before (2026-12-01/02): ``np.add.at``, torch ``index_add_``, scipy CSR products (no cheaper than
+Profiled 2026-12-03 (bench/retrieval.py's 10k library, 723 tokens, queries of ~60 tokens and 6-10k posting
+ids): the numpy form spent about as much building each query's plan (slices, idf, lengths) and pruning per zone
+(a dozen numpy calls on small arrays) as scoring; the kernel does all three in one call (the A/B:
+bench/results/retrieval_eq2_ab/kernel_*.json; at 100k it is no faster than numpy). Tried before (2026-12-01/02): ``np.add.at``, torch ``index_add_``, scipy CSR products (no cheaper than
 ``bincount``); a dense matrix of the frequent tokens with their entries as extra candidates (83 % of the
 library were candidates, 5x slower).
 
