@@ -228,6 +228,7 @@ def run(env: str, method: str, seed: int, root: Path | None = None, execute=subp
     for cmd in p.commands:
         print("$ slea " + " ".join(cmd[3:]), flush=True)
         execute(cmd, check=True)
+    compare.relativize(p.dir, ("bench/results/align/", "configs/"))  # committed results name no machine's folder
     return p
 
 

@@ -231,3 +231,13 @@ def test_finished_run_runs_nothing_and_plan_prints_every_method(tmp_path, monkey
     out = capsys.readouterr().out
     assert "sft s0: finished" in out and "tlm_dre s0: new" in out and "dpo s1: blocked" in out
     assert len([x for x in out.splitlines() if " s" in x]) >= 2 * len(A.METHODS)
+
+
+def test_run_leaves_no_machine_folder_in_the_saved_config(tmp_path):
+    """The run folder is committed: its config.yaml names the run repository-relative, and the plan still reads
+    it (the same configuration, resumable)."""
+    root = tmp_path / "bench" / "results" / "align"
+    A.run(ENV, "sft", 0, root, execute=lambda cmd, check: _started(root, "sft"))
+    saved = (A.run_dir(ENV, "sft", 0, root) / "config.yaml").read_text()
+    assert str(tmp_path) not in saved and "dir: bench/results/align/tiny/runs/sft-s0" in saved
+    assert A.plan(ENV, "sft", 0, root).state == "resume"
