@@ -119,6 +119,7 @@ class Plan:
     state: str  # finished | new | resume | blocked
     commands: list[list[str]] = field(default_factory=list)
     copies: list[tuple[Path, Path]] = field(default_factory=list)  # (source, destination) stage outputs
+    redo: list[str] = field(default_factory=list)  # stage outputs removed first, so the pipeline redoes the stage
     note: str = ""
 
 
@@ -131,6 +132,13 @@ def plan(env: str, method: str, seed: int, root: Path | None = None) -> Plan:
     d = run_dir(env, method, seed, root)
     p = Plan(env, method, seed, d, "new")
     missing = [s for s in splits if not (d / "eval" / f"eval-{s}.json").is_file()]
+    if not missing and method == "sft" and not (d / FROM_SFT[0] / "trainable.safetensors").is_file():
+        # evaluated, but a fresh checkout has no weights (checkpoints are not committed): the pair methods and
+        # sft_grpo need them, so the SFT stage is trained again (same preset and seed) and the evaluations kept
+        p.state, p.redo = "resume", ["sft.json"]
+        p.commands = [slea("align", "--resume", str(d))]
+        p.note = "evaluated, but its weights are not in this checkout: the SFT stage is trained again"
+        return p
     if not missing:
         p.state, p.note = "finished", "every split evaluated"
         return p
@@ -225,6 +233,8 @@ def run(env: str, method: str, seed: int, root: Path | None = None, execute=subp
     if p.state == "blocked":
         raise SystemExit(2)
     seed_run(p)
+    for name in p.redo:
+        (p.dir / name).unlink(missing_ok=True)
     for cmd in p.commands:
         print("$ slea " + " ".join(cmd[3:]), flush=True)
         execute(cmd, check=True)

@@ -69,6 +69,9 @@ def test_sft_first_then_resume(tmp_path):
     p = A.plan(ENV, "sft", 0, tmp_path)
     assert p.state == "resume" and _argv(p.commands[0]) == ["align", "--resume", str(d)]
     _finish(d)
+    (d / "sft.json").write_text("{}")
+    (d / A.FROM_SFT[0]).mkdir(parents=True)
+    (d / A.FROM_SFT[0] / "trainable.safetensors").write_bytes(b"w")
     p = A.plan(ENV, "sft", 0, tmp_path)
     assert p.state == "finished" and not p.commands
 
@@ -241,3 +244,16 @@ def test_run_leaves_no_machine_folder_in_the_saved_config(tmp_path):
     saved = (A.run_dir(ENV, "sft", 0, root) / "config.yaml").read_text()
     assert str(tmp_path) not in saved and "dir: bench/results/align/tiny/runs/sft-s0" in saved
     assert A.plan(ENV, "sft", 0, root).state == "resume"
+
+
+def test_evaluated_sft_run_without_its_weights_trains_the_sft_stage_again(tmp_path):
+    """A fresh checkout has the SFT run's evaluations but not its checkpoint (not committed): run --method sft
+    removes sft.json, so ``slea align --resume`` redoes that stage, and keeps the evaluations."""
+    d = _sft_done(tmp_path)
+    _finish(d)
+    (d / A.FROM_SFT[0] / "trainable.safetensors").unlink()
+    assert A.plan(ENV, "dpo", 0, tmp_path).state == "blocked"
+    ran = []
+    p = A.run(ENV, "sft", 0, tmp_path, execute=lambda cmd, check: ran.append(_argv(cmd)))
+    assert p.state == "resume" and ran == [["align", "--resume", str(d)]]
+    assert not (d / "sft.json").exists() and (d / "expert.jsonl").exists() and (d / "eval" / "eval-heldout.json").exists()
