@@ -239,7 +239,23 @@ def run(env: str, method: str, seed: int, root: Path | None = None, execute=subp
         print("$ slea " + " ".join(cmd[3:]), flush=True)
         execute(cmd, check=True)
     compare.relativize(p.dir, ("bench/results/align/", "configs/"))  # committed results name no machine's folder
+    scrub_home(p.dir)
     return p
+
+
+def scrub_home(folder: Path, home: Path | None = None) -> int:
+    """Write ``~`` for the home folder in the run's saved text files (checkpoints aside): the envs' provenance
+    (e.g. ALFWorld's ``game_file`` in the expert data, under the home cache) names no machine's folder. The count
+    of files changed; no stage reads those fields back."""
+    home_dir = str(home or Path.home()).rstrip("/") + "/"
+    changed = 0
+    for f in Path(folder).rglob("*"):
+        if f.suffix in (".json", ".jsonl", ".yaml", ".md") and f.is_file() and "checkpoints" not in f.parts:
+            text = f.read_text()
+            if home_dir in text:
+                f.write_text(text.replace(home_dir, "~/"))
+                changed += 1
+    return changed
 
 
 # -- the table -------------------------------------------------------------------------------------------------

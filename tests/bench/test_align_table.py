@@ -257,3 +257,14 @@ def test_evaluated_sft_run_without_its_weights_trains_the_sft_stage_again(tmp_pa
     p = A.run(ENV, "sft", 0, tmp_path, execute=lambda cmd, check: ran.append(_argv(cmd)))
     assert p.state == "resume" and ran == [["align", "--resume", str(d)]]
     assert not (d / "sft.json").exists() and (d / "expert.jsonl").exists() and (d / "eval" / "eval-heldout.json").exists()
+
+
+def test_scrub_home_writes_tilde_for_the_home_folder_outside_checkpoints(tmp_path):
+    home = tmp_path / "home" / "me"
+    run = tmp_path / "run"
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "expert.jsonl").write_text(json.dumps({"game_file": f"{home}/.cache/slea/g.tw-pddl"}) + "\n")
+    (run / "checkpoints" / "state.json").write_text(json.dumps({"p": f"{home}/x"}))
+    assert A.scrub_home(run, home) == 1
+    assert json.loads((run / "expert.jsonl").read_text())["game_file"] == "~/.cache/slea/g.tw-pddl"
+    assert str(home) in (run / "checkpoints" / "state.json").read_text()
