@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sqlite3
 import subprocess
 import sys
@@ -11,6 +12,8 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from slea.experience import library as L
 from slea.experience.library import ExperienceLibrary, sanitize
@@ -173,3 +176,14 @@ def test_failed_embedder_load_is_warned_once_and_reported(monkeypatch, caplog):
     assert len([r for r in caplog.records if "embedder failed to load" in r.getMessage()]) == 1
     assert lib.summary()["embedder_failed"] == 1 and len(lib) >= 2
     assert "embedder_failed" not in ExperienceLibrary(None).summary()  # embeddings off: nothing to report
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet=st.sampled_from("abzAZ' \n-.,;?!0\u00e9\u212a\u0130\u00dfI\ud800\U0001f600"), max_size=60)
+       | st.text(max_size=60))
+def test_content_tokens_are_the_regex_matches_minus_stopwords(text):
+    """``content_tokens`` (a byte translation, no regex) gives the set of ``[a-z][a-z']+`` matches of the
+    lower-cased text minus stopwords on any text: apostrophes opening or closing a word, one-letter words,
+    stopwords, non-ASCII letters (some lower-case to ASCII ones, like the Kelvin sign), lone surrogates."""
+    want = {t for t in re.findall(r"[a-z][a-z']+", text.lower()) if t not in L.STOPWORDS}
+    assert L.content_tokens(text) == want

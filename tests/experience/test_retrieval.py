@@ -5,11 +5,9 @@ from __future__ import annotations
 from itertools import pairwise
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from slea.experience.library import ExperienceLibrary, content_tokens
-from slea.experience.retrieval import HEADER, Retriever, _query_tokens, approx_tokens
+from slea.experience.library import ExperienceLibrary
+from slea.experience.retrieval import HEADER, Retriever, approx_tokens
 from slea.testing.retrieval import ScanEq2
 
 
@@ -159,14 +157,3 @@ def test_eq2_is_exact_over_the_whole_library_on_a_common_vocabulary(tmp_path):
         assert all(a >= b - 1e-12 for a, b in pairwise(sims))  # best first (ties: float order)
     assert max(sizes) > 32  # more matches than the old candidate filter (32 candidates) could return
     lib.close()
-
-
-@settings(max_examples=400, deadline=None)
-@given(st.text(alphabet=st.sampled_from("abzAZ' \n-.,;?!0é\u212a\u0130\u00dfI\ud800\U0001f600"), max_size=60)
-       | st.text(max_size=60))
-def test_query_tokens_are_content_tokens(text):
-    """Eq.2's query tokenizer (a byte translation, no regex) gives ``content_tokens``' set on any text:
-    apostrophes opening or closing a word, one-letter words, stopwords, non-ASCII letters (some lower-case to
-    ASCII ones, like the Kelvin sign), lone surrogates."""
-    _query_tokens.cache_clear()
-    assert _query_tokens(text) == content_tokens(text)

@@ -18,6 +18,7 @@ import logging
 import math
 import re
 import sqlite3
+import string
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -65,15 +66,28 @@ def sanitize(text: str, max_chars: int = 600) -> str:
     return text
 
 
-_TOKEN = re.compile(r"[a-z][a-z']+")
 STOPWORDS = frozenset(
     ["a", "an", "and", "are", "as", "at", "be", "but", "by", "for", "from", "has", "have", "he", "her", "his", "i", "if", "in", "into", "is", "it", "its", "me", "my", "not", "of", "on", "or", "our", "she", "so", "that", "the", "their", "them", "then", "there", "these", "they", "this", "to", "was", "we", "were", "what", "when", "where", "which", "who", "will", "with", "you", "your", "yours", "can", "can't", "don't", "do", "does", "did", "just", "here", "also", "any", "all", "some", "out", "up", "down", "very", "really", "one", "been", "being", "than", "too", "should", "would", "could", "about", "over", "under", "again"]
 )
 
 
+_BLANK = bytes(c if chr(c) in string.ascii_lowercase + "'" else 32 for c in range(256))  # else a space
+_NOT_CONTENT = STOPWORDS | frozenset(string.ascii_lowercase) | {""}
+
+
 def content_tokens(text: str) -> set[str]:
-    """Lower-case word tokens minus stopwords: the unit of the word-Jaccard novelty test and of Eq.2."""
-    return {t for t in _TOKEN.findall(text.lower()) if t not in STOPWORDS}
+    """Lower-case word tokens minus stopwords: the unit of the word-Jaccard novelty test and of Eq.2.
+
+    A token is a match of ``[a-z][a-z']+`` in the lower-cased text: a run of ``[a-z']`` from its first letter,
+    two characters at least. The runs come from a byte translation and ``split`` rather than the regex (about
+    2x faster on a 2,000-character observation, which every first-seen Eq.2 query pays): every other character
+    (non-ASCII ones included, encoded as ``?``) becomes a space, apostrophes opening a run are stripped, and
+    one-letter runs go with the stopwords. tests/experience/test_library.py checks it against the regex."""
+    s = " " + text.lower().encode("ascii", "replace").translate(_BLANK).decode("ascii")
+    words = set(s.split())
+    if " '" in s:  # a run opened by apostrophes: its token starts at its first letter
+        words = {w.lstrip("'") for w in words}
+    return words - _NOT_CONTENT
 
 
 def jaccard(a: set, b: set) -> float:
