@@ -79,8 +79,8 @@ def content_tokens(text: str) -> set[str]:
     """Lower-case word tokens minus stopwords: the unit of the word-Jaccard novelty test and of Eq.2.
 
     A token is a match of ``[a-z][a-z']+`` in the lower-cased text: a run of ``[a-z']`` from its first letter,
-    two characters at least. The runs come from a byte translation and ``split`` rather than the regex (about
-    2x faster on a 2,000-character observation, which every first-seen Eq.2 query pays): every other character
+    two characters at least. The runs come from a byte translation and ``split`` rather than the regex (C-level
+    passes only; every first-seen Eq.2 query pays this on its observation): every other character
     (non-ASCII ones included, encoded as ``?``) becomes a space, apostrophes opening a run are stripped, and
     one-letter runs go with the stopwords. tests/experience/test_library.py checks it against the regex."""
     s = " " + text.lower().encode("ascii", "replace").translate(_BLANK).decode("ascii")
