@@ -209,6 +209,9 @@ def test_presets_load_and_name_their_splits():
     assert A.preset("alfworld", 0).env.max_steps == 50
     assert A.preset("scienceworld", 0).env.kwargs["admissible"] is False
     assert A.preset("searchqa", 0).rollout.max_new_tokens == 48
+    answer = A.preset("searchqa_answer", 0)  # the same preset, on the questions whose evidence holds the answer
+    assert answer.env.kwargs["answerable"] == "answer" and answer.eval.games == 18
+    assert "answerable" not in A.preset("searchqa", 0).env.kwargs
     # the real untrained_eval.json's rows were made with other settings than the presets: not shown, and why
     for env in ("alfworld", "scienceworld"):
         row, why = A.untrained_row(env, A.preset(env, 0))
