@@ -93,7 +93,7 @@ def train(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None
     ``"resumed"`` or ``"trained"``."""
     sub, cfg = next((s, c) for s, c in plan([seed], config, extra).items if s.algorithm == variant)
     status = compare.train_sub_run(sub, cfg, say=print)
-    compare.relativize(RESULTS, ("bench/results/teamtr/", "configs/"))
+    compare.relativize(RESULTS)  # any bench/results/<folder>/ (SLEA_TEAMTR_DIR), configs/
     if status != "reused":
         summary = json.loads((sub.dir / "eval" / "summary.json").read_text())
         print(f"{sub.dir}: held-out success {summary['after']['sampled']['success']:.3f} "
@@ -161,7 +161,7 @@ def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
     """From every finished run: ``slea compare``'s ``table.md``, ``table.json`` and ``curves.png``
     (:func:`slea.trainer.compare.write_outputs`), then the team's per-stage statistics, ``stages.md``,
     ``stages.json`` and ``stages.png``; returns the latter."""
-    compare.relativize(RESULTS, ("bench/results/teamtr/", "configs/"))
+    compare.relativize(RESULTS)  # any bench/results/<folder>/ (SLEA_TEAMTR_DIR), configs/
     runs = finished()
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")
