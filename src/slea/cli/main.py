@@ -91,7 +91,7 @@ def train(
         raise fail(f"config error: {exc}") from None
     except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
         raise fail(str(exc)) from None
-    console.print(f"run folder: {trainer.dir}")
+    console.print(f"run folder: {trainer.dir}", soft_wrap=True)  # a path stays on one line
     try:
         summary = trainer.fit(resume=resume is not None)
     except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
@@ -162,7 +162,7 @@ def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
         raise fail(f"config error: {exc}") from None
     _build_cached_model(cfg.model)  # once, here: a spawned rank > 0 could not write it
     run_dir = run_dir_for(cfg)  # chosen once here: a timestamped name must be the same on every rank
-    console.print(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
+    console.print(f"run folder: {run_dir}  ({nproc} data-parallel processes)", soft_wrap=True)
     try:
         launch(_train_rank, nproc, cfg, run_dir, resume)
     except mp.ProcessExitedException as exc:  # a rank exited 2 or 3 after printing its one line
