@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from slea.cli.common import console, fail
+from slea.cli.common import console, fail, plain
 
 library_app = typer.Typer(no_args_is_help=True, help="Inspect, export, import, merge and diff experience "
                           "libraries.")
@@ -78,8 +78,8 @@ def library_export(source: Path = typer.Argument(..., help="a run folder or an S
 
     lib = portable("export", source)
     write_jsonl(lib, out)
-    console.print(f"wrote {len(lib.entries)} entries and {len(lib.clusters)} clusters to {out} "
-                  f"({_provenance_line(lib.provenance)})")
+    plain(f"wrote {len(lib.entries)} entries and {len(lib.clusters)} clusters to {out} "
+          f"({_provenance_line(lib.provenance)})")
 
 
 def _counts_table(title: str, rows: list[tuple[str, dict]]) -> Table:

@@ -91,7 +91,7 @@ def train(
         raise fail(f"config error: {exc}") from None
     except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
         raise fail(str(exc)) from None
-    console.print(f"run folder: {trainer.dir}", soft_wrap=True)  # a path stays on one line
+    plain(f"run folder: {trainer.dir}")
     try:
         summary = trainer.fit(resume=resume is not None)
     except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
@@ -129,7 +129,7 @@ def align(
         raise fail(f"align: {run_dir} is already a run folder; continue it with --resume {run_dir}")
     try:
         pipeline = AlignPipeline(cfg, run_dir, say=plain)
-        console.print(f"run folder: {run_dir}")
+        plain(f"run folder: {run_dir}")
         results = pipeline.run()
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
@@ -162,7 +162,7 @@ def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
         raise fail(f"config error: {exc}") from None
     _build_cached_model(cfg.model)  # once, here: a spawned rank > 0 could not write it
     run_dir = run_dir_for(cfg)  # chosen once here: a timestamped name must be the same on every rank
-    console.print(f"run folder: {run_dir}  ({nproc} data-parallel processes)", soft_wrap=True)
+    plain(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
     try:
         launch(_train_rank, nproc, cfg, run_dir, resume)
     except mp.ProcessExitedException as exc:  # a rank exited 2 or 3 after printing its one line
@@ -243,9 +243,9 @@ def compare(
     except (ConfigError, ValueError) as exc:
         raise fail(f"compare: {exc}") from None
     require_env(plan.items[0][1].env.id)
-    cmp.run(plan, say=console.print)
+    cmp.run(plan, say=plain)
     typer.echo((out / "table.md").read_text())  # plain: a markdown table must not be re-wrapped
-    console.print(f"wrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")
+    plain(f"wrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")
 
 
 @app.command()
@@ -264,7 +264,7 @@ def report(
         raise fail(f"report: {exc}") from None
     except OSError as exc:
         raise fail(f"report: cannot write {out or run / 'report.html'} ({exc.strerror or exc})") from None
-    console.print(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
+    plain(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
 
 
 def _model_target(target: str) -> bool:
@@ -397,7 +397,7 @@ def eval_(
     console.print_json(json.dumps({k: v for k, v in res.items() if k != "table"}))
     console.print(PaperTable.from_dict(res["table"]).to_rich(first=cfg.model.name_or_path if run is None
                                                               else run.name))
-    console.print(f"wrote {saved} and {saved.with_suffix('.md')}")
+    plain(f"wrote {saved} and {saved.with_suffix('.md')}")
 
 
 @app.command()
@@ -469,8 +469,7 @@ def agent(
         working_copy(library, workdir / "library.sqlite")
         manager = experience_manager(cfg, get_algorithm(cfg.algorithm.name), workdir, generator)
         try:
-            res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch,
-                            say=console.print)
+            res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch, say=plain)
         finally:
             manager.close()
             close_generator(generator)
@@ -479,7 +478,7 @@ def agent(
     saved = atomic_write_text(out / "agent.json", json.dumps(res, indent=2))
     console.print(agent_table(res))
     console.print(PaperTable.from_dict(res["table"]).to_rich(first=model))
-    console.print(f"wrote {saved}" + (f" and the evolved library {out / 'library.sqlite'}" if evolve else ""))
+    plain(f"wrote {saved}" + (f" and the evolved library {out / 'library.sqlite'}" if evolve else ""))
 
 
 @app.command()
