@@ -180,6 +180,11 @@ class AlgorithmSection(_Section):
     kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] = "k3"
     # Rows whose advantage is 0 (e.g. groups with equal returns under GRPO) add no policy gradient: skip them.
     skip_zero_advantage: bool = True
+    # the PPO ratio's π_old: "recompute" = one no-grad training forward before the first step (verl's default; the
+    # first mini-batch starts at ratio 1), "rollout" = the generator's log-probs, "tis" = recompute and weight each
+    # token by the truncated importance ratio min(π_trainer / π_rollout, tis_cap) of the rollout/trainer mismatch
+    old_logprobs: Literal["recompute", "rollout", "tis"] = "recompute"
+    tis_cap: float = Field(2.0, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)  # settings of the estimator or loss without a key here
     # PPO with a learned critic (name ppo | turn_ppo; slea/trainer/critic.py, docs/algorithms/ppo.md)
     gae_gamma: float = Field(1.0, ge=0, le=1)  # ppo: token-level GAE γ
@@ -241,10 +246,15 @@ class ExperienceSection(_Section):
     top_k_neg: int = Field(1, ge=0)  # k−
     max_tokens: int = Field(200, ge=1)  # B_max
     fallback_threshold: float = Field(0.5, ge=0, le=1)  # Eq.2: min similarity of a library-wide match
+    # Eq.2's sim(o, e): "tokens" = IDF-weighted share of the entry's content tokens found in observation + goal,
+    # sim > fallback_threshold (fast, slea/experience/eq2.py); "sequence" = the paper as printed, the clustering's
+    # difflib ratio of the observation and the entry's text, sim > δ (cluster_threshold); fallback_threshold unused
+    fallback_similarity: Literal["tokens", "sequence"] = "tokens"
     # neither Eq.1 nor Eq.2 found an entry: "none" (the paper) or "task_type" (the task type's best by z, linked)
     empty_fallback: Literal["none", "task_type"] = "none"
     warmup_iters: int = Field(5, ge=0)  # W
     min_entries: int = Field(10, ge=0)  # C_min
+    min_entries_strict: bool = False  # the gate needs |E| > C_min (the paper) instead of |E| >= C_min
     capacity_pos: int = Field(100, ge=1)  # C per level, strategy zone
     capacity_neg: int = Field(50, ge=1)  # C per level, warning zone
     k_strat: int = Field(10, ge=0)
@@ -306,9 +316,10 @@ class TrustRegionSection(_Section):
     beta_max: float = Field(100.0, gt=0)
     min_steps: int = Field(2, ge=1)  # optimizer steps before an update may stop (inside the region)
     max_steps: int = Field(8, ge=1)  # then it stops anyway, back at its last iterate inside the region
-    # d̂ per token: "k1" = Eq.11 as printed (log π_cur − log π_new; can be negative on a sample), "k3" = (r − 1) − log r
-    # (the same expectation, never negative); used by the monitor and by the teamtr loss's penalty
-    kl_estimator: Literal["k1", "k3"] = "k1"
+    # d̂ per token, over all of the agent's messages (Eq.11's M_j, whatever their advantage): "k3" = (r − 1) − log r,
+    # r = π_new/π_cur (the same expectation as Eq.11, never negative); "k1" = Eq.11 as printed (log π_cur − log
+    # π_new; can be negative on a sample, mostly is right after a step). Used by the monitor and by the β·d̂ penalty
+    kl_estimator: Literal["k1", "k3"] = "k3"
 
     @model_validator(mode="after")
     def _ordered(self) -> TrustRegionSection:

@@ -1,5 +1,8 @@
 """Eq.2's similarity, exact over the whole library and fast (SLEA-RL Eq.2; sim defined in retrieval.py).
 
+Two similarities (``experience.fallback_similarity``): ``tokens`` (the default, below: :class:`TokenMatrix`) and
+``sequence``, Eq.2 as printed (:func:`eq2_sequence`, at the end: the clustering's difflib ratio, sim > δ).
+
 ``sim(q, e) = hit(q, e) / W(e)``: ``hit`` is the idf of the entry's content tokens that occur in the query,
 ``W(e)`` the idf of all of them, with ``idf = log(1 + n / (1 + df))`` over the library's n entries.
 
@@ -35,9 +38,13 @@ tokens of the same df, one of them in the query: sim = 0.5) fall as in the plain
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Iterable
+
 import numpy as np
 
 from slea.experience.library import ExperienceLibrary
+from slea.experience.textmatch import fast_ratio
 
 ZONE_CODES = {"pos": 0, "neg": 1}
 DENSE_SHARE = 8  # a token in at least 1/8 of the rows (library, then group) is added as a dense row
@@ -286,3 +293,46 @@ def best_per_zone(cand: np.ndarray, sim: np.ndarray, zone: np.ndarray, per_zone:
             mine &= sim >= (s.max() if k == 1 else np.partition(s, s.size - k)[s.size - k])
         keep |= mine
     return cand[keep], sim[keep]
+
+
+# -- Eq.2 as printed: the clustering's sequence similarity ---------------------------------------------------------
+def _histogram_bound(a: Counter, b: str) -> int:
+    """An upper bound of difflib's match count M of ``a`` (its character counts) and ``b``: Σ_c min(count_a(c),
+    count_b(c)) (difflib's ``quick_ratio``; M <= LCS <= this)."""
+    return sum(min(n, a.get(c, 0)) for c, n in Counter(b).items())
+
+
+def eq2_sequence(observation: str, entries: Iterable[tuple[int, str]], delta: float
+                 ) -> list[tuple[float, int]]:
+    """SLEA-RL (Wang & Jiang 2026) Eq.2 as printed: ``{e ∈ E : sim(o_t, e) > δ}``, as (sim, entry id), best
+    first (ties: lower id first).
+
+    ``sim`` is the sequence similarity the paper also clusters with (§3.3, δ = 0.85): difflib's
+    ``SequenceMatcher(None, o_t, s_e).ratio()`` of the observation and the entry's text ``s_e``, computed
+    bit-identically by :func:`~slea.experience.textmatch.fast_ratio`. The inequality is strict: an entry at
+    exactly δ is not returned. ``entries``: (id, text) pairs (the caller scopes them, e.g. by task type).
+
+    Exact: two upper bounds of the ratio only skip entries that cannot exceed δ — ``2·min(la, lb)/(la + lb)``
+    (M <= the shorter length) and difflib's ``quick_ratio`` (character counts) — and they are the same float
+    expression ``2.0 * m / (la + lb)`` with a larger m, so a skipped entry's ratio is <= its bound <= δ.
+    """
+    delta = float(delta)
+    out: list[tuple[float, int]] = []
+    la = len(observation)
+    counts: Counter | None = None
+    for eid, text in entries:
+        total = la + len(text)
+        if total == 0:
+            sim = 1.0  # difflib: two empty sequences are identical
+        else:
+            if 2.0 * min(la, len(text)) / total <= delta:
+                continue
+            if counts is None:
+                counts = Counter(observation)
+            if 2.0 * _histogram_bound(counts, text) / total <= delta:
+                continue
+            sim = fast_ratio(observation, text)
+        if sim > delta:
+            out.append((sim, int(eid)))
+    out.sort(key=lambda x: (-x[0], x[1]))
+    return out

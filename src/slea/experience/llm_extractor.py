@@ -182,8 +182,9 @@ class LLMExtractor:
     episode). The answer is parsed by :func:`parse_llm_list` (echoes of the prompt dropped), at most
     ``max_items`` lessons are kept, and the game's names are replaced by placeholders (:class:`Names`). With
     ``prefill`` the prompt ends with an assistant turn opened by it (``"- "``: a small model then writes a
-    list); a generator that cannot continue a message may ignore it. ``stats`` counts answers, parsed lines,
-    kept lessons, drops and fallbacks (reported as ``library/extract_<key>``).
+    list); a generator that cannot continue a message may ignore it. ``stats`` counts answers (``llm_answers``),
+    answers that gave at least one lesson (``parsed``; the rest fell back to the rules, ``fallback``), parsed
+    lines, kept lessons, drops (reported as ``library/extract_<key>``).
     """
 
     def __init__(self, generate_text: GenerateText, *, fallback: RuleExtractor | None = None,
@@ -254,6 +255,7 @@ class LLMExtractor:
                 self.stats["fallback"] += 1
                 out += self.fallback.strategies(t) if zone == "pos" else self.fallback.warnings(t)
                 continue
+            self.stats["parsed"] += 1  # parse rate = parsed / llm_answers (the rest fell back to the rules)
             self.stats["llm_items"] += len(items)
             steps = t.steps if zone == "pos" else ([s for s in t.steps if not s.valid or s.reward < 0]
                                                     or t.steps[-1:])

@@ -22,6 +22,15 @@ from slea.experience.retrieval import Retriever
 from slea.types import Trajectory
 
 
+def gate(iteration: int, size: int, *, warmup_iters: int, min_entries: int, strict: bool = False) -> bool:
+    """SLEA-RL (Wang & Jiang 2026) §3, the retrieval gate: experiences are retrieved only after W warm-up epochs
+    (``iteration >= W``, iterations counted from 0) and when the library is large enough — ``|E| > C_min`` as
+    printed (``strict``), or ``|E| >= C_min`` (the default, as the released code). An empty library never opens
+    it."""
+    enough = size > min_entries if strict else size >= min_entries
+    return iteration >= warmup_iters and enough and size > 0
+
+
 @dataclass
 class RetrievalResult:
     cluster_id: int
@@ -43,7 +52,10 @@ class ExperienceManager:
                                                   max_clusters=cfg.max_clusters)
         self.retriever = Retriever(self.library, top_k_pos=cfg.top_k_pos, top_k_neg=cfg.top_k_neg,
                                    max_tokens=cfg.max_tokens,
-                                   fallback_threshold=cfg.fallback_threshold,
+                                   # Eq.2 as printed (sequence) thresholds at δ, the clustering's
+                                   fallback_threshold=(cfg.cluster_threshold if cfg.fallback_similarity == "sequence"
+                                                       else cfg.fallback_threshold),
+                                   similarity=cfg.fallback_similarity,
                                    empty_fallback=cfg.empty_fallback,
                                    count_tokens=count_tokens)
         self.extractor = get_extractor(cfg.extractor)(generate_text)
@@ -55,9 +67,10 @@ class ExperienceManager:
         return self.index.assign(observation, task_type)
 
     def gate_open(self, iteration: int) -> bool:
-        """Retrieval runs after W warm-up iterations and once the library holds at least C_min entries."""
-        return (self.cfg.mode != "off" and iteration >= self.cfg.warmup_iters
-                and len(self.library) >= self.cfg.min_entries and len(self.library) > 0)
+        """Retrieval runs after W warm-up iterations and once the library holds C_min entries (:func:`gate`)."""
+        cfg = self.cfg
+        return cfg.mode != "off" and gate(iteration, len(self.library), warmup_iters=cfg.warmup_iters,
+                                          min_entries=cfg.min_entries, strict=cfg.min_entries_strict)
 
     def retrieve(self, observation: str, *, task_type: str = "", goal: str = "",
                  iteration: int) -> RetrievalResult:

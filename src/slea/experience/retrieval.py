@@ -9,6 +9,9 @@ an Eq.1 hit. ``sim(o, e)`` (unspecified in the paper, §1.6) is the IDF-weighted
 tokens (its text plus the observation summary it was distilled from) that occur in the observation (and goal).
 The score is exact over the whole library: one weighted ``bincount`` over the postings of the query's tokens (a
 numpy token matrix rebuilt when entries are added or removed), so no candidate filter can drop a match.
+With ``similarity="sequence"`` Eq.2 is the paper as printed instead (:func:`~slea.experience.eq2.eq2_sequence`):
+sim is the clustering's difflib ratio of the observation alone and the entry's text, kept when sim > the threshold
+(the manager passes δ, the clustering threshold).
 
 Neither finds anything (an unseen game's room opens a cluster with no entries, and no lesson's words reach the
 threshold): ``empty_fallback="none"`` retrieves nothing, as the paper says; ``"task_type"`` takes the task type's
@@ -28,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from slea.experience.eq2 import TokenMatrix
+from slea.experience.eq2 import TokenMatrix, eq2_sequence
 from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
 
 HEADER = "Lessons from earlier episodes (hints; use them only if they fit):"
@@ -66,9 +69,12 @@ class Retriever:
     def __init__(self, library: ExperienceLibrary, *, top_k_pos: int = 2, top_k_neg: int = 1,
                  max_tokens: int = 200, fallback_threshold: float = 0.5,
                  count_tokens: Callable[[str], int] | None = None,
-                 empty_fallback: str = "none") -> None:
+                 empty_fallback: str = "none", similarity: str = "tokens") -> None:
         if empty_fallback not in ("none", "task_type"):
             raise ValueError(f"empty_fallback must be 'none' or 'task_type', not {empty_fallback!r}")
+        if similarity not in ("tokens", "sequence"):
+            raise ValueError(f"similarity must be 'tokens' or 'sequence', not {similarity!r}")
+        self.similarity = similarity
         self.lib = library
         self.top_k = {"pos": int(top_k_pos), "neg": int(top_k_neg)}
         self.max_tokens = int(max_tokens)
@@ -105,13 +111,19 @@ class Retriever:
     def similar(self, text: str, task_type: str = "", per_zone: dict[str, int] | None = None
                 ) -> list[tuple[float, int]]:
         """(sim, entry id) for every entry of the task type (or untyped) with sim > threshold, best first (then
-        by quality z, then id): exact over the whole library, one weighted ``bincount`` over the postings of
-        the query's tokens. ``per_zone`` ({"pos": k+, "neg": k−}) keeps only what can be among each zone's
+        by quality z, then id): exact over the whole library; ``tokens``: one weighted ``bincount`` over the
+        postings of the query's tokens, ``sequence``: :func:`eq2_sequence` (``per_zone`` unused). ``per_zone`` ({"pos": k+, "neg": k−}) keeps only what can be among each zone's
         best k (ties at the k-th similarity kept), so the ranking in Python stays short."""
+        get = self.lib.get
+        if self.similarity == "sequence":  # Eq.2 as printed: difflib ratio > threshold (δ), every entry scored
+            pairs = [(e.id, e.text) for e in self.lib.entries()
+                     if not (task_type and e.task_type and e.task_type != task_type)]
+            found = eq2_sequence(text, pairs, self.fallback_threshold)
+            out = sorted(((v, get(e).score, e) for v, e in found), reverse=True)
+            return [(v, eid) for v, _, eid in out]
         m = self._matrix()
         cand, sim = m.above(_query_tokens(text), self.fallback_threshold, task_type, per_zone)
         eids = m.eids[cand].tolist()  # (ids are distinct: the zone never decides the order)
-        get = self.lib.get
         out = sorted(zip(sim.tolist(), [get(e).score for e in eids], eids), reverse=True)
         return [(v, eid) for v, _, eid in out]
 
@@ -150,7 +162,8 @@ class Retriever:
             self.from_cluster(cluster_id, "neg", self.top_k["neg"])
         used_fallback = used_task = False
         if not ids:
-            ids = self.fallback(f"{observation}\n{goal}" if goal else observation, task_type)
+            query = f"{observation}\n{goal}" if goal and self.similarity == "tokens" else observation  # Eq.2: o_t
+            ids = self.fallback(query, task_type)
             used_fallback = bool(ids)
             if not ids and self.empty_fallback == "task_type":
                 ids = self.best_of_task(task_type)
