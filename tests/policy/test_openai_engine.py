@@ -163,7 +163,7 @@ def test_server_refusals_are_http_errors(served):
     with pytest.raises(GeneratorError, match="404.*does not exist"):
         gen.request("POST", "/completions", {"model": "nope", "prompt": [5]})
     with pytest.raises(GeneratorError, match="400.*stop"):
-        gen.request("POST", "/completions", {"prompt": [5], "stop": ["."]})
+        gen.request("POST", "/completions", {"prompt": [5], "stop": [".", ",", ";", ":", "!"]})
     with pytest.raises(GeneratorError, match="400.*not a LoRA adapter folder"):
         gen.request("POST", "/load_lora_adapter", {"lora_name": "x", "lora_path": "/nonexistent"})
 

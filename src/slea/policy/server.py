@@ -1,45 +1,83 @@
-"""``slea serve``: an OpenAI-compatible completions server on slea's in-process engine (HFGenerator).
+"""``slea serve``: an OpenAI-compatible server on slea's in-process engine (HFGenerator).
 
-Endpoints (the subset of the OpenAI API and of vLLM's extensions that RL rollouts need):
+Endpoints (the OpenAI API's text endpoints, as the official ``openai`` client calls them, and the vLLM extensions
+RL rollouts need):
 
-- ``GET /v1/models``: the base model (its name as given: ``tiny``, ``embedded``, a folder, a run folder's name)
-  and the loaded LoRA adapter, if any.
-- ``POST /v1/completions``: ``prompt`` as text, a list of texts, a token-id list or a list of them; ``max_tokens``,
-  ``temperature`` (0 = greedy), ``top_p``, ``top_k``, ``n``, ``seed``, ``stop`` (``"\\n"`` only: a row stops at
-  its first token containing a newline, kept, as in rollouts; or none: EOS), ``logprobs`` (the sampled token's
-  ``log_softmax(logits / T)``, what slea's training forward computes; ``top_logprobs`` is not filled), and the
-  fields ``return_token_ids`` (the choice's ``token_ids``), ``return_tokens_as_token_ids`` (``token_id:N``
-  strings), ``include_stop_str_in_output``, ``skip_special_tokens`` (vLLM's) and ``rng_keys`` (one key per
-  prompt: the in-process engine's per-row random streams, so a served rollout samples what an in-process one
-  does). ``model`` names the base (adapter off) or the loaded adapter.
+- ``GET /v1/models`` (and ``/v1/models/{id}``): the base model (its name as given: ``tiny``, ``embedded``, a
+  folder, a run folder's name) and the loaded LoRA adapter, if any.
+- ``POST /v1/completions``: ``prompt`` as text, a list of texts, a token-id list or a list of them; ``n``
+  answers per prompt (choice ``i * n + j`` is prompt ``i``'s ``j``-th), ``max_tokens`` (default 16),
+  ``temperature`` (0 = greedy), ``top_p``, ``top_k``, ``seed``, ``stop`` (up to 4 strings: the answer ends
+  before the first one; ``"\\n"`` also stops the engine at the first token holding a newline, as in rollouts),
+  ``logprobs`` (the sampled token's ``log_softmax(logits / T)``, what slea's training forward computes;
+  ``top_logprobs`` is not filled), ``stream``, and the fields ``return_token_ids`` (the choice's
+  ``token_ids``), ``return_tokens_as_token_ids`` (``token_id:N`` strings), ``include_stop_str_in_output``,
+  ``skip_special_tokens`` (vLLM's) and ``rng_keys`` (one key per answer: the in-process engine's per-row random
+  streams, so a served rollout samples what an in-process one does). ``model`` names the base (adapter off) or
+  the loaded adapter.
+- ``POST /v1/chat/completions``: ``messages`` rendered by the model's own chat template (generation prompt
+  added; vLLM's ``continue_final_message`` continues a last assistant message instead), then as completions:
+  ``n``, ``max_tokens`` / ``max_completion_tokens`` (default 256), ``temperature``, ``top_p``, ``seed``,
+  ``stop``, ``logprobs: true`` (the sampled token's log-prob per token; ``top_logprobs`` > 0 is refused),
+  ``stream`` and the same extensions.
+- ``stream: true`` is served as server-sent events (one chunk per token, then ``data: [DONE]``;
+  ``stream_options.include_usage`` adds the usage chunk). The answer is generated whole first, then sent.
 - ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}``: a LoRA adapter folder (slea/policy/adapters.py:
   peft's ``adapter_config.json`` + ``adapter_model.safetensors``, what the trainer's weight sync writes); one
   adapter at a time, a new one replaces the old. ``POST /v1/unload_lora_adapter`` ``{"lora_name"}``.
 
-Requests are served one at a time (a lock around the model; the engine batches the prompts of one request).
-Text prompts are tokenized without special tokens (slea's prompts carry their chat template's own markers).
-Built on the standard library's ThreadingHTTPServer: nothing to install.
+A field that would change the answer and that the server cannot honour (tools, logit_bias, penalties, suffix,
+best_of, echo, a JSON response format) is a 400 naming it; every error has the OpenAI shape
+``{"error": {"message", "type", "param", "code"}}`` (slea/policy/openai_protocol.py). Requests are served one at
+a time (a lock around the model; the engine batches the answers of one request). Text prompts are tokenized
+without special tokens (slea's prompts carry their chat template's own markers). Built on the standard
+library's ThreadingHTTPServer: nothing to install.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
 import time
 import uuid
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+from slea.policy.openai_protocol import (
+    RequestError,
+    chat_messages,
+    cut_at_stop,
+    deltas,
+    error_body,
+    integer,
+    number,
+    refuse_unsupported,
+    sse,
+    stop_list,
+)
+
 log = logging.getLogger(__name__)
+CHAT_MAX_TOKENS = 256  # a chat request's default max_tokens (completions: 16, as the OpenAI API)
 
 
-class RequestError(Exception):
-    """A request the server refuses: HTTP ``status`` and a one-line message."""
+@dataclass
+class Answer:
+    """One choice: the kept token ids and their log-probs, its text and why it ended."""
 
-    def __init__(self, status: int, message: str):
-        super().__init__(message)
-        self.status = status
+    ids: list[int]
+    logprobs: list[float]
+    text: str
+    finish: str
+
+
+@dataclass
+class Events:
+    """A streamed answer: the chunks sent as server-sent events."""
+
+    chunks: list[dict]
 
 
 class Engine:
@@ -112,35 +150,86 @@ class Engine:
         return {"object": "list", "data": [{"id": i, "object": "model", "created": self.created,
                                             "owned_by": "slea", "root": self.base_id} for i in ids]}
 
-    # -- completions -----------------------------------------------------------------------------------------
-    def complete(self, body: dict) -> dict:
-        import contextlib
-
+    # -- generation ----------------------------------------------------------------------------------------
+    def _model(self, body: dict) -> str:
         name = body.get("model") or self.lora or self.base_id
         if name not in (self.base_id, self.lora):
-            raise RequestError(404, f"The model `{name}` does not exist.")
-        if body.get("echo"):
-            raise RequestError(400, "echo is not supported")
-        prompts = self._prompts(body.get("prompt"))
-        n = _int(body, "n", 1, lo=1)
-        rows = [p for p in prompts for _ in range(n)]
-        temp = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
+            raise RequestError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
+        return name
+
+    def _answers(self, name: str, rows: list[list[int]], body: dict, default_max: int) -> list[Answer]:
+        """The engine's answers to ``rows`` (one per row), cut at ``stop``."""
+        temp = number(body, "temperature", 1.0, lo=0.0)
+        top_p = number(body, "top_p", 1.0, lo=0.0, hi=1.0) or 1.0
+        top_k = max(integer(body, "top_k", 0) or 0, 0)  # vLLM's -1: off
+        max_tokens = integer(body, "max_completion_tokens", None, lo=1) or integer(body, "max_tokens", default_max,
+                                                                                   lo=1)
+        stops = stop_list(body.get("stop"))
         keys = self._keys(body, len(rows), temp)
-        max_tokens = _int(body, "max_tokens", 16, lo=1)
-        stop = _stop(body.get("stop"))
         with self.lock:
             off = name == self.base_id and hasattr(self.model, "disable_adapter")
             with self.model.disable_adapter() if off else contextlib.nullcontext():
-                gens = self.gen.generate(rows, max_new_tokens=max_tokens, temperature=temp,
-                                         top_p=float(body.get("top_p") or 1.0), top_k=max(_int(body, "top_k", 0), 0),
-                                         rng_keys=keys, stop_at_newline=stop)
-        choices = [self._choice(i, g, body, max_tokens, stop) for i, g in enumerate(gens)]
-        used = sum(len(g.ids) for g in gens)
-        prompt_tokens = sum(len(p) for p in rows)
-        return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": name, "choices": choices,
-                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": used,
-                          "total_tokens": prompt_tokens + used}}
+                gens = self.gen.generate(rows, max_new_tokens=max_tokens, temperature=temp, top_p=top_p,
+                                         top_k=top_k, rng_keys=keys, stop_at_newline="\n" in stops)
+        skip = bool(body.get("skip_special_tokens", True))
+        include = bool(body.get("include_stop_str_in_output"))
+        out = []
+        for g in gens:
+            ids, text, stopped = cut_at_stop(lambda t: self.tok.decode(t, skip_special_tokens=skip), g.ids, stops,
+                                             include)
+            eos = bool(ids) and ids[-1] == self.tok.eos_token_id
+            finish = "stop" if stopped or eos or len(g.ids) < max_tokens else "length"
+            out.append(Answer(ids, list(g.logprobs[:len(ids)]), text, finish))
+        return out
+
+    def complete(self, body: dict) -> dict | Events:
+        """``/v1/completions``: a completion object, or its chunks when ``stream``."""
+        name = self._model(body)
+        refuse_unsupported(body)
+        prompts = self._prompts(body.get("prompt"))
+        n = integer(body, "n", 1, lo=1)
+        rows = [p for p in prompts for _ in range(n)]
+        answers = self._answers(name, rows, body, 16)
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": name}
+        usage = _usage(sum(len(p) for p in prompts), answers)
+        if body.get("stream"):
+            return Events(self._completion_chunks(head, answers, body, usage))
+        return {**head, "choices": [self._choice(i, a, body) for i, a in enumerate(answers)], "usage": usage}
+
+    def chat(self, body: dict) -> dict | Events:
+        """``/v1/chat/completions``: the messages through the model's chat template, then as completions."""
+        name = self._model(body)
+        refuse_unsupported(body)
+        if integer(body, "top_logprobs", 0, lo=0):
+            raise RequestError(400, "top_logprobs is not supported (logprobs: true gives the sampled token's)",
+                               param="top_logprobs")
+        msgs = chat_messages(body.get("messages"))
+        if not getattr(self.tok, "chat_template", None):
+            raise RequestError(400, f"the model {self.base_id} has no chat template: use /v1/completions",
+                               param="messages")
+        cont = bool(body.get("continue_final_message"))
+        if cont and msgs[-1]["role"] != "assistant":
+            raise RequestError(400, "continue_final_message: the last message must be the assistant's",
+                               param="continue_final_message")
+        text = self.tok.apply_chat_template(msgs, tokenize=False, continue_final_message=cont,
+                                            add_generation_prompt=not cont and body.get("add_generation_prompt",
+                                                                                        True) is not False)
+        prompt = self.tok(text, add_special_tokens=False).input_ids
+        n = integer(body, "n", 1, lo=1)
+        answers = self._answers(name, [prompt] * n, body, CHAT_MAX_TOKENS)
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": name}
+        usage = _usage(len(prompt), answers)
+        if body.get("stream"):
+            return Events(self._chat_chunks(head, answers, body, usage))
+        choices = []
+        for i, a in enumerate(answers):
+            c = {"index": i, "message": {"role": "assistant", "content": a.text}, "finish_reason": a.finish,
+                 "logprobs": {"content": self._token_logprobs(a)} if body.get("logprobs") else None}
+            if body.get("return_token_ids"):
+                c["token_ids"] = a.ids
+            choices.append(c)
+        return {**head, "object": "chat.completion", "choices": choices, "usage": usage}
 
     def _prompts(self, prompt) -> list[list[int]]:
         if isinstance(prompt, str):
@@ -148,13 +237,15 @@ class Engine:
         if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
             prompt = [prompt]
         if not isinstance(prompt, list) or not prompt:
-            raise RequestError(400, "prompt: expected a string, a token-id list, or a non-empty list of them")
+            raise RequestError(400, "prompt: expected a string, a token-id list, or a non-empty list of them",
+                               param="prompt")
         vocab = len(self.tok)
         out = []
         for p in prompt:
             ids = self.tok(p, add_special_tokens=False).input_ids if isinstance(p, str) else p
             if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
-                raise RequestError(400, f"prompt: each prompt must be non-empty text or token ids in 0..{vocab - 1}")
+                raise RequestError(400, f"prompt: each prompt must be non-empty text or token ids in 0..{vocab - 1}",
+                                   param="prompt")
             out.append(ids)
         return out
 
@@ -164,89 +255,135 @@ class Engine:
         if keys is not None:
             if not isinstance(keys, list) or len(keys) != rows or not all(
                     isinstance(k, list) and all(isinstance(x, int) and x >= 0 for x in k) for k in keys):
-                raise RequestError(400, f"rng_keys: expected {rows} lists of non-negative ints")
+                raise RequestError(400, f"rng_keys: expected {rows} lists of non-negative ints", param="rng_keys")
             return keys
-        seed = body.get("seed")
+        seed = integer(body, "seed", None)
         if seed is not None and temp > 0:
-            return [[int(seed) % 2**63, i] for i in range(rows)]
+            return [[seed % 2**63, i] for i in range(rows)]
         return None
 
-    def _choice(self, i: int, g, body: dict, max_tokens: int, stop: bool) -> dict:
-        as_ids = bool(body.get("return_tokens_as_token_ids"))
-        pieces = [self.tok.decode([t]) for t in g.ids]
-        skip = body.get("skip_special_tokens", True)
-        text = self.tok.decode(g.ids, skip_special_tokens=bool(skip))
-        if stop and not body.get("include_stop_str_in_output") and "\n" in text:
-            text = text[:text.index("\n")]
-        ended = bool(g.ids) and (g.ids[-1] == self.tok.eos_token_id or (stop and "\n" in pieces[-1]))
-        choice = {"index": i, "text": text,
-                  "finish_reason": "stop" if ended or len(g.ids) < max_tokens else "length", "logprobs": None}
+    def _pieces(self, a: Answer) -> list[str]:
+        return [self.tok.decode([t]) for t in a.ids]
+
+    def _choice(self, i: int, a: Answer, body: dict) -> dict:
+        choice = {"index": i, "text": a.text, "finish_reason": a.finish, "logprobs": None}
         if body.get("logprobs") is not None:
+            pieces = self._pieces(a)
             offsets, at = [], 0
             for p in pieces:
                 offsets.append(at)
                 at += len(p)
-            choice["logprobs"] = {"tokens": [f"token_id:{t}" for t in g.ids] if as_ids else pieces,
-                                  "token_logprobs": g.logprobs, "top_logprobs": None, "text_offset": offsets}
+            as_ids = bool(body.get("return_tokens_as_token_ids"))
+            choice["logprobs"] = {"tokens": [f"token_id:{t}" for t in a.ids] if as_ids else pieces,
+                                  "token_logprobs": a.logprobs, "top_logprobs": None, "text_offset": offsets}
         if body.get("return_token_ids"):
-            choice["token_ids"] = list(g.ids)
+            choice["token_ids"] = list(a.ids)
         return choice
 
+    def _token_logprobs(self, a: Answer) -> list[dict]:
+        return [{"token": p, "logprob": lp, "bytes": list(p.encode()), "top_logprobs": []}
+                for p, lp in zip(self._pieces(a), a.logprobs)]
 
-def _int(body: dict, key: str, default: int, lo: int | None = None) -> int:
-    value = body.get(key, default)
-    value = default if value is None else value
-    if not isinstance(value, int) or isinstance(value, bool) or (lo is not None and value < lo):
-        raise RequestError(400, f"{key}: expected an integer{f' >= {lo}' if lo is not None else ''}")
-    return value
+    def _stream_pieces(self, a: Answer, body: dict) -> list[str]:
+        skip = bool(body.get("skip_special_tokens", True))
+        return deltas(lambda t: self.tok.decode(t, skip_special_tokens=skip), a.ids, a.text)
+
+    def _completion_chunks(self, head: dict, answers: list[Answer], body: dict, usage: dict) -> list[dict]:
+        chunks = []
+        for i, a in enumerate(answers):
+            for k, piece in enumerate(self._stream_pieces(a, body)):
+                lp = None
+                if body.get("logprobs") is not None and k < len(a.ids):
+                    lp = {"tokens": [self.tok.decode([a.ids[k]])], "token_logprobs": [a.logprobs[k]],
+                          "top_logprobs": None, "text_offset": [0]}
+                chunks.append({**head, "choices": [{"index": i, "text": piece, "logprobs": lp,
+                                                    "finish_reason": None}]})
+            chunks.append({**head, "choices": [{"index": i, "text": "", "logprobs": None,
+                                                "finish_reason": a.finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**head, "choices": [], "usage": usage})
+        return chunks
+
+    def _chat_chunks(self, head: dict, answers: list[Answer], body: dict, usage: dict) -> list[dict]:
+        head = {**head, "object": "chat.completion.chunk"}
+        chunks = []
+        for i, a in enumerate(answers):
+            chunks.append({**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
+                                                "logprobs": None, "finish_reason": None}]})
+            entries = self._token_logprobs(a) if body.get("logprobs") else []
+            for k, piece in enumerate(self._stream_pieces(a, body)):
+                lp = {"content": entries[k:k + 1]} if entries else None
+                chunks.append({**head, "choices": [{"index": i, "delta": {"content": piece}, "logprobs": lp,
+                                                    "finish_reason": None}]})
+            chunks.append({**head, "choices": [{"index": i, "delta": {}, "logprobs": None,
+                                                "finish_reason": a.finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**head, "choices": [], "usage": usage})
+        return chunks
 
 
-def _stop(stop) -> bool:
-    """Whether rows stop at a newline: ``stop`` may be none or ``"\\n"`` (the engine stops at EOS anyway)."""
-    if stop in (None, [], ""):
-        return False
-    items = [stop] if isinstance(stop, str) else stop
-    if isinstance(items, list) and items and all(s == "\n" for s in items):
-        return True
-    raise RequestError(400, f"stop: only \"\\n\" is supported (got {stop!r})")
+def _usage(prompt_tokens: int, answers: list[Answer]) -> dict:
+    used = sum(len(a.ids) for a in answers)
+    return {"prompt_tokens": prompt_tokens, "completion_tokens": used, "total_tokens": prompt_tokens + used}
 
 
 def _handler(engine: Engine):
     routes = {("GET", "/v1/models"): lambda body: engine.models(),
               ("POST", "/v1/completions"): engine.complete,
+              ("POST", "/v1/chat/completions"): engine.chat,
               ("POST", "/v1/load_lora_adapter"): engine.load_lora,
               ("POST", "/v1/unload_lora_adapter"): engine.unload_lora}
+
+    def route_of(method: str, path: str):
+        if method == "GET" and path.startswith("/v1/models/"):  # models.retrieve
+            name = path[len("/v1/models/"):]
+            found = [m for m in engine.models()["data"] if m["id"] == name]
+            if not found:
+                raise RequestError(404, f"The model `{name}` does not exist.", param="model",
+                                   code="model_not_found")
+            return lambda body: found[0]
+        route = routes.get((method, path))
+        if route is None:
+            raise RequestError(404, f"Invalid URL ({method} {path}): slea serve has no such route",
+                               code="unknown_url")
+        return route
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
 
         def _serve(self, method: str) -> None:
-            route = routes.get((method, self.path.split("?", 1)[0].rstrip("/")))
+            size = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(size) if size else b""  # read first: an unread body would poison keep-alive
             try:
-                if route is None:
-                    raise RequestError(404, f"no route {method} {self.path}")
-                size = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(size) if size else b""
+                route = route_of(method, self.path.split("?", 1)[0].rstrip("/"))
                 try:
                     body = json.loads(raw) if raw else {}
                 except ValueError:
                     raise RequestError(400, "the request body is not JSON") from None
                 if not isinstance(body, dict):
                     raise RequestError(400, "the request body must be a JSON object")
-                self._send(200, route(body))
+                answer = route(body)
+                if isinstance(answer, Events):
+                    self._send(200, sse(answer.chunks), "text/event-stream")
+                else:
+                    self._send(200, answer)
             except RequestError as exc:
-                self._send(exc.status, {"error": {"message": str(exc), "type": "invalid_request_error",
-                                                  "code": exc.status}})
+                self._send(exc.status, error_body(exc.status, str(exc), exc.param, exc.code))
             except Exception as exc:
                 log.exception("request failed")
-                self._send(500, {"error": {"message": f"{type(exc).__name__}: {exc}", "type": "server_error",
-                                           "code": 500}})
+                self._send(500, error_body(500, f"{type(exc).__name__}: {exc}"))
 
-        def _send(self, status: int, payload) -> None:
-            data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+        def _send(self, status: int, payload, content_type: str | None = None) -> None:
+            if isinstance(payload, bytes):
+                data = payload
+            else:
+                data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
+                content_type = "application/json" if not isinstance(payload, str) else "text/plain"
             self.send_response(status)
-            self.send_header("Content-Type", "application/json" if not isinstance(payload, str) else "text/plain")
+            self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(data)))
+            if content_type == "text/event-stream":
+                self.send_header("Cache-Control", "no-cache")
             self.end_headers()
             self.wfile.write(data)
 

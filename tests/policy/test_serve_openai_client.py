@@ -1,0 +1,133 @@
+"""``slea serve tiny`` driven by the official ``openai`` Python client, as a user's program would call it: models,
+chat completions through the model's chat template, completions with list prompts and ``n`` > 1, streaming as
+server-sent events, and refusals in the OpenAI error shape."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+openai = pytest.importorskip("openai")
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
+HELLO = [{"role": "system", "content": "You play a text game."}, {"role": "user", "content": "You see a coin."}]
+
+
+@pytest.fixture(scope="module")
+def client():
+    """``slea serve tiny --port 0`` in a subprocess and an ``openai.OpenAI`` client on it."""
+    proc = subprocess.Popen([sys.executable, "-m", "slea.cli", "serve", "tiny", "--port", "0", "--dtype", "float32"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
+    try:
+        line = proc.stdout.readline()
+        assert line.startswith("serving tiny at http://127.0.0.1:"), line + proc.stdout.read()[-2000:]
+        yield openai.OpenAI(base_url=line.split(" at ", 1)[1].strip(), api_key="unused", max_retries=0, timeout=60)
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from slea.policy.model import load_tokenizer
+
+    return load_tokenizer("tiny")
+
+
+def test_models_list_and_retrieve(client):
+    assert [m.id for m in client.models.list()] == ["tiny"]
+    assert client.models.retrieve("tiny").owned_by == "slea"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.models.retrieve("nope")
+    assert e.value.body["code"] == "model_not_found"
+
+
+def test_chat_applies_the_chat_template_and_equals_completions_of_the_rendered_prompt(client, tok):
+    chat = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, temperature=0)
+    assert chat.object == "chat.completion" and chat.choices[0].message.role == "assistant"
+    rendered = tok.apply_chat_template(HELLO, add_generation_prompt=True, tokenize=False)
+    ids = tok(rendered, add_special_tokens=False).input_ids
+    plain = client.completions.create(model="tiny", prompt=ids, max_tokens=6, temperature=0)
+    assert chat.choices[0].message.content == plain.choices[0].text
+    assert chat.usage.prompt_tokens == len(ids) and chat.usage.completion_tokens <= 6
+
+
+def test_chat_n_max_tokens_stop_and_logprobs(client):
+    many = client.chat.completions.create(model="tiny", messages=HELLO, n=3, max_tokens=5, temperature=1.0, seed=4,
+                                          logprobs=True)
+    assert [c.index for c in many.choices] == [0, 1, 2]
+    assert len({c.message.content for c in many.choices}) > 1  # three samples, not one copied
+    for c in many.choices:
+        lp = c.logprobs.content
+        assert 1 <= len(lp) <= 5 and all(t.logprob <= 0 for t in lp)
+        assert "".join(t.token for t in lp) == c.message.content or c.finish_reason == "stop"
+    assert many.usage.completion_tokens == sum(len(c.logprobs.content) for c in many.choices)
+    same = client.chat.completions.create(model="tiny", messages=HELLO, n=3, max_tokens=5, temperature=1.0, seed=4)
+    assert [c.message.content for c in same.choices] == [c.message.content for c in many.choices]  # seeded
+    assert all(c.logprobs is None for c in same.choices)  # not asked: none
+    # a stop string taken from an unstopped answer: the answer ends right before it
+    long = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=12, temperature=0)
+    text = long.choices[0].message.content
+    assert long.choices[0].finish_reason == "length" and len(text) >= 4
+    stop = text[2:4]
+    cut = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=12, temperature=0, stop=[stop])
+    assert cut.choices[0].message.content == text[:text.index(stop)]
+    assert cut.choices[0].finish_reason == "stop"
+
+
+def test_completions_with_list_prompts_and_n(client):
+    res = client.completions.create(model="tiny", prompt=["You see a coin.", "Goal: open the door."], n=2,
+                                    max_tokens=4, temperature=0, logprobs=1)
+    assert [c.index for c in res.choices] == [0, 1, 2, 3]
+    texts = [c.text for c in res.choices]
+    assert texts[0] == texts[1] and texts[2] == texts[3]  # greedy: prompt i's n answers agree
+    for i, prompt in enumerate(["You see a coin.", "Goal: open the door."]):
+        alone = client.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0)
+        assert alone.choices[0].text == texts[2 * i]  # choice i * n + j answers prompt i
+    assert all(len(c.logprobs.token_logprobs) == len(c.logprobs.tokens) >= 1 for c in res.choices)
+    sampled = client.completions.create(model="tiny", prompt=["You see a coin."] * 2, n=2, max_tokens=6,
+                                        temperature=1.0, seed=9)
+    assert len({c.text for c in sampled.choices}) > 1
+
+
+def test_streaming_is_served_as_events_that_join_to_the_answer(client):
+    whole = client.completions.create(model="tiny", prompt="You see a coin.", max_tokens=6, temperature=0)
+    chunks = list(client.completions.create(model="tiny", prompt="You see a coin.", max_tokens=6, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == whole.choices[0].text and len(chunks) >= 3
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == whole.choices[0].finish_reason
+    assert chunks[-1].usage.completion_tokens == whole.usage.completion_tokens
+    chat = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, temperature=0)
+    events = list(client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, temperature=0,
+                                                 stream=True))
+    assert events[0].choices[0].delta.role == "assistant"
+    assert "".join(e.choices[0].delta.content or "" for e in events) == chat.choices[0].message.content
+    assert events[-1].choices[0].finish_reason == chat.choices[0].finish_reason
+
+
+def test_refusals_have_the_openai_error_shape(client):
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=HELLO, tools=[tool])
+    assert set(e.value.body) == {"message", "type", "param", "code"} and e.value.body["param"] == "tools"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=HELLO, logprobs=True, top_logprobs=3)
+    assert e.value.body["param"] == "top_logprobs"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model="tiny", prompt="x", stop=["a", "b", "c", "d", "e"])
+    assert e.value.body["param"] == "stop"
+    with pytest.raises(openai.NotFoundError) as e:
+        client.chat.completions.create(model="nope", messages=HELLO)
+    assert e.value.body["type"] == "invalid_request_error" and e.value.body["param"] == "model"
+    # a refused request leaves the connection usable (its body was read)
+    assert client.completions.create(model="tiny", prompt="x", max_tokens=1, temperature=0).choices
