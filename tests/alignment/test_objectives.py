@@ -244,3 +244,45 @@ def test_a_non_finite_loss_skips_the_step(lora_policy):
         from slea.alignment.objectives import ALIGNMENT_METHODS
 
         ALIGNMENT_METHODS.remove(name)
+
+
+# -- π_ref and π_θ are the same computation --------------------------------------------------------------------
+START_LOSS = {"dpo": math.log(2), "turn_dpo": math.log(2), "dil": 1.0, "tlm_dre": 1.0}
+
+
+@pytest.mark.parametrize("micro_batch", [16, 3])  # one pass; two passes (the loss is not linear in the sums)
+@pytest.mark.parametrize("method", ["dpo", "turn_dpo", "dil", "tlm_dre"])
+def test_at_the_reference_every_bf16_log_ratio_is_exactly_zero(lora_policy, method, micro_batch):
+    """The pipeline's setting: π_ref a frozen copy of the SFT policy (an adapter that is not a no-op), bf16
+    autocast, and a reference cache filled first in another batch layout (the pivot histogram runs over the failed
+    turns alone). At θ = θ_ref the step's log-ratios are 0 to 1e-6 and the loss is its analytic value."""
+    import copy
+
+    model, tok = lora_policy
+    _perturb_adapter(model, scale=0.5)
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    batch = _pairs(tok)
+    turn_reference_logprobs(model, [s for p in batch for s in p.rejected], micro_batch=1, dtype="bfloat16",
+                            reference=reference)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    met = alignment_step(model, opt, batch, method, micro_batch=micro_batch, dtype="bfloat16", reference=reference)
+    assert met["chosen_logratio"] == pytest.approx(0.0, abs=1e-6)
+    assert met["rejected_logratio"] == pytest.approx(0.0, abs=1e-6)
+    assert met["accuracy"] == 0.0 and met["margin"] == pytest.approx(0.0, abs=1e-6)
+    assert met["loss"] == pytest.approx(START_LOSS[method], abs=1e-6)
+
+
+def test_a_bf16_reference_from_another_batch_layout_is_not_the_policys_forward(lora_policy):
+    """Why the step computes π_ref itself: in bf16 a turn's log-probs depend on its micro-batch (padding, shared
+    prefix). The same weights scored one turn at a time and in one prompt-sorted batch disagree; in fp32 they agree."""
+    model, tok = lora_policy
+    _perturb_adapter(model, scale=0.5)
+    turns = [s for p in _pairs(tok) for s in p.chosen + p.rejected]
+    gaps = {}
+    for dtype in ("float32", "bfloat16"):
+        with torch.no_grad():
+            alone = turn_logprob_sums(model, turns, micro_batch=1, dtype=dtype)
+            batched = turn_logprob_sums(model, turns, micro_batch=16, dtype=dtype)
+        gaps[dtype] = float((alone - batched).abs().max())
+    assert gaps["float32"] < 1e-5
+    assert gaps["bfloat16"] > max(1e-4, 100 * gaps["float32"])

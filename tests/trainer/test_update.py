@@ -9,6 +9,7 @@ gradient, that each row's advantage reaches its own response tokens and nothing 
 from __future__ import annotations
 
 import copy
+import math
 import random
 
 import numpy as np
@@ -142,23 +143,28 @@ def test_minibatches_cover_every_row_once():
         assert max(map(len, minis)) - min(map(len, minis)) <= 1
 
 
-def test_ppo_update_trains_on_every_row_once_per_iteration(model, monkeypatch):
-    """Through the real update: 7 rows, 3 optimizer steps; the forwards see each row exactly once."""
+@pytest.mark.parametrize("old_logprobs", ["recompute", "rollout"])
+def test_ppo_update_trains_on_every_row_once_per_iteration(model, monkeypatch, old_logprobs):
+    """Through the real update: 7 rows, 3 optimizer steps; the training forwards see each row exactly once, and
+    with a recomputed π_old one no-grad forward before the first step sees each row once more."""
     seen: list[int] = []
+    no_grad: list[int] = []
     steps: list[int] = []
     real = U.response_logprobs
 
     def recording(m, chunk, **kw):
-        seen.extend(s.prompt_ids[6] - 100 for s in chunk)  # the row's own first token: its index
+        rows = [s.prompt_ids[6] - 100 for s in chunk]  # the row's own first token: its index
+        (seen if torch.is_grad_enabled() else no_grad).extend(rows)
         return real(m, chunk, **kw)
 
     monkeypatch.setattr(U, "response_logprobs", recording)
     samples = _on_policy(model, _samples(7, seed=3))
     params = [p for p in model.parameters() if p.requires_grad]
-    out = U.ppo_update(model, torch.optim.AdamW(params, lr=1e-4), samples, AlgorithmSection(),
+    out = U.ppo_update(model, torch.optim.AdamW(params, lr=1e-4), samples, AlgorithmSection(old_logprobs=old_logprobs),
                        TrainSection(updates_per_iter=3, micro_batch=2), temperature=1.0, dtype="float32",
                        rng=random.Random(5), progress=lambda done, total: steps.append(done))
     assert sorted(seen) == list(range(7))
+    assert sorted(no_grad) == (list(range(7)) if old_logprobs == "recompute" else [])
     assert steps == [0, 1, 2] and out["skipped_updates"] == 0.0 and out["trained_samples"] == 7.0
 
 
@@ -183,8 +189,9 @@ def test_each_rows_advantage_reaches_exactly_its_response_tokens(model):
     captured: list[torch.Tensor] = []
 
     def keep(_module, _inputs, out):
-        out.retain_grad()
-        captured.append(out)
+        if out.requires_grad:  # not π_old's no-grad recompute
+            out.retain_grad()
+            captured.append(out)
 
     hook = model.lm_head.register_forward_hook(keep)
     try:
@@ -284,3 +291,97 @@ class _Tempered(torch.nn.Module):
         out = self.inner(**kw)
         out.logits = out.logits / self.temperature
         return out
+
+
+# -- π_old: recomputed by the training forward, the rollout's, or truncated importance sampling -----------------
+def _off_by(samples, shift: float):
+    """Rollout log-probs that differ from the training forward by ``shift`` per token alternating in sign (the
+    generation-vs-training numerics gap, exaggerated)."""
+    for s in samples:
+        s.old_logprobs = [lp + shift * (-1) ** j for j, lp in enumerate(s.old_logprobs)]
+    return samples
+
+
+def _update(model, samples, **algo):
+    params = [p for p in model.parameters() if p.requires_grad]
+    return U.ppo_update(model, torch.optim.SGD(params, lr=0.0), samples, AlgorithmSection(**algo),
+                        TrainSection(updates_per_iter=2, micro_batch=3, grad_clip=NO_CLIP),
+                        temperature=1.0, dtype="float32", rng=random.Random(0))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_recomputed_old_logprobs_start_the_first_minibatch_at_ratio_one_exactly(model, dtype):
+    """The first, on-policy mini-batch: with π_old recomputed by the same forward, every token's ratio is exactly
+    1 (fp32 and bf16 autocast); with the rollout's π_old it is the numerics gap."""
+    samples = _off_by(_on_policy(model, _samples(7, seed=11)), 0.05)
+    params = [p for p in model.parameters() if p.requires_grad]
+    out = {}
+    for mode in ("recompute", "rollout"):
+        fresh = copy.deepcopy(samples)
+        out[mode] = U.ppo_update(model, torch.optim.SGD(params, lr=0.0), fresh, AlgorithmSection(old_logprobs=mode),
+                                 TrainSection(updates_per_iter=2, micro_batch=3), temperature=1.0, dtype=dtype,
+                                 rng=random.Random(0))
+    assert out["recompute"]["ratio_dev_onpolicy"] == 0.0 and out["recompute"]["ratio_onpolicy_max_dev"] == 0.0
+    assert out["rollout"]["ratio_dev_onpolicy"] > 0.03  # |e^±0.05 − 1| ≈ 0.05, plus bf16's own gap
+    assert "mismatch_dev_mean" not in out["rollout"]
+
+
+def test_the_logged_mismatch_is_the_rollout_versus_trainer_ratio_before_the_first_step(model):
+    samples = _on_policy(model, _samples(6, seed=12))
+    trainer = [list(s.old_logprobs) for s in samples]
+    shifts = [0.1 * (i % 3) - 0.05 for i in range(6)]  # per row: −0.05, 0.05, 0.15, ...
+    for s, d in zip(samples, shifts):
+        s.old_logprobs = [lp - d for lp in s.old_logprobs]
+    out = _update(model, samples, old_logprobs="recompute")
+    devs = [abs(math.exp(d) - 1) for s, d in zip(samples, shifts) for _ in s.response_ids]
+    assert out["mismatch_dev_mean"] == pytest.approx(np.mean(devs), rel=1e-4)
+    assert out["mismatch_max_dev"] == pytest.approx(max(devs), rel=1e-4)
+    for s, want in zip(samples, trainer):  # π_old is the training forward's, the rollout's is kept
+        np.testing.assert_allclose(s.trainer_logprobs, want, rtol=1e-5, atol=1e-5)
+
+
+def test_tis_weights_by_hand():
+    trainer = torch.tensor([[-1.0, -2.0, -0.5, -3.0]])
+    rollout = torch.tensor([[-1.0, -1.0, -2.0, -3.5]])
+    # ratios: e^0 = 1, e^-1, e^1.5 = 4.48 capped at 2, e^0.5 = 1.65
+    want = torch.tensor([[1.0, math.exp(-1.0), 2.0, math.exp(0.5)]])
+    torch.testing.assert_close(U.tis_weights(trainer, rollout, cap=2.0), want)
+    assert U.tis_weights(trainer, rollout, cap=5.0)[0, 2] == pytest.approx(math.exp(1.5))
+
+
+def test_tis_gradient_equals_the_recompute_gradient_with_advantages_weighted_by_hand(model):
+    """``tis``: the recomputed π_old in the ratio, and each token's loss weighted by min(π_trainer/π_rollout, C)."""
+    samples = _on_policy(model, _samples(5, seed=13))
+    trainer = [list(s.old_logprobs) for s in samples]
+    for i, s in enumerate(samples):
+        s.old_logprobs = [lp + 0.8 * ((i + j) % 3 - 1) for j, lp in enumerate(s.old_logprobs)]
+    weighted = copy.deepcopy(samples)
+    for s, tr in zip(weighted, trainer):
+        s.advantages = [a * min(math.exp(t - r), 1.5) for a, t, r in zip(s.advantages, tr, s.old_logprobs)]
+
+    def grad(rows, mode):
+        params = [p for p in model.parameters() if p.requires_grad]
+        U.ppo_update(model, torch.optim.SGD(params, lr=0.0), rows, AlgorithmSection(old_logprobs=mode, tis_cap=1.5),
+                     TrainSection(updates_per_iter=1, micro_batch=2, grad_clip=NO_CLIP), temperature=1.0,
+                     dtype="float32", rng=random.Random(0))
+        return [p.grad.detach().clone() for p in params]
+
+    tis = grad(copy.deepcopy(samples), "tis")
+    _assert_same_gradient(tis, grad(weighted, "recompute"))
+    with pytest.raises(AssertionError):  # the weights matter: plain recompute differs
+        _assert_same_gradient(tis, grad(copy.deepcopy(samples), "recompute"))
+
+
+def test_kl_to_a_fresh_lora_reference_is_exactly_zero_at_the_first_step():
+    """π_ref (adapters disabled) and π_old come from the same pass as the first mini-batch's forward: with a
+    fresh adapter (B = 0, the policy equals its reference) the KL term of the first step is exactly 0, in bf16."""
+    torch.manual_seed(3)
+    policy, _ = load_policy(ModelSection(name_or_path="tiny", lora=True, dtype="bfloat16"))
+    samples = _samples(6, seed=14)
+    params = [p for p in policy.parameters() if p.requires_grad]
+    out = U.ppo_update(policy, torch.optim.SGD(params, lr=0.0), samples, AlgorithmSection(kl_coef=0.1),
+                       TrainSection(updates_per_iter=1, micro_batch=4), temperature=1.0, dtype="bfloat16",
+                       rng=random.Random(0), reference_needed=True)
+    assert out["kl"] == 0.0 and out["ratio_dev_onpolicy"] == 0.0
+    for s in samples:
+        assert s.ref_logprobs == s.trainer_logprobs

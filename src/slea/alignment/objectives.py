@@ -16,11 +16,13 @@ settings and never branches on the method's name.
 The reference π_ref is the policy with its LoRA adapter disabled (``model.disable_adapter()``), or a frozen copy
 passed as ``reference=`` (full fine-tuning). tlm-DRE's reference is the SFT policy: for LoRA that means the SFT
 adapter merged into the base weights and a fresh adapter on top before alignment starts. Reference log-probs
-are computed once per turn and kept on its ``Sample`` (``ref_logprobs``).
+are computed at every step in the policy forward's own batch layout (:func:`step_reference_logprobs`), so the two
+sides are the same computation and every log-ratio starts at exactly 0.
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
 from collections.abc import Callable, Iterator, Sequence
@@ -52,6 +54,7 @@ __all__ = [
     "encode_trajectory",
     "get_alignment_method",
     "register_alignment_method",
+    "step_reference_logprobs",
     "turn_logprob_sums",
     "turn_reference_logprobs",
 ]
@@ -267,6 +270,27 @@ def turn_reference_logprobs(model, samples: Sequence[Sample], *, micro_batch: in
     return [np.asarray(s.ref_logprobs, dtype=np.float64) for s in samples]
 
 
+@torch.no_grad()
+def step_reference_logprobs(model, samples: Sequence[Sample], *, micro_batch: int, dtype: str, reference=None,
+                            share_prefix: bool = True) -> None:
+    """π_ref's token log-probs of every turn into ``Sample.ref_logprobs``, computed as the policy's forward of the
+    same step runs (:func:`_chunks`: the same micro-batches, shared prefix, padding and dtype), so that at
+    θ = θ_ref every log-ratio is exactly 0 and DPO's loss exactly ln 2, in bf16 as in fp32. A cache filled in
+    another batch layout would not be: in bf16 a row's logits depend on its micro-batch (padding, shared prefix),
+    by up to about 0.1 nats per token. ``reference``: a frozen copy (the SFT policy), else ``model`` with its LoRA
+    adapters disabled."""
+    if reference is None and not hasattr(model, "disable_adapter"):
+        raise ValueError("the reference of a fully fine-tuned policy must be a frozen copy: pass reference=")
+    net = model if reference is None else reference
+    ctx = model.disable_adapter() if reference is None else contextlib.nullcontext()
+    with ctx:
+        for idx in _chunks(samples, micro_batch):
+            logp, mask = response_logprobs(net, [samples[i] for i in idx], temperature=1.0, dtype=dtype,
+                                           share_prefix=share_prefix)
+            for i, row, m in zip(idx, logp, mask):
+                samples[i].ref_logprobs = row[m.bool()].tolist()
+
+
 # -- one step ---------------------------------------------------------------------------------------------------
 
 
@@ -302,7 +326,8 @@ def alignment_step(model, optimizer, pairs_batch: Sequence[PairTokens], method: 
     rejected = [s for p in pairs_batch for s in p.rejected] if spec.pairs else []
     samples = chosen + rejected
     if spec.reference:
-        turn_reference_logprobs(model, samples, micro_batch=micro_batch, dtype=dtype, reference=reference)
+        step_reference_logprobs(model, samples, micro_batch=micro_batch, dtype=dtype, reference=reference,
+                                share_prefix=share_prefix)
     layout_c, layout_r, start = [], [], 0
     for p in pairs_batch:
         layout_c.append(list(range(start, start + len(p.chosen))))

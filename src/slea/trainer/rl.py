@@ -59,7 +59,7 @@ from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, fin
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
 from slea.trainer.sampling import Batch, merge_stats
-from slea.trainer.update import Sample, ppo_update, reference_logprobs, to_samples
+from slea.trainer.update import Sample, ppo_update, to_samples
 from slea.types import Trajectory, flatten
 
 log = logging.getLogger(__name__)
@@ -318,16 +318,13 @@ class Trainer:
             return {"skipped_updates": float(cfg.train.updates_per_iter)}, {}
         upd: dict[str, float] = {}
         if est.samples:
-            if self.needs_reference:
-                reference_logprobs(self.model, est.samples, reference=self.reference,
-                                   micro_batch=cfg.train.micro_batch, temperature=cfg.rollout.temperature,
-                                   dtype=cfg.model.dtype, dp=self.dp)
             with Progress(f"iteration {it + 1} update ({len(est.samples)} samples)",
                           total=cfg.train.updates_per_iter) as bar:
                 upd = ppo_update(self.model, self.optimizer, est.samples, cfg.algorithm, cfg.train,
                                  temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
                                  rng=random.Random(cfg.run.seed * 100_003 + it),
-                                 progress=lambda done, total: bar.update(done, total=total), dp=self.dp)
+                                 progress=lambda done, total: bar.update(done, total=total), dp=self.dp,
+                                 reference=self.reference, reference_needed=self.needs_reference)
         returns = est.advantages.returns if est.advantages is not None else None
         critic = self.critic.update(returns) if self.critic is not None else {}
         return upd, critic

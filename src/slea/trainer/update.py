@@ -33,6 +33,7 @@ class Sample:
     old_logprobs: list[float]
     advantages: list[float]
     ref_logprobs: list[float] | None = None
+    trainer_logprobs: list[float] | None = None  # π_old by the training forward (``algorithm.old_logprobs``)
 
 
 def to_samples(rows: list[Step], token_advantages: list[np.ndarray], skip_zero: bool,
@@ -143,11 +144,106 @@ def minibatches(n_rows: int, updates: int, rng: random.Random) -> list[list[int]
     return [order[i::n_mini] for i in range(n_mini)]
 
 
+@dataclass
+class MiniBatch:
+    """One optimizer step's rows as the update runs them: ``rows`` the whole mini-batch, prompt-sorted (the loss
+    weights are its token or row counts), ``chunks`` this rank's micro-batches (``[]``: a zero-weight pass that
+    keeps a sharded model's ranks in lockstep)."""
+
+    rows: list[Sample]
+    chunks: list[list[Sample]]
+
+
+def plan_minibatches(samples: list[Sample], updates: int, micro_batch: int, rng: random.Random,
+                     dp: DataParallel | None = None, sharded: bool = False) -> list[MiniBatch]:
+    """The iteration's mini-batches (:func:`minibatches`) and this rank's micro-batches of each.
+
+    Rows are prompt-sorted inside a mini-batch: rows of one game sit together, so each micro-batch shares a
+    longer token prefix (system, example, goal, often the whole turn-0 prompt) and pads less. The gradient is the
+    same sum over the mini-batch whatever the grouping."""
+    plan = []
+    for mini in minibatches(len(samples), updates, rng):
+        rows = sorted((samples[i] for i in mini), key=lambda s: (s.prompt_ids, s.response_ids))
+        mine = rows if dp is None else dp.share(rows)  # this rank's rows; the weights are the mini-batch's
+        chunks = [mine[start:start + micro_batch] for start in range(0, len(mine), micro_batch)]
+        if sharded:  # every rank runs the busiest rank's number of forward/backward passes (distributed.py)
+            chunks += [[]] * (lockstep_passes(len(rows), dp.world, micro_batch) - len(chunks))
+        plan.append(MiniBatch(rows, chunks))
+    return plan
+
+
+def tis_weights(trainer_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, cap: float) -> torch.Tensor:
+    """Truncated importance-sampling weights of the rollout/trainer mismatch, per token:
+    ``min(π_trainer(y) / π_rollout(y), cap)`` (Yao et al. 2025, "Your efficient RL framework secretly brings you
+    off-policy RL training", truncated IS; TRL's ``vllm_importance_sampling_cap``, verl's ``tis_imp_ratio_cap``).
+
+    The tokens were sampled by the rollout engine but the policy gradient is taken under the trainer's numerics
+    (π_old recomputed by the training forward); the weight corrects that, and the cap bounds its variance. A
+    constant (no gradient)."""
+    log_w = (trainer_logprobs - rollout_logprobs).detach().clamp(max=math.log(cap))
+    return torch.exp(log_w)
+
+
+@torch.no_grad()
+def fill_old_and_reference(model, plan: list[MiniBatch], *, trainer: bool, reference_needed: bool,
+                           reference=None, temperature: float, dtype: str, sharded: bool) -> dict[str, float]:
+    """Before the first optimizer step: for every micro-batch exactly as the update will run it (same rows, same
+    order, same shared prefix, same dtype), the training forward's log-probs of the current weights into
+    ``trainer_logprobs`` (``trainer``: π_old of ``algorithm.old_logprobs: recompute | tis``) and π_ref's into
+    ``ref_logprobs`` (``reference_needed``: the KL term; ``reference`` a frozen copy, else ``model`` with its
+    LoRA adapters disabled).
+
+    Because both are the same computation as the first mini-batch's forward, that mini-batch starts at ratio 1
+    and (while the weights equal the reference) KL 0 exactly, in fp32 and in bf16. Runs in eval mode: π_old is
+    the deterministic policy (no dropout). Returns the rollout/trainer mismatch of this rank's tokens (sum and max
+    of ``|π_trainer / π_rollout − 1|``, token count) when ``trainer``."""
+    if reference_needed and reference is None and not hasattr(model, "disable_adapter"):
+        raise ValueError("the KL reference of a fully fine-tuned policy must be a frozen copy of the starting "
+                         "weights: pass reference=")
+    was_training = model.training
+    model.eval()
+    dev_sum, dev_max, tokens = 0.0, 0.0, 0
+    try:
+        for mb in plan:
+            for chunk in mb.chunks:
+                batch = chunk or mb.rows[:1]  # an empty chunk is a lockstep forward of a sharded model
+                if trainer:
+                    logp, mask = response_logprobs(model, batch, temperature=temperature, dtype=dtype,
+                                                   share_prefix=not sharded)
+                    for s, row, m in zip(chunk, logp, mask):
+                        s.trainer_logprobs = row[m.bool()].tolist()
+                    if chunk and all(s.old_logprobs for s in chunk):
+                        rollout = _right_aligned([s.old_logprobs for s in chunk], mask.shape[1])
+                        dev = ((logp - rollout).exp() - 1).abs() * mask
+                        dev_sum, tokens = dev_sum + float(dev.sum()), tokens + int(mask.sum())
+                        dev_max = max(dev_max, float(dev.max()))
+                if reference_needed:
+                    ctx = model.disable_adapter() if reference is None else contextlib.nullcontext()
+                    with ctx:
+                        logp, mask = response_logprobs(model if reference is None else reference, batch,
+                                                       temperature=temperature, dtype=dtype, share_prefix=not sharded)
+                    for s, row, m in zip(chunk, logp, mask):
+                        s.ref_logprobs = row[m.bool()].tolist()
+    finally:
+        model.train(was_training)
+    return {"mismatch_dev_sum": dev_sum, "mismatch_max_dev": dev_max, "mismatch_tokens": float(tokens)}
+
+
 def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, temperature: float,
-               dtype: str, rng: random.Random, progress=None, dp: DataParallel | None = None) -> dict[str, float]:
-    """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches (:func:`minibatches`), with
+               dtype: str, rng: random.Random, progress=None, dp: DataParallel | None = None,
+               reference=None, reference_needed: bool | None = None) -> dict[str, float]:
+    """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches (:func:`plan_minibatches`), with
     gradient accumulation over micro-batches weighted so the gradient equals one pass over the whole mini-batch,
     for every aggregation mode and for the KL term (β · token-mean of the mini-batch's KL).
+
+    π_old (``algo_cfg.old_logprobs``): ``recompute`` (default, as verl) — one no-grad training forward of the
+    pre-update weights, so the first, on-policy mini-batch has ratio exactly 1; ``rollout`` — the generator's
+    log-probs (the ratio then starts at the generation-vs-training numerics gap); ``tis`` — the recomputed π_old,
+    and each token's advantage weighted by :func:`tis_weights` (capped at ``algo_cfg.tis_cap``), which for the
+    registered clipped losses (positively homogeneous in the advantage) equals weighting the token's loss. π_ref
+    (when ``reference_needed``; default: ``algo_cfg.kl_coef > 0`` and a row lacks ``ref_logprobs``) is computed in the same pass
+    (:func:`fill_old_and_reference`). The rollout/trainer mismatch is logged as ``mismatch_dev_mean`` and
+    ``mismatch_max_dev`` (``|π_trainer / π_rollout − 1|`` over every token, before the first step).
 
     With ``dp`` (data parallelism, slea/trainer/distributed.py) every rank holds the same ``samples`` and runs
     its share of each mini-batch, weighted by the whole mini-batch; the summed gradients and the metrics are
@@ -155,32 +251,35 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
     fewer micro-batches than the busiest one adds zero-weight passes (:func:`idle_pass`)."""
     loss_fn = get_policy_loss(algo_cfg.policy_loss)
     kwargs = loss_settings(algo_cfg, loss_fn)
-    minis = minibatches(len(samples), train_cfg.updates_per_iter, rng)
-    n_mini = len(minis)
+    sharded = dp is not None and dp.world > 1 and is_sharded(model)
+    plan = plan_minibatches(samples, train_cfg.updates_per_iter, train_cfg.micro_batch, rng, dp, sharded)
+    n_mini = len(plan)
     params = [p for p in model.parameters() if p.requires_grad]
     agg = algo_cfg.loss_agg
-    sharded = dp is not None and dp.world > 1 and is_sharded(model)
+    mode = algo_cfg.old_logprobs
+    if reference_needed is None:  # rows whose ref_logprobs a caller already filled keep them
+        reference_needed = algo_cfg.kl_coef > 0 and any(s.ref_logprobs is None for s in samples)
+    pre = fill_old_and_reference(model, plan, trainer=mode != "rollout", reference_needed=reference_needed,
+                                 reference=reference, temperature=temperature, dtype=dtype, sharded=sharded)
+    if dp is not None:
+        pre = dp.combine_metrics(pre)
     totals: dict[str, float] = {}
+    if mode != "rollout":
+        totals["mismatch_dev_mean"] = pre["mismatch_dev_sum"] / max(pre["mismatch_tokens"], 1.0)
+        totals["mismatch_max_dev"] = pre["mismatch_max_dev"]
     skipped = 0
     model.train()
-    for done, mini in enumerate(minis):
+    for done, mb in enumerate(plan):
         if progress is not None:
             progress(done, n_mini)
-        # Micro-batches of prompt-sorted rows: rows of one game sit together, so each micro-batch shares a
-        # longer token prefix (system, example, goal, often the whole turn-0 prompt) and pads less. The
-        # gradient is the same sum over the mini-batch whatever the grouping.
-        rows = sorted((samples[i] for i in mini), key=lambda s: (s.prompt_ids, s.response_ids))
+        rows = mb.rows
         mini_tokens = max(sum(len(s.response_ids) for s in rows), 1)
         # Every micro-batch is padded to the mini-batch's response length, so a divisor that depends on it
         # (seq-mean-token-sum-norm's T) is the one-large-batch value whatever the micro-batch size.
         k = max(len(s.response_ids) for s in rows)
         optimizer.zero_grad(set_to_none=True)
         metrics_acc: dict[str, float] = {}
-        mine = rows if dp is None else dp.share(rows)  # this rank's rows; the weights below are the mini-batch's
-        chunks = [mine[start:start + train_cfg.micro_batch] for start in range(0, len(mine), train_cfg.micro_batch)]
-        if sharded:  # every rank runs the busiest rank's number of forward/backward passes (distributed.py)
-            chunks += [[]] * (lockstep_passes(len(rows), dp.world, train_cfg.micro_batch) - len(chunks))
-        for chunk in chunks:
+        for chunk in mb.chunks:
             if not chunk:
                 idle_pass(model, rows[0], temperature=temperature, dtype=dtype)
                 continue
@@ -188,8 +287,11 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
                                            share_prefix=not sharded)
             pad = (k - mask.shape[1], 0)
             logp, mask = torch.nn.functional.pad(logp, pad), torch.nn.functional.pad(mask, pad)
-            old = _right_aligned([s.old_logprobs for s in chunk], k)
+            rollout_old = _right_aligned([s.old_logprobs for s in chunk], k)
+            old = rollout_old if mode == "rollout" else _right_aligned([s.trainer_logprobs for s in chunk], k)
             adv = _right_aligned([s.advantages for s in chunk], k)
+            if mode == "tis":
+                adv = adv * tis_weights(old, rollout_old, algo_cfg.tis_cap) * mask
             loss, met = loss_fn(logp, old, adv, mask, **kwargs)
             weight = (mask.sum().item() / mini_tokens) if agg == "token-mean" else len(chunk) / len(rows)
             total = loss * weight
@@ -220,8 +322,10 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
         optimizer.step()
         metrics_acc["grad_norm"] = grad_norm
         if "ratio_dev_onpolicy" not in totals and "ratio_dev_mean" in metrics_acc:
-            # The first mini-batch is on-policy: its |ratio − 1| is the generation-vs-training numerics gap.
+            # The first mini-batch is on-policy: its |ratio − 1| is 0 with a recomputed π_old, and the
+            # generation-vs-training numerics gap with the rollout's.
             totals["ratio_dev_onpolicy"] = metrics_acc["ratio_dev_mean"]
+            totals["ratio_onpolicy_max_dev"] = metrics_acc.get("ratio_max_dev", 0.0)
         for key, v in metrics_acc.items():
             if key.endswith("_max_dev"):
                 totals[key] = max(totals.get(key, 0.0), v)
