@@ -24,6 +24,13 @@ own words when it gave any, such as Search-R1's format hint). What the agent see
 per row by (purpose, env seed, copy, turn) (``HFGenerator.generate(rng_keys=...)``): an episode's tokens do not
 depend on what else ran in the process.
 
+Token in, token out: a row's ``prompt_ids`` are the ids the engine was given and its ``response_ids`` the ids the
+engine returned, stop token included; nothing is decoded and re-encoded on the way to the trainer. Every row
+records, at generation time, a fingerprint of the ids the engine consumed (:func:`engine_prompt_ids`: an engine
+sent text re-tokenizes it) and produced (``Step.info["engine_ids"]``); :func:`retokenized` counts the rows whose
+trained ids differ from them (``rollout/retokenized`` in metrics.jsonl; 0 on every built-in path but the openai
+engine's ``prompt_format: text``, where it counts the prompts the re-tokenization changes).
+
 The experience source is duck-typed (``cluster(obs, task_type) -> int`` and
 ``retrieve(obs, task_type=, goal=, iteration=) -> obj with cluster_id, entry_ids, text``), so rollouts run
 the same with or without a library and this module imports nothing of ``slea.experience``.
@@ -31,8 +38,11 @@ the same with or without a library and this module imports nothing of ``slea.exp
 
 from __future__ import annotations
 
+import hashlib
 import re
 import time
+from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -62,6 +72,47 @@ def clean_text(text: object) -> str:
     return _SURROGATE.sub("\ufffd", text[:MAX_ANSWER_CHARS]) if isinstance(text, str) else ""
 
 
+ENGINE_IDS = "engine_ids"  # Step.info key: fingerprints of the ids the engine consumed and produced for the row
+
+
+def ids_digest(ids: Sequence[int]) -> str:
+    """A 64-bit fingerprint of a token-id sequence (BLAKE2b over the ids as 64-bit integers)."""
+    return hashlib.blake2b(array("q", [int(t) for t in ids]).tobytes(), digest_size=8).hexdigest()
+
+
+def engine_prompt_ids(generator, prompt: list[int], generation) -> list[int]:
+    """The prompt ids the engine consumed for ``prompt``: those the generation reports (``prompt_ids``, when an
+    engine fills it), else, for an engine sent the prompt as text (``model.openai.prompt_format: text``), the
+    local tokenizer's encoding of the decoded text (what ``slea serve`` does; a server with another tokenizer or
+    settings may differ further), else ``prompt`` itself (every engine sent token ids feeds them verbatim)."""
+    reported = getattr(generation, "prompt_ids", None)
+    if reported is not None:
+        return [int(t) for t in reported]
+    settings = getattr(generator, "cfg", None)
+    if getattr(settings, "prompt_format", "ids") == "text":
+        tok = generator.tok
+        return list(tok(tok.decode(prompt), add_special_tokens=False).input_ids)
+    return list(prompt)
+
+
+def engine_record(consumed: Sequence[int], produced: Sequence[int]) -> dict[str, str]:
+    """What a step row records of its generation (``Step.info["engine_ids"]``): fingerprints of the prompt ids
+    the engine consumed and of the ids it returned."""
+    return {"prompt": ids_digest(consumed), "response": ids_digest(produced)}
+
+
+def retokenized(rows: Iterable[Step]) -> int:
+    """How many generated rows would be trained on other ids than the engine consumed or produced: the row's
+    ``prompt_ids``/``response_ids`` against the fingerprints recorded at generation time. Rows without a record
+    (expert data, hand-made rows) were never generated and are not counted."""
+    n = 0
+    for s in rows:
+        rec = s.info.get(ENGINE_IDS)
+        if rec is not None and rec != engine_record(s.prompt_ids, s.response_ids):
+            n += 1
+    return n
+
+
 class ExperienceSource(Protocol):
     def cluster(self, observation: str, task_type: str = "") -> int: ...
 
@@ -77,6 +128,7 @@ class RolloutStats:
     gen_tokens: int = 0
     gen_calls: int = 0
     parse_kinds: dict[str, int] = field(default_factory=dict)
+    retokenized: int = 0  # rows whose trained ids differ from the engine's (:func:`retokenized`)
 
 
 @dataclass
@@ -119,6 +171,7 @@ class _Pending:
     logprobs: list[float] = field(default_factory=list)
     action: str | None = None
     parse: str = "invalid"
+    engine: dict[str, str] = field(default_factory=dict)  # engine_record of the generation
 
 
 @dataclass
@@ -186,6 +239,7 @@ class RolloutCollector:
             if progress is not None:  # (turns played, episodes still running: none after the last turn)
                 progress(turn + 1, len(ep.live) if turn + 1 < self.max_steps else 0)
         self._finish(ep)
+        stats.retokenized += retokenized(s for tr in ep.trajs.values() for s in tr.steps)
 
     # -- the phases -------------------------------------------------------------------------------------------
     def _start(self, pool, seeds, iteration, traj_offset, rng_salt, stats) -> _Episode:
@@ -273,6 +327,7 @@ class RolloutCollector:
         for p, o in zip(pending, outs):
             # model text is data: a bounded str without lone surrogates (SQLite/UTF-8 reject them)
             p.text, p.ids, p.logprobs = clean_text(o.text), o.ids, o.logprobs
+            p.engine = engine_record(engine_prompt_ids(self.gen, p.prompt, o), o.ids)
             stats.prompt_tokens += len(p.prompt)
             stats.gen_tokens += len(o.ids)
 
@@ -321,6 +376,7 @@ class RolloutCollector:
             out["fault"] = info["fault"]
         if p.messages is not None:
             out["messages"] = p.messages
+        out[ENGINE_IDS] = p.engine
         return out
 
     def _finish(self, ep: _Episode) -> None:

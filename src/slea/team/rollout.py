@@ -15,6 +15,9 @@ One episode per env of the pool, read top to bottom in :meth:`TeamCollector.coll
 Every agent message is one :class:`slea.types.Step` row (``step`` = its index in the episode, ``anchor`` = the
 raw observation it answered, ``old_logprobs`` under its own adapter); :attr:`TeamEpisode.agents` says whose.
 Sampling is keyed per row by (salt, env seed, copy, draw, turn): ``draw`` tells the collections of a stage apart.
+A row's ids are exactly the ids its agent's engine call consumed and produced; each row records their fingerprints
+(``Step.info["engine_ids"]``, as the single-agent collector's) and :attr:`TeamRolloutStats.retokenized` counts the
+rows whose trained ids differ from them (:func:`slea.rollout.collector.retokenized`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,15 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from slea.policy.prompts import parse_action
-from slea.rollout.collector import TRAIN_SALT, clean_text, final_info
+from slea.rollout.collector import (
+    ENGINE_IDS,
+    TRAIN_SALT,
+    clean_text,
+    engine_prompt_ids,
+    engine_record,
+    final_info,
+    retokenized,
+)
 from slea.rollout.view import invalid_feedback
 from slea.team.context import ENV, Message, SharedContext
 from slea.team.prompts import TeamPromptBuilder
@@ -71,6 +82,7 @@ class TeamRolloutStats:
     env_s: float = 0.0
     messages: Counter = field(default_factory=Counter)  # per agent index
     parse_kinds: Counter = field(default_factory=Counter)  # acting messages only
+    retokenized: int = 0  # rows whose trained ids differ from the engine's (slea.rollout.collector.retokenized)
 
 
 @dataclass
@@ -92,6 +104,7 @@ class _Turn:
     logprobs: list[float] = field(default_factory=list)
     action: str | None = None
     parse: str = "talk"
+    engine: dict[str, str] = field(default_factory=dict)  # engine_record of the generation
 
 
 class TeamCollector:
@@ -129,6 +142,7 @@ class TeamCollector:
         for i, st in live.items():  # ran out of turns
             episodes[i].trajectory.truncated = True
             episodes[i].trajectory.final_info = final_info(st.info)
+        stats.retokenized = retokenized(s for ep in episodes for s in ep.trajectory.steps)
         return episodes, stats
 
     def _start(self, pool, seeds, rng_salt, traj_offset, stats) -> tuple[list[TeamEpisode], dict[int, _Live]]:
@@ -173,6 +187,7 @@ class TeamCollector:
             stats.gen_calls += 1
             for t, o in zip(mine, outs):
                 t.text, t.ids, t.logprobs = clean_text(o.text), o.ids, o.logprobs
+                t.engine = engine_record(engine_prompt_ids(self.gen, t.prompt, o), o.ids)
                 stats.messages[agent] += 1
                 if role.acts:
                     t.action, t.parse = parse_action(t.text, live[t.env].info.get("admissible_actions"),
@@ -207,7 +222,7 @@ class TeamCollector:
                 else:
                     ctx.add(ENV, "Invalid command: " + invalid_feedback(
                         st.obs, obs if t.action is not None else None, info))
-            row_info = {"role": role.name, "parse": t.parse}
+            row_info = {"role": role.name, "parse": t.parse, ENGINE_IDS: t.engine}
             if "fault" in info:
                 row_info["fault"] = info["fault"]
             tr.steps.append(Step(

@@ -2,7 +2,8 @@
 
 Keys are ``section/name``: ``train/*`` (success, return, invalid rate, episode length of every episode played),
 ``adv/*``, ``budget/*`` (this iteration's rollouts and env steps, RTPO's siblings included), ``rollout/*``
-(what the rollout scheme reports), ``faults/*``, ``guard/*``, ``sampling/*`` (DAPO), ``library/*``, ``update/*`` (loss, clip fraction,
+(what the rollout scheme reports; ``rollout/retokenized``: generated rows whose trained token ids differ from
+the ids the engine consumed or produced, which must stay 0), ``faults/*``, ``guard/*``, ``sampling/*`` (DAPO), ``library/*``, ``update/*`` (loss, clip fraction,
 ratio deviation, grad norm, KL), ``critic/*``, ``tokens/*``, ``time/*``, ``throughput/*``, and the run's
 ``episodes`` / ``env_steps`` / ``rollouts`` so far.
 """
@@ -95,6 +96,7 @@ def iteration_metrics(p: Phases, episodes: int, env_steps: int, rollouts: int | 
     m["guard/nonfinite_advantages"] = float(p.nonfinite_advantages)
     m["guard/bad_update_streak"] = float(p.bad_update_streak)
     m.update(p.sampling)
+    m["rollout/retokenized"] = float(getattr(r, "retokenized", 0))
     m.update({f"library/{k}": float(v) for k, v in p.library.items()})
     m.update({f"update/{k}": v for k, v in p.update.items()})
     m.update({f"critic/{k}": v for k, v in p.critic.items()})
