@@ -146,7 +146,7 @@ def test_minibatches_cover_every_row_once():
 @pytest.mark.parametrize("old_logprobs", ["recompute", "rollout"])
 def test_ppo_update_trains_on_every_row_once_per_iteration(model, monkeypatch, old_logprobs):
     """Through the real update: 7 rows, 3 optimizer steps; the training forwards see each row exactly once, and
-    with a recomputed π_old one no-grad forward before the first step sees each row once more."""
+    with a recomputed π_old one no-grad forward before the first step sees each row of the later mini-batches."""
     seen: list[int] = []
     no_grad: list[int] = []
     steps: list[int] = []
@@ -164,7 +164,8 @@ def test_ppo_update_trains_on_every_row_once_per_iteration(model, monkeypatch, o
                        TrainSection(updates_per_iter=3, micro_batch=2), temperature=1.0, dtype="float32",
                        rng=random.Random(5), progress=lambda done, total: steps.append(done))
     assert sorted(seen) == list(range(7))
-    assert sorted(no_grad) == (list(range(7)) if old_logprobs == "recompute" else [])
+    first = U.minibatches(7, 3, random.Random(5))[0]  # on-policy: its π_old is its own forward, detached
+    assert sorted(no_grad) == (sorted(set(range(7)) - set(first)) if old_logprobs == "recompute" else [])
     assert steps == [0, 1, 2] and out["skipped_updates"] == 0.0 and out["trained_samples"] == 7.0
 
 
@@ -302,9 +303,9 @@ def _off_by(samples, shift: float):
     return samples
 
 
-def _update(model, samples, **algo):
+def _update(model, samples, lr: float = 0.0, **algo):
     params = [p for p in model.parameters() if p.requires_grad]
-    return U.ppo_update(model, torch.optim.SGD(params, lr=0.0), samples, AlgorithmSection(**algo),
+    return U.ppo_update(model, torch.optim.SGD(params, lr=lr), samples, AlgorithmSection(**algo),
                         TrainSection(updates_per_iter=2, micro_batch=3, grad_clip=NO_CLIP),
                         temperature=1.0, dtype="float32", rng=random.Random(0))
 
@@ -332,11 +333,13 @@ def test_the_logged_mismatch_is_the_rollout_versus_trainer_ratio_before_the_firs
     shifts = [0.1 * (i % 3) - 0.05 for i in range(6)]  # per row: −0.05, 0.05, 0.15, ...
     for s, d in zip(samples, shifts):
         s.old_logprobs = [lp - d for lp in s.old_logprobs]
-    out = _update(model, samples, old_logprobs="recompute")
+    out = _update(model, samples, lr=0.5, old_logprobs="recompute")  # the weights move after the first step
     devs = [abs(math.exp(d) - 1) for s, d in zip(samples, shifts) for _ in s.response_ids]
     assert out["mismatch_dev_mean"] == pytest.approx(np.mean(devs), rel=1e-4)
     assert out["mismatch_max_dev"] == pytest.approx(max(devs), rel=1e-4)
-    for s, want in zip(samples, trainer):  # π_old is the training forward's, the rollout's is kept
+    # π_old of every mini-batch is the pre-update training forward's, the rollout's is kept
+    assert max(abs(a - b) for s, t in zip(samples, trainer) for a, b in zip(_logprobs(model, [s])[0], t)) > 1e-3
+    for s, want in zip(samples, trainer):
         np.testing.assert_allclose(s.trainer_logprobs, want, rtol=1e-5, atol=1e-5)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -186,23 +187,21 @@ def tis_weights(trainer_logprobs: torch.Tensor, rollout_logprobs: torch.Tensor, 
 
 @torch.no_grad()
 def fill_old_and_reference(model, plan: list[MiniBatch], *, trainer: bool, reference_needed: bool,
-                           reference=None, temperature: float, dtype: str, sharded: bool) -> dict[str, float]:
+                           reference=None, temperature: float, dtype: str, sharded: bool) -> None:
     """Before the first optimizer step: for every micro-batch exactly as the update will run it (same rows, same
     order, same shared prefix, same dtype), the training forward's log-probs of the current weights into
     ``trainer_logprobs`` (``trainer``: π_old of ``algorithm.old_logprobs: recompute | tis``) and π_ref's into
     ``ref_logprobs`` (``reference_needed``: the KL term; ``reference`` a frozen copy, else ``model`` with its
     LoRA adapters disabled).
 
-    Because both are the same computation as the first mini-batch's forward, that mini-batch starts at ratio 1
-    and (while the weights equal the reference) KL 0 exactly, in fp32 and in bf16. Runs in eval mode: π_old is
-    the deterministic policy (no dropout). Returns the rollout/trainer mismatch of this rank's tokens (sum and max
-    of ``|π_trainer / π_rollout − 1|``, token count) when ``trainer``."""
+    Because both are the same computation as the update's own forward, the ratio starts at exactly 1 and (while
+    the weights equal the reference) the KL at exactly 0, in fp32 and in bf16. π_old runs in eval mode: it is the
+    deterministic policy (no dropout)."""
     if reference_needed and reference is None and not hasattr(model, "disable_adapter"):
         raise ValueError("the KL reference of a fully fine-tuned policy must be a frozen copy of the starting "
                          "weights: pass reference=")
     was_training = model.training
     model.eval()
-    dev_sum, dev_max, tokens = 0.0, 0.0, 0
     try:
         for mb in plan:
             for chunk in mb.chunks:
@@ -212,11 +211,6 @@ def fill_old_and_reference(model, plan: list[MiniBatch], *, trainer: bool, refer
                                                    share_prefix=not sharded)
                     for s, row, m in zip(chunk, logp, mask):
                         s.trainer_logprobs = row[m.bool()].tolist()
-                    if chunk and all(s.old_logprobs for s in chunk):
-                        rollout = _right_aligned([s.old_logprobs for s in chunk], mask.shape[1])
-                        dev = ((logp - rollout).exp() - 1).abs() * mask
-                        dev_sum, tokens = dev_sum + float(dev.sum()), tokens + int(mask.sum())
-                        dev_max = max(dev_max, float(dev.max()))
                 if reference_needed:
                     ctx = model.disable_adapter() if reference is None else contextlib.nullcontext()
                     with ctx:
@@ -226,6 +220,16 @@ def fill_old_and_reference(model, plan: list[MiniBatch], *, trainer: bool, refer
                         s.ref_logprobs = row[m.bool()].tolist()
     finally:
         model.train(was_training)
+
+
+def rollout_mismatch(samples: list[Sample]) -> dict[str, float]:
+    """``|π_trainer(y) / π_rollout(y) − 1|`` over the response tokens of ``samples`` that have both log-probs: its
+    sum, maximum and token count (the generation-vs-training numerics gap; with vLLM on a GPU it grows)."""
+    dev_sum, dev_max, tokens = 0.0, 0.0, 0
+    for s in samples:
+        if s.trainer_logprobs and s.old_logprobs:
+            dev = np.abs(np.exp(np.asarray(s.trainer_logprobs) - np.asarray(s.old_logprobs)) - 1.0)
+            dev_sum, dev_max, tokens = dev_sum + float(dev.sum()), max(dev_max, float(dev.max())), tokens + dev.size
     return {"mismatch_dev_sum": dev_sum, "mismatch_max_dev": dev_max, "mismatch_tokens": float(tokens)}
 
 
@@ -236,14 +240,16 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
     gradient accumulation over micro-batches weighted so the gradient equals one pass over the whole mini-batch,
     for every aggregation mode and for the KL term (β · token-mean of the mini-batch's KL).
 
-    π_old (``algo_cfg.old_logprobs``): ``recompute`` (default, as verl) — one no-grad training forward of the
-    pre-update weights, so the first, on-policy mini-batch has ratio exactly 1; ``rollout`` — the generator's
+    π_old (``algo_cfg.old_logprobs``): ``recompute`` (default, as verl) — the training forward of the pre-update
+    weights: the first mini-batch's own forward, detached, and one no-grad forward of the later mini-batches
+    before the first step (:func:`fill_old_and_reference`), so the on-policy mini-batch has ratio exactly 1; ``rollout`` — the generator's
     log-probs (the ratio then starts at the generation-vs-training numerics gap); ``tis`` — the recomputed π_old,
     and each token's advantage weighted by :func:`tis_weights` (capped at ``algo_cfg.tis_cap``), which for the
     registered clipped losses (positively homogeneous in the advantage) equals weighting the token's loss. π_ref
-    (when ``reference_needed``; default: ``algo_cfg.kl_coef > 0`` and a row lacks ``ref_logprobs``) is computed in the same pass
-    (:func:`fill_old_and_reference`). The rollout/trainer mismatch is logged as ``mismatch_dev_mean`` and
-    ``mismatch_max_dev`` (``|π_trainer / π_rollout − 1|`` over every token, before the first step).
+    (when ``reference_needed``; default: ``algo_cfg.kl_coef > 0`` and a row lacks ``ref_logprobs``) is computed
+    the same way. With a recomputed π_old the rollout/trainer mismatch is logged as ``mismatch_dev_mean`` and
+    ``mismatch_max_dev`` (:func:`rollout_mismatch`, every token at the pre-update weights) and the no-grad pass's
+    time as ``old_logprobs_s``.
 
     With ``dp`` (data parallelism, slea/trainer/distributed.py) every rank holds the same ``samples`` and runs
     its share of each mini-batch, weighted by the whole mini-batch; the summed gradients and the metrics are
@@ -259,14 +265,15 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
     mode = algo_cfg.old_logprobs
     if reference_needed is None:  # rows whose ref_logprobs a caller already filled keep them
         reference_needed = algo_cfg.kl_coef > 0 and any(s.ref_logprobs is None for s in samples)
-    pre = fill_old_and_reference(model, plan, trainer=mode != "rollout", reference_needed=reference_needed,
-                                 reference=reference, temperature=temperature, dtype=dtype, sharded=sharded)
-    if dp is not None:
-        pre = dp.combine_metrics(pre)
-    totals: dict[str, float] = {}
-    if mode != "rollout":
-        totals["mismatch_dev_mean"] = pre["mismatch_dev_sum"] / max(pre["mismatch_tokens"], 1.0)
-        totals["mismatch_max_dev"] = pre["mismatch_max_dev"]
+    recompute = mode != "rollout"
+    t0 = time.perf_counter()
+    # π_old of the first mini-batch is its own forward's value (the weights have not moved yet): the no-grad pass
+    # runs the later mini-batches only, and π_ref (when needed) every one
+    fill_old_and_reference(model, plan[1:], trainer=recompute, reference_needed=False, temperature=temperature,
+                           dtype=dtype, sharded=sharded)
+    fill_old_and_reference(model, plan, trainer=False, reference_needed=reference_needed, reference=reference,
+                           temperature=temperature, dtype=dtype, sharded=sharded)
+    totals: dict[str, float] = {"old_logprobs_s": time.perf_counter() - t0}
     skipped = 0
     model.train()
     for done, mb in enumerate(plan):
@@ -288,7 +295,14 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             pad = (k - mask.shape[1], 0)
             logp, mask = torch.nn.functional.pad(logp, pad), torch.nn.functional.pad(mask, pad)
             rollout_old = _right_aligned([s.old_logprobs for s in chunk], k)
-            old = rollout_old if mode == "rollout" else _right_aligned([s.trainer_logprobs for s in chunk], k)
+            if not recompute:
+                old = rollout_old
+            elif done == 0:  # on-policy: π_old is this very forward, detached (ratio exactly 1)
+                old = logp.detach()
+                for s, row, m in zip(chunk, old, mask):
+                    s.trainer_logprobs = row[m.bool()].tolist()
+            else:
+                old = _right_aligned([s.trainer_logprobs for s in chunk], k)
             adv = _right_aligned([s.advantages for s in chunk], k)
             if mode == "tis":
                 adv = adv * tis_weights(old, rollout_old, algo_cfg.tis_cap) * mask
@@ -331,6 +345,11 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
                 totals[key] = max(totals.get(key, 0.0), v)
             else:
                 totals[key] = totals.get(key, 0.0) + v / n_mini
+    if recompute:  # the rollout/trainer gap of every token, all taken at the pre-update weights
+        mine = [s for mb in plan for chunk in mb.chunks for s in chunk]
+        gap = rollout_mismatch(mine) if dp is None else dp.combine_metrics(rollout_mismatch(mine))
+        totals["mismatch_dev_mean"] = gap["mismatch_dev_sum"] / max(gap["mismatch_tokens"], 1.0)
+        totals["mismatch_max_dev"] = gap["mismatch_max_dev"]
     totals["skipped_updates"] = float(skipped)
     totals["trained_tokens"] = float(sum(len(s.prompt_ids) + len(s.response_ids) for s in samples))
     totals["trained_samples"] = float(len(samples))
