@@ -77,7 +77,7 @@ ENGINE_IDS = "engine_ids"  # Step.info key: fingerprints of the ids the engine c
 
 def ids_digest(ids: Sequence[int]) -> str:
     """A 64-bit fingerprint of a token-id sequence (BLAKE2b over the ids as 64-bit integers)."""
-    return hashlib.blake2b(array("q", [int(t) for t in ids]).tobytes(), digest_size=8).hexdigest()
+    return hashlib.blake2b(array("q", ids).tobytes(), digest_size=8).hexdigest()
 
 
 def engine_prompt_ids(generator, prompt: list[int], generation) -> list[int]:
