@@ -46,6 +46,8 @@ def test_registered_estimator_broadcasts_eq9_to_every_message():
     spec = get_algorithm("teamtr")
     assert spec.needs == {"team"} and spec.level == "trajectory"
     assert spec.defaults["algorithm.policy_loss"] == "teamtr"
+    # Eq.10's E_m runs over all of the agent's messages: a zero advantage still counts in the surrogate's mean
+    assert spec.defaults["algorithm.skip_zero_advantage"] is False
     # one group, two rollouts: τ0 has 3 messages with rewards [0, 0, 1], τ1 has 2 messages with [0, −0.2]
     # returns [1, −.2]: μ = .4, dev ±.6, var .36, ε 0 → σ .6 → Ã = [1, −1] on every message
     batch = StepBatch([0] * 5, [0, 0, 0, 1, 1], [0, 1, 2, 0, 1], [0.0, 0.0, 1.0, 0.0, -0.2])
@@ -60,15 +62,35 @@ def test_token_kl_hand_computed():
     cur = torch.tensor([[-1.0, -2.0, 9.0], [-0.5, 9.0, 9.0], [9.0, 9.0, 9.0]])
     new = torch.tensor([[-1.5, -1.0, 0.0], [-1.5, 0.0, 0.0], [0.0, 0.0, 0.0]])
     mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
-    assert token_kl(cur, new, mask).item() == approx((-0.5 + 1.0) / 2)  # .25
+    assert token_kl(cur, new, mask, "k1").item() == approx((-0.5 + 1.0) / 2)  # .25
     # numpy arrays work the same
-    assert float(token_kl(cur.numpy(), new.numpy(), mask.numpy())) == approx(0.25)
-    assert token_kl(cur, new, torch.zeros_like(mask)).item() == 0.0
+    assert float(token_kl(cur.numpy(), new.numpy(), mask.numpy(), "k1")) == approx(0.25)
+    assert token_kl(cur, new, torch.zeros_like(mask), "k1").item() == 0.0
     # k3: Σ_u (r − 1) − log r, log r = new − cur: message 0: log r = −.5, 1 → (e^−.5 − 1 + .5) + (e − 1 − 1)
     #   = .1065307 + .7182818 = .8248125;  message 1: log r = −1 → e^−1 − 1 + 1 = .3678794;  mean .5963460
     assert token_kl(cur, new, mask, "k3").item() == approx(0.5963460, abs=1e-6)
+    assert token_kl(cur, new, mask).item() == approx(0.5963460, abs=1e-6)  # k3 is the default
     with pytest.raises(ValueError, match="k1, k3"):
         token_kl(cur, new, mask, "k2")
+
+
+def test_k3_is_never_negative_where_k1_is():
+    # a step that raised the likelihood of the messages it is measured on: every log-ratio new − cur > 0, so k1
+    # (Σ cur − new) is negative, while k3 = Σ e^{log r} − 1 − log r is positive (e^x ≥ 1 + x, equality only at 0)
+    cur = torch.tensor([[-2.0, -1.0], [-3.0, -0.5]])
+    new = cur + torch.tensor([[0.3, 0.1], [0.2, 0.0]])
+    mask = torch.ones(2, 2)
+    # k1: (−.3 − .1 + −.2 − 0)/2 = −.3;  k3: (e^.3 − 1.3) + (e^.1 − 1.1) + (e^.2 − 1.2) + 0, over 2 messages
+    #   = (.0498588 + .0051709 + .0214028)/2 = .0382162
+    assert token_kl(cur, new, mask, "k1").item() == approx(-0.3, abs=1e-6)
+    assert token_kl(cur, new, mask, "k3").item() == approx(0.0382162, abs=1e-6)
+    assert token_kl(cur, cur.clone(), mask, "k3").item() == 0.0  # exactly 0 where nothing moved
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(200):  # random per-token log-probs, messages of 1-6 tokens, shifts of either sign
+        cur = -torch.rand(8, 6, generator=gen) * 5
+        new = cur + torch.randn(8, 6, generator=gen) * torch.rand(1, generator=gen) * 3
+        mask = (torch.arange(6) < torch.randint(1, 7, (8, 1), generator=gen)).float()
+        assert token_kl(cur, new, mask, "k3").item() >= 0.0
 
 
 # -- Eq.10 --------------------------------------------------------------------------------------------------
@@ -84,7 +106,7 @@ def _two_messages():
 def test_surrogate_message_ratio_clip_and_kl_penalty_hand_computed():
     cur, new, mask = _two_messages()
     adv = torch.tensor([1.0, 2.0], dtype=torch.float64)
-    s = teamtr_surrogate(new, cur, adv, mask, clip_eps=0.1, beta=0.5)
+    s = teamtr_surrogate(new, cur, adv, mask, clip_eps=0.1, beta=0.5, kl_estimator="k1")
     assert s.ratio.tolist() == approx([1.5, 0.5])
     # min(w·Ã, clip(w, .9, 1.1)·Ã): msg 0 min(1.5, 1.1) = 1.1 (clipped); msg 1 min(1.0, 1.8) = 1.0
     assert s.clipped.item() == approx((1.1 + 1.0) / 2)
@@ -103,7 +125,7 @@ def test_surrogate_is_pessimistic_for_negative_advantages_and_the_loss_is_regist
     cur, new, mask = _two_messages()
     # Ã = −1 with w = 1.5: min(−1.5, −1.1) = −1.5 (unclipped); w = .5: min(−.5, −.9) = −.9 (clipped)
     adv_tokens = torch.tensor([[-1.0, -1.0], [0.0, -1.0]], dtype=torch.float64)  # per-token broadcast form
-    loss, met = get_policy_loss("teamtr")(new, cur, adv_tokens, mask, clip_ratio=0.1, beta=0.0)
+    loss, met = get_policy_loss("teamtr")(new, cur, adv_tokens, mask, clip_ratio=0.1, beta=0.0, kl_estimator="k1")
     assert loss.item() == approx(-(-1.5 - 0.9) / 2)
     assert met["clip_frac"] == approx(0.5)
     assert met["ratio_mean"] == approx(1.0) and met["ratio_max_dev"] == approx(0.5)

@@ -25,9 +25,9 @@ SIGNAL = "test_team_signal"
 # the documented preset, cut to one stage of one task group. A random tiny model never scores, so every team
 # return would be equal and every Eq.9 advantage 0: the stage runs with SIGNAL, an algorithm that needs a team and
 # scores copy 0 of each task +1, copy 1 −1 (the trainer reads any algorithm's spec; Eq.9 is tested on its own).
-# The k3 monitor (never negative) makes "d̂ ≤ δ" telling.
+# The k3 monitor (the default, never negative) makes "d̂ ≤ δ" telling.
 OVERRIDES = ["rollout.groups=1", "team.max_turns=2", "team.order=reverse", "team.trust_region.min_steps=1",
-             "team.trust_region.max_steps=3", "team.trust_region.kl_estimator=k3", "train.iterations=1",
+             "team.trust_region.max_steps=3", "train.iterations=1",
              "train.lr=0.001", f"algorithm.name={SIGNAL}"]
 
 
@@ -143,6 +143,12 @@ def test_a_stage_resamples_after_every_agent_update_and_the_stale_baselines_do_n
         assert r["teamtr/steps"] >= 1 and 0 <= r["teamtr/token_kl"] <= delta and r["teamtr/beta"] > 0
         assert r["teamtr/samples"] > 0
     assert rows[0]["team/return_after"] == rows[1]["team/return_before"]  # update 1's "after" is update 2's batch
+    # the trust region's row says which estimator and over how many messages: every message of the agent in the
+    # collection it learned from (the actor's in the first, the planner's in the second)
+    for r, (agent, collection) in zip(rows, [(1, events[0][3]), (0, events[2][3])]):
+        mine = sum(1 for e in collection for s, a in zip(e.trajectory.steps, e.agents) if a == agent and s.response_ids)
+        assert r["teamtr/kl_estimator"] == "k3" and r["teamtr/kl_messages"] == mine > 0
+        assert r["teamtr/token_kl_k3"] == r["teamtr/token_kl"] <= r["teamtr/kl_max"]
     assert sorted(p.name for p in (tmp_path / "run" / "adapters").iterdir()) == ["actor.safetensors",
                                                                                  "planner.safetensors"]
 
@@ -164,4 +170,61 @@ def test_a_stage_resamples_after_every_agent_update_and_the_stale_baselines_do_n
     assert rows[0]["teamtr/iw_mean"] == rows[0]["teamtr/iw_max"] == 1.0  # nobody was updated before the actor
     weights = {abs(a) for s in events[2][2] for a in s.advantages}
     assert weights != {1.0} and all(0.2 <= w <= 5.0 for w in weights)
+    tr.close()
+
+
+def _varied_episode(group, traj_id, ret, rng, moves=3):
+    """A planner + actor episode of ``moves`` moves with random prompt and response ids (the tiny model's vocab):
+    every message differs, so a step on some of them shifts the others only through the shared weights."""
+    steps = []
+    for move in range(moves):
+        for agent in (0, 1):
+            steps.append(Step(group, traj_id, 2 * move + agent, "obs", rng.integers(10, 500, 10).tolist(),
+                              rng.integers(10, 500, 4).tolist(), [-1.0] * 4,
+                              reward=ret if agent and move == moves - 1 else 0.0))
+    return TeamEpisode(Trajectory(group, traj_id, steps=steps), [0, 1] * moves, SharedContext())
+
+
+def test_the_monitor_reads_every_message_of_the_agent_and_catches_an_update_outside_delta(tmp_path):
+    # task group 0 returns 1 and 0 (Eq.9: Ã = ±1 on the planner's 6 messages there); groups 1 and 2 return equal
+    # values (Ã = 0 on the other 12). The loss skips zero advantages here, so the step trains 6 of 18 messages;
+    # the monitor (Eq.11's M_j) must still read all 18. lr .05 is large: one step leaves δ.
+    rng = np.random.default_rng(0)
+    episodes = [_varied_episode(g, 2 * g + k, r, rng) for g, rets in enumerate([(1.0, 0.0), (0.0, 0.0), (1.0, 1.0)])
+                for k, r in enumerate(rets)]
+    cfg = load_config(ROOT / "configs/teamtr_smoke.yaml",
+                      ["train.lr=0.05", "team.trust_region.min_steps=2", "team.trust_region.max_steps=2",
+                       "team.trust_region.beta=0.01", "algorithm.skip_zero_advantage=true"])
+    assert cfg.team.trust_region.kl_estimator == "k3"  # the default
+    tr = TeamTrainer(cfg, tmp_path / "run")
+    messages = tr.samples_for(0, episodes)
+    assert len(messages) == 18  # all of the planner's messages, zero advantages included
+    trained = tr.trained(messages)
+    assert sum(trained) == 6 and all(any(s.advantages) == t for s, t in zip(messages, trained))
+
+    seen = []  # per measurement: (messages measured, d̂ on the 12 untrained ones, d̂ on the 6 trained ones)
+    measure = tr.measure_kl
+
+    def spy(samples):
+        zero = [s for s in samples if not any(s.advantages)]
+        some = [s for s in samples if any(s.advantages)]
+        seen.append((len(samples), measure(zero), measure(some)))
+        return measure(samples)
+
+    tr.measure_kl = spy
+    before = tr.team.state(0)
+    res = tr.update_agent(0, messages)
+    # the first step is caught: d̂ over all 18 messages is past δ, and β doubles after each step outside
+    assert res.kl_history[0] > cfg.team.trust_region.delta and all(k >= 0 for k in res.kl_history)
+    assert res.beta_history == [0.01, 0.02] and res.beta == approx(0.04)
+    # d̂ is the mean over all messages, the 12 the step never trained on included, and those moved too
+    assert [n for n, _, _ in seen] == [18, 18, 18]  # after steps 1, 2 and after the restore
+    _, untrained, trained_kl = seen[0]
+    assert untrained > 0 and res.kl_history[0] == approx((12 * untrained + 6 * trained_kl) / 18, rel=1e-4)
+    # the penalty of step 2 ran over all 18 too: its d̂ (at the weights after step 1) is the monitor's reading
+    assert res.step_metrics["penalty_kl"] == approx(res.kl_history[0], rel=1e-6)
+    # both steps ended outside: the update is undone, back at the pre-update adapter where d̂ is exactly 0
+    assert res.reverted and res.kl == 0.0 and tr.last_kl == {"k1": 0.0, "k3": 0.0, "messages": 18}
+    after = tr.team.state(0)
+    assert all(torch.equal(before[k], after[k]) for k in before)
     tr.close()

@@ -61,17 +61,20 @@ def team_advantage(returns: Any, group_ids: Any, a_clip: float, eps_norm: float)
 KL_ESTIMATORS = ("k1", "k3")
 
 
-def token_kl(logp_cur, logp_new, mask, estimator: str = "k1"):
+def token_kl(logp_cur, logp_new, mask, estimator: str = "k3"):
     """TeamTR Eq.11 (Lemma 3.2's token decomposition): per message, the sum over its tokens of
     ``log π_cur(x_u|s,x_<u) − log π_new(x_u|s,x_<u)``, averaged over the messages.
 
     ``(B, T)`` tensors (or, for ``k1``, numpy arrays), one row per message of the agent being updated, sampled from
-    ``π_cur``; ``mask`` marks each row's tokens. Rows with no token are not messages (left out of the mean); no
-    message at all gives 0. Gradients flow through ``logp_new`` (and ``logp_cur`` unless detached).
+    ``π_cur`` (Eq.11's ``M_j``: all of the agent's messages, whatever their advantage); ``mask`` marks each row's
+    tokens. Rows with no token are not messages (left out of the mean); no message at all gives 0. Gradients flow
+    through ``logp_new`` (and ``logp_cur`` unless detached).
 
     ``estimator``: ``k1`` is Eq.11 as printed (an unbiased estimate of KL(π_cur ‖ π_new) that can be negative on a
-    finite sample); ``k3`` sums ``(r − 1) − log r`` with ``r = π_new/π_cur`` instead (Schulman 2020, "Approximating
-    KL Divergence": the same expectation, never negative; the log-ratio clamped to ±20)."""
+    finite sample: measured right after a step that raised these messages' likelihood it mostly is);
+    ``k3`` (the default) sums ``(r − 1) − log r`` with ``r = π_new/π_cur`` instead (Schulman 2020, "Approximating
+    KL Divergence": the same expectation, never negative, 0 only where ``π_new = π_cur`` on every token; the
+    log-ratio clamped to ±20)."""
     if estimator == "k1":
         per_token = logp_cur - logp_new
     elif estimator == "k3":
@@ -98,7 +101,7 @@ class Surrogate:
 
 
 def teamtr_surrogate(logp_new, logp_cur, advantages, mask, *, clip_eps: float, beta: float,
-                     kl_estimator: str = "k1") -> Surrogate:
+                     kl_estimator: str = "k3") -> Surrogate:
     """TeamTR Eq.10: ``L = E_m[min(w Ã, clip(w, 1−ε, 1+ε) Ã)] − β d̂_KL,tok``.
 
     ``w(m; s) = Π_u π_new(x_u|s,x_<u) / π_cur(x_u|s,x_<u)`` is one ratio per *message* (the product over its
@@ -128,11 +131,14 @@ def teamtr_surrogate(logp_new, logp_cur, advantages, mask, *, clip_eps: float, b
 
 @register_policy_loss("teamtr")
 def teamtr_loss(logprobs, old_logprobs, advantages, mask, *, clip_ratio: float = 0.1, beta: float = 0.0,
-                kl_estimator: str = "k1"):
+                kl_estimator: str = "k3"):
     """TeamTR Eq.10 as a policy loss (``loss = −L``; message-level ratio, token-decomposed KL penalty with weight
     ``beta`` against ``old_logprobs``, which for TeamTR are the pre-update agent's ``π_cur``; ``kl_estimator`` as
-    :func:`token_kl`). Default ε 0.1 is
-    the paper's ratio clip. Metrics: ``clip_frac`` (messages), ``token_kl``, ``ratio_mean``, ``ratio_max_dev``."""
+    :func:`token_kl`). Default ε 0.1 is the paper's ratio clip. Metrics: ``clip_frac`` (messages), ``token_kl``
+    (over the rows given), ``ratio_mean``, ``ratio_max_dev``.
+
+    The team trainer calls it with ``beta=0`` on the messages it trains and adds ``β·d̂`` itself over all of the
+    agent's messages (Eq.10's ``d̂`` is Eq.11's, over ``M_j``; slea/trainer/teamtr.py)."""
     import torch  # the inputs are torch tensors already; imported here so looking up algorithms stays torch-free
 
     s = teamtr_surrogate(logprobs, old_logprobs, advantages, mask, clip_eps=clip_ratio, beta=beta,
@@ -187,11 +193,16 @@ def adapt_beta(kl: float, delta: float, beta: float, *, steps_done: int, min_ste
 
 
 @register_algorithm("teamtr", level="trajectory", needs=("team",),
-                    defaults={"algorithm.policy_loss": "teamtr", "algorithm.clip_eps": 0.1})
+                    defaults={"algorithm.policy_loss": "teamtr", "algorithm.clip_eps": 0.1,
+                              "algorithm.skip_zero_advantage": False})
 def teamtr(batch: StepBatch, *, a_clip: float = 3.0, eps_norm: float = 1e-6) -> np.ndarray:
     """TeamTR (Xie et al. 2026, Eq.9): the clipped normalised team advantage of each rollout over its task group,
     broadcast to every message (step row) of the rollout; the team return ``R`` includes invalid-action penalties.
-    ``a_clip`` and ``ε_norm`` are unspecified in the paper (our defaults: 3 and 1e-6)."""
+    ``a_clip`` and ``ε_norm`` are unspecified in the paper (our defaults: 3 and 1e-6).
+
+    Defaults: Eq.10's expectation runs over all of the agent's messages (``m ~ π̂^{i−1}``), so a message whose
+    advantage is 0 still counts in the surrogate's mean (``algorithm.skip_zero_advantage: false``); the trust
+    region's d̂ covers every message whatever that setting says."""
     rows = batch.rows
     returns = np.bincount(rows.traj, weights=batch.folded_rewards, minlength=rows.n_traj)
     per_traj = team_advantage(returns, rows.traj_group, a_clip, eps_norm)

@@ -7,9 +7,11 @@ One stage (:meth:`TeamTrainer.stage`; Xie et al. 2026, TeamTR §3, Algorithm "on
 2. π̂^0 = the current team plays G episodes per task (:class:`slea.team.rollout.TeamCollector`);
 3. for i = 1..n, agent j = σ(i):
    * the algorithm's estimator (``algorithm.name: teamtr``: Eq.9) scores every message of these *fresh*
-     rollouts of π̂^{i−1}; agent j's messages become its training samples;
-   * agent j's adapter takes optimizer steps on the policy loss (``teamtr``: the Eq.10 surrogate with the token
-     KL penalty β·d̂) until the measured token KL (Eq.11) is within δ (:mod:`slea.trainer.trust_region`, the rule
+     rollouts of π̂^{i−1}; agent j's messages are ``M_j`` (all of them, whatever their advantage);
+   * agent j's adapter takes optimizer steps on the policy loss (``teamtr``: the Eq.10 surrogate over the messages
+     it trains — all of ``M_j``, or those with a non-zero advantage under ``algorithm.skip_zero_advantage`` —
+     minus the penalty β·d̂ over all of ``M_j``) until the token KL d̂ (Eq.11, measured on all of ``M_j`` with
+     ``team.trust_region.kl_estimator``) is within δ (:mod:`slea.trainer.trust_region`, the rule
      :func:`slea.algorithms.teamtr.adapt_beta`); the other adapters are untouched;
    * π̂^i = π̂^{i−1} with agent j replaced: the team plays B again. Those rollouts are the return *after* update i
      and the fresh rollouts of update i+1 (n + 1 collections per stage).
@@ -19,8 +21,11 @@ update of a stage learns from π̂^0's rollouts) and ``stale_iw`` (the same, adv
 :func:`stale_weights`).
 
 One metrics row per single-agent update (``metrics.jsonl``, ``iteration`` = the update's index):
-``teamtr/token_kl``, ``teamtr/beta`` (the β of its last step), ``teamtr/beta_next``, ``teamtr/steps``,
-``teamtr/reverted``, ``team/return_before`` and ``team/return_after`` (a coordination regression shows up as
+``teamtr/token_kl`` (d̂ of the accepted weights), ``teamtr/kl_estimator`` and ``teamtr/kl_messages`` (which
+estimator, over how many messages), ``teamtr/token_kl_k1`` and ``teamtr/token_kl_k3`` (both estimates of the accepted
+weights), ``teamtr/kl_max`` (the largest d̂ measured after any step of the update, rejected ones included),
+``teamtr/beta`` (the β of its last step), ``teamtr/beta_next``, ``teamtr/steps``, ``teamtr/reverted``,
+``teamtr/samples`` (the messages trained on), ``team/return_before`` and ``team/return_after`` (a coordination regression shows up as
 after < before), ``train/success``, ``train/return``, ``train/invalid_rate`` (of the rollouts the update learns
 from), the cumulative ``rollouts`` (team episodes) and ``env_steps`` (the acting agent's moves), what the update's
 collections added to them (``budget/rollouts``, ``budget/env_steps``, as a single-agent iteration's), plus the loss's.
@@ -53,7 +58,7 @@ import torch
 
 from slea.algorithms.batch import StepBatch, estimate
 from slea.algorithms.registry import get_algorithm, get_policy_loss
-from slea.algorithms.teamtr import token_kl
+from slea.algorithms.teamtr import KL_ESTIMATORS, token_kl
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
 from slea.envs.pool import EnvPool
@@ -99,7 +104,8 @@ def mean_return(episodes: list[TeamEpisode]) -> float:
 
 def agent_samples(episodes: list[TeamEpisode], agent: int, spec, settings: dict[str, Any], *, penalty_at: str,
                   skip_zero: bool, weights: list[float] | None = None) -> list[Sample]:
-    """Agent ``agent``'s messages as training samples, with the algorithm's advantage one per response token.
+    """Agent ``agent``'s messages as samples, with the algorithm's advantage one per response token (``skip_zero``
+    leaves out those whose advantages are all 0; the trainer passes ``False``: Eq.11's ``M_j`` is all of them).
 
     The estimator sees every message of the collection (so every rollout's team return counts in its group's
     statistics); then only the agent's rows are kept. ``weights`` (one per episode) multiply the advantages of
@@ -207,6 +213,7 @@ class TeamTrainer:
         self.optimizer_set = ckpt.OptimizerSet(self.optimizers)
         self.start: tuple[int, int] = (0, 0)  # (stage, position in σ) the run continues from
         self.pending: tuple[list[TeamEpisode], np.ndarray] | None = None  # resumed mid-stage: what it learns from
+        self.last_kl: dict[str, float] = {}  # measure_kl's last measurement: both estimates and the messages
         self.last_checkpoint: str | None = None
 
     # -- the phases of one stage -----------------------------------------------------------------------------
@@ -237,10 +244,19 @@ class TeamTrainer:
 
     def samples_for(self, agent: int, episodes: list[TeamEpisode], weights: list[float] | None = None
                     ) -> list[Sample]:
-        """:func:`agent_samples` with this run's algorithm and settings."""
+        """All of ``agent``'s messages in ``episodes`` (Eq.11's ``M_j``, zero advantages included), with the
+        advantages of this run's algorithm and settings (:func:`agent_samples`); which of them the loss trains is
+        :meth:`trained`'s choice."""
         return agent_samples(episodes, agent, self.spec, estimator_settings(self.cfg.algorithm, self.spec),
-                             penalty_at=self.cfg.rollout.invalid_penalty_at,
-                             skip_zero=self.cfg.algorithm.skip_zero_advantage, weights=weights)
+                             penalty_at=self.cfg.rollout.invalid_penalty_at, skip_zero=False, weights=weights)
+
+    def trained(self, messages: list[Sample]) -> list[bool]:
+        """Which of an agent's messages the surrogate averages over: all of them (Eq.10's ``E_m``, the default),
+        or, with ``algorithm.skip_zero_advantage``, those with a non-zero advantage (the β·d̂ penalty and the
+        monitor still cover all of them)."""
+        if not self.cfg.algorithm.skip_zero_advantage:
+            return [True] * len(messages)
+        return [not all(abs(a) < 1e-8 for a in s.advantages) for s in messages]
 
     @torch.no_grad()
     def message_logprobs(self, agent: int, episodes: list[TeamEpisode]) -> np.ndarray:
@@ -257,15 +273,19 @@ class TeamTrainer:
         return out
 
     def update_agent(self, agent: int, samples: list[Sample]) -> TrustRegionResult:
-        """One TeamTR single-agent update of ``agent`` on ``samples`` (module docstring, step 3).
+        """One TeamTR single-agent update of ``agent`` (module docstring, step 3). ``samples``: all of its
+        messages ``M_j`` (:meth:`samples_for`); the surrogate trains those :meth:`trained` picks, the penalty β·d̂
+        and the monitor d̂ run over all of them.
 
         ``π_cur``'s log-probs are recomputed first with the training forward (the pre-update weights): the ratio
-        and d̂ then start at exactly 1 and 0, not at the generation-vs-training numerics gap (bf16 autocast)."""
+        and d̂ then start at exactly 1 and 0, not at the generation-vs-training numerics gap (bf16 autocast). The
+        same micro-batches are used for every forward of the update, so the numbers stay comparable."""
         team = self.team
         team.activate(agent)
         team.model.train()
         samples = self.recompute_old_logprobs(samples)
-        res = trust_region_update(lambda beta: self._step(agent, samples, beta),
+        trained = self.trained(samples)
+        res = trust_region_update(lambda beta: self._step(agent, samples, trained, beta),
                                   lambda: self.measure_kl(samples), lambda: team.state(agent),
                                   lambda saved: team.load_state(agent, saved), self.betas[agent], self.trust_region)
         self.betas[agent] = res.beta
@@ -293,22 +313,36 @@ class TeamTrainer:
         return logp, mask, _right_aligned([s.old_logprobs for s in chunk], k), _right_aligned(
             [s.advantages for s in chunk], k)
 
-    def _step(self, agent: int, samples: list[Sample], beta: float) -> dict[str, float]:
-        """One optimizer step of ``agent`` over all its samples (micro-batches weighted by their messages)."""
+    def _step(self, agent: int, samples: list[Sample], trained: list[bool], beta: float) -> dict[str, float]:
+        """One optimizer step of ``agent`` on Eq.10: the policy loss over the ``trained`` messages (its mean over
+        them: micro-batches weighted by their trained messages) plus ``β·d̂`` over all of ``samples`` (Eq.11's
+        ``M_j``: micro-batches weighted by their messages). A loss with a ``beta`` keyword (``teamtr``) gets 0
+        there, so the penalty is counted once. Metrics: the loss's (over the trained messages), ``loss`` (the
+        whole objective) and ``penalty_kl`` (the penalty's d̂, at the weights before this step)."""
         opt = self.optimizers[agent]
         opt.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
+        n_trained = max(sum(trained), 1)
+        start = 0
         for chunk in self._chunks(samples):
             logp, mask, old, adv = self._forward(chunk)
-            if self.loss_takes_beta:
-                loss, met = self.loss_fn(logp, old, adv, mask, **self.loss_kwargs, beta=beta)
-            else:  # a loss without Eq.10's penalty gets it added here
-                loss, met = self.loss_fn(logp, old, adv, mask, **self.loss_kwargs)
-                loss = loss + beta * token_kl(old, logp, mask, self.kl_estimator)
-            weight = len(chunk) / len(samples)
-            (loss * weight).backward()
-            for key, v in {**met, "loss": float(loss.detach())}.items():
-                totals[key] = totals.get(key, 0.0) + float(v) * weight
+            rows = [k for k, t in enumerate(trained[start:start + len(chunk)]) if t]
+            start += len(chunk)
+            kl = token_kl(old, logp, mask, self.kl_estimator)
+            loss = beta * kl * (len(chunk) / len(samples))
+            met: dict[str, float] = {}
+            if rows:
+                idx = torch.tensor(rows, dtype=torch.long)
+                extra = {"beta": 0.0} if self.loss_takes_beta else {}
+                policy_loss, met = self.loss_fn(logp[idx], old[idx], adv[idx], mask[idx], **self.loss_kwargs,
+                                                **extra)
+                share = len(rows) / n_trained
+                loss = loss + policy_loss * share
+                met = {k: float(v) * share for k, v in met.items()}
+            loss.backward()
+            for key, v in {**met, "loss": float(loss.detach()),
+                           "penalty_kl": float(kl.detach()) * len(chunk) / len(samples)}.items():
+                totals[key] = totals.get(key, 0.0) + v
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.team.parameters(agent), self.cfg.train.grad_clip))
         if math.isfinite(grad_norm) and all(math.isfinite(v) for v in totals.values()):
             opt.step()
@@ -320,13 +354,18 @@ class TeamTrainer:
 
     @torch.no_grad()
     def measure_kl(self, samples: list[Sample]) -> float:
-        """Eq.11's d̂ of the active agent's current weights against the rollouts' ``π_cur`` on ``samples``."""
-        total, messages = 0.0, 0
+        """Eq.11's d̂ of the active agent's current weights against ``π_cur`` (``old_logprobs``) over all of
+        ``samples`` (every message of the agent, whatever its advantage), with ``team.trust_region.kl_estimator``.
+        Both estimates of the same forward are kept in :attr:`last_kl` (``k1``, ``k3``, ``messages``)."""
+        totals = dict.fromkeys(KL_ESTIMATORS, 0.0)
+        messages = 0
         for chunk in self._chunks(samples):
             logp, mask, old, _ = self._forward(chunk)
-            total += float(token_kl(old, logp, mask, self.kl_estimator)) * len(chunk)
+            for est in KL_ESTIMATORS:
+                totals[est] += float(token_kl(old, logp, mask, est)) * len(chunk)
             messages += len(chunk)
-        return total / max(messages, 1)
+        self.last_kl = {**{est: v / max(messages, 1) for est, v in totals.items()}, "messages": messages}
+        return self.last_kl[self.kl_estimator]
 
     # -- one stage -----------------------------------------------------------------------------------------------
     def stage(self, s: int, first: int = 0, pending: tuple[list[TeamEpisode], np.ndarray] | None = None
@@ -366,11 +405,13 @@ class TeamTrainer:
             if weights is not None:
                 row["teamtr/iw_mean"], row["teamtr/iw_max"] = float(weights.mean()), float(weights.max())
             before = self.message_logprobs(agent, episodes) if mode == "stale_iw" else None
-            if samples:
+            self.last_kl = {"k1": 0.0, "k3": 0.0, "messages": len(samples)}
+            if any(any(abs(a) >= 1e-8 for a in s.advantages) for s in samples):
                 res = self.update_agent(agent, samples)
                 beta_used = res.beta_history[-1]
             else:  # nothing to learn from (no message, or every advantage 0): the agent stays as it is
                 res, beta_used = TrustRegionResult(0.0, self.betas[agent], 0, False), self.betas[agent]
+            kl = self.last_kl  # both estimates at the accepted weights (the last measurement of the update)
             if before is not None:
                 log_ratio += self.message_logprobs(agent, episodes) - before
             t_update = time.perf_counter() - t0
@@ -381,8 +422,11 @@ class TeamTrainer:
                 if mode == "fresh":
                     episodes = after  # TeamTR: the next agent learns from the intermediate team's fresh rollouts
             row = {
-                **row, "teamtr/token_kl": res.kl, "teamtr/beta": beta_used, "teamtr/beta_next": res.beta,
-                "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted), "teamtr/samples": len(samples),
+                **row, "teamtr/token_kl": res.kl, "teamtr/kl_estimator": self.kl_estimator,
+                "teamtr/kl_messages": kl["messages"], "teamtr/token_kl_k1": kl["k1"], "teamtr/token_kl_k3": kl["k3"],
+                "teamtr/kl_max": max(res.kl_history, default=0.0), "teamtr/beta": beta_used,
+                "teamtr/beta_next": res.beta, "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted),
+                "teamtr/samples": sum(self.trained(samples)) if res.steps else 0,
                 **{f"update/{k}": v for k, v in res.step_metrics.items()},
                 "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
                 "episodes": self.episodes, "rollouts": self.episodes, "env_steps": self.env_steps,
