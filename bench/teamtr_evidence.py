@@ -1,4 +1,4 @@
-"""TeamTR's comparison (issue 14, deliverable 4): TeamTR vs naive sequential training vs a single agent, 2+ seeds.
+"""TeamTR's comparison: TeamTR vs naive sequential training vs a single agent, 2+ seeds.
 
 The runs are ``slea compare`` sub-runs (:mod:`slea.trainer.compare`): three variants of ``configs/teamtr.yaml`` (a
 planner + actor team on TextWorld, the embedded model), each trained by the team trainer ``slea train`` picks,
@@ -18,8 +18,9 @@ So the whole comparison is (with the config's ``team.max_turns: 8``)::
         --variant teamtr:team.rollouts=fresh --variant naive:team.rollouts=stale \
         --variant single:team.task=textworld_solo_actor,team.rollouts=fresh,team.max_turns=4
 
-and the two share their runs. This script adds two things: one sub-run per invocation (on a 2-core machine each
-waits for its turn through ``../shared/bin/heavy``), and the team's own statistics per stage (``stages.md``,
+and the two share their runs. This script adds two things: one sub-run per invocation (so that on a 2-core machine
+each can wait for its turn behind other heavy jobs, and each finished run can be committed as it lands), and the
+team's own statistics per stage and of its trust region (``stages.md``,
 ``stages.json``, ``stages.png``: coordination regressions, the return after each stage). A finished run
 (``eval/summary.json``) is reused, an unfinished one resumed from its newest checkpoint, a run folder trained with
 another config refused (:func:`slea.trainer.compare.train_sub_run`, :func:`slea.trainer.compare.plan`)::
@@ -28,6 +29,7 @@ another config refused (:func:`slea.trainer.compare.train_sub_run`, :func:`slea.
     python bench/teamtr_evidence.py run --variant naive --seed 0
     python bench/teamtr_evidence.py run --variant single --seed 0
     python bench/teamtr_evidence.py table       # slea compare's table.md/json and curves.png, and stages.*
+    python bench/teamtr_evidence.py trust       # the trust region's statistics of the finished runs only
 
 ``--config`` and ``--set KEY=VALUE`` (repeatable) change the base config, for a smaller job or a test;
 ``$SLEA_TEAMTR_DIR`` puts the results elsewhere.
@@ -129,6 +131,33 @@ def stage_curve(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
             "success_after": [float(last[s].get("team/success_after", math.nan)) for s in stages]}
 
 
+def trust_stats(d: Path) -> dict[str, Any]:
+    """The trust region of a run's single-agent updates (``metrics.jsonl``): the estimator and the messages d̂
+    was measured on (runs from before those were logged: the config's estimator, ``None``), how many updates took
+    a step and how many were reverted, the accepted d̂ (``teamtr/token_kl``) of the updates that kept their
+    weights (took a step, not reverted), the largest d̂ measured after any step (``None`` where not logged) and
+    each agent's β at the end (the last ``teamtr/beta_next`` of its updates)."""
+    rows = _rows(d)
+    stepped = [r for r in rows if r.get("teamtr/steps", 0) > 0]
+    kept = [float(r["teamtr/token_kl"]) for r in stepped if not r.get("teamtr/reverted")]
+    measured = [float(r["teamtr/kl_max"]) for r in stepped if "teamtr/kl_max" in r]
+    cfg = load_config(d / "config.yaml", check_unused=False) if (d / "config.yaml").is_file() else None
+    estimator = next((r["teamtr/kl_estimator"] for r in rows if "teamtr/kl_estimator" in r),
+                     cfg.team.trust_region.kl_estimator if cfg else None)
+    # before teamtr/kl_messages was logged, d̂ was measured on the messages trained on (teamtr/samples)
+    messages = [float(r.get("teamtr/kl_messages", r["teamtr/samples"])) for r in stepped]
+    beta = {}
+    for r in rows:
+        beta[r["role"]] = float(r["teamtr/beta_next"])
+    return {"kl_estimator": estimator, "updates": len(rows), "updates_stepped": len(stepped),
+            "updates_reverted": sum(1 for r in stepped if r.get("teamtr/reverted")),
+            "kl_accepted_min": min(kept) if kept else None, "kl_accepted_max": max(kept) if kept else None,
+            "kl_measured_max": max(measured) if measured else None,
+            "kl_messages_mean": float(np.mean(messages)) if messages else None,
+            "trained_messages_mean": float(np.mean([r["teamtr/samples"] for r in stepped])) if stepped else None,
+            "beta_final": beta}
+
+
 def run_stats(r: compare.SubRun) -> dict[str, Any]:
     summary = json.loads((r.dir / "eval" / "summary.json").read_text())
     rows = _rows(r.dir)
@@ -149,6 +178,7 @@ def run_stats(r: compare.SubRun) -> dict[str, Any]:
         if updates else None,
         "episodes": float(summary["episodes"]), "updates": float(summary["updates"]),
         "stages": float(summary["stages"]), "wall_s": float(summary["wall_s"]), "curve": curve,
+        "trust": trust_stats(r.dir),
     }
 
 
@@ -176,15 +206,68 @@ def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
         tab["variants"][variant] = {"seeds": sorted(mine), **{k: compare.stat([m[k] for m in mine.values()])
                                                                for k in STATS},
                                     "per_seed": {str(s): {**{k: m[k] for k in STATS},
-                                                          "train_return_per_stage": m["curve"]["return_after"]}
+                                                          "train_return_per_stage": m["curve"]["return_after"],
+                                                          "trust": m["trust"]}
                                                  for s, m in mine.items()}}
     tab["spec"] = {"config": config, "overrides": list(extra or []), "variants": arms}
     (RESULTS / "stages.json").write_text(json.dumps(tab, indent=2))
-    (RESULTS / "stages.md").write_text(markdown(tab))
+    (RESULTS / "stages.md").write_text(markdown(tab) + "\n" + trust_markdown(tab))
     plot(runs, {k: v["curve"] for k, v in per.items()}, RESULTS / "stages.png")
     print(compare.table_markdown(std))
     print(markdown(tab))
+    print(trust_markdown(tab))
     return tab
+
+
+def trust(runs: list[compare.SubRun] | None = None) -> dict[str, Any]:
+    """:func:`trust_stats` of every finished run under :data:`RESULTS`, by variant (nothing is planned, so this
+    also reads runs made with an older config); prints :func:`trust_markdown`."""
+    runs = finished() if runs is None else runs
+    if not runs:
+        raise SystemExit(f"no finished run under {RESULTS}")
+    tab: dict[str, Any] = {"variants": {}}
+    for r in runs:
+        summary = json.loads((r.dir / "eval" / "summary.json").read_text())
+        v = tab["variants"].setdefault(r.algorithm, {"seeds": [], "per_seed": {}})
+        v["seeds"].append(r.seed)
+        v["per_seed"][str(r.seed)] = {"trust": trust_stats(r.dir), "wall_s": float(summary["wall_s"])}
+    print(trust_markdown(tab))
+    return tab
+
+
+def _range(values: list[float | None], digits: int = 4) -> str:
+    v = [x for x in values if x is not None]
+    if not v:
+        return "–"
+    lo, hi = min(v), max(v)
+    return f"{lo:.{digits}f}" if lo == hi else f"{lo:.{digits}f} … {hi:.{digits}f}"
+
+
+def trust_markdown(tab: dict) -> str:
+    """Per variant, over its seeds: the estimator, the messages d̂ was measured on and those trained per update,
+    updates reverted of those that took a step, the accepted d̂ (min … max over the updates that kept a step),
+    the largest d̂ measured after any step and every agent's final β (min … max)."""
+    head = ["variant", "d̂ estimator", "messages measured / trained per update", "updates reverted",
+            "accepted d̂ (min … max)", "largest d̂ measured", "β final (agents, min … max)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for v, a in tab["variants"].items():
+        ts = [m["trust"] for m in a["per_seed"].values()]
+        msg = [t["kl_messages_mean"] for t in ts if t["kl_messages_mean"] is not None]
+        trained = [t["trained_messages_mean"] for t in ts if t["trained_messages_mean"] is not None]
+        cells = [v, ", ".join(sorted({str(t["kl_estimator"]) for t in ts})),
+                 f"{np.mean(msg):.1f} / {np.mean(trained):.1f}" if msg else "–",
+                 f"{sum(t['updates_reverted'] for t in ts)} / {sum(t['updates_stepped'] for t in ts)}",
+                 _range([t["kl_accepted_min"] for t in ts] + [t["kl_accepted_max"] for t in ts]),
+                 _range([t["kl_measured_max"] for t in ts]),
+                 _range([b for t in ts for b in t["beta_final"].values()], 3)]
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", ("Over all seeds of a variant. Messages measured: those d̂ was averaged over (runs from before "
+                   "`teamtr/kl_messages` was logged measured the messages they trained on). Accepted d̂: "
+                   "`teamtr/token_kl` of the updates that took a step and kept it (not reverted); largest measured: "
+                   "the largest d̂ after any step, rejected ones included (not logged by runs from before it was); an "
+                   "update is reverted when it stopped outside δ and went back to its last iterate inside (the "
+                   "pre-update weights at worst).")]
+    return "\n".join(lines) + "\n"
 
 
 def _pm(s: dict, digits: int = 3, scale: float = 1.0) -> str:
@@ -264,7 +347,7 @@ def plot(runs: list[compare.SubRun], curves: dict, out: Path) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["run", "table"])
+    ap.add_argument("what", choices=["run", "table", "trust"])
     ap.add_argument("--variant", choices=sorted(VARIANTS))
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--config", default=CONFIG)
@@ -272,6 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.what == "table":
         table(a.config, a.overrides)
+    elif a.what == "trust":
+        trust()
     elif a.variant is None:
         ap.error("--variant is needed")
     else:

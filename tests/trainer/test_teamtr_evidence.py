@@ -94,6 +94,10 @@ def test_runs_reused_and_the_table(bench, capsys):
     assert len(s0["teamtr"]["train_return_per_stage"]) == 2
     md = (out / "stages.md").read_text()
     assert "| teamtr | 0, 1 |" in md and "| single | 0 |" in md and " ± " in md
+    # the trust region's table of the same runs: the default estimator, every update of the run counted
+    t = s0["teamtr"]["trust"]
+    assert t["kl_estimator"] == "k3" and t["updates"] == 4 and 0 <= t["updates_reverted"] <= t["updates_stepped"]
+    assert "| variant | d̂ estimator |" in md and "| teamtr | k3 |" in md
 
     # `slea compare` with the bench's variants reuses the bench's runs: nothing is trained again
     args = ["compare", str(ROOT / SMOKE), "--seeds", "0", "--out", str(out),
@@ -103,3 +107,28 @@ def test_runs_reused_and_the_table(bench, capsys):
                        env=dict(os.environ, PYTHONPATH=str(ROOT / "src")), check=False)
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("finished, reused") == 3 and ": training" not in r.stdout
+
+
+def test_trust_stats_of_hand_made_rows(bench, tmp_path):
+    # 4 updates: a planner step kept at d̂ .004 (the largest d̂ measured .004), an actor update reverted after
+    # reaching .03, a planner update with no step, an actor step kept at .008 (.009 measured on its way)
+    rows = [
+        {"role": "planner", "teamtr/steps": 1, "teamtr/reverted": 0.0, "teamtr/token_kl": 0.004, "teamtr/kl_max": 0.004,
+         "teamtr/kl_estimator": "k3", "teamtr/kl_messages": 20, "teamtr/samples": 20, "teamtr/beta_next": 0.005},
+        {"role": "actor", "teamtr/steps": 3, "teamtr/reverted": 1.0, "teamtr/token_kl": 0.0, "teamtr/kl_max": 0.03,
+         "teamtr/kl_estimator": "k3", "teamtr/kl_messages": 16, "teamtr/samples": 10, "teamtr/beta_next": 0.08},
+        {"role": "planner", "teamtr/steps": 0, "teamtr/reverted": 0.0, "teamtr/token_kl": 0.0, "teamtr/kl_max": 0.0,
+         "teamtr/kl_estimator": "k3", "teamtr/kl_messages": 12, "teamtr/samples": 0, "teamtr/beta_next": 0.005},
+        {"role": "actor", "teamtr/steps": 2, "teamtr/reverted": 0.0, "teamtr/token_kl": 0.008, "teamtr/kl_max": 0.009,
+         "teamtr/kl_estimator": "k3", "teamtr/kl_messages": 18, "teamtr/samples": 18, "teamtr/beta_next": 0.04},
+    ]
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "metrics.jsonl").write_text("".join(json.dumps({"iteration": i, **r}) + "\n" for i, r in enumerate(rows)))
+    t = bench.trust_stats(d)
+    assert t == {"kl_estimator": "k3", "updates": 4, "updates_stepped": 3, "updates_reverted": 1,
+                 "kl_accepted_min": 0.004, "kl_accepted_max": 0.008, "kl_measured_max": 0.03,
+                 "kl_messages_mean": pytest.approx((20 + 16 + 18) / 3), "trained_messages_mean": pytest.approx(16.0),
+                 "beta_final": {"planner": 0.005, "actor": 0.04}}
+    md = bench.trust_markdown({"variants": {"teamtr": {"seeds": [0], "per_seed": {"0": {"trust": t}}}}})
+    assert "| teamtr | k3 | 18.0 / 16.0 | 1 / 3 | 0.0040 … 0.0080 | 0.0300 | 0.005 … 0.040 |" in md
