@@ -52,6 +52,14 @@ class OpenAISection(_Section):
 
     base_url: str = "http://127.0.0.1:8000/v1"
     model: str | None = None  # the served model's name; default: the first id /v1/models lists
+    # where prompts go: completions = /v1/completions with the local chat template's token ids (the training
+    # path); chat = /v1/chat/completions with each prompt's chat messages, rendered by the server's own template
+    # (a frozen policy only, slea agent / slea eval: no token ids or log-probs come back to train on)
+    api: Literal["completions", "chat"] = "completions"
+    # a second served model that writes experience.extractor: llm's lessons, and its server (default: base_url);
+    # without them the played model writes them when its weights are not here (a frozen served policy)
+    extractor_model: str | None = None
+    extractor_base_url: str | None = None
     # the NAME of the environment variable that holds the API key (never the key itself); unset variable: no key
     api_key_env: str = Field("OPENAI_API_KEY", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     timeout_s: float = Field(60.0, gt=0)  # per request (connect, read, write)
@@ -102,15 +110,19 @@ class ModelSection(_Section):
     vllm: VLLMSection = Field(default_factory=VLLMSection)
 
     @model_validator(mode="after")
-    def _generator(self) -> ModelSection:
+    def _generator(self, info: ValidationInfo) -> ModelSection:
         served = self.generator in ("openai", "vllm")
+        trains = (info.context or {}).get("trains", True)  # False: slea agent / slea eval (load_config(trains=))
         if not served and self.openai != OpenAISection():
             raise ValueError(f"model.openai: not read by model.generator {self.generator}")
         if self.generator != "vllm" and self.vllm != VLLMSection():
             raise ValueError(f"model.vllm: not read by model.generator {self.generator}")
-        if served and not self.lora:
+        if served and not self.lora and trains:
             raise ValueError(f"model.generator: {self.generator} sends weights to the server as LoRA adapters; "
                              f"set model.lora: true")
+        if served and self.openai.api == "chat" and trains:
+            raise ValueError("model.openai.api: chat returns text, not the token ids and log-probs training needs; "
+                             "use completions (chat serves a frozen policy: slea agent, slea eval)")
         if self.generator == "vllm":
             fixed = [k for k in ("base_url", "model") if getattr(self.openai, k) != getattr(OpenAISection(), k)]
             if fixed:
@@ -551,9 +563,11 @@ def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
 
 
 def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None, *,
-                 check_unused: bool = True) -> RunConfig:
+                 check_unused: bool = True, trains: bool = True) -> RunConfig:
     """The validated config of a YAML tree plus ``--set`` overrides. ``check_unused=False`` skips the refusal
-    of settings the algorithm does not read (``slea compare`` checks them against all its algorithms)."""
+    of settings the algorithm does not read (``slea compare`` checks them against all its algorithms).
+    ``trains=False``: the config of a command that trains nothing (``slea agent``, ``slea eval``), so a served
+    model needs no LoRA adapter and may use the chat API."""
     tree: dict[str, Any] = copy.deepcopy(dict(data or {}))  # overrides never change the caller's dict
     for item in overrides or []:
         path, value = parse_override(item)
@@ -561,7 +575,7 @@ def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None
     _import_plugins(tree.get("plugins"))
     _apply_algorithm_defaults(tree)
     try:
-        return RunConfig.model_validate(tree, context={"check_unused": check_unused})
+        return RunConfig.model_validate(tree, context={"check_unused": check_unused, "trains": trains})
     except ValidationError as err:
         raise ConfigError(_one_line(err)) from None
 
@@ -606,7 +620,7 @@ def _apply_algorithm_defaults(tree: dict[str, Any]) -> None:
 
 
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None, *,
-                check_unused: bool = True) -> RunConfig:
+                check_unused: bool = True, trains: bool = True) -> RunConfig:
     data: dict[str, Any] = {}
     if path is not None:
         p = Path(path)
@@ -618,7 +632,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
             raise ConfigError(f"config: {p.name} is not valid YAML ({str(exc).splitlines()[0]})") from None
         if not isinstance(data, dict):
             raise ConfigError(f"config: {p.name} must hold a mapping of sections")
-    return build_config(data, overrides, check_unused=check_unused)
+    return build_config(data, overrides, check_unused=check_unused, trains=trains)
 
 
 def dump_config(cfg: RunConfig) -> str:

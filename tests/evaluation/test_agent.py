@@ -10,6 +10,7 @@ from slea.evaluation.agent import (
     agent_overrides,
     agent_table,
     difference,
+    extraction_summary,
     paired_games,
     per_seed_success,
     run_agent,
@@ -102,3 +103,13 @@ def test_overrides_put_the_library_settings_and_games_before_the_user_set():
     # the overrides are valid config keys (a typo would be a ConfigError here)
     cfg = load_config(None, [*over, "env.id=slea/Sokoban-v0"])
     assert (cfg.experience.capacity_pos, cfg.eval.games, cfg.model.lora) == (7, 3, False)
+
+
+def test_the_parse_rate_sums_the_rounds_llm_extraction_by_hand():
+    rounds = [{"extract_llm_answers": 4.0, "extract_parsed": 3.0, "extract_fallback": 1.0, "size": 5.0},
+              {"extract_llm_answers": 6.0, "extract_parsed": 1.0, "extract_fallback": 5.0,
+               "extract_generate_errors": 1.0}]
+    # (3 + 1) parsed of (4 + 6) answers = 0.4; fallbacks 1 + 5; one failed generator call
+    assert extraction_summary(rounds) == {"answers": 10.0, "parsed": 4.0, "parse_rate": 0.4, "fallback": 6.0,
+                                          "generate_errors": 1.0}
+    assert extraction_summary([{"size": 3.0}])["parse_rate"] is None  # the rules wrote every lesson

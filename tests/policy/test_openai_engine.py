@@ -175,6 +175,11 @@ def test_generator_config_refusals():
         build_config({"model": {"openai": {"timeout_s": 3}}})
     with pytest.raises(ConfigError, match="model.generator: openai sends weights .* LoRA"):
         build_config({"model": {"generator": "openai", "lora": False}})
+    # a command that trains nothing (slea agent, slea eval) plays a frozen served model: no LoRA, chat allowed
+    frozen = build_config({"model": {"generator": "openai", "lora": False, "openai": {"api": "chat"}}}, trains=False)
+    assert (frozen.model.lora, frozen.model.openai.api) == (False, "chat")
+    with pytest.raises(ConfigError, match="model.openai.api: chat returns text, not the token ids"):
+        build_config({"model": {"generator": "openai", "openai": {"api": "chat"}}})
     with pytest.raises(ConfigError, match="model.openai.api_key_env"):
         build_config({"model": {"generator": "openai", "openai": {"api_key_env": "sk-secret"}}})
 
@@ -190,3 +195,65 @@ def test_trainers_that_cannot_use_a_served_engine_refuse_it():
     team = build_config({"algorithm": {"name": "teamtr"}, "model": {"generator": "openai"}})
     with pytest.raises(ConfigError, match="model.generator: a team switches adapters"):
         check_team_config(team)
+
+
+def frozen_cfg(base_url: str, **openai) -> ModelSection:
+    return ModelSection.model_validate({"name_or_path": "tiny", "dtype": "float32", "lora": False,
+                                        "generator": "openai", "openai": {"base_url": base_url, "timeout_s": 30,
+                                                                          "model": "tiny", **openai}},
+                                       context={"trains": False})  # the config of slea agent / slea eval
+
+
+def test_a_frozen_engine_needs_no_weights_no_logprobs_and_chat_gives_the_completions_answer(served):
+    """Nothing trains: no local weights, no log-probs asked; the chat API (the server renders the messages with
+    the model's template) answers what the completions API answers for the locally rendered ids."""
+    from slea.config import RolloutSection
+    from slea.policy.model import load_tokenizer
+    from slea.policy.served import ChatPrompt, prompt_builder
+
+    _, url = served
+    tok = load_tokenizer("tiny")
+    msgs = [[{"role": "system", "content": "You play a game."}, {"role": "user", "content": f"You see {x}."}]
+            for x in ("a coin", "a door", "a key")]
+    chat_cfg = frozen_cfg(url, api="chat")
+    builder = prompt_builder(chat_cfg, tok, RolloutSection())
+    ps = [builder.encode(m) for m in msgs]
+    assert all(isinstance(p, ChatPrompt) and p.messages == m for p, m in zip(ps, msgs))
+    from slea.policy.prompts import PromptBuilder
+
+    assert [list(p) for p in ps] == [PromptBuilder(tok).encode(m) for m in msgs]  # the ids as in training
+    plain = make_generator(frozen_cfg(url), None, tok, trains=False)
+    chat = make_generator(chat_cfg, None, tok, trains=False)
+    plain.check()
+    chat.check()
+    keys = [[5, i] for i in range(3)]
+    for temp in (0.0, 1.0):
+        a = plain.generate([list(p) for p in ps], max_new_tokens=6, temperature=temp, rng_keys=keys,
+                           stop_at_newline=False)
+        b = chat.generate(ps, max_new_tokens=6, temperature=temp, rng_keys=keys, stop_at_newline=False)
+        assert [g.ids for g in a] == [g.ids for g in b] and [g.text for g in a] == [g.text for g in b]
+        assert all(g.logprobs == [] and len(g.ids) >= 1 for g in a + b)  # none asked for, none invented
+    # the same engine in-process, on the same weights and keys: the same answers
+    model, _ = load_policy(ModelSection(name_or_path="tiny", dtype="float32", lora=False))
+    local = HFGenerator(model, tok, dtype="float32").generate([list(p) for p in ps], max_new_tokens=6,
+                                                                 temperature=1.0, rng_keys=keys,
+                                                                 stop_at_newline=False)
+    assert [g.ids for g in local] == [g.ids for g in b]
+    # free-text answers (the LLM extractor's), a prefill continued: the two APIs agree
+    conv = [msgs[0] + [{"role": "assistant", "content": "- "}]]
+    assert plain.answer_texts(conv, max_tokens=5) == chat.answer_texts(conv, max_tokens=5)
+    with pytest.raises(GeneratorError, match="needs each prompt's chat messages"):
+        chat.generate([list(ps[0])], max_new_tokens=2)
+
+
+def test_training_through_chat_or_without_lora_is_refused(served):
+    _, url = served
+    from slea.policy.model import load_tokenizer
+
+    tok = load_tokenizer("tiny")
+    trainer_side = make_generator(frozen_cfg(url, api="chat"), None, tok)  # trains=True: the trainer's engine
+    with pytest.raises(GeneratorError, match="model.openai.api: chat returns text"):
+        trainer_side.generate([[5]], max_new_tokens=2)
+    model, _ = load_policy(ModelSection(name_or_path="tiny", dtype="float32", lora=False))
+    with pytest.raises(ConfigError, match="sends trained weights to the server as LoRA adapters"):
+        make_generator(frozen_cfg(url), model, tok).sync_weights(model)

@@ -23,11 +23,13 @@ def plain(msg: str) -> None:
     console.print(msg, markup=False, highlight=False, soft_wrap=True)
 
 
-def run_config(config: Path | None, overrides: list[str]):
+def run_config(config: Path | None, overrides: list[str], *, trains: bool = True):
+    """The config, or one line and exit code 2. ``trains=False``: a command that trains nothing (a served model
+    then needs no LoRA adapter; :func:`slea.config.build_config`)."""
     from slea.config import ConfigError, load_config
 
     try:
-        return load_config(config, overrides)
+        return load_config(config, overrides, trains=trains)
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
 

@@ -49,6 +49,17 @@ def paired_games(without: Sequence[Trajectory], with_: Sequence[Trajectory]) -> 
     return out
 
 
+def extraction_summary(rounds: Sequence[dict[str, float]]) -> dict[str, float | None]:
+    """What the LLM extractor made of the evolution rounds (their ``extract_*`` metrics): answers asked for,
+    answers that gave at least one lesson (``parsed``), the parse rate ``parsed / answers`` (None without
+    answers: the rule extractor wrote every lesson), rule fallbacks and failed generator calls."""
+    total = {k: sum(r.get(f"extract_{k}", 0.0) for r in rounds)
+             for k in ("llm_answers", "parsed", "fallback", "generate_errors")}
+    return {"answers": total["llm_answers"], "parsed": total["parsed"],
+            "parse_rate": total["parsed"] / total["llm_answers"] if total["llm_answers"] else None,
+            "fallback": total["fallback"], "generate_errors": total["generate_errors"]}
+
+
 def _rounds(seed: int, games: int, batch: int) -> list[tuple[int, int]]:
     """(first seed, games) of each round: ``games`` games from ``seed`` on, ``batch`` at a time."""
     return [(seed + g, min(batch, games - g)) for g in range(0, games, max(1, batch))]
@@ -124,6 +135,7 @@ def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, e
     out["games_by_success"] = {m: paired_games(off[m], on[m]) for m in modes}
     out["retrieval"] = {k: manager.stats[k] - stats0.get(k, 0) for k in manager.stats}
     out["library"] = {"before": before, "after": manager.library.summary(), "rounds": evolved}
+    out["extraction"] = extraction_summary(evolved)
     table = new_table(cfg.env.id)
     for name, trajs in (("no library", off), ("library", on)):
         for m in modes:
@@ -149,6 +161,9 @@ def agent_table(res: dict[str, Any]):
     lib = res["library"]
     by = ", ".join(f"{m}: {g['better']} better, {g['worse']} worse, {g['same']} same"
                    for m, g in res["games_by_success"].items())
+    x = res.get("extraction") or {}
+    lessons = (f"; lessons by the model: {int(x['parsed'])} of {int(x['answers'])} answers parsed "
+               f"({x['parse_rate']:.0%}), the rest by the rules" if x.get("answers") else "")
     t.caption = (f"games with the library ({by}); library {int(lib['before']['size'])} -> "
-                 f"{int(lib['after']['size'])} entries; wall time {res['wall_s']:.0f} s")
+                 f"{int(lib['after']['size'])} entries{lessons}; wall time {res['wall_s']:.0f} s")
     return t

@@ -20,9 +20,12 @@ sync folder, a managed vLLM server stops).
 from __future__ import annotations
 
 
-def make_generator(model_cfg, model, tok, *, stop_at_newline: bool = True, backend: str | None = None):
+def make_generator(model_cfg, model, tok, *, stop_at_newline: bool = True, backend: str | None = None,
+                   trains: bool = True):
     """The generator ``model_cfg.generator`` names, over ``model``/``tok``. ``backend`` overrides the choice
-    (the experience extractor runs the base weights in-process: ``backend="hf"``)."""
+    (the experience extractor runs the base weights in-process: ``backend="hf"``). ``trains=False`` (``slea
+    agent``, ``slea eval``): a served engine neither asks for nor requires log-probs, and may talk chat
+    completions (``model.openai.api: chat``)."""
     name = backend or model_cfg.generator
     if name == "hf":
         from slea.policy.generation import HFGenerator
@@ -31,7 +34,7 @@ def make_generator(model_cfg, model, tok, *, stop_at_newline: bool = True, backe
     if name == "openai":
         from slea.policy.openai_engine import OpenAIGenerator
 
-        return OpenAIGenerator(model, tok, model_cfg.openai, stop_at_newline=stop_at_newline)
+        return OpenAIGenerator(model, tok, model_cfg.openai, stop_at_newline=stop_at_newline, trains=trains)
     if name == "vllm":
         from slea.policy.vllm_server import VLLMGenerator
 

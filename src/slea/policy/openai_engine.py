@@ -1,4 +1,5 @@
-"""The ``openai`` generator: one OpenAI-compatible ``/v1/completions`` request per batch of prompts.
+"""The ``openai`` generator: one OpenAI-compatible ``/v1/completions`` request per batch of prompts, or (``model.openai.api:
+chat``, a frozen policy only) one ``/v1/chat/completions`` request per prompt.
 
 The prompt goes as token ids (``model.openai.prompt_format: ids``; the completions API takes a list of token-id
 lists) or as the text the tokenizer decodes them to (``text``: the server re-tokenizes, which may not give back
@@ -10,11 +11,18 @@ exactly one token of the local tokenizer is an error, never a guess (a warning s
 
 The log-probs must be ``log_softmax(logits / T)`` of the sampled tokens, what the training forward computes:
 ``slea serve`` returns exactly that; other servers may return the untempered distribution's (vLLM: see its
-``logprobs_mode``). The gap is measured, not assumed: the first on-policy mini-batch's mean |ratio − 1| is
-``update/ratio_dev_onpolicy`` in metrics.jsonl, as with the in-process engine.
+``logprobs_mode``). The gap is measured, not assumed: the mean and max |π_trainer / π_rollout − 1| are
+``update/mismatch_dev_mean`` and ``update/mismatch_max_dev`` in metrics.jsonl, as with the in-process engine.
 
 Sampling keys (``rng_keys``) go as the ``rng_keys`` extension field, which ``slea serve`` honours (the same
 per-row streams as the in-process engine); other servers ignore it and sample with their own RNG.
+
+Nothing trains (``trains=False``: ``slea agent``, ``slea eval``): log-probs are neither asked for nor required,
+and ``api: chat`` sends each prompt's chat messages (:class:`slea.policy.served.ChatPrompt`) for the server's own
+chat template to render; the answer's token ids come from the server when it returns them (``return_token_ids``),
+else from the local tokenizer, else stay empty. :meth:`OpenAIGenerator.check` asks the server, once, for what the
+chosen mode needs and fails in one line when it lacks it. :meth:`OpenAIGenerator.answer_texts` answers chat
+prompts in free text (the LLM experience extractor's lessons).
 
 Weights: :meth:`OpenAIGenerator.sync_weights` saves the policy's LoRA adapter (slea/policy/adapters.py) and
 ``POST``s ``/v1/load_lora_adapter`` (vLLM's dynamic LoRA loading: start vLLM with ``--enable-lora`` and
@@ -32,6 +40,7 @@ import tempfile
 import time
 import weakref
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from slea.policy.generation import Generation
@@ -49,7 +58,7 @@ class OpenAIGenerator:
     """Generates through an OpenAI-compatible server; ``model``/``tok`` are the local policy and tokenizer (the
     tokenizer renders text prompts and re-tokenizes token strings; the model's adapter is what syncs send)."""
 
-    def __init__(self, model, tokenizer, settings, *, stop_at_newline: bool = True):
+    def __init__(self, model, tokenizer, settings, *, stop_at_newline: bool = True, trains: bool = True):
         try:
             import httpx
         except ImportError:
@@ -58,6 +67,7 @@ class OpenAIGenerator:
         self.tok = tokenizer
         self.cfg = settings
         self.stop_at_newline = stop_at_newline
+        self.trains = trains  # log-probs asked for and required (a frozen policy needs none)
         self.calls = 0
         self.served: str | None = settings.model
         self.syncs = 0
@@ -120,6 +130,8 @@ class OpenAIGenerator:
         if top_k and not self.cfg.extensions:
             raise GeneratorError("openai generator: rollout.top_k needs model.openai.extensions (a vLLM field)")
         stop = self.stop_at_newline if stop_at_newline is None else stop_at_newline
+        if getattr(self.cfg, "api", "completions") == "chat":
+            return self._chat(prompts, max_new_tokens, temperature, top_p, top_k, rng_keys, stop)
         out: list[Generation] = []
         step = self.cfg.batch_size
         for start in range(0, len(prompts), step):
@@ -134,7 +146,9 @@ class OpenAIGenerator:
         prompt = ([list(map(int, p)) for p in chunk] if self.cfg.prompt_format == "ids"
                   else [self.tok.decode(p) for p in chunk])
         body = {"model": self.served_model(), "prompt": prompt, "max_tokens": max_new_tokens,
-                "temperature": temperature, "top_p": top_p, "logprobs": 1, "n": 1}
+                "temperature": temperature, "top_p": top_p, "n": 1}
+        if self.trains:
+            body["logprobs"] = 1
         if stop:
             body["stop"] = ["\n"]
         if self.cfg.extensions:
@@ -155,6 +169,8 @@ class OpenAIGenerator:
     def _generation(self, choice: dict) -> Generation:
         lp = choice.get("logprobs") or {}
         logprobs = lp.get("token_logprobs")
+        if not self.trains and logprobs is None:  # nothing trains: the answer's text and ids are enough
+            return self._frozen(choice.get("token_ids"), choice.get("text"))
         if logprobs is None or any(v is None for v in logprobs):
             raise GeneratorError("openai generator: the server returned no per-token log-probs (logprobs)")
         ids = choice.get("token_ids")
@@ -183,11 +199,140 @@ class OpenAIGenerator:
             log.warning("openai generator: the server returned token strings; ids re-tokenized one by one")
         return ids
 
+    def _frozen(self, ids, text) -> Generation:
+        """An answer without log-probs (nothing trains): the server's token ids, else the local tokenizer's
+        encoding of its text, else none; the text decoded from the ids when there are both (as in-process)."""
+        text = text if isinstance(text, str) else ""
+        if ids is None and self.tok is not None:
+            ids = self.tok(text, add_special_tokens=False).input_ids
+        ids = [int(t) for t in ids or []]
+        if ids and self.tok is not None:
+            text = self.tok.decode(ids, skip_special_tokens=True)
+        return Generation(ids, [], text)
+
+    # -- chat completions (api: chat; a frozen policy) ---------------------------------------------------------
+    def _chat(self, prompts, max_new_tokens, temperature, top_p, top_k, rng_keys, stop) -> list[Generation]:
+        """One ``/chat/completions`` request per prompt (its chat messages), ``batch_size`` in flight."""
+        if self.trains:
+            raise GeneratorError("model.openai.api: chat returns text, not the token ids and log-probs training "
+                                 "needs; use model.openai.api: completions")
+        missing = [i for i, p in enumerate(prompts) if getattr(p, "messages", None) is None]
+        if missing:
+            raise GeneratorError("model.openai.api: chat needs each prompt's chat messages (build the prompts "
+                                 "with slea.policy.served.prompt_builder)")
+        bodies = []
+        for i, p in enumerate(prompts):
+            body = self._chat_body(p.messages, max_new_tokens, temperature, top_p)
+            if stop:
+                body["stop"] = ["\n"]
+            if self.cfg.extensions:
+                body["return_token_ids"] = True
+                if top_k:
+                    body["top_k"] = top_k
+                if rng_keys is not None:
+                    body["rng_keys"] = [[int(k) for k in rng_keys[i]]]
+            bodies.append(body)
+        answers = self._each(bodies)
+        return [self._frozen(c.get("token_ids"), (c.get("message") or {}).get("content")) for c in answers]
+
+    def _chat_body(self, messages, max_tokens: int, temperature: float, top_p: float = 1.0) -> dict:
+        msgs = [dict(m) for m in messages]
+        body = {"model": self.served_model(), "messages": msgs, "max_tokens": max_tokens,
+                "temperature": temperature, "top_p": top_p, "n": 1}
+        if msgs and msgs[-1].get("role") == "assistant":  # a prefill the answer continues (vLLM's field)
+            if self.cfg.extensions:
+                body.update(continue_final_message=True, add_generation_prompt=False)
+            else:  # a strict server: the prefill cannot be continued, so it is dropped
+                msgs.pop()
+        return body
+
+    def _each(self, bodies: list[dict]) -> list[dict]:
+        """Each chat body sent (``batch_size`` requests in flight); the first choice of each answer."""
+        def one(body):
+            choices = self.request("POST", "/chat/completions", body).get("choices") or []
+            if not choices:
+                raise GeneratorError("openai generator: a chat completion came back without choices")
+            return choices[0]
+
+        if len(bodies) <= 1:
+            return [one(b) for b in bodies]
+        with ThreadPoolExecutor(max_workers=min(self.cfg.batch_size, len(bodies))) as pool:
+            return list(pool.map(one, bodies))
+
+    def answer_texts(self, prompts: list, *, max_tokens: int, temperature: float = 0.0,
+                     rng_keys: Sequence[Sequence[int]] | None = None) -> list[str]:
+        """Free-text answers (no stop at a newline, EOS ends them) to prompts that are a user message or chat
+        messages (a last assistant message is a prefill the answer continues): the LLM experience extractor's
+        ``generate_text``. ``api: chat`` sends the messages; ``api: completions`` renders them with the local
+        tokenizer's chat template and sends the text."""
+        convs = [[{"role": "user", "content": p}] if isinstance(p, str) else list(p) for p in prompts]
+        if getattr(self.cfg, "api", "completions") == "chat":
+            bodies = []
+            for i, msgs in enumerate(convs):
+                body = self._chat_body(msgs, max_tokens, temperature)
+                if rng_keys is not None and self.cfg.extensions:
+                    body["rng_keys"] = [[int(k) for k in rng_keys[i]]]
+                bodies.append(body)
+            return [(c.get("message") or {}).get("content") or "" for c in self._each(bodies)]
+        if self.tok is None:
+            raise GeneratorError("model.openai.api: completions needs the local tokenizer to render chat prompts")
+        texts = [render_chat(self.tok, msgs) for msgs in convs]
+        out: list[str] = []
+        for start in range(0, len(texts), self.cfg.batch_size):
+            chunk = texts[start:start + self.cfg.batch_size]
+            body = {"model": self.served_model(), "prompt": chunk, "max_tokens": max_tokens,
+                    "temperature": temperature, "n": 1}
+            if rng_keys is not None and self.cfg.extensions:
+                body["rng_keys"] = [[int(k) for k in key] for key in rng_keys[start:start + len(chunk)]]
+            choices = sorted(self.request("POST", "/completions", body).get("choices") or [],
+                             key=lambda c: c.get("index", 0))
+            if len(choices) != len(chunk):
+                raise GeneratorError(f"openai generator: {len(chunk)} prompts sent, {len(choices)} choices returned")
+            out += [c.get("text") or "" for c in choices]
+        return out
+
+    # -- what the server offers ------------------------------------------------------------------------------
+    def check(self) -> None:
+        """One small request of the chosen kind, before any episode: a :class:`GeneratorError` in one line when
+        the server is not there, lacks the endpoint ``model.openai.api`` needs, or (training) gives no
+        log-probs."""
+        model = self.served_model()
+        api = getattr(self.cfg, "api", "completions")
+        url = f"{self.cfg.base_url.rstrip('/')}/{'chat/completions' if api == 'chat' else 'completions'}"
+        try:
+            if api == "chat":
+                self.request("POST", "/chat/completions", {"model": model, "max_tokens": 1, "temperature": 0,
+                                                           "messages": [{"role": "user", "content": "Hello"}]})
+                return
+            prompt = (self.tok("Hello", add_special_tokens=False).input_ids if self.tok is not None else [0])
+            body = {"model": model, "prompt": [prompt] if self.cfg.prompt_format == "ids" else ["Hello"],
+                    "max_tokens": 1, "temperature": 0}
+            if self.trains:
+                body["logprobs"] = 1
+            answer = self.request("POST", "/completions", body)
+        except GeneratorError as exc:
+            if any(f"answered {code}" in str(exc) for code in (404, 405, 501)):
+                other = "completions" if api == "chat" else "chat"
+                raise GeneratorError(f"model.openai.api: {api}: the server offers no {url} ({exc}); try "
+                                     f"model.openai.api: {other}") from None
+            raise
+        if self.trains:
+            choices = answer.get("choices") or [{}]
+            lp = (choices[0].get("logprobs") or {}).get("token_logprobs")
+            if not lp or any(v is None for v in lp):
+                raise GeneratorError(f"openai generator: {url} returns no per-token log-probs, which training "
+                                     f"needs (a frozen model needs none: slea agent, slea eval)")
+
     # -- weights ---------------------------------------------------------------------------------------------
     def sync_weights(self, model) -> str:
         """Save ``model``'s LoRA adapter and have the server load it; later requests use it. Returns its name."""
         from slea.policy.adapters import save_adapter
 
+        if not hasattr(model, "peft_config"):
+            from slea.config import ConfigError
+
+            raise ConfigError("model.generator: openai sends trained weights to the server as LoRA adapters; set "
+                              "model.lora: true")
         if self._sync_root is None:
             root = self.cfg.sync_dir
             self._sync_root = Path(root) if root else Path(tempfile.mkdtemp(prefix="slea-sync-"))
@@ -216,3 +361,13 @@ class OpenAIGenerator:
         self.client.close()
         if self._sync_root is not None and not self.cfg.sync_dir:
             shutil.rmtree(self._sync_root, ignore_errors=True)
+
+
+def render_chat(tok, messages: list[dict]) -> str:
+    """Chat messages as the prompt text of ``tok``'s chat template (a last assistant message is a prefill the
+    answer continues; without a template: the contents, blank-line separated)."""
+    msgs = list(messages)
+    prefill = msgs.pop()["content"] if len(msgs) > 1 and msgs[-1].get("role") == "assistant" else ""
+    if getattr(tok, "chat_template", None):
+        return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False) + prefill
+    return "\n\n".join(m["content"] for m in msgs) + "\n\n" + prefill

@@ -133,15 +133,20 @@ def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
     a prefill the answer continues); rendered with the tokenizer's chat template; answered multi-line (EOS stops
     it) within ``experience.extract_max_new_tokens``, greedy unless ``experience.extract_temperature`` > 0 (then
     keyed by the prompt, reproducible); by the policy's base weights (LoRA adapters disabled for the call), or by
-    ``experience.extractor_model`` (loaded once, frozen, on first use; also the base without LoRA)."""
+    ``experience.extractor_model`` (loaded once, frozen, on first use; also the base without LoRA), or by a server
+    (:func:`slea.policy.served.served_text`: a frozen served policy's own, or ``model.openai.extractor_model``)."""
     if cfg.experience.mode == "off" and "clusters" not in spec.needs:
         return None
     import contextlib
     import zlib
 
     from slea.experience.manager import ExperienceManager
+    from slea.policy.served import served_text
 
     x = cfg.experience
+    served = served_text(cfg, generator)  # a served model writes the lessons (slea/policy/served.py)
+    if served is not None:
+        return ExperienceManager(x, run_dir / "library.sqlite", generate_text=served)
     engine: list = []  # [(in-process generator, disable_adapter?)], built on first use
 
     def extractor_engine():

@@ -1,0 +1,142 @@
+"""A model behind an OpenAI-compatible server as the played policy of commands that train nothing (``slea
+agent``, ``slea eval``): what is loaded locally, how prompts travel, and who writes the library's lessons.
+
+- Weights: a served model is *frozen* when nothing trained is to be shown (no checkpoint, no ``init_from``):
+  then no weights load here, none go to the server and no LoRA adapter is involved (:func:`needs_weights`);
+  only the tokenizer loads (:func:`load_tokenizer_or_none`), and with ``model.openai.api: chat`` not even that
+  is required. A run's trained adapter still travels as in training (``OpenAIGenerator.sync_weights``).
+- Prompts: with ``api: completions`` the prompt goes as token ids (or text) of the local chat template, as in
+  training. With ``api: chat`` each prompt is the same chat messages :class:`slea.policy.prompts.PromptBuilder`
+  builds (the env's instructions, the retrieved experiences in the system message, the turn history, the
+  observation) and the server applies its own chat template: :class:`ChatPromptBuilder` hands the engine a
+  :class:`ChatPrompt`, the prompt ids (empty without a tokenizer) carrying the messages.
+- Lessons: ``experience.extractor: llm`` asks the served model (:func:`served_text`) when no local weights
+  answer it: a frozen served policy, or a second served model named by ``model.openai.extractor_model`` /
+  ``extractor_base_url``. The rule extractor stays the fallback for every answer that yields no lesson.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from collections.abc import Sequence
+
+from slea.policy.prompts import PromptBuilder
+
+log = logging.getLogger(__name__)
+SERVED = ("openai", "vllm")
+
+
+class ChatPrompt(list):
+    """Prompt token ids (a list, as every engine takes) that also carry the chat ``messages`` they render."""
+
+    def __init__(self, ids: Sequence[int], messages: list[dict[str, str]]):
+        super().__init__(ids)
+        self.messages = messages
+
+
+class ChatPromptBuilder(PromptBuilder):
+    """The rollout prompt builder whose prompts keep their chat messages (``model.openai.api: chat``); without a
+    tokenizer the ids are empty and only the messages travel."""
+
+    def encode(self, messages: list[dict[str, str]]) -> list[int]:
+        ids = super().encode(messages) if self.tokenizer is not None else []
+        return ChatPrompt(ids, [dict(m) for m in messages])
+
+
+def chat_api(model_cfg) -> bool:
+    return model_cfg.generator in SERVED and model_cfg.openai.api == "chat"
+
+
+def prompt_builder(model_cfg, tok, rollout) -> PromptBuilder:
+    """The builder a run's rollouts use (:meth:`PromptBuilder.from_rollout`), keeping messages for chat."""
+    cls = ChatPromptBuilder if chat_api(model_cfg) else PromptBuilder
+    return cls.from_rollout(tok, rollout)
+
+
+def needs_weights(model_cfg, adapter_dir=None) -> bool:
+    """Whether the played model's weights load here: always in-process (``hf``); for a served model only when
+    trained weights (a checkpoint, ``model.init_from``) must reach the server."""
+    return model_cfg.generator not in SERVED or adapter_dir is not None or model_cfg.init_from is not None
+
+
+def load_tokenizer_or_none(model_cfg):
+    """The local tokenizer of ``model.tokenizer`` / ``model.name_or_path``; ``None`` when it is not here and
+    the chat API needs none (with ``api: completions`` a missing tokenizer is an error: the prompts are its ids)."""
+    from slea.policy.model import load_tokenizer
+
+    name = model_cfg.tokenizer or model_cfg.name_or_path
+    try:
+        return load_tokenizer(name)
+    except (OSError, ValueError) as exc:
+        if not chat_api(model_cfg):
+            from slea.config import ConfigError
+
+            raise ConfigError(f"model.name_or_path: no tokenizer for {name!r} here ({type(exc).__name__}); "
+                              f"model.openai.api: completions sends the local tokenizer's ids (set "
+                              f"model.tokenizer, or model.openai.api: chat)") from None
+        log.info("no local tokenizer for %s: chat messages only, no token counts", name)
+        return None
+
+
+def served_text(cfg, generator):
+    """``generate_text`` for ``experience.extractor: llm`` answered by a server, or ``None`` when local weights
+    answer (``experience.extractor_model``, or the played model's own weights). A second served model
+    (``model.openai.extractor_model`` / ``extractor_base_url``) gets its own client; otherwise the played
+    model's server answers. Greedy unless ``experience.extract_temperature`` > 0 (then keyed by the prompt)."""
+    if cfg.model.generator not in SERVED or cfg.experience.extractor_model is not None:
+        return None
+    o = cfg.model.openai
+    second = o.extractor_model is not None or o.extractor_base_url is not None
+    if not second and getattr(generator, "model", None) is not None:
+        return None  # the played model's base weights are here: the trainer's in-process extractor
+    client = generator
+    if second:
+        from slea.policy.openai_engine import OpenAIGenerator
+
+        settings = o.model_copy(update={"base_url": o.extractor_base_url or o.base_url,
+                                        "model": o.extractor_model})
+        client = OpenAIGenerator(None, generator.tok, settings, stop_at_newline=False, trains=False)
+    x = cfg.experience
+
+    def generate_text(prompts: list) -> list[str]:
+        keys = None
+        if x.extract_temperature > 0:
+            keys = [[zlib.crc32(repr(p).encode("utf-8", "replace"))] for p in prompts]
+        return client.answer_texts(prompts, max_tokens=x.extract_max_new_tokens,
+                                   temperature=x.extract_temperature, rng_keys=keys)
+
+    return generate_text
+
+
+def played_policy(cfg, adapter_dir=None):
+    """``(model | None, tokenizer | None, prompt builder, generator)`` of a command that trains nothing: the
+    weights load only when :func:`needs_weights` (then a served engine receives a trained adapter), the engine
+    neither asks for nor requires log-probs, and a served one is checked against what ``model.openai.api``
+    needs before any episode (:meth:`OpenAIGenerator.check`). Raises ConfigError / GeneratorError (one line)."""
+    from slea.policy.engines import close_generator, make_generator
+    from slea.policy.model import load_policy
+
+    model = None
+    if needs_weights(cfg.model, adapter_dir):
+        model, tok = load_policy(cfg.model, adapter_dir=adapter_dir)
+        model.requires_grad_(False).eval()
+    else:
+        tok = load_tokenizer_or_none(cfg.model)
+    builder = prompt_builder(cfg.model, tok, cfg.rollout)
+    generator = make_generator(cfg.model, model, tok, trains=False)
+    try:
+        if cfg.model.generator in SERVED:
+            generator.check()
+            if model is not None and hasattr(model, "peft_config"):
+                generator.sync_weights(model)  # a run's trained adapter reaches the server
+            elif model is not None:
+                from slea.config import ConfigError
+
+                raise ConfigError(f"model.generator: {cfg.model.generator}: a fully fine-tuned run's weights "
+                                  f"(model.lora: false) cannot be sent to a server as an adapter; play it "
+                                  f"in-process (model.generator: hf)")
+    except BaseException:
+        close_generator(generator)
+        raise
+    return model, tok, builder, generator
