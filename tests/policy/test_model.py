@@ -41,3 +41,92 @@ def test_a_build_without_config_json_is_never_put_in_place(tmp_path):
         _atomic_dir(final, lambda tmp: (tmp / "tokenizer.json").write_text("{}"))  # what a rank > 0 builds
     assert not final.exists() and list(final.parent.iterdir()) == []
     assert _atomic_dir(final, lambda tmp: (tmp / "config.json").write_text("{}")) == final
+
+
+# -- devices, base dtype, gradient checkpointing ----------------------------------------------------------------
+def _grads(model, samples, share_prefix: bool):
+    from slea.trainer.update import response_logprobs
+
+    model.train()
+    model.zero_grad()
+    logp, mask = response_logprobs(model, samples, temperature=1.0, dtype="float32", share_prefix=share_prefix)
+    (logp * mask).sum().backward()
+    return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+
+
+def _samples():
+    from slea.trainer.update import Sample
+
+    common = [1, 5, 9, 14, 22, 30, 31, 40]
+    return [Sample(common + [50, 51], [60, 61, 62], [0.0] * 3, [1.0] * 3),
+            Sample(common + [52], [63], [0.0], [1.0])]
+
+
+def _nonzero_lora(model, seed: int = 0):
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "lora_" in n:  # A too: two loads draw different A's
+                p.copy_(torch.randn(p.shape, generator=g) * 0.05)
+
+
+def test_the_policy_loads_onto_the_device(device):
+    model, _ = load_policy(ModelSection(name_or_path="tiny", dtype="float32"), device=device)
+    assert {p.device.type for p in model.parameters()} == {device}
+
+
+def test_a_bf16_base_keeps_the_adapters_fp32_and_trains_them(device):
+    import torch
+
+    from slea.policy.generation import autocast
+
+    cfg = ModelSection(name_or_path="tiny", base_dtype="bfloat16", lora_r=4)
+    model, _ = load_policy(cfg, device=device)
+    frozen = {p.dtype for p in model.parameters() if not p.requires_grad}
+    trainable = {n: p for n, p in model.named_parameters() if p.requires_grad}
+    assert frozen == {torch.bfloat16}
+    assert trainable and all("lora_" in n and p.dtype == torch.float32 for n, p in trainable.items())
+    ref, _ = load_policy(cfg.model_copy(update={"base_dtype": "float32"}), device=device)
+    _nonzero_lora(model)
+    _nonzero_lora(ref)
+    ids = torch.tensor([[1, 5, 9, 14, 22, 30]], device=device)
+    with torch.no_grad(), autocast("bfloat16", device):
+        a, b = model(input_ids=ids).logits.float(), ref(input_ids=ids).logits.float()
+    # the same function up to bf16 storage of the base (autocast already computes the fp32 base in bf16)
+    assert (a - b).abs().max() < 0.05 * b.abs().max()
+    with autocast("bfloat16", device):
+        model(input_ids=ids).logits.float().logsumexp(-1).sum().backward()
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
+               for p in trainable.values())
+
+
+def test_gradient_checkpointing_gives_the_plain_forwards_gradients_and_refuses_the_shared_prefix(device):
+    import copy
+
+    import torch
+
+    from slea.policy.model import enable_gradient_checkpointing
+
+    torch.manual_seed(0)
+    plain, _ = load_policy(ModelSection(name_or_path="tiny", dtype="float32", lora_r=4), device=device)
+    _nonzero_lora(plain)
+    ckpt = copy.deepcopy(plain)
+    enable_gradient_checkpointing(ckpt)
+    samples = _samples()
+    a, ga = _grads(plain, samples, share_prefix=False)
+    b, gb = _grads(ckpt, samples, share_prefix=False)
+    assert torch.allclose(a, b, atol=1e-6)
+    for n in ga:
+        torch.testing.assert_close(gb[n], ga[n], rtol=1e-5, atol=1e-7)
+    # the layers drop the KV cache they are given: the prefix-shared forward would read nothing, so it refuses
+    with pytest.raises(RuntimeError, match="gradient-checkpointed"):
+        _grads(ckpt, samples, share_prefix=True)
+    # without gradients (generation, reference log-probs) the cache is kept and the shared prefix is exact
+    with torch.no_grad():
+        from slea.trainer.update import response_logprobs
+
+        ckpt.train()
+        c, _ = response_logprobs(ckpt, samples, temperature=1.0, dtype="float32", share_prefix=True)
+    assert torch.allclose(c, a, atol=1e-5)

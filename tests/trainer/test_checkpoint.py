@@ -16,40 +16,56 @@ class Net(torch.nn.Module):
 
 
 def _step(net, opt):
-    loss = net.a(torch.randn(5, 4)).pow(2).mean()
+    dev = net.a.weight.device
+    loss = net.a(torch.randn(5, 4, device=dev)).pow(2).mean()
     opt.zero_grad()
     loss.backward()
     opt.step()
 
 
-def test_round_trip_weights_optimizer_rng(tmp_path):
+def test_round_trip_weights_optimizer_rng(tmp_path, device):
     torch.manual_seed(0)
-    net = Net()
+    net = Net().to(device)
     opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad], lr=1e-2)
     _step(net, opt)
     random.seed(3)
     np.random.seed(4)
-    torch.manual_seed(5)
+    torch.manual_seed(5)  # seeds the CUDA generators too
     path = ckpt.save_checkpoint(tmp_path, 7, net, opt, extra={"episodes": 12})
     _step(net, opt)  # continue uninterrupted: the reference
     ref_w = net.a.weight.detach().clone()
+    saved = set(ckpt._read_safetensors(path / "rng.safetensors"))
+    assert saved == ({"torch"} if device == "cpu" and not torch.cuda.is_initialized() else
+                     {"torch"} | {f"cuda.{i}" for i in range(torch.cuda.device_count())})
 
     def draws():
-        return random.random(), float(np.random.rand()), float(torch.rand(1))
+        return random.random(), float(np.random.rand()), float(torch.rand(1)), float(torch.rand(1, device=device))
 
-    net2 = Net()
+    net2 = Net().to(device)
     opt2 = torch.optim.AdamW([p for p in net2.parameters() if p.requires_grad], lr=1e-2)
     state = ckpt.load_checkpoint(path, net2, opt2)
     assert state["iteration"] == 7 and state["episodes"] == 12
     first = draws()
     ckpt.load_checkpoint(path, net2, opt2)
-    assert draws() == first  # every RNG restored
-    # Restored weights, optimizer moments and RNG → the same next step as the uninterrupted run.
-    net3 = Net()
+    assert draws() == first  # every RNG restored (the device's generator too)
+    assert opt2.state_dict()["state"][0]["exp_avg"].device.type == device  # moments back on the params' device
+    # Restored weights, optimizer moments and RNG → the same next step as the uninterrupted run (bit for bit).
+    net3 = Net().to(device)
     opt3 = torch.optim.AdamW([p for p in net3.parameters() if p.requires_grad], lr=1e-2)
     ckpt.load_checkpoint(path, net3, opt3)
     _step(net3, opt3)
-    assert torch.allclose(net3.a.weight, ref_w)
+    assert torch.equal(net3.a.weight, ref_w)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine with CUDA restores the CUDA states")
+def test_a_gpu_checkpoint_resumes_on_a_cpu_machine_with_its_cpu_stream(caplog):
+    torch.manual_seed(11)
+    tensors, meta = ckpt.rng_state()
+    expected = float(torch.rand(1))
+    tensors["cuda.0"] = torch.zeros(16, dtype=torch.uint8)  # what a GPU run adds
+    ckpt.set_rng_state(tensors, meta)
+    assert float(torch.rand(1)) == expected
+    assert "RNG state of 1 CUDA device" in caplog.text
 
 
 def test_only_trainable_saved_and_no_pickle(tmp_path):

@@ -153,15 +153,34 @@ def test_value_head_leaves_the_rng_stream_alone():
     assert float(head(torch.randn(2, 16)).detach().abs().sum()) == 0.0  # zero-initialised
 
 
-def test_value_features_shared_prefix_equals_plain(tiny_policy):
+def test_value_features_shared_prefix_equals_plain(tiny_policy, device):
+    import copy
+
     from slea.policy.value import value_features
 
-    model, _ = tiny_policy
+    model = tiny_policy[0] if device == "cpu" else copy.deepcopy(tiny_policy[0]).to(device)
     system = list(range(40, 70))
     prompts = [system + [5, 6], system + [7], system + [5, 6]]  # copies of a task share whole prompts
     responses = [[20, 21, 22], [30], [23, 24]]
     for level in ("token", "turn"):
         shared = value_features(model, prompts, responses, level, micro_batch=3)
         plain = value_features(model, prompts, responses, level, micro_batch=3, share_prefix=False)
-        for a, b in zip(shared, plain):
+        cpu = value_features(tiny_policy[0], prompts, responses, level, micro_batch=3)
+        for a, b, c in zip(shared, plain, cpu):
+            assert a.device.type == device
             torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)
+            torch.testing.assert_close(a.cpu(), c, atol=1e-4, rtol=1e-4)
+
+
+def test_the_critic_lives_and_learns_on_the_policys_device(tiny_policy, device):
+    import copy
+
+    model = tiny_policy[0] if device == "cpu" else copy.deepcopy(tiny_policy[0]).to(device)
+    cfg = build_config({"algorithm": {"name": "ppo"}, "train": {"critic_updates": 3}})
+    critic = Critic(cfg, model, "turn")
+    assert critic.head.linear.weight.device.type == device
+    rows = [step(0, 0, 1.0, 2), step(1, 0, 0.0, 3)]
+    vals = critic.values(model, rows)
+    assert [v.shape for v in vals] == [(1,), (1,)] and all(float(v[0]) == 0.0 for v in vals)  # V ≡ 0 at start
+    met = critic.update([np.array([1.0]), np.array([0.0])])
+    assert met["values_new_mean"] != 0.0 and np.isfinite(met["vf_loss"])

@@ -162,7 +162,8 @@ def chosen_log_factor(ref_turn_logprobs: torch.Tensor, weights: torch.Tensor, to
 
     A constant: built from ``π_ref`` only, returned detached."""
     if reading == "none":
-        return torch.zeros(ref_turn_logprobs.shape[:-1], dtype=ref_turn_logprobs.dtype)
+        return torch.zeros(ref_turn_logprobs.shape[:-1], dtype=ref_turn_logprobs.dtype,
+                           device=ref_turn_logprobs.device)
     if reading == "mean":
         per_turn = ref_turn_logprobs / token_counts.clamp(min=1)
     elif reading == "turn":

@@ -40,8 +40,8 @@ def _check(gamma: float, lam: float) -> None:
 
 
 def gae(rewards: Any, values: Any, mask: Any, gamma: float = 1.0, lam: float = 0.95) -> tuple[Any, Any]:
-    """Token-level GAE. Returns ``(advantages, returns)``, each ``(B, T)``: numpy arrays, or torch tensors when
-    ``rewards`` is one; entries where ``mask`` is 0 are 0. Not whitened."""
+    """Token-level GAE. Returns ``(advantages, returns)``, each ``(B, T)``: numpy arrays, or torch tensors (on
+    ``rewards``' device) when ``rewards`` is one; entries where ``mask`` is 0 are 0. Not whitened."""
     as_torch = type(rewards).__module__.startswith("torch")
     r = np.asarray(rewards.detach().cpu() if as_torch else rewards, dtype=np.float64)
     v = np.asarray(values.detach().cpu() if hasattr(values, "detach") else values, dtype=np.float64)
@@ -63,8 +63,9 @@ def gae(rewards: Any, values: Any, mask: Any, gamma: float = 1.0, lam: float = 0
     if as_torch:
         import torch
 
-        return (torch.as_tensor(adv, dtype=rewards.dtype if rewards.is_floating_point() else torch.float64),
-                torch.as_tensor(ret, dtype=rewards.dtype if rewards.is_floating_point() else torch.float64))
+        dtype = rewards.dtype if rewards.is_floating_point() else torch.float64
+        return (torch.as_tensor(adv, dtype=dtype, device=rewards.device),
+                torch.as_tensor(ret, dtype=dtype, device=rewards.device))
     return adv, ret
 
 

@@ -34,7 +34,8 @@ def train(
     set_: list[str] = typer.Option([], "--set", help="override, e.g. --set rollout.groups=2"),
     resume: Path | None = typer.Option(None, "--resume", help="continue the run in this folder"),
     nproc: int | None = typer.Option(None, "--nproc", min=1, help="data-parallel training processes on this "
-                                     "machine (torch.distributed, gloo): each plays its share of the task groups "
+                                     "machine (torch.distributed: gloo on CPU, NCCL on GPUs, one GPU per "
+                                     "process): each plays its share of the task groups "
                                      "(default 1; with --resume, as many as the run's last checkpoint had)"),
 ) -> None:
     """Train a policy (or, for an algorithm that needs a team such as teamtr, a team of agents) with RL; writes a
@@ -62,13 +63,21 @@ def train(
 
     if nproc is None:  # a resumed --nproc run (train.fsdp needs it) restarts with its own count; torchrun sets its own
         nproc = trained_processes(resume) if resume is not None and not is_torchrun() else 1
+    import os
+
+    from slea.trainer.dp_checks import check_rank_devices
+
+    try:  # run.device names a device this machine has, for every process: before any model loads
+        check_rank_devices(cfg.run.device, nproc if nproc > 1 else int(os.environ.get("WORLD_SIZE", "1")))
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}") from None
     if nproc > 1:
         _train_data_parallel(cfg, nproc, resume is not None)
         return
 
     if is_torchrun():
         _build_cached_model(cfg.model)  # before this process joins the group (see the function)
-    if init_from_torchrun():  # started by torchrun: this process is one rank of its group
+    if init_from_torchrun(cfg.run.device):  # started by torchrun: this process is one rank of its group
         dp = DataParallel.current()
         try:
             check_data_parallel(cfg, dp)
@@ -147,7 +156,8 @@ def _build_cached_model(model_cfg) -> None:
 
 
 def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
-    """``slea train --nproc N``: N spawned ranks in one gloo group (slea/trainer/distributed.py). (Under
+    """``slea train --nproc N``: N spawned ranks in one group (slea/trainer/distributed.py; gloo on CPU, NCCL
+    with one GPU per rank). (Under
     ``torchrun --nproc-per-node N -m slea.cli train ...`` each process joins torchrun's group instead.)"""
     import torch.multiprocessing as mp
 
@@ -164,7 +174,7 @@ def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
     run_dir = run_dir_for(cfg)  # chosen once here: a timestamped name must be the same on every rank
     plain(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
     try:
-        launch(_train_rank, nproc, cfg, run_dir, resume)
+        launch(_train_rank, nproc, cfg, run_dir, resume, device=cfg.run.device)
     except mp.ProcessExitedException as exc:  # a rank exited 2 or 3 after printing its one line
         raise typer.Exit(exc.exit_code if exc.exit_code in (2, 3) else 1) from None
 
@@ -281,6 +291,17 @@ def _model_target(target: str) -> bool:
         return False
 
 
+def _run_device(cfg):
+    """``run.device`` resolved for this process, or the one-line config error (exit 2) before any model loads."""
+    from slea.config import ConfigError
+    from slea.device import run_device
+
+    try:
+        return run_device(cfg.run.device)
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}") from None
+
+
 def _checkpoint_or_exit(what: str, run: Path | None) -> Path | None:
     """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2 (also for
     a team run: its checkpoint holds one adapter per agent, which these commands cannot load into one policy)."""
@@ -370,8 +391,9 @@ def eval_(
     from slea.rollout.collector import RolloutCollector
 
     torch.set_num_threads(cfg.run.threads)
+    device = _run_device(cfg)
     last = _checkpoint_or_exit("eval", run)
-    model, tok = load_policy(cfg.model, adapter_dir=last)
+    model, tok = load_policy(cfg.model, adapter_dir=last, device=device)
     builder = PromptBuilder.from_rollout(tok, cfg.rollout)
     kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}  # as training's evaluation
     if split is not None:
@@ -453,8 +475,9 @@ def agent(
     from slea.trainer.rl import experience_manager  # the trainer's manager, extractor and all
 
     torch.set_num_threads(cfg.run.threads)
+    device = _run_device(cfg)
     last = _checkpoint_or_exit("agent", run)
-    policy, tok = load_policy(cfg.model, adapter_dir=last)
+    policy, tok = load_policy(cfg.model, adapter_dir=last, device=device)
     policy.requires_grad_(False).eval()
     builder = PromptBuilder.from_rollout(tok, cfg.rollout)
     generator = make_generator(cfg.model, policy, tok)
@@ -521,6 +544,25 @@ def serve(
         pass
     finally:
         server.server_close()
+
+
+@app.command()
+def export(
+    run: Path = typer.Argument(..., help="a run folder (its config and last checkpoint)"),
+    out: Path = typer.Argument(..., help="the folder to write (new, or empty)"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (the base checkpoint's) | float32 | bfloat16"),
+) -> None:
+    """Write a trained run's policy as a Hugging Face model folder (LoRA merged; safetensors, tokenizer, chat
+    template) that transformers and vLLM load as it is."""
+    from slea.config import ConfigError
+    from slea.export import export_run
+    from slea.trainer.checkpoint import CheckpointError
+
+    try:
+        folder = export_run(run, out, dtype=dtype)
+    except (ConfigError, CheckpointError) as exc:
+        raise fail(f"export: {exc}".replace("export: export: ", "export: ")) from None
+    plain(f"wrote {folder}")
 
 
 @app.command()

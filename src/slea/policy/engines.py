@@ -21,25 +21,46 @@ from __future__ import annotations
 
 
 def make_generator(model_cfg, model, tok, *, stop_at_newline: bool = True, backend: str | None = None,
-                   trains: bool = True):
+                   max_batch: int = 32, server=None, trains: bool = True):
     """The generator ``model_cfg.generator`` names, over ``model``/``tok``. ``backend`` overrides the choice
-    (the experience extractor runs the base weights in-process: ``backend="hf"``). ``trains=False`` (``slea
-    agent``, ``slea eval``): a served engine neither asks for nor requires log-probs, and may talk chat
-    completions (``model.openai.api: chat``)."""
+    (the experience extractor runs the base weights in-process: ``backend="hf"``). ``max_batch``: the hf engine's
+    rows decoded together (``rollout.max_batch``); ``server``: a managed vLLM server started earlier
+    (:func:`start_server`). ``trains=False`` (``slea agent``, ``slea eval``): a served engine neither asks for
+    nor requires log-probs, and may talk chat completions (``model.openai.api: chat``)."""
     name = backend or model_cfg.generator
     if name == "hf":
         from slea.policy.generation import HFGenerator
 
-        return HFGenerator(model, tok, dtype=model_cfg.dtype, stop_at_newline=stop_at_newline)
+        return HFGenerator(model, tok, dtype=model_cfg.dtype, stop_at_newline=stop_at_newline, max_batch=max_batch)
     if name == "openai":
         from slea.policy.openai_engine import OpenAIGenerator
 
         return OpenAIGenerator(model, tok, model_cfg.openai, stop_at_newline=stop_at_newline, trains=trains)
     if name == "vllm":
+        from slea.device import model_device
         from slea.policy.vllm_server import VLLMGenerator
 
-        return VLLMGenerator(model, tok, model_cfg, stop_at_newline=stop_at_newline)
+        return VLLMGenerator(model, tok, model_cfg, stop_at_newline=stop_at_newline, server=server,
+                             device=model_device(model))
     raise ValueError(f"model.generator: no engine {name!r} (hf, openai, vllm)")
+
+
+def start_server(model_cfg, device):
+    """The managed vLLM server of ``model.generator: vllm``, started before the trainer loads its model onto
+    ``device`` (so vLLM's start-up memory check does not count the trainer's weights); None for other engines."""
+    if model_cfg.generator != "vllm":
+        return None
+    from slea.policy.vllm_server import ManagedVLLM
+
+    return ManagedVLLM(model_cfg, device)
+
+
+def sleep_generator(generator) -> None:
+    """Before an update: a served engine whose server sleeps (vLLM sleep mode) frees its GPU memory; it wakes
+    at the weight sync that follows. The in-process engine has nothing to free."""
+    sleep = getattr(generator, "sleep", None)
+    if sleep is not None:
+        sleep()
 
 
 def close_generator(generator) -> None:

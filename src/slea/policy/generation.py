@@ -31,6 +31,8 @@ from functools import lru_cache
 import numpy as np
 import torch
 
+from slea.device import model_device
+
 
 @dataclass
 class Generation:
@@ -39,9 +41,10 @@ class Generation:
     text: str
 
 
-def autocast(dtype: str):
+def autocast(dtype: str, device: str | torch.device = "cpu"):
+    """bf16 autocast on ``device``'s type (``dtype == "bfloat16"``), else nothing: fp32 compute."""
     if dtype == "bfloat16":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
+        return torch.autocast(torch.device(device).type, dtype=torch.bfloat16)
     return contextlib.nullcontext()
 
 
@@ -55,20 +58,27 @@ def _newline_ids(tokenizer) -> frozenset[int]:
     return frozenset(ids)
 
 
-def left_pad(seqs: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+def left_pad(seqs: list[list[int]], pad_id: int, device: str | torch.device | None = None
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids, mask)`` of the rows left-padded to the longest, built on the host and moved to ``device`` in one
+    copy each."""
     width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(seqs), width), dtype=torch.long)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long, device="cpu")  # host: filled, then moved
+    mask = torch.zeros((len(seqs), width), dtype=torch.long, device="cpu")  # host: filled, then moved
     for i, s in enumerate(seqs):
         if s:
-            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long)
+            ids[i, width - len(s):] = torch.tensor(s, dtype=torch.long, device="cpu")  # host: a row of ids
             mask[i, width - len(s):] = 1
+    if device is not None and torch.device(device).type != "cpu":
+        ids, mask = ids.to(device), mask.to(device)
     return ids, mask
 
 
 class HFGenerator:
     """Sampling engine over any HF causal LM (the training model itself: no weight sync), with shared-prefix
-    and duplicate-prompt prefill reuse. ``max_batch`` bounds the rows decoded together."""
+    and duplicate-prompt prefill reuse. ``max_batch`` bounds the rows decoded together (``rollout.max_batch``).
+    Every tensor is made on the model's device; each decode step copies its sampled tokens and log-probs to the
+    host once."""
 
     def __init__(self, model, tokenizer, *, dtype: str = "bfloat16", max_batch: int = 32,
                  stop_at_newline: bool = True):
@@ -97,11 +107,13 @@ class HFGenerator:
         else:
             stops = _newline_ids(self.tok) if stop_at_newline else frozenset()
         out: list[Generation | None] = [None] * len(prompts)
+        device = model_device(self.model)
         for start in range(0, len(prompts), self.max_batch):
             idx = list(range(start, min(start + self.max_batch, len(prompts))))
             uniforms = None
             if rng_keys is not None and temperature > 0:
-                uniforms = torch.from_numpy(np.stack([row_uniforms(rng_keys[i], max_new_tokens) for i in idx]))
+                uniforms = torch.from_numpy(np.stack([row_uniforms(rng_keys[i], max_new_tokens) for i in idx]
+                                                     )).to(device)
             gens = self._generate_chunk([prompts[i] for i in idx], max_new_tokens, temperature, top_p, top_k,
                                         uniforms, stops)
             for i, g in zip(idx, gens):
@@ -109,7 +121,7 @@ class HFGenerator:
         return out  # type: ignore[return-value]
 
     def _forward(self, ids, mask, pos, cache):
-        with autocast(self.dtype):
+        with autocast(self.dtype, ids.device):
             res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache,
                              use_cache=True, logits_to_keep=1)
         return res.logits[:, -1].float(), res.cache
@@ -120,6 +132,7 @@ class HFGenerator:
 
         was_training = self.model.training
         self.model.eval()
+        dev = model_device(self.model)
         try:
             prefix = shared_prefix(prompts)
             # Distinct remainders, each prefilled once.
@@ -127,17 +140,17 @@ class HFGenerator:
             row_to_u = [uniq.setdefault(tuple(p[prefix:]), len(uniq)) for p in prompts]
             rests = [list(k) for k in uniq]
             cache = DynamicCache(config=self.model.config)
-            p_mask = torch.ones(1, prefix, dtype=torch.long)
+            p_mask = torch.ones(1, prefix, dtype=torch.long, device=dev)
             if prefix:
-                _, cache = self._forward(torch.tensor([prompts[0][:prefix]]), p_mask,
-                                         torch.arange(prefix).unsqueeze(0), cache)
-                cache.batch_select_indices(torch.zeros(len(rests), dtype=torch.long))
-            ids, r_mask = left_pad(rests, self.tok.pad_token_id)
+                _, cache = self._forward(torch.tensor([prompts[0][:prefix]], device=dev), p_mask,
+                                         torch.arange(prefix, device=dev).unsqueeze(0), cache)
+                cache.batch_select_indices(torch.zeros(len(rests), dtype=torch.long, device=dev))
+            ids, r_mask = left_pad(rests, self.tok.pad_token_id, dev)
             mask = torch.cat([p_mask.expand(len(rests), -1), r_mask], dim=1)
             pos = (prefix + r_mask.cumsum(-1) - 1).clamp(min=0)
             logits, cache = self._forward(ids, mask, pos, cache)
             # Fan out to one row per prompt.
-            sel = torch.tensor(row_to_u, dtype=torch.long)
+            sel = torch.tensor(row_to_u, dtype=torch.long, device=dev)
             cache.batch_select_indices(sel)
             logits, mask, last_pos = logits[sel], mask[sel], pos[sel, -1]
             return self._decode(logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k,
@@ -148,28 +161,38 @@ class HFGenerator:
     def _decode(self, logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k, uniforms,
                 stop_ids):
         n = logits.shape[0]
-        eos = self.tok.eos_token_id
-        stops = torch.tensor(sorted(set(stop_ids) | {eos}), dtype=torch.long)
+        dev = logits.device
+        stops = set(stop_ids) | {self.tok.eos_token_id}
         toks: list[list[int]] = [[] for _ in range(n)]
         lps: list[list[float]] = [[] for _ in range(n)]
-        live = torch.arange(n)  # rows still generating; the cache holds only these
+        live = list(range(n))  # rows still generating (host list); the cache holds only these
+        live_t = torch.arange(n, device=dev)
         for step in range(max_new_tokens):
-            u = uniforms[live, step] if uniforms is not None else None
+            u = uniforms[live_t, step] if uniforms is not None else None
             nxt, logp = sample_next(logits, temperature, top_p, top_k, uniforms=u)
-            for j, row in enumerate(live.tolist()):
-                toks[row].append(int(nxt[j]))
-                lps[row].append(float(logp[j]))
-            done = torch.isin(nxt, stops)
-            if step == max_new_tokens - 1 or bool(done.all()):
+            host_tok, host_lp = to_host(nxt, logp)
+            for row, t, lp in zip(live, host_tok, host_lp):
+                toks[row].append(int(t))
+                lps[row].append(lp)
+            keep = [j for j, t in enumerate(host_tok) if int(t) not in stops]
+            if step == max_new_tokens - 1 or not keep:
                 break
-            keep = (~done).nonzero().squeeze(1)
             if len(keep) < len(live):
-                live, nxt, mask, last_pos = live[keep], nxt[keep], mask[keep], last_pos[keep]
-                cache.batch_select_indices(keep)
-            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=torch.long)], dim=1)
+                live = [live[j] for j in keep]
+                keep_t = torch.tensor(keep, dtype=torch.long, device=dev)
+                live_t, nxt, mask, last_pos = live_t[keep_t], nxt[keep_t], mask[keep_t], last_pos[keep_t]
+                cache.batch_select_indices(keep_t)
+            mask = torch.cat([mask, torch.ones(len(live), 1, dtype=torch.long, device=dev)], dim=1)
             last_pos = last_pos + 1
             logits, cache = self._forward(nxt.unsqueeze(1), mask, last_pos.unsqueeze(1), cache)
         return [Generation(t, lp, self.tok.decode(t, skip_special_tokens=True)) for t, lp in zip(toks, lps)]
+
+
+def to_host(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[float], list[float]]:
+    """A decode step's sampled tokens and their log-probs as host lists, in one device-to-host copy (token ids
+    are exact in float64; log-probs keep their float32 values)."""
+    host_tok, host_lp = torch.stack([tokens.double(), logprobs.double()]).tolist()
+    return host_tok, host_lp
 
 
 def forward_after_prefix(module, prefix_ids: list[int], ids: torch.Tensor, attn: torch.Tensor, **kwargs):
@@ -180,17 +203,30 @@ def forward_after_prefix(module, prefix_ids: list[int], ids: torch.Tensor, attn:
     the prefix's (its LM head over every prefix position was 8 % of a GRPO step's FLOPs, bench/mfu.py)."""
     from transformers import DynamicCache
 
+    if torch.is_grad_enabled() and checkpointing(module):
+        raise RuntimeError("the shared-prefix forward needs each layer's KV cache, which a gradient-checkpointed "
+                           "layer drops in training: run the plain forward (share_prefix=False)")
     n = len(prefix_ids)
+    dev = ids.device
     config = getattr(module, "config", None) or module.get_base_model().config  # a peft wrapper has none
     head = {"logits_to_keep": 1} if "logits_to_keep" in kwargs else {}
-    cache = module(input_ids=torch.tensor([prefix_ids]), position_ids=torch.arange(n).unsqueeze(0),
-                   cache=DynamicCache(config=config), use_cache=True, **head).cache
+    cache = module(input_ids=torch.tensor([prefix_ids], device=dev), position_ids=torch.arange(n, device=dev)
+                   .unsqueeze(0), cache=DynamicCache(config=config), use_cache=True, **head).cache
     # Fan out by repeat, not by index-select: the latter's backward (index_put_ with accumulate) adds with
     # atomics on >1 CPU thread, so gradients changed in the last bits from run to run (docs/reliability.md).
     cache.batch_repeat_interleave(ids.shape[0])
-    full = torch.cat([torch.ones(ids.shape[0], n, dtype=attn.dtype), attn], dim=1)
+    full = torch.cat([torch.ones(ids.shape[0], n, dtype=attn.dtype, device=dev), attn], dim=1)
     pos = (n + attn.cumsum(-1) - 1).clamp(min=0)
     return module(input_ids=ids, attention_mask=full, position_ids=pos, cache=cache, use_cache=True, **kwargs)
+
+
+def checkpointing(module) -> bool:
+    """Whether a training-mode layer of ``module`` recomputes its activations (gradient checkpointing), and so
+    drops the KV cache it is given."""
+    from transformers.modeling_layers import GradientCheckpointingLayer
+
+    return module.training and any(isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing
+                                   for m in module.modules())
 
 
 def shared_prefix(prompts: list[list[int]]) -> int:

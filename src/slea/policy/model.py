@@ -6,8 +6,12 @@
 - ``"tiny"``: a ~1M-parameter random Llama with a BPE tokenizer trained locally (tests and smoke runs).
 - anything else: an HF model folder (or a name already in the local HF cache; downloads stay off).
 
-Master weights are fp32; bf16 is applied by autocast in generation and training. LoRA (peft) is on by default;
-with LoRA, the reference policy is the base model with the adapters disabled.
+Trainable weights are fp32; bf16 is applied by autocast in generation and training. The frozen base weights of
+a LoRA policy are stored in ``model.base_dtype`` (:func:`slea.device.resolve_base_dtype`: bf16 on CUDA, fp32 on
+CPU unless set): a bf16 base halves the model's memory and spares autocast a cast of every weight at every
+forward. The model is loaded straight onto the run's device (``device``; default the CPU). LoRA (peft) is on by
+default, its adapters in fp32 whatever the base's dtype; with LoRA, the reference policy is the base model with
+the adapters disabled.
 """
 
 from __future__ import annotations
@@ -110,22 +114,34 @@ def load_tokenizer(name_or_path: str):
     return tok
 
 
-def load_policy(model_cfg, adapter_dir: str | Path | None = None):
+def load_policy(model_cfg, adapter_dir: str | Path | None = None, *, device: str | torch.device | None = None,
+                base_dtype: torch.dtype | None = None):
     """Return ``(model, tokenizer)``; LoRA-wrapped when ``model_cfg.lora``.
 
     ``adapter_dir`` loads saved adapter (or full) weights from a checkpoint, safetensors only; without it,
-    ``model_cfg.init_from`` names a run whose latest checkpoint is loaded (:func:`init_checkpoint`).
+    ``model_cfg.init_from`` names a run whose latest checkpoint is loaded (:func:`init_checkpoint`). ``device``:
+    where the model is loaded (default the CPU; a run passes its ``run.device``). ``base_dtype``: the storage
+    dtype of the base weights (default :func:`slea.device.resolve_base_dtype` of ``model_cfg``; a caller that
+    adds adapters itself, as a team does, passes the dtype of a frozen base).
     """
     if adapter_dir is None and getattr(model_cfg, "init_from", None):
         adapter_dir = init_checkpoint(model_cfg)
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
+    from slea.device import resolve_base_dtype
+
     hf_logging.disable_progress_bar()  # a "Loading weights" bar per load clutters logs and error output
+    device = torch.device(device or "cpu")
+    if base_dtype is None:
+        base_dtype = resolve_base_dtype(getattr(model_cfg, "base_dtype", "auto"), device=device,
+                                        lora=model_cfg.lora, dtype=model_cfg.dtype)
     path = resolve(model_cfg.name_or_path)
     tok = load_tokenizer(model_cfg.tokenizer or model_cfg.name_or_path)
-    # safetensors only: never unpickle a weights file (a pytorch_model.bin is refused)
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32, use_safetensors=True)
+    # safetensors only: never unpickle a weights file (a pytorch_model.bin is refused); on a GPU the weights go
+    # straight to it (no host copy of the whole model)
+    place = {"device_map": {"": str(device)}} if device.type != "cpu" else {}
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=base_dtype, use_safetensors=True, **place)
     model.config.use_cache = True
     if model_cfg.lora:
         from peft import get_peft_model
@@ -136,6 +152,15 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None):
 
         load_trainable(model, adapter_dir)
     return model, tok
+
+
+def enable_gradient_checkpointing(model) -> None:
+    """``train.gradient_checkpointing``: every decoder layer recomputes its activations in the backward pass
+    (non-reentrant checkpointing, so the frozen embeddings need no gradient). Such a layer drops the KV cache it
+    is given, so the update runs the plain forward (:func:`slea.policy.generation.forward_after_prefix` refuses)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    base.config.use_cache = True  # generation (no gradients) keeps its cache
 
 
 # the model settings a run's weights depend on: a run started from another's weights must share them

@@ -71,6 +71,7 @@ class OpenAIGenerator:
         self.calls = 0
         self.served: str | None = settings.model
         self.syncs = 0
+        self.asleep = False  # the server was put to sleep (model.openai.sleep) and not woken yet
         self._sync_root: Path | None = None
         self._warned = False
         key = os.environ.get(settings.api_key_env) if settings.api_key_env else None
@@ -333,6 +334,7 @@ class OpenAIGenerator:
 
             raise ConfigError("model.generator: openai sends trained weights to the server as LoRA adapters; set "
                               "model.lora: true")
+        self.wake_up()  # a server asleep for the update takes its weights back before the adapter
         if self._sync_root is None:
             root = self.cfg.sync_dir
             self._sync_root = Path(root) if root else Path(tempfile.mkdtemp(prefix="slea-sync-"))
@@ -356,6 +358,33 @@ class OpenAIGenerator:
         except GeneratorError:  # slea serve replaces the adapter on load: the old name is already gone
             pass
         shutil.rmtree(self._sync_root / name, ignore_errors=True)
+
+    # -- sleep mode (model.openai.sleep; vLLM's dev endpoints at the server's root) ------------------------------
+    def sleep(self) -> None:
+        """Before an update: ``POST /sleep?level=1`` (vLLM offloads its weights to host memory and drops its KV
+        cache, so the trainer beside it on the GPU has the memory); a no-op unless ``model.openai.sleep``."""
+        if getattr(self.cfg, "sleep", False) and not self.asleep:
+            self._root("/sleep?level=1")
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        """``POST /wake_up`` when the server sleeps (:meth:`sync_weights` does it before sending the adapter)."""
+        if self.asleep:
+            self._root("/wake_up")
+            self.asleep = False
+
+    def _root(self, path: str) -> None:
+        import httpx
+
+        url = self.cfg.base_url.rstrip("/").removesuffix("/v1") + path
+        try:
+            resp = self.client.post(url)
+        except httpx.HTTPError as exc:
+            raise GeneratorError(f"openai generator: cannot reach {url} ({type(exc).__name__}: {exc})") from None
+        if resp.status_code >= 400:
+            raise GeneratorError(f"openai generator: POST {url} answered {resp.status_code}: {resp.text[:300]} "
+                                 f"(sleep mode needs a vLLM server started with --enable-sleep-mode and "
+                                 f"VLLM_SERVER_DEV_MODE=1)")
 
     def close(self) -> None:
         self.client.close()

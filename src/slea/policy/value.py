@@ -23,6 +23,7 @@ from typing import Literal
 
 import torch
 
+from slea.device import model_device
 from slea.policy.generation import autocast, forward_after_prefix, left_pad, shared_prefix
 
 Positions = Literal["token", "turn"]
@@ -73,11 +74,13 @@ def value_features(model, prompts: list[list[int]], responses: list[list[int]], 
 
     Only the tokens up to the last position needed are run (the last response token is never input), in
     micro-batches, under the configured autocast precision, without the LM head; with ``share_prefix`` the
-    token prefix common to a micro-batch runs once (its KV cache fanned out), with the same result.
+    token prefix common to a micro-batch runs once (its KV cache fanned out), with the same result. The features
+    stay on the model's device.
     """
     if positions not in ("token", "turn"):
         raise ValueError(f"positions must be 'token' or 'turn', got {positions!r}")
     dec = backbone(model)
+    dev = model_device(dec)
     was_training = model.training
     model.eval()
     out: list[torch.Tensor] = []
@@ -98,8 +101,8 @@ def value_features(model, prompts: list[list[int]], responses: list[list[int]], 
             prefix = 0
             if share_prefix and len(seqs) > 1:
                 prefix = min(shared_prefix(seqs), *(len(q) - max(n, 1) for q, n in zip(seqs, keep)))
-            ids, attn = left_pad([q[prefix:] for q in seqs], pad_id)
-            with autocast(dtype):
+            ids, attn = left_pad([q[prefix:] for q in seqs], pad_id, dev)
+            with autocast(dtype, dev):
                 if prefix > 0:
                     hid = forward_after_prefix(dec, seqs[0][:prefix], ids, attn).last_hidden_state
                 else:

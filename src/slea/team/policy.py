@@ -74,7 +74,7 @@ class TeamPolicy:
         for name in self.agents:
             sd = get_peft_model_state_dict(self.model, adapter_name=name)
             path = folder / f"{name}.safetensors"
-            save_file({k: v.detach().contiguous() for k, v in sd.items()}, str(path))
+            save_file({k: v.detach().cpu().contiguous() for k, v in sd.items()}, str(path))
             paths.append(path)
         return paths
 
@@ -95,19 +95,23 @@ class TeamPolicy:
                                  f"missing {missing[:2]})")
 
 
-def build_team_policy(model_cfg, agents: list[str]) -> TeamPolicy:
-    """Load the base model once (``model_cfg``, master weights fp32) and give it one LoRA adapter per agent name.
+def build_team_policy(model_cfg, agents: list[str], device: str | torch.device | None = None) -> TeamPolicy:
+    """Load the base model once (``model_cfg``) on ``device`` (default the CPU) and give it one LoRA adapter per
+    agent name. The base is frozen, so it is stored in ``model.base_dtype`` (bf16 on CUDA by default); every
+    adapter is fp32 and on the base's device.
 
     The team needs LoRA (``model.lora: true``): separate full models per agent are not built here."""
     from peft import get_peft_model
 
+    from slea.device import resolve_base_dtype
     from slea.policy.model import load_policy, lora_config
 
     if not model_cfg.lora:
         raise ConfigError("model.lora: a team's agents are LoRA adapters on one base model; set model.lora: true")
     if len(set(agents)) != len(agents) or not agents:
         raise ConfigError(f"team: agent names must be unique and non-empty (got {agents})")
-    base, tok = load_policy(model_cfg.model_copy(update={"lora": False}))
+    dtype = resolve_base_dtype(model_cfg.base_dtype, device=device or "cpu", lora=True, dtype=model_cfg.dtype)
+    base, tok = load_policy(model_cfg.model_copy(update={"lora": False}), device=device, base_dtype=dtype)
     lcfg = lora_config(base, model_cfg)
     model = get_peft_model(base, lcfg, adapter_name=agents[0])
     for name in agents[1:]:

@@ -8,8 +8,9 @@ Layout of ``checkpoints/iter_000012/``:
 * ``trainable.safetensors`` — LoRA adapters, or all weights (a team run: every agent's adapter);
 * ``optimizer.safetensors`` + ``optimizer.json`` — moments and step counts, param groups (a team run: every
   agent's optimizer, as one :class:`OptimizerSet`);
-* ``rng.safetensors`` + ``state.json`` — iteration, RNG states of python and numpy (torch's in the
-  safetensors), and whatever the trainer adds (episodes, env seeds, guard counters);
+* ``rng.safetensors`` + ``state.json`` — iteration, RNG states of python and numpy (torch's CPU generator in
+  the safetensors, and each CUDA device's when the run uses CUDA), and whatever the trainer adds (episodes, env
+  seeds, guard counters);
 * ``library.sqlite`` — a consistent snapshot (SQLite online backup) of the run's experience library, when
   the run has one;
 * ``manifest.json`` — written last: size and SHA-256 of every file above.
@@ -37,6 +38,8 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from slea.device import cuda_rng_states
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +81,23 @@ def _unflatten_optimizer(tensors: dict[str, torch.Tensor], meta: dict[str, Any])
 
 
 def rng_state() -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The RNG states as safetensors-ready tensors (torch's CPU generator, and every CUDA device's as
+    ``cuda.<i>`` when CUDA is in use) and JSON (python's, numpy's)."""
     py = random.getstate()
-    return ({"torch": torch.get_rng_state()},
-            {"python": [py[0], list(py[1]), py[2]], "numpy": np.random.get_state(legacy=False)})
+    tensors = {"torch": torch.get_rng_state()}
+    tensors.update({f"cuda.{i}": t for i, t in enumerate(cuda_rng_states() or [])})
+    return tensors, {"python": [py[0], list(py[1]), py[2]], "numpy": np.random.get_state(legacy=False)}
 
 
 def set_rng_state(tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     torch.set_rng_state(tensors["torch"])
+    cuda = [tensors[k] for k in sorted((k for k in tensors if k.startswith("cuda.")), key=lambda k: int(k[5:]))]
+    if cuda:
+        if torch.cuda.is_available():
+            for i, t in enumerate(cuda[:torch.cuda.device_count()]):
+                torch.cuda.set_rng_state(t, i)
+        else:  # a GPU run resumed on a CPU machine: its CPU stream continues, the GPU streams have nowhere to go
+            log.warning("checkpoint holds the RNG state of %d CUDA device(s); torch sees none here", len(cuda))
     v, state, gauss = meta["python"]
     random.setstate((v, tuple(state), gauss))
     np.random.set_state(meta["numpy"])

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from slea.algorithms.losses import value_loss
+from slea.device import model_device
 from slea.policy.value import ValueHead, hidden_size, value_features
 from slea.types import Step
 
@@ -44,7 +45,7 @@ class Critic:
         self.train_cfg = cfg.train
         self.dtype = cfg.model.dtype
         self.pad_id = pad_id
-        self.head = ValueHead(hidden_size(model))
+        self.head = ValueHead(hidden_size(model)).to(model_device(model))  # on the policy's device
         self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=cfg.train.critic_lr,
                                            betas=tuple(cfg.train.betas), weight_decay=0.0)
         self._cache: tuple[list[torch.Tensor], list[np.ndarray]] | None = None
@@ -58,7 +59,7 @@ class Critic:
         feats = value_features(model, [r.prompt_ids for r in rows], [r.response_ids for r in rows], self.level,
                                micro_batch=self.train_cfg.micro_batch, dtype=self.dtype, pad_id=self.pad_id)
         self.head.eval()
-        vals = [self.head(f).double().numpy() for f in feats]
+        vals = [v.double().numpy() for v in (self.head(f).cpu() for f in feats)]
         self._cache = (feats, vals)
         self._forward_s = time.perf_counter() - t0
         return vals
@@ -74,8 +75,10 @@ class Critic:
         if not keep:
             return {}
         feats = torch.cat([feats_rows[i] for i in keep])
-        old = torch.from_numpy(np.concatenate([vals[i] for i in keep])).float()
-        ret = torch.from_numpy(np.concatenate([np.asarray(returns[i], np.float64).reshape(-1) for i in keep])).float()
+        dev = feats.device
+        old = torch.from_numpy(np.concatenate([vals[i] for i in keep])).float().to(dev)
+        ret = torch.from_numpy(np.concatenate([np.asarray(returns[i], np.float64).reshape(-1) for i in keep])
+                               ).float().to(dev)
         t0 = time.perf_counter()
         mask = torch.ones_like(ret)
         self.head.train()

@@ -10,7 +10,13 @@ the same batch, up to float summation order (tests/trainer/test_distributed.py).
 Why not ``torch.nn.parallel.DistributedDataParallel``: it averages gradients over ranks, and syncs inside one
 backward per rank, while slea's micro-batches are uneven across ranks (a mini-batch of 5 rows is 3 + 2) and its
 prefix-shared forward runs the model twice before one backward; the summed all-reduce after accumulation is the
-same collective without those constraints. Backend: gloo (CPU); nccl where the tensors live on GPUs.
+same collective without those constraints.
+
+Devices (``run.device``, slea/device.py): every rank works on ``cuda:LOCAL_RANK`` on a GPU node (``set_device``
+before the group is made; ``slea train --nproc`` sets ``LOCAL_RANK`` for its spawned ranks as torchrun does) or
+on the CPU. The group's backend is :func:`slea.device.backend_for` of that device: gloo on CPU,
+``cpu:gloo,cuda:nccl`` on GPUs (gradients all-reduce over NCCL). Object collectives (episodes, metrics: pickled
+rows, hundreds of MB) always go over a gloo group (:func:`object_group`), so they never travel through GPU memory.
 
 Sharded base weights (``train.fsdp``, :func:`shard_frozen_base`): FSDP2's ``fully_shard`` splits each decoder
 layer's frozen base weights (and the root's embeddings/head) across the ranks, and all-gathers a layer's
@@ -21,7 +27,8 @@ none), so nothing is summed twice. Every forward of a sharded module is a collec
 same number of forwards and backwards in the same order: the update pads a rank's micro-batches with zero-weight
 passes (:func:`lockstep_passes`) and runs one forward per backward (no shared-prefix split), and rollouts and
 evaluations, whose forward counts differ by rank, run inside :func:`full_weights`, with the base weights
-gathered once and no collective per forward.
+gathered once and no collective per forward. The shards live on the rank's device: FSDP2 gets an explicit
+one-dimensional device mesh of that type (:func:`device_mesh`), never torch's default accelerator mesh.
 """
 
 from __future__ import annotations
@@ -45,6 +52,7 @@ T = TypeVar("T")
 # Rank 0 may evaluate or checkpoint while the other ranks wait at the next collective: allow that long.
 COLLECTIVE_TIMEOUT = timedelta(hours=6)
 LEFT_KEY = "slea/ranks_left"  # the store's count of ranks that have torn their group down
+_OBJECT_GROUP: list[Any] = []  # the gloo group of object collectives when the default group is not gloo
 
 
 @dataclass(frozen=True)
@@ -107,8 +115,38 @@ class DataParallel:
         if self.world == 1:
             return [obj]
         out: list[Any] = [None] * self.world
-        dist.all_gather_object(out, obj)
+        dist.all_gather_object(out, obj, group=object_group())
         return out
+
+
+def object_group():
+    """The group of object collectives: the default group when its backend is gloo alone, else the gloo group
+    :func:`init_group` made beside it (``None`` means the default group)."""
+    return _OBJECT_GROUP[0] if _OBJECT_GROUP else None
+
+
+def init_group(device: str | torch.device, **kwargs: Any) -> str:
+    """``init_process_group`` with the backend of ``device`` (:func:`slea.device.backend_for`), after
+    ``set_device`` on a GPU; a GPU group also gets a gloo group for object collectives. Returns the backend."""
+    from slea.device import backend_for
+
+    device = torch.device(device)
+    backend = backend_for(device)
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, timeout=COLLECTIVE_TIMEOUT, **kwargs)
+    _OBJECT_GROUP.clear()
+    if backend != "gloo":
+        _OBJECT_GROUP.append(dist.new_group(backend="gloo", timeout=COLLECTIVE_TIMEOUT))
+    return backend
+
+
+def rank_device(spec: str) -> torch.device:
+    """The device of this process in a data-parallel run (``run.device``: auto, cpu, cuda; ``cuda:N`` is refused
+    with several processes), from ``LOCAL_RANK`` and ``WORLD_SIZE`` (slea/device.py)."""
+    from slea.device import run_device
+
+    return run_device(spec)
 
 
 def free_port() -> int:
@@ -117,17 +155,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def launch(fn: Callable[..., Any], nproc: int, *args: Any) -> None:
-    """Run ``fn(*args)`` in ``nproc`` spawned processes joined in one gloo group on this machine (ranks
-    0..nproc-1); returns when all have finished, and raises when one failed. ``fn`` must be importable by name
-    (spawned processes unpickle it)."""
-    torch.multiprocessing.spawn(_rank_main, args=(fn, nproc, free_port(), args), nprocs=nproc, join=True)
+def launch(fn: Callable[..., Any], nproc: int, *args: Any, device: str = "cpu") -> None:
+    """Run ``fn(*args)`` in ``nproc`` spawned processes joined in one group on this machine (ranks
+    0..nproc-1, ``LOCAL_RANK`` = rank, ``WORLD_SIZE`` = nproc in each); returns when all have finished, and
+    raises when one failed. ``device``: the ``run.device`` of the ranks (``cpu``: a gloo group; ``cuda``/
+    ``auto`` on a GPU node: rank r on ``cuda:r``, NCCL). ``fn`` must be importable by name (spawned processes
+    unpickle it)."""
+    torch.multiprocessing.spawn(_rank_main, args=(fn, nproc, free_port(), args, device), nprocs=nproc, join=True)
 
 
-def _rank_main(rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple) -> None:
+def _rank_main(rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, device: str = "cpu") -> None:
     faulthandler.enable()  # a native abort in a rank prints its Python stacks, not a bare "SIGABRT"
+    os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world))
     store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=COLLECTIVE_TIMEOUT)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT)
+    init_group(rank_device(device), store=store, rank=rank, world_size=world)
     try:
         fn(*args)
         dist.barrier()  # no rank tears its group down while another still has a collective in flight
@@ -152,14 +193,24 @@ def is_torchrun() -> bool:
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
 
 
-def init_from_torchrun() -> bool:
-    """Join the group torchrun describes (``WORLD_SIZE``/``RANK``/``MASTER_ADDR`` in the environment) when this
-    process was started by it and no group exists yet; True when a multi-process group is now initialised."""
+def init_from_torchrun(device: str = "cpu") -> bool:
+    """Join the group torchrun describes (``WORLD_SIZE``/``RANK``/``LOCAL_RANK``/``MASTER_ADDR`` in the
+    environment) when this process was started by it and no group exists yet, on this rank's device of
+    ``run.device`` (``device``); True when a multi-process group is now initialised."""
     if not is_torchrun():
         return False
     if not dist.is_initialized():
-        dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)
+        init_group(rank_device(device))
     return True
+
+
+def device_mesh(model):
+    """The one-dimensional mesh of every rank on the device type ``model`` lives on (FSDP2's ``mesh``)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    from slea.device import model_device
+
+    return init_device_mesh(model_device(model).type, (dist.get_world_size(),))
 
 
 def shard_frozen_base(model) -> None:
@@ -170,9 +221,10 @@ def shard_frozen_base(model) -> None:
     from torch.distributed.fsdp import fully_shard
 
     trainable = {p for p in model.parameters() if p.requires_grad}
+    mesh = device_mesh(model)  # shards stay on the model's device (CPU in a gloo group, cuda:LOCAL_RANK on GPUs)
     for layer in decoder_layers(model):
-        fully_shard(layer, ignored_params=trainable)
-    fully_shard(model, ignored_params=trainable)
+        fully_shard(layer, mesh=mesh, ignored_params=trainable)
+    fully_shard(model, mesh=mesh, ignored_params=trainable)
 
 
 def decoder_layers(model) -> list[torch.nn.Module]:

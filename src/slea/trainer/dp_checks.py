@@ -18,9 +18,10 @@ def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
         check_fsdp(cfg, dp)
     if dp.world == 1:
         return
-    if cfg.model.generator != "hf":
-        raise ConfigError(f"model.generator: {cfg.model.generator} serves one process's weights; data-parallel "
-                          f"training generates in-process (hf)")
+    if cfg.model.generator == "openai":
+        raise ConfigError("model.generator: openai serves one process's weights; data-parallel training generates "
+                          "in-process (hf) or with one managed vLLM server per process (vllm)")
+    check_rank_devices(cfg.run.device, dp.world)
     if cfg.rollout.groups < dp.world:
         raise ConfigError(f"rollout.groups: {cfg.rollout.groups} task groups cannot be shared by {dp.world} "
                           f"processes (at least one group each)")
@@ -38,6 +39,21 @@ def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
         raise ConfigError(f"experience.mode: {cfg.experience.mode} keeps an experience library, which is not split "
                           f"across processes yet (each rank clusters its own observations, so the gathered batch "
                           f"would link lessons to other ranks' cluster ids): run it with one process")
+
+
+def check_rank_devices(spec: str, world: int) -> None:
+    """Every process of this machine gets a device of ``run.device`` (``cuda:N`` and more processes than GPUs
+    are refused), checked for the last local rank before any process starts (slea/device.py)."""
+    import os
+
+    import torch
+
+    from slea.device import resolve_device
+
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+    available = torch.cuda.is_available()
+    resolve_device(spec, cuda_available=available, cuda_count=torch.cuda.device_count() if available else 0,
+                   local_rank=local - 1, world=world)
 
 
 def check_fsdp(cfg: RunConfig, dp: DataParallel) -> None:
