@@ -17,7 +17,7 @@ from slea.envs.base import DEFAULT_INSTRUCTIONS, TextEnv, user_turn
 from slea.envs.pool import EnvPool
 from slea.types import Instructions
 
-FAMILIES = {"textworld", "alfworld", "scienceworld", "webshop", "search_qa", "sokoban", "recall"}
+FAMILIES = {"textworld", "alfworld", "scienceworld", "webshop", "search_qa", "sokoban", "recall", "ballot"}
 # The ids whose constructor needs data of the user's: built with a tiny file instead, or skipped.
 _NEEDS_OFFICIAL_DATA = {"slea/ALFWorld-Official-v0"}
 

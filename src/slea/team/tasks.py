@@ -10,7 +10,9 @@ A :class:`Role` is one agent's part: its system prompt, whether its message is t
   single-agent arm of the TeamTR comparison: the same env, prompt layout and trainer);
 * ``searchqa_proposer_critic`` — Search-QA (Search-R1 protocol, exact-match reward: a checkable answer): the
   *proposer* proposes a search or an answer with a reason, the *critic* checks it against the retrieved
-  information and submits the team's action (``<search>`` or ``<answer>``).
+  information and submits the team's action (``<search>`` or ``<answer>``);
+* ``ballot_volunteer`` (:mod:`slea.team.coordination`) — ``slea/Ballot-v0``: four members vote on private
+  ballots, exactly one must take the chore on (the positive control for sequential fine-tuning).
 
 Register your own with ``@register_team_task`` on a function returning a :class:`TeamTask` (or name it as
 ``"my_pkg.my_module:my_task"``).
@@ -50,7 +52,7 @@ class TeamTask:
         return [r.name for r in self.roles]
 
 
-TEAM_TASKS: Registry[TeamTask] = Registry("team task", ("slea.team.tasks",))
+TEAM_TASKS: Registry[TeamTask] = Registry("team task", ("slea.team.tasks", "slea.team.coordination"))
 
 
 def register_team_task(name: str, *, replace: bool = False) -> Callable[[Callable[[], TeamTask]], Callable]:

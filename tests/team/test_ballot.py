@@ -1,0 +1,182 @@
+"""The TeamTR control: slea/Ballot-v0 and the ``ballot_volunteer`` team task. The env follows the contract and is
+deterministic; held-out games use chores and words never seen in training; a team that follows a convention wins
+every game and a random team wins n/2^n; no prompt lets a member decode what another member voted."""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from types import SimpleNamespace
+
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import slea.envs  # noqa: F401  (registers slea/Ballot-v0)
+from slea.config import RolloutSection
+from slea.envs import make, registered
+from slea.envs.ballot import CHORES, WORDS, BallotEnv, generate_game, scripted, success
+from slea.envs.pool import EnvPool
+from slea.policy.generation import Generation
+from slea.team import get_router, get_team_task
+from slea.team.prompts import TeamPromptBuilder
+from slea.team.rollout import TeamCollector
+
+
+def test_success_formula_hand_computed():
+    assert success(0.5, 4) == pytest.approx(4 / 16)  # a random team of four: 1/4
+    assert success(0.5, 3) == pytest.approx(3 / 8)
+    assert success(0.25, 4) == pytest.approx(4 * 0.25 * 0.75**3)  # 0.421875, the best symmetric policy of four
+    assert max(success(p / 1000, 4) for p in range(1001)) == pytest.approx(0.421875)
+    assert success(0.0, 4) == success(1.0, 4) == 0.0
+
+
+def test_registered_and_passes_gymnasiums_checker():
+    assert registered()["slea/Ballot-v0"].family == "ballot"
+    check_env(make("slea/Ballot-v0"), skip_render_check=True)
+    check_env(make("slea/Ballot-v0", split="heldout", agents=3), skip_render_check=True)
+
+
+def _votes(env: BallotEnv, seed: int, choose) -> tuple[bool, float, list[str]]:
+    obs, info = env.reset(seed=seed)
+    seen = [obs]
+    while True:
+        pair = info["admissible_actions"]
+        obs, reward, term, _, info = env.step(choose(len(seen) - 1, pair))
+        assert not info["invalid"]
+        seen.append(obs)
+        if term:
+            return bool(info["won"]), reward, seen
+
+
+def test_deterministic_and_heldout_disjoint():
+    a, b = BallotEnv(), BallotEnv()
+    for seed in (0, 3, 987654321):
+        assert _votes(a, seed, lambda j, p: p[j % 2]) == _votes(b, seed, lambda j, p: p[j % 2])
+        assert a.reset(seed=seed)[1]["admissible_actions"] == b.reset(seed=seed)[1]["admissible_actions"]
+    assert generate_game("train", 1) != generate_game("train", 2)
+    assert not set(CHORES["train"]) & set(CHORES["heldout"]) and not set(WORDS["train"]) & set(WORDS["heldout"])
+    for seed in range(200):
+        g = generate_game("heldout", seed)
+        assert g.chore in CHORES["heldout"] and all(w in WORDS["heldout"] for pair in g.ballots for w in pair)
+        assert all(pair[0] != pair[1] for pair in g.ballots)
+
+
+def test_the_words_never_appear_in_an_observation():
+    """What a vote meant is private: no observation names a ballot's words."""
+    env = BallotEnv()
+    rng = random.Random(0)
+    for seed in range(100):
+        _won, _, seen = _votes(env, seed, lambda j, p: rng.choice(p))
+        words = {w for pair in generate_game("train", seed).ballots for w in pair}
+        assert not any(re.search(rf"\b{w}\b", obs) for obs in seen for w in words)
+
+
+def test_a_convention_wins_every_game_and_anything_but_exactly_one_loses():
+    env = BallotEnv(split="heldout")
+    for seed in range(100):
+        won, reward, _ = _votes(env, seed, lambda j, p: p[0] if j == 0 else p[1])
+        assert won and reward == 1.0
+        assert env.reset(seed=seed)[1]["walkthrough"] == scripted(generate_game("heldout", seed).ballots)
+        assert _votes(env, seed, lambda j, p: p[1])[:2] == (False, 0.0)  # nobody takes it on
+        assert _votes(env, seed, lambda j, p: p[0] if j < 2 else p[1])[:2] == (False, 0.0)  # two do
+
+
+def test_a_random_team_wins_n_over_2_to_the_n():
+    env = BallotEnv()
+    rng = random.Random(1)
+    n = 4000
+    won = sum(_votes(env, seed, lambda j, p: rng.choice(p))[0] for seed in range(n)) / n
+    p = success(0.5, 4)
+    assert abs(won - p) < 4 * math.sqrt(p * (1 - p) / n)  # 0.25 ± 0.027
+
+
+def test_a_word_off_the_list_is_invalid_and_the_ballot_stays_open():
+    env = BallotEnv()
+    obs, _info = env.reset(seed=5)
+    same, reward, term, _, inf = env.step("I volunteer")
+    assert inf["invalid"] and same == obs and reward == 0.0 and not term and inf["ballot"] == 0
+    other = generate_game("train", 5).ballots[1][0]
+    assert env.step(other)[4]["invalid"]  # the next ballot's word is not on this list
+
+
+# -- the team task, played through the team rollout loop with scripted members ---------------------------------
+class _CharTokenizer:
+    """A stand-in tokenizer: the chat is its messages' text, one id per character (the prompts are readable)."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=True, tokenize=False):
+        return "\n".join(m["content"] for m in messages)
+
+    def __call__(self, text, add_special_tokens=False):
+        return SimpleNamespace(input_ids=[ord(c) for c in text])
+
+
+class _Members:
+    """The team's 'model': each member answers by a rule of its index and its own list (the last one shown)."""
+
+    def __init__(self, rule):
+        self.rule, self.active, self.prompts = rule, None, []
+
+    def activate(self, agent):
+        self.active = agent
+
+    def generate(self, prompts, **kw):
+        out = []
+        for ids in prompts:
+            text = "".join(map(chr, ids))
+            self.prompts.append((self.active, text))
+            listed = text.rsplit("Valid commands:\n", 1)[1].split("\n")
+            pair = [line[2:] for line in listed if line.startswith("- ")]
+            out.append(Generation([1], [0.0], self.rule(self.active, pair)))
+        return out
+
+
+def _play_team(rule, seeds, copies=4, split="train"):
+    task = get_team_task("ballot_volunteer")
+    members = _Members(rule)
+    builder = TeamPromptBuilder(_CharTokenizer(), context_messages=6, message_max_chars=300)
+    col = TeamCollector(members, members, builder, task, get_router("round_robin"), RolloutSection(), max_turns=4)
+    with EnvPool("slea/Ballot-v0", len(seeds), copies, {"split": split}) as pool:
+        episodes, _ = col.collect(pool, seeds)
+    return episodes, members.prompts
+
+
+def test_team_task_is_four_acting_members_on_ballot():
+    task = get_team_task("ballot_volunteer")
+    assert task.agents == ["ana", "ben", "cai", "dov"] and task.env_ids == ("slea/Ballot-v0",)
+    assert all(r.acts for r in task.roles)
+    # symmetric: the roles' prompts differ only in the member's name
+    assert len({r.system.replace(r.name.capitalize(), "X") for r in task.roles}) == 1
+    assert len({r.example for r in task.roles}) == 1
+    # the examples vote once for each position: no preference taught
+    answers = [(user.rsplit("- ", 2)[-2].strip(), user.rsplit("- ", 1)[-1].split("\n")[0], a)
+               for user, a in task.roles[0].example]
+    assert {a == first for first, _, a in answers} == {True, False}
+
+
+@pytest.mark.parametrize("split", ["train", "heldout"])
+def test_a_scripted_convention_team_wins_every_episode(split):
+    episodes, _ = _play_team(lambda agent, pair: pair[0] if agent == 0 else pair[1], [0, 1, 2, 3], split=split)
+    assert len(episodes) == 16
+    for ep in episodes:
+        assert ep.agents == [0, 1, 2, 3] and ep.trajectory.won and ep.team_return == 1.0
+
+
+def test_a_random_team_is_near_chance_and_deterministic_under_seeds():
+    def rule_from(seed):
+        rng = random.Random(seed)
+        return lambda agent, pair: rng.choice(pair)
+
+    seeds = list(range(50))
+    episodes, prompts = _play_team(rule_from(7), seeds, copies=8)
+    won = sum(e.trajectory.won for e in episodes) / len(episodes)
+    assert abs(won - 0.25) < 4 * math.sqrt(0.25 * 0.75 / len(episodes))  # 400 episodes: 0.25 ± 0.087
+    again, _ = _play_team(rule_from(7), seeds, copies=8)
+    assert [e.trajectory.won for e in again] == [e.trajectory.won for e in episodes]
+    # no member's prompt holds the other word of an earlier member's ballot, so a vote cannot be decoded
+    for agent, text in prompts:
+        real = text.rsplit("Goal: ", 1)[1]  # the real turn, after the example exchanges
+        spoken = re.findall(r"^\[(?:ana|ben|cai|dov)\] (\w+)$", real, re.MULTILINE)
+        assert len(spoken) == agent
+        transcript = real.rsplit("Valid commands:\n", 1)[0]
+        assert {w for w in WORDS["train"] if re.search(rf"\b{w}\b", transcript)} <= set(spoken)
