@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--set", dest="extra", action="append", default=[], help="more overrides")
     ap.add_argument("--commit", help="the commit --src holds (default: git rev-parse HEAD in --src)")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--log", type=Path, help="the run's output (default: --out with .log)")
     args = ap.parse_args(argv)
     src = args.src.resolve()
     commit = args.commit or subprocess.run(["git", "-C", str(src), "rev-parse", "HEAD"], check=False,
@@ -67,10 +68,13 @@ def main(argv: list[str] | None = None) -> dict:
                *[a for o in overrides(args.iterations, run_dir) + args.extra for a in ("--set", o)]]
         env = {**os.environ, "PYTHONPATH": str(src / "src")}
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, check=False, cwd=src, env=env, capture_output=True, text=True)
+        log = args.out.with_suffix(".log") if args.log is None else args.log
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("w") as fh:  # the run's own progress lines, to follow it while it runs
+            proc = subprocess.run(cmd, check=False, cwd=src, env=env, stdout=fh, stderr=subprocess.STDOUT)
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
-            raise SystemExit(f"slea train failed ({proc.returncode}): {proc.stderr[-2000:]}")
+            raise SystemExit(f"slea train failed ({proc.returncode}): see {log}")
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
         summary = json.loads((run_dir / "summary.json").read_text())
     res = {"what": "configs/default.yaml, " + " ".join(overrides(args.iterations, Path("<tmp>"))[:-1] + args.extra),

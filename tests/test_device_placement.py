@@ -16,8 +16,8 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "slea"
 # the modules whose tensors must live on the model's device
-MODULES = ["policy/generation.py", "policy/value.py", "trainer/critic.py", "algorithms/alignment.py",
-           "algorithms/gae.py"]
+MODULES = ["policy/generation.py", "policy/value.py", "trainer/critic.py", "trainer/update.py",
+           "alignment/objectives.py", "algorithms/alignment.py", "algorithms/gae.py"]
 FACTORIES = {"tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "rand", "randn", "randint",
              "randperm", "linspace", "eye"}
 

@@ -124,6 +124,36 @@ def test_micro_batch_accumulation_equals_one_large_batch(model, agg):
         _assert_same_gradient(whole, _gradient(model, samples, micro_batch=mb, agg=agg))
 
 
+def test_the_update_on_the_device_gives_the_cpu_update_s_gradient(model, device):
+    """Update parity across devices: the same rows (off-policy, KL term on, shared prefix) on ``device`` give
+    the CPU's gradient (fp32)."""
+    def rows():
+        samples = _samples(6, seed=4)
+        for i, s in enumerate(samples):
+            s.old_logprobs = [0.05 * ((i + j) % 3 - 1) + lp for j, lp in enumerate(_logprobs(model, [s])[0])]
+            s.ref_logprobs = [lp - 0.2 for lp in s.old_logprobs]
+        return samples
+
+    want = _gradient(model, rows(), micro_batch=4, kl_coef=0.3)
+    moved = copy.deepcopy(model).to(device)
+    got = _gradient(moved, rows(), micro_batch=4, kl_coef=0.3)
+    assert {g.device.type for g in got} == {device}
+    _assert_same_gradient(want, [g.cpu() for g in got])
+
+
+def test_gradient_checkpointing_leaves_the_update_s_gradient_unchanged(model):
+    """With ``train.gradient_checkpointing`` the update runs the plain forward (the shared-prefix one needs the
+    KV cache a checkpointed layer drops) and gets the same gradient."""
+    from slea.policy.model import enable_gradient_checkpointing
+
+    samples = _on_policy(model, _samples(6, seed=5))
+    want = _gradient(model, copy.deepcopy(samples), micro_batch=3)
+    ckpt = copy.deepcopy(model)
+    enable_gradient_checkpointing(ckpt)
+    assert U.share_prefix_for(model, sharded=False) and not U.share_prefix_for(ckpt, sharded=False)
+    _assert_same_gradient(want, _gradient(ckpt, copy.deepcopy(samples), micro_batch=3))
+
+
 @pytest.mark.parametrize("agg", ["token-mean", "seq-mean-token-mean"])
 def test_micro_batch_accumulation_of_the_kl_term_equals_one_large_batch(model, agg):
     """β · token-mean(KL) over the whole mini-batch, however it is cut into micro-batches."""

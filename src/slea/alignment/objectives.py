@@ -40,6 +40,7 @@ from slea.algorithms.alignment import (
     turn_dpo_loss,
     turn_weights,
 )
+from slea.device import model_device
 from slea.plugins import Registry
 from slea.trainer.update import Sample, reference_logprobs, response_logprobs
 
@@ -106,29 +107,32 @@ class TurnStats:
 
     def weights(self, pivot: float, omega_low: float, omega_high: float) -> torch.Tensor:
         """tlm-DRE Eq.10 per turn; 0 on padding (a constant)."""
-        w = turn_weights(self.adequacy.numpy(), pivot, omega_low, omega_high)
-        return torch.as_tensor(w, dtype=self.logp.dtype) * self.mask
+        w = turn_weights(self.adequacy.cpu().numpy(), pivot, omega_low, omega_high)
+        return torch.as_tensor(w, dtype=self.logp.dtype, device=self.logp.device) * self.mask
 
 
 def _side(sums: torch.Tensor, layout: list[list[int]], samples: Sequence[Sample]) -> TurnStats:
     """Gather the flat per-turn ``sums`` into a padded side; ``layout[b]`` lists pair b's turn indices."""
     b, t = len(layout), max((len(row) for row in layout), default=0) or 1
     n = len(samples)
-    idx = torch.full((b, t), n, dtype=torch.long)
+    dev = sums.device
+    idx = torch.full((b, t), n, dtype=torch.long, device="cpu")  # host: filled row by row, then moved once
     for i, row in enumerate(layout):
-        idx[i, :len(row)] = torch.tensor(row, dtype=torch.long)
+        idx[i, :len(row)] = torch.tensor(row, dtype=torch.long, device="cpu")  # host: one row
+    idx = idx.to(dev)
     mask = (idx < n).to(sums.dtype)
     padded = torch.cat([sums, sums.new_zeros(1)])
     has_ref = [s.ref_logprobs is not None for s in samples]
     ref = torch.tensor([float(np.sum(s.ref_logprobs)) if ok else 0.0 for s, ok in zip(samples, has_ref)] + [0.0],
-                       dtype=sums.dtype)
-    tokens = torch.tensor([float(len(s.response_ids)) for s in samples] + [0.0], dtype=sums.dtype)
+                       dtype=sums.dtype, device=dev)
+    tokens = torch.tensor([float(len(s.response_ids)) for s in samples] + [0.0], dtype=sums.dtype, device=dev)
     refs = [np.asarray(s.ref_logprobs) for s, ok in zip(samples, has_ref) if ok]
     p = np.ones(n + 1)
     if refs:
         p[[i for i, ok in enumerate(has_ref) if ok]] = turn_adequacy(refs)
     # adequacy stays float64: Eq.10 compares it with the pivot, and a float32 rounding could flip a turn at the edge
-    return TurnStats(padded[idx], ref[idx], tokens[idx], torch.as_tensor(p, dtype=torch.float64)[idx], mask)
+    return TurnStats(padded[idx], ref[idx], tokens[idx], torch.as_tensor(p, dtype=torch.float64, device=dev)[idx],
+                     mask)
 
 
 # -- registry ---------------------------------------------------------------------------------------------------
@@ -250,13 +254,14 @@ def turn_logprob_sums(model, samples: Sequence[Sample], *, micro_batch: int = 8,
                       share_prefix: bool = True) -> torch.Tensor:
     """``(N,)``: each turn's summed action-token log-prob under ``model`` (differentiable unless called under
     ``torch.no_grad``), in micro-batches of ``micro_batch`` turns (temperature 1)."""
-    out = torch.zeros(len(samples))
+    dev = model_device(model)
+    out = torch.zeros(len(samples), device=dev)
     parts, where = [], []
     for idx in _chunks(samples, micro_batch):
         parts.append(_chunk_sums(model, samples, idx, dtype, share_prefix))
         where += idx
     if parts:
-        out = out.index_put((torch.tensor(where),), torch.cat(parts))
+        out = out.index_put((torch.tensor(where, device=dev),), torch.cat(parts))
     return out
 
 
@@ -362,8 +367,9 @@ def alignment_step(model, optimizer, pairs_batch: Sequence[PairTokens], method: 
 
 def _two_pass(model, samples, evaluate, linear: bool, micro_batch: int, dtype: str, share_prefix: bool):
     """Gradient of ``evaluate(sums)`` accumulated micro-batch by micro-batch (see :func:`alignment_step`)."""
+    dev = model_device(model)
     if linear:
-        point = torch.zeros(len(samples))
+        point = torch.zeros(len(samples), device=dev)
     else:
         with torch.no_grad():
             point = turn_logprob_sums(model, samples, micro_batch=micro_batch, dtype=dtype, share_prefix=share_prefix)
@@ -372,7 +378,7 @@ def _two_pass(model, samples, evaluate, linear: bool, micro_batch: int, dtype: s
     if not math.isfinite(float(loss.detach())):
         return loss, met
     (grad,) = torch.autograd.grad(loss, leaf)
-    seen = torch.zeros(len(samples))
+    seen = torch.zeros(len(samples), device=dev)
     for idx in _chunks(samples, micro_batch):
         sums = _chunk_sums(model, samples, idx, dtype, share_prefix)
         (sums * grad[idx]).sum().backward()

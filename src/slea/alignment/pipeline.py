@@ -48,6 +48,7 @@ from slea.alignment.data import (
 )
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config
+from slea.device import run_device
 from slea.envs.pool import EnvPool
 from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
@@ -82,6 +83,7 @@ class AlignPipeline:
         self.dir = Path(run_dir)
         self.say = say
         self.spec = method_spec(cfg.align.method)
+        self.device = run_device(cfg.run.device)  # a device this machine lacks: ConfigError before any model loads
         self.model = self.tok = None
         self.builder: PromptBuilder | None = None
 
@@ -118,7 +120,7 @@ class AlignPipeline:
     def _policy(self, checkpoint: Path | None):
         """The policy (and tokenizer) with ``checkpoint``'s trainable weights (None: the config's start)."""
         if self.model is None:
-            self.model, self.tok = load_policy(self.cfg.model)
+            self.model, self.tok = load_policy(self.cfg.model, device=self.device)
             self.builder = PromptBuilder.from_rollout(self.tok, self.cfg.rollout)
         if checkpoint is not None:
             load_trainable(self.model, checkpoint)
@@ -126,7 +128,7 @@ class AlignPipeline:
 
     def _generator(self):
         """The rollout engine (``model.generator``) over the policy as it is now (a served one gets its weights)."""
-        gen = make_generator(self.cfg.model, self.model, self.tok)
+        gen = make_generator(self.cfg.model, self.model, self.tok, max_batch=self.cfg.rollout.max_batch)
         gen.sync_weights(self.model)
         return gen
 

@@ -203,7 +203,7 @@ def forward_after_prefix(module, prefix_ids: list[int], ids: torch.Tensor, attn:
     the prefix's (its LM head over every prefix position was 8 % of a GRPO step's FLOPs, bench/mfu.py)."""
     from transformers import DynamicCache
 
-    if torch.is_grad_enabled() and checkpointing(module):
+    if torch.is_grad_enabled() and module.training and checkpointing(module):
         raise RuntimeError("the shared-prefix forward needs each layer's KV cache, which a gradient-checkpointed "
                            "layer drops in training: run the plain forward (share_prefix=False)")
     n = len(prefix_ids)
@@ -221,12 +221,11 @@ def forward_after_prefix(module, prefix_ids: list[int], ids: torch.Tensor, attn:
 
 
 def checkpointing(module) -> bool:
-    """Whether a training-mode layer of ``module`` recomputes its activations (gradient checkpointing), and so
-    drops the KV cache it is given."""
+    """Whether ``module``'s layers recompute their activations in the backward pass (gradient checkpointing): in
+    training with gradients they then drop the KV cache they are given."""
     from transformers.modeling_layers import GradientCheckpointingLayer
 
-    return module.training and any(isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing
-                                   for m in module.modules())
+    return any(isinstance(m, GradientCheckpointingLayer) and m.gradient_checkpointing for m in module.modules())
 
 
 def shared_prefix(prompts: list[list[int]]) -> int:

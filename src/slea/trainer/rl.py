@@ -42,9 +42,10 @@ from slea.algorithms.batch import Advantages, StepBatch, estimate
 from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings
+from slea.device import model_device, run_device
 from slea.evaluation.evaluate import evaluate, write_eval
-from slea.policy.engines import close_generator, make_generator
-from slea.policy.model import load_policy
+from slea.policy.engines import close_generator, make_generator, sleep_generator, start_server
+from slea.policy.model import enable_gradient_checkpointing, load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector, RolloutStats
@@ -159,7 +160,7 @@ def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
                 name = x.extractor_model or cfg.model.name_or_path
                 mcfg = cfg.model.model_copy(update={"name_or_path": name, "lora": False, "tokenizer": (
                     cfg.model.tokenizer if x.extractor_model is None else None)})
-                model, tok = load_policy(mcfg)
+                model, tok = load_policy(mcfg, device=model_device(generator.model))
                 model.requires_grad_(False).eval()
                 engine.append((make_generator(cfg.model, model, tok, stop_at_newline=False, backend="hf"), False))
         return engine[0]
@@ -203,11 +204,16 @@ class Trainer:
         self.out = self.dir if self.dp.main else Path(tempfile.mkdtemp(prefix=f"slea-rank{self.dp.rank}-"))
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
-        self.model, self.tok = load_policy(cfg.model)
+        self.device = run_device(cfg.run.device)  # run.device (slea/device.py): a missing GPU is a ConfigError here
+        server = start_server(cfg.model, self.device)  # a managed vLLM server, before the trainer takes GPU memory
+        self.model, self.tok = load_policy(cfg.model, device=self.device)
+        if cfg.train.gradient_checkpointing:
+            enable_gradient_checkpointing(self.model)
         if cfg.train.fsdp:  # the frozen base weights sharded over the ranks; the LoRA weights stay whole
             shard_frozen_base(self.model)
         self.reference = self._frozen_reference()
-        self.generator = make_generator(cfg.model, self.model, self.tok)  # hf | openai | vllm (slea/policy/engines.py)
+        self.generator = make_generator(cfg.model, self.model, self.tok, max_batch=cfg.rollout.max_batch,
+                                        server=server)  # hf | openai | vllm (slea/policy/engines.py)
         builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.experience = experience_manager(cfg, self.spec, self.out, self.generator)
@@ -259,6 +265,7 @@ class Trainer:
         t_lib = time.perf_counter()
         library = self.evolve(clean, it) if est.ok else {}
         t_train = time.perf_counter()
+        sleep_generator(self.generator)  # a vLLM server on the trainer's GPU frees it; the sync below wakes it
         upd, critic = self.update(est, it)
         self.generator.sync_weights(self.model)  # the engine generates with the new weights (hf: no-op)
         seconds = {"library": t_train - t_lib, "train": time.perf_counter() - t_train}
@@ -311,7 +318,7 @@ class Trainer:
         resume: the reference is always the starting model, never the resumed one)."""
         if not self.needs_reference or hasattr(self.model, "disable_adapter"):
             return None
-        ref, _ = load_policy(self.cfg.model.model_copy(update={"lora": False}))
+        ref, _ = load_policy(self.cfg.model.model_copy(update={"lora": False}), device=self.device)
         ref.eval()
         ref.requires_grad_(False)
         return ref
@@ -474,9 +481,16 @@ class Trainer:
                    "iterations": len(rows), "wall_s": time.perf_counter() - t_start,
                    "checkpoint": self.last_checkpoint,
                    # log-probs are recorded at generation and recomputed in training, both under this precision
-                   "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
+                   "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype,
+                                 "base_weights": str(_frozen_dtype(self.model)).removeprefix("torch.")},
+                   "device": str(self.device)}
         write_eval(self.dir, "summary", summary)
         return summary
+
+
+def _frozen_dtype(model) -> torch.dtype:
+    """The storage dtype of the model's frozen (base) weights (fp32 for a fully fine-tuned model)."""
+    return next((p.dtype for p in model.parameters() if not p.requires_grad), torch.float32)
 
 
 def _faulted(t: Trajectory) -> bool:

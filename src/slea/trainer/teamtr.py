@@ -61,6 +61,7 @@ from slea.algorithms.registry import get_algorithm, get_policy_loss
 from slea.algorithms.teamtr import KL_ESTIMATORS, token_kl
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
+from slea.device import run_device
 from slea.envs.pool import EnvPool
 from slea.evaluation.evaluate import summarize
 from slea.evaluation.team import evaluate_team
@@ -176,8 +177,10 @@ class TeamTrainer:
         self.dir = Path(run_dir) if run_dir else run_dir_for(cfg)
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
-        self.team = build_team_policy(cfg.model, self.task.agents)
-        self.generator = make_generator(cfg.model, self.team.model, self.team.tok)  # hf (check_team_config)
+        self.device = run_device(cfg.run.device)  # run.device (slea/device.py): a missing GPU is a ConfigError here
+        self.team = build_team_policy(cfg.model, self.task.agents, device=self.device)
+        self.generator = make_generator(cfg.model, self.team.model, self.team.tok,
+                                        max_batch=cfg.rollout.max_batch)  # hf (check_team_config)
         t = cfg.team
         builder = TeamPromptBuilder(self.team.tok, context_messages=t.context_messages,
                                     message_max_chars=t.message_max_chars, one_shot=cfg.rollout.one_shot)
@@ -310,8 +313,8 @@ class TeamTrainer:
         logp, mask = response_logprobs(self.team.model, chunk, temperature=self.cfg.rollout.temperature,
                                        dtype=self.cfg.model.dtype)
         k = mask.shape[1]
-        return logp, mask, _right_aligned([s.old_logprobs for s in chunk], k), _right_aligned(
-            [s.advantages for s in chunk], k)
+        return logp, mask, _right_aligned([s.old_logprobs for s in chunk], k, logp.device), _right_aligned(
+            [s.advantages for s in chunk], k, logp.device)
 
     def _step(self, agent: int, samples: list[Sample], trained: list[bool], beta: float) -> dict[str, float]:
         """One optimizer step of ``agent`` on Eq.10: the policy loss over the ``trained`` messages (its mean over
@@ -332,7 +335,7 @@ class TeamTrainer:
             loss = beta * kl * (len(chunk) / len(samples))
             met: dict[str, float] = {}
             if rows:
-                idx = torch.tensor(rows, dtype=torch.long)
+                idx = torch.tensor(rows, dtype=torch.long, device=logp.device)
                 extra = {"beta": 0.0} if self.loss_takes_beta else {}
                 policy_loss, met = self.loss_fn(logp[idx], old[idx], adv[idx], mask[idx], **self.loss_kwargs,
                                                 **extra)
@@ -507,7 +510,8 @@ class TeamTrainer:
                    "env_steps": self.env_steps, "stopped_by": self.stopped or None,
                    "before": before, "after": after, "wall_s": time.perf_counter() - t_start,
                    "checkpoint": self.last_checkpoint,
-                   "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}}
+                   "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype},
+                   "device": str(self.device)}
         atomic_write_text(self.dir / "eval" / "summary.json", json.dumps(summary, indent=2))
         return summary
 

@@ -20,7 +20,8 @@ import torch
 from slea.algorithms.kl import kl_penalty
 from slea.algorithms.registry import get_policy_loss
 from slea.config import loss_settings
-from slea.policy.generation import autocast, forward_after_prefix, left_pad, shared_prefix
+from slea.device import model_device
+from slea.policy.generation import autocast, checkpointing, forward_after_prefix, left_pad, shared_prefix
 from slea.trainer.distributed import DataParallel, is_sharded, lockstep_passes
 from slea.types import Step
 
@@ -68,8 +69,9 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
     k = max(len(s.response_ids) for s in samples)
     prefix = shared_prefix([s.prompt_ids for s in samples]) if share_prefix and len(samples) > 1 else 0
     rest = [s.prompt_ids[prefix:] + s.response_ids for s in samples]
-    ids, attn = left_pad(rest, 0)
-    with autocast(dtype):
+    dev = model_device(model)
+    ids, attn = left_pad(rest, 0, dev)
+    with autocast(dtype, dev):
         if prefix:
             out = forward_after_prefix(model, samples[0].prompt_ids[:prefix], ids, attn, logits_to_keep=k + 1)
         else:
@@ -81,17 +83,25 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
         logits = logits / temperature
     targets = ids[:, -k:]
     logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    lens = torch.tensor([len(s.response_ids) for s in samples])
-    mask = (torch.arange(k).unsqueeze(0) >= (k - lens).unsqueeze(1)).float()
+    lens = torch.tensor([len(s.response_ids) for s in samples], device=dev)
+    mask = (torch.arange(k, device=dev).unsqueeze(0) >= (k - lens).unsqueeze(1)).float()
     return logp * mask, mask
 
 
-def _right_aligned(rows: list[list[float]], k: int) -> torch.Tensor:
-    out = torch.zeros(len(rows), k)
+def _right_aligned(rows: list[list[float]], k: int, device: str | torch.device | None = None) -> torch.Tensor:
+    """``(len(rows), k)`` float32, each row's values at its right end (zeros before), built on the host and
+    moved to ``device`` in one copy."""
+    out = torch.zeros(len(rows), k, device="cpu")  # host: filled row by row, then moved once
     for i, r in enumerate(rows):
         if r:
-            out[i, k - len(r):] = torch.tensor(r, dtype=torch.float32)
-    return out
+            out[i, k - len(r):] = torch.tensor(r, dtype=torch.float32, device="cpu")  # host: one row
+    return out if device is None else out.to(device)
+
+
+def share_prefix_for(model, sharded: bool) -> bool:
+    """Whether the update's forwards share the rows' common prefix: not under FSDP (one forward per backward,
+    distributed.py) and not under gradient checkpointing (a checkpointed layer drops the prefix's KV cache)."""
+    return not sharded and not checkpointing(model)
 
 
 @torch.no_grad()
@@ -200,6 +210,7 @@ def fill_old_and_reference(model, plan: list[MiniBatch], *, trainer: bool, refer
     if reference_needed and reference is None and not hasattr(model, "disable_adapter"):
         raise ValueError("the KL reference of a fully fine-tuned policy must be a frozen copy of the starting "
                          "weights: pass reference=")
+    share = share_prefix_for(model, sharded)  # as the update's own forward
     was_training = model.training
     model.eval()
     try:
@@ -208,14 +219,14 @@ def fill_old_and_reference(model, plan: list[MiniBatch], *, trainer: bool, refer
                 batch = chunk or mb.rows[:1]  # an empty chunk is a lockstep forward of a sharded model
                 if trainer:
                     logp, mask = response_logprobs(model, batch, temperature=temperature, dtype=dtype,
-                                                   share_prefix=not sharded)
+                                                   share_prefix=share)
                     for s, row, m in zip(chunk, logp, mask):
                         s.trainer_logprobs = row[m.bool()].tolist()
                 if reference_needed:
                     ctx = model.disable_adapter() if reference is None else contextlib.nullcontext()
                     with ctx:
                         logp, mask = response_logprobs(model if reference is None else reference, batch,
-                                                       temperature=temperature, dtype=dtype, share_prefix=not sharded)
+                                                       temperature=temperature, dtype=dtype, share_prefix=share)
                     for s, row, m in zip(chunk, logp, mask):
                         s.ref_logprobs = row[m.bool()].tolist()
     finally:
@@ -291,10 +302,10 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
                 idle_pass(model, rows[0], temperature=temperature, dtype=dtype)
                 continue
             logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype,
-                                           share_prefix=not sharded)
+                                           share_prefix=share_prefix_for(model, sharded))
             pad = (k - mask.shape[1], 0)
             logp, mask = torch.nn.functional.pad(logp, pad), torch.nn.functional.pad(mask, pad)
-            rollout_old = _right_aligned([s.old_logprobs for s in chunk], k)
+            rollout_old = _right_aligned([s.old_logprobs for s in chunk], k, logp.device)
             if not recompute:
                 old = rollout_old
             elif done == 0:  # on-policy: π_old is this very forward, detached (ratio exactly 1)
@@ -302,8 +313,8 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
                 for s, row, m in zip(chunk, old, mask):
                     s.trainer_logprobs = row[m.bool()].tolist()
             else:
-                old = _right_aligned([s.trainer_logprobs for s in chunk], k)
-            adv = _right_aligned([s.advantages for s in chunk], k)
+                old = _right_aligned([s.trainer_logprobs for s in chunk], k, logp.device)
+            adv = _right_aligned([s.advantages for s in chunk], k, logp.device)
             if mode == "tis":
                 adv = adv * tis_weights(old, rollout_old, algo_cfg.tis_cap) * mask
             loss, met = loss_fn(logp, old, adv, mask, **kwargs)
@@ -314,7 +325,7 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             if algo_cfg.kl_coef > 0 and chunk[0].ref_logprobs is not None:
                 # β · token-mean(KL) over the mini-batch, whatever the policy loss's aggregation: this chunk's
                 # share is its KL sum over the mini-batch's response tokens.
-                ref = _right_aligned([s.ref_logprobs or [] for s in chunk], k)
+                ref = _right_aligned([s.ref_logprobs or [] for s in chunk], k, logp.device)
                 kl_share = (kl_penalty(logp, ref, algo_cfg.kl_estimator) * mask).sum() / mini_tokens
                 total = total + algo_cfg.kl_coef * kl_share
                 shares["kl"] = float(kl_share.detach())
