@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import math
 import random
+import re
 
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import slea.envs  # noqa: F401  (registers slea/Recall-v0)
+from slea.config import ExperienceSection
 from slea.envs import make, registered
 from slea.envs.recall import (
     CHAMBERS,
@@ -23,6 +25,8 @@ from slea.envs.recall import (
     generate_game,
 )
 from slea.experience.clustering import ObservationIndex
+from slea.experience.manager import ExperienceManager
+from slea.types import Step, Trajectory
 
 KINDS = [k for k, _ in CHAMBERS]
 
@@ -171,3 +175,49 @@ def test_bad_arguments_are_refused():
                    {"kinds": ["nowhere"]}, {"kinds": ["forge"], "chambers": 2}):
         with pytest.raises(ValueError):
             RecallEnv(**kwargs)
+
+
+def _episode(env: RecallEnv, seed: int, tid: int, manager: ExperienceManager, rng: random.Random) -> Trajectory:
+    """One episode of a uniformly random player, as the rollout records it (anchor, cluster, reward per step)."""
+    obs, info = env.reset(seed=seed)
+    t = Trajectory(group_id=tid // 8, traj_id=tid, goal=info["goal"], task_type=info["task_type"], seed=seed)
+    for turn in range(5):
+        cluster = manager.cluster(obs, info["task_type"])
+        action = rng.choice(info["admissible_actions"])
+        nxt, reward, term, _, info = env.step(action)
+        t.steps.append(Step(t.group_id, tid, turn, obs, [], [], [], reward=reward, done=term, valid=True,
+                            action=action, task_type=t.task_type, cluster_id=cluster))
+        obs = nxt
+        if term:
+            t.won = bool(info["won"])
+            return t
+    return t
+
+
+def test_a_lesson_learned_in_training_names_the_right_gesture_at_the_held_out_chamber(tmp_path):
+    """The mechanism end to end, without a model: the rule extractor and the library (the control's settings)
+    learn from random play on training games; at a held-out game's chamber (names never seen) retrieval finds
+    the chamber type's cluster, and its first lesson names that type's right gesture, its warning a wrong one."""
+    cfg = ExperienceSection(mode="step", warmup_iters=0, min_entries=0, k_strat=6, k_warn=3, k_traj=3)
+    rng = random.Random(0)
+    with ExperienceManager(cfg, tmp_path / "lib.sqlite") as manager:
+        env = RecallEnv()
+        for it in range(10):  # 10 iterations of 4 games x 8 copies, evolving after each
+            batch = [_episode(env, 4 * it + g, 32 * it + 8 * g + c, manager, rng) for g in range(4) for c in range(8)]
+            manager.evolve(batch, it)
+        held = RecallEnv(split="heldout")
+        checked, warnings = set(), set()
+        for seed in range(30):
+            for chamber in generate_game("heldout", seed):
+                got = manager.retrieve(chamber.text, task_type="recall", goal=held.reset(seed=seed)[1]["goal"],
+                                       iteration=10)
+                assert got.entry_ids, chamber.kind
+                lines = got.text.splitlines()
+                do = lines[lines.index("Do:") + 1]
+                assert do.startswith(f"- '{chamber.right}' earned the reward"), (chamber.kind, got.text)
+                if "Avoid:" in lines:  # a warning, when one is linked here, names a wrong gesture
+                    warned = re.findall(r"'(\w+)'", lines[lines.index("Avoid:") + 1])
+                    assert warned and chamber.right not in warned, (chamber.kind, got.text)
+                    warnings.add(chamber.kind)
+                checked.add(chamber.kind)
+        assert checked == set(KINDS) and len(warnings) >= 3

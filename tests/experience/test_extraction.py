@@ -56,6 +56,21 @@ def test_rule_strategies_are_about_the_task_type_link_clusters_and_score_R():
         assert "apple" not in c.text.lower() and "fridge" not in c.text.lower()
 
 
+def test_rule_strategies_of_a_trajectory_that_did_not_win_stop_at_its_last_reward():
+    """Above η without winning: the lessons cover the rewarded part only, never the move that lost the game."""
+    t = make_traj(4, ["whistle", "clap", "kneel"], [1 / 3, 1 / 3, 0.0], won=False)
+    cands = RuleExtractor().strategies(t)
+    texts = " ".join(c.text for c in cands)
+    assert "kneel" not in texts and "'whistle'" in texts and "'clap'" in texts
+    pat = next(c for c in cands if c.level == "pattern")
+    assert pat.text.startswith("A plan that earned reward: 'whistle' → 'clap' (2 steps") and pat.clusters == [100, 101]
+    assert sorted(c.clusters for c in cands if c.level == "example") == [[100], [101]]
+    # nothing rewarded, nothing won: nothing to learn from (it was only less bad than the median)
+    assert RuleExtractor().strategies(make_traj(5, ["look", "go west"], [0.0, 0.0])) == []
+    won = RuleExtractor().strategies(make_traj(6, ["whistle", "clap"], [0.5, 0.5], won=True))
+    assert next(c for c in won if c.level == "pattern").text.startswith("A winning plan:")
+
+
 def test_rule_warnings_from_invalid_repeated_and_last_actions():
     t = make_traj(3, ["dance", "take table", "go west", "go west", "go west", "eat table"], [-0.1, -0.1, 0, 0, 0, 0],
                   invalid=(0, 1))

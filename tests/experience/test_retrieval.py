@@ -34,6 +34,23 @@ def test_eq1_top_k_by_score_then_recency(lib):
     assert Retriever(lib, top_k_pos=0, top_k_neg=0).retrieve("x", 5).text == ""
 
 
+def test_eq1_ties_on_score_go_to_the_most_specific_lesson(lib):
+    """At equal z an example (one step's lesson) ranks before a pattern (a whole trajectory's, created later and
+    used more recently) and a principle, whatever their recency."""
+    ex = lib.add("'bow' earned the reward on this kind of task.", "pos", "example", 1.0, clusters=[3],
+                 iteration=0).entry_id
+    pat = lib.add("A winning plan: 'clap' → 'bow' → 'kneel' (3 steps).", "pos", "pattern", 1.0, clusters=[3],
+                  iteration=4).entry_id
+    pri = lib.add("On this kind of task the work is done by 'clap …' commands.", "pos", "principle", 1.0,
+                  clusters=[3], iteration=5).entry_id
+    lib.record_usage(pat, success=True, iteration=6)
+    lib.record_usage(pri, success=True, iteration=7)
+    r = Retriever(lib, top_k_pos=3, top_k_neg=0, max_tokens=500)
+    assert r.retrieve("A quiet library.", 3).entry_ids == [ex, pat, pri]
+    better = lib.add("A winning plan: 'bow' (1 step).", "pos", "pattern", 2.0, clusters=[3]).entry_id
+    assert r.retrieve("A quiet library.", 3).entry_ids[:2] == [better, ex]  # z first
+
+
 def test_eq2_fallback_finds_similar_entries_and_links_the_cluster(lib):
     key = lib.add("When the wooden chest in the attic is locked, use the brass key.", "pos", "example", 1.0,
                   context="in the attic: a locked wooden chest", clusters=[1]).entry_id

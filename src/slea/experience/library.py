@@ -96,6 +96,16 @@ def jaccard(a: set, b: set) -> float:
     return len(a & b) / len(a | b)
 
 
+# a quoted command in a lesson: 'whistle', 'take <object>' (an apostrophe inside a word, as in "don't", opens none)
+_QUOTED = re.compile(r"(?<![\w'])'([^'\n]{1,80}?)'(?![\w])")
+
+
+def quoted_commands(text: str) -> tuple[str, ...]:
+    """The commands a lesson quotes, in order (``'clap' earned the reward`` → ``('clap',)``). Two lessons that
+    quote different commands are different lessons, however alike their other words (the novelty test)."""
+    return tuple(" ".join(q.lower().split()) for q in _QUOTED.findall(str(text)))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Entries
 # ---------------------------------------------------------------------------------------------------------------
@@ -352,12 +362,16 @@ class ExperienceLibrary:
     def find_duplicate(self, text: str, zone: str, task_type: str = "") -> int | None:
         """An existing entry of ``zone`` (same task type) that ``text`` duplicates, or None.
 
-        Duplicate: difflib ratio >= novelty threshold, or word-Jaccard >= it, or (embeddings on and available)
-        MiniLM cosine >= it. Candidates come from the token index (entries sharing the most content tokens), so
-        the test does not scan the whole library.
+        Duplicate: the same text; or the same quoted commands (:func:`quoted_commands`) and difflib ratio >=
+        novelty threshold, or word-Jaccard >= it, or (embeddings on and available) MiniLM cosine >= it. Lessons
+        quoting different commands are never merged: their texts may differ in nothing but the command
+        ("'clap' earned the reward" / "'bow' earned the reward"), and a merge would link one command's lesson to
+        the clusters where the other earned it. Candidates come from the token index (entries sharing the most
+        content tokens), so the test does not scan the whole library.
         """
         thr = self.novelty_threshold
         toks = content_tokens(text)
+        commands = quoted_commands(text)
         cands: Counter = Counter()
         for t in toks:
             s = self._postings.get(t)
@@ -370,7 +384,11 @@ class ExperienceLibrary:
             e = self._entries[eid]
             if e.zone != zone or e.task_type != task_type:
                 continue
-            if e.text == text or jaccard(toks, self._text_tokens[eid]) >= thr:
+            if e.text == text:
+                return eid
+            if quoted_commands(e.text) != commands:
+                continue
+            if jaccard(toks, self._text_tokens[eid]) >= thr:
                 return eid
             la, lb = len(text), len(e.text)
             if 2.0 * min(la, lb) / max(1, la + lb) >= thr and fast_ratio(text, e.text) >= thr:

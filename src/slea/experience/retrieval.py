@@ -1,7 +1,9 @@
 """Per-step retrieval (SLEA-RL Eq.1 / Eq.2) and rendering for the system message (App. A Eq.8).
 
 Eq.1 — the observation's cluster has experiences: ``TopK(E+_c, k+) ∪ TopK(E−_c, k−)``, ranked by quality z, then
-recency (last iteration used, then created), then id.
+specificity (an example, distilled from one step in the cluster, before a pattern of a whole trajectory, before a
+principle: :data:`SPECIFICITY`), then recency (last iteration used, then created), then id. The paper leaves the
+order within equal z open; z takes few values (a return), so the tie-break decides most rankings.
 
 Eq.2 — it has none: entries over the whole library whose similarity with the observation exceeds a threshold,
 top k+ strategies and k− warnings by similarity (then z); they are then linked to the cluster so the next visit is
@@ -35,6 +37,9 @@ from slea.experience.eq2 import TokenMatrix, eq2_sequence
 from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
 
 HEADER = "Lessons from earlier episodes (hints; use them only if they fit):"
+# Ties on quality z go to the most specific lesson: an example (distilled from one step, linked to that step's
+# cluster) before a pattern (a whole trajectory, linked to every cluster it passed) before a principle.
+SPECIFICITY = {"example": 2, "pattern": 1, "principle": 0}
 POS_HEAD = "Do:"
 NEG_HEAD = "Avoid:"
 
@@ -88,7 +93,7 @@ class Retriever:
     # -- Eq.1 ------------------------------------------------------------------------------------------------
     def _rank_key(self, eid: int) -> tuple:
         e = self.lib.get(eid)
-        return (e.score, e.last_used_iter, e.created_iter, eid)
+        return (e.score, SPECIFICITY.get(e.level, 0), e.last_used_iter, e.created_iter, eid)
 
     def from_cluster(self, cluster_id: int, zone: str, k: int) -> list[int]:
         if k <= 0 or cluster_id < 0:

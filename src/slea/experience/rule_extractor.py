@@ -233,7 +233,8 @@ def _back_and_forth(t: Trajectory) -> int:
 class RuleExtractor:
     """Deterministic lessons about the task type from a trajectory's goal, actions, observations and outcome.
 
-    Strategies (a T+ trajectory): the move that earned the reward (example), the winning plan as verb runs
+    Strategies (a T+ trajectory): every move that earned reward (an example each, linked to its step's cluster:
+    the lesson per-step retrieval finds at that observation), the winning plan as verb runs
     (pattern), open/unlock before use, exploring unvisited rooms, the commands that did the work (principles).
     Warnings (a T− trajectory): invalid answers (examples and a principle), penalised moves, a command repeated
     without progress, going back and forth between two rooms, commands that change nothing, running out of
@@ -242,14 +243,20 @@ class RuleExtractor:
     """
 
     def __init__(self, max_examples: int = 2) -> None:
-        self.max_examples = max_examples
+        self.max_examples = max_examples  # warnings: invalid answers of distinct kinds, penalised moves
 
     def extract(self, pos: Sequence[Trajectory], neg: Sequence[Trajectory]) -> list[Candidate]:
         """Strategies from each trajectory of ``pos``, warnings from each of ``neg``."""
         return [c for t in pos for c in self.strategies(t)] + [c for t in neg for c in self.warnings(t)]
 
     def strategies(self, t: Trajectory) -> list[Candidate]:
+        """Lessons from a T+ trajectory. One that did not win (above η without winning) teaches only the part
+        that earned reward: its steps up to its last rewarded one (a pattern "A plan that earned reward"),
+        never the move that lost it; with no rewarded step it teaches nothing."""
         valid = [s for s in t.steps if s.valid and s.action]
+        if not t.won:
+            last = max((i for i, s in enumerate(valid) if s.reward > 0), default=-1)
+            valid = valid[:last + 1]
         if not valid:
             return []
         names = Names(t)
@@ -258,7 +265,7 @@ class RuleExtractor:
         out: list[Candidate] = []
         shapes = [command_shape(s.action) for s in valid]
         key = [s for s in valid if s.reward > 0] or [valid[-1]]
-        for s in key[-self.max_examples:]:
+        for s in key:
             _, shape, nm = command_shape(s.action)
             named = [n for n in nm if n in names.goal_names]
             if named and any(_mentions(s.anchor, n) for n in named):
@@ -269,12 +276,14 @@ class RuleExtractor:
                 text = f"'{shape}' earned the reward on this kind of task."
             out.append(Candidate(text, level="example", context=summarize_observation(s.anchor),
                                  clusters=step_clusters([s]), **base))
-        clean = not t.invalid_count and not any(n >= 2 for n in Counter(s.action for s in valid).values())
+        played = t.steps[:next(i for i, s in enumerate(t.steps) if s is valid[-1]) + 1]  # up to the plan's end
+        clean = all(s.valid for s in played) and not any(n >= 2 for n in Counter(s.action for s in valid).values())
         if len(valid) >= 2:
             plan = _runs([(v, sh) for v, sh, _ in shapes])
             if len(plan) > 6:
                 plan = plan[:2] + ["…"] + plan[-3:]
-            out.append(Candidate(f"A winning plan: {' → '.join(plan)} ({_steps(len(valid))}"
+            head = "A winning plan" if t.won else "A plan that earned reward"
+            out.append(Candidate(f"{head}: {' → '.join(plan)} ({_steps(len(valid))}"
                                  f"{', no step wasted' if clean else ''}).", level="pattern",
                                  context=summarize_observation(valid[0].anchor), clusters=step_clusters(valid), **base))
         for i, (verb, shape, _) in enumerate(shapes):
