@@ -25,6 +25,9 @@ RL rollouts need):
 - ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}``: a LoRA adapter folder (slea/policy/adapters.py:
   peft's ``adapter_config.json`` + ``adapter_model.safetensors``, what the trainer's weight sync writes); one
   adapter at a time, a new one replaces the old. ``POST /v1/unload_lora_adapter`` ``{"lora_name"}``.
+- ``POST /sleep`` (``?level=``), ``POST /wake_up``, ``GET /is_sleeping``: vLLM's sleep-mode endpoints, as no-ops
+  that keep the state (this server frees nothing): a trainer's sleep/wake calls can be run against it.
+  ``Engine.calls`` lists every request (method and path with its query), in order.
 
 A field that would change the answer and that the server cannot honour (tools, logit_bias, penalties, suffix,
 best_of, echo, a JSON response format) is a 400 naming it; every error has the OpenAI shape
@@ -91,7 +94,14 @@ class Engine:
         self.lora: str | None = None
         self.lock = threading.Lock()
         self.created = int(time.time())
+        self.sleeping = False  # vLLM's sleep mode, as a state only
+        self.calls: list[str] = []  # "METHOD /path?query" of every request, in order
         self._engine()
+
+    def set_sleeping(self, asleep: bool) -> str:
+        """``/sleep`` and ``/wake_up``: the state changes, nothing is freed (vLLM's answer body is empty too)."""
+        self.sleeping = asleep
+        return ""
 
     def _engine(self) -> None:
         from slea.policy.generation import HFGenerator
@@ -332,7 +342,10 @@ def _handler(engine: Engine):
               ("POST", "/v1/completions"): engine.complete,
               ("POST", "/v1/chat/completions"): engine.chat,
               ("POST", "/v1/load_lora_adapter"): engine.load_lora,
-              ("POST", "/v1/unload_lora_adapter"): engine.unload_lora}
+              ("POST", "/v1/unload_lora_adapter"): engine.unload_lora,
+              ("POST", "/sleep"): lambda body: engine.set_sleeping(True),
+              ("POST", "/wake_up"): lambda body: engine.set_sleeping(False),
+              ("GET", "/is_sleeping"): lambda body: {"is_sleeping": engine.sleeping}}
 
     def route_of(method: str, path: str):
         if method == "GET" and path.startswith("/v1/models/"):  # models.retrieve
@@ -354,6 +367,7 @@ def _handler(engine: Engine):
         def _serve(self, method: str) -> None:
             size = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(size) if size else b""  # read first: an unread body would poison keep-alive
+            engine.calls.append(f"{method} {self.path}")
             try:
                 route = route_of(method, self.path.split("?", 1)[0].rstrip("/"))
                 try:
