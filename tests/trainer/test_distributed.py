@@ -122,3 +122,46 @@ def test_fsdp_refuses_what_cannot_work():
         check_data_parallel(ppo, DataParallel(0, 2))
     check_data_parallel(cfg.model_copy(update={"train": cfg.train.model_copy(update={"fsdp": False})}),
                         DataParallel())  # without fsdp one process is fine
+
+
+# -- devices and backends ---------------------------------------------------------------------------------------
+def test_spawned_ranks_know_their_local_rank_and_join_a_gloo_group_on_cpu(tmp_path):
+    from slea.testing.ddp import group_rank_main
+
+    launch(group_rank_main, 2, tmp_path)
+    for r in range(2):
+        seen = json.loads((tmp_path / f"group-rank{r}.json").read_text())
+        assert seen["local_rank"] == str(r) and seen["world_size"] == "2"
+        assert seen["backend"] == "gloo" and not seen["object_group"]  # gloo alone: objects use the group itself
+        assert seen["mesh"] == ["cpu", [2]]  # FSDP2's mesh on the model's device type, not the accelerator's
+        assert seen["gathered"] == [{"rank": 0}, {"rank": 1}]
+
+
+def test_a_gpu_group_is_nccl_with_a_gloo_group_for_objects(monkeypatch):
+    """``init_group`` on a CUDA device, with torch.distributed recorded instead of run (CI has no GPU)."""
+    import torch.distributed as dist
+
+    from slea.trainer import distributed as D
+
+    calls = []
+    monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", str(d))))
+    monkeypatch.setattr(dist, "init_process_group", lambda backend, **kw: calls.append(("init", backend)))
+    monkeypatch.setattr(dist, "new_group", lambda backend, **kw: calls.append(("new_group", backend)) or "G")
+    monkeypatch.setattr(D, "_OBJECT_GROUP", [])
+    assert D.init_group("cuda:3") == "cpu:gloo,cuda:nccl"
+    assert calls == [("set_device", "cuda:3"), ("init", "cpu:gloo,cuda:nccl"), ("new_group", "gloo")]
+    assert D.object_group() == "G"
+    calls.clear()
+    assert D.init_group("cpu") == "gloo" and calls == [("init", "gloo")] and D.object_group() is None
+
+
+def test_torchrun_ranks_take_cuda_local_rank(monkeypatch):
+    from slea.trainer.distributed import rank_device
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setenv("LOCAL_RANK", "6")
+    monkeypatch.setenv("WORLD_SIZE", "16")  # two nodes of eight
+    assert rank_device("auto") == torch.device("cuda:6")
+    assert rank_device("cuda") == torch.device("cuda:6")
+    assert rank_device("cpu") == torch.device("cpu")

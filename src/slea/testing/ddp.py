@@ -109,3 +109,20 @@ def fsdp_rank_main(state: Path, out: Path) -> None:
             (out / f"fsdp-mb{mb}-{agg}-rank{dp.rank}.json").write_text(json.dumps(met))
         ref = fixed_reference(state, dp, mb, fsdp=True)
         (out / f"fsdp-mb{mb}-ref-rank{dp.rank}.json").write_text(json.dumps(ref))
+
+
+def group_rank_main(out: Path) -> None:
+    """One rank's view of the group it was spawned into: its ``LOCAL_RANK``/``WORLD_SIZE``, the backend, the
+    mesh FSDP2 would get for a CPU model, and an object gathered from every rank (``group-rank<r>.json``)."""
+    import os
+
+    import torch.distributed as dist
+
+    from slea.trainer.distributed import device_mesh, object_group
+
+    dp = DataParallel.current()
+    mesh = device_mesh(torch.nn.Linear(2, 2))
+    (out / f"group-rank{dp.rank}.json").write_text(json.dumps({
+        "local_rank": os.environ.get("LOCAL_RANK"), "world_size": os.environ.get("WORLD_SIZE"),
+        "backend": dist.get_backend(), "object_group": object_group() is not None,
+        "mesh": [mesh.device_type, list(mesh.shape)], "gathered": dp.gather({"rank": dp.rank})}))
