@@ -52,10 +52,10 @@ shapes (linears, LoRA, head, attention approximated by a batched matmul of its s
 alone would take; the rest of the step is element-wise work, dispatch and memory traffic. One such cost is
 measured (``weight_cast``): bf16 autocast casts each frozen fp32 weight again at every use (it caches the casts
 of trainable leaves only), so every forward call (two per micro-batch with a shared prefix) casts the whole
-frozen model: the time of one cast of every frozen weight matrix, times the calls. What-if ``frozen_bf16``: the
-same step, and a 10-token generation (``HFGenerator``, 1 and 16 copies of one prompt, EOS hidden so every row
-decodes 10 tokens), with the frozen weights stored in bf16 (``store_frozen_bf16``; not what slea does: its master
-weights are fp32), against the fp32 default in the same run.
+frozen model: the time of one cast of every frozen weight matrix, times the calls. ``frozen_bf16``: the same
+step, and a 10-token generation (``HFGenerator``, 1 and 16 copies of one prompt, EOS hidden so every row decodes
+10 tokens), with the setting ``model.base_dtype: bfloat16`` (the frozen base loaded in bf16, the LoRA adapters
+fp32; the default on CUDA, a choice on CPU), against the fp32 base (CPU's default) in the same run.
 
     PYTHONPATH=src .venv/bin/python bench/mfu.py [--model embedded] [--steps 4] [--out ...]
 
@@ -345,13 +345,14 @@ def weight_cast_s(model, reps: int = 3) -> float:
     return statistics.median(times)
 
 
-def store_frozen_bf16(model) -> None:
-    """Store every frozen weight matrix of ``model`` in bf16, in place (the what-if of ``frozen_bf16``: autocast
-    then has nothing to cast but the activations and the LoRA weights)."""
-    with torch.no_grad():
-        for p in model.parameters():
-            if not p.requires_grad and p.dim() == 2:
-                p.data = p.data.to(torch.bfloat16)
+def bf16_base(name: str, lora_layers: int):
+    """The same policy with ``model.base_dtype: bfloat16`` (autocast then has nothing to cast but the
+    activations and the LoRA weights), its adapters initialised as the fp32 one's (same seed)."""
+    from slea.policy.model import load_policy
+
+    torch.manual_seed(0)
+    cfg = trl_step.model_section(name, lora_layers, "bfloat16").model_copy(update={"base_dtype": "bfloat16"})
+    return load_policy(cfg)[0]
 
 
 class NoEos:
@@ -370,7 +371,7 @@ class NoEos:
 def generation_what_if(name: str, lora_layers: int, reps: int, min_cpu_per_wall: float | None,
                        copies: tuple[int, ...] = (1, 16), new_tokens: int = 10) -> dict:
     """``HFGenerator`` on G copies of one turn-0 prompt (``rollout_prompts``, history 1), ``new_tokens`` per
-    row, with fp32 frozen weights (slea's default) and then with them stored in bf16."""
+    row, with the fp32 base (CPU's default) and then with ``model.base_dtype: bfloat16``."""
     from slea.policy.generation import HFGenerator
     from slea.policy.model import load_policy
     from slea.policy.prompts import PromptBuilder
@@ -383,9 +384,10 @@ def generation_what_if(name: str, lora_layers: int, reps: int, min_cpu_per_wall:
     for label in ("fp32", "frozen_bf16"):
         gen.generate(batches[copies[0]], max_new_tokens=2)  # warm-up
         for g, batch in batches.items():
-            t = timed_calls(lambda b=batch: gen.generate(b, max_new_tokens=new_tokens), reps, min_cpu_per_wall)
+            t = timed_calls(lambda b=batch, e=gen: e.generate(b, max_new_tokens=new_tokens), reps,
+                            min_cpu_per_wall)
             out[f"{label}/G={g}"] = {"s": t["s"], "cpu_per_wall": t["cpu_per_wall"]}
-        store_frozen_bf16(model)
+        gen = HFGenerator(bf16_base(name, lora_layers), NoEos(tok), dtype="bfloat16", stop_at_newline=False)
     for g in copies:
         out[f"speedup/G={g}"] = out[f"fp32/G={g}"]["s"] / out[f"frozen_bf16/G={g}"]["s"]
     return out
@@ -415,7 +417,8 @@ def measure_step(name: str, shape: str, lora_layers: int, steps: int, micro: int
         c = counted_flops(step)
         c["rel_diff_vs_executed"] = abs(c["total"] - res["executed_flops"]["total"]) / c["total"]
         res["flop_counter"] = c
-    store_frozen_bf16(model)  # the what-if: no per-call casts of the frozen weights
+    _, _, step, fill_old = trl_step.slea_engine(name, rows, lora_layers, "bfloat16",
+                                                model=bf16_base(name, lora_layers))  # no per-call weight casts
     fill_old()
     step()
     t = timed_calls(step, steps, min_cpu_per_wall)
@@ -452,7 +455,7 @@ def table(res: dict) -> str:
                      f"{u['achieved_model_gflops']:.1f} | {u['mfu_bf16']:.1%} | {u['hfu_bf16']:.1%} | "
                      f"{u['matmul_bound_s']:.3f} | {r['weight_cast']['s_per_step']:.3f} |")
     lines.append("")
-    lines.append("frozen weights stored in bf16 (no per-call casts): " + ", ".join(
+    lines.append("model.base_dtype: bfloat16 (no per-call casts of the frozen weights): " + ", ".join(
         f"{shape} step {r['frozen_bf16']['step_s']:.3f} s ({r['frozen_bf16']['speedup']:.2f}x)"
         for shape, r in res["steps"].items()) + "; " + ", ".join(
         f"generation {key.split('/')[1]} {v:.2f}x" for key, v in res["generation_frozen_bf16"].items()
