@@ -141,7 +141,7 @@ def test_a_stage_resamples_after_every_agent_update_and_the_stale_baselines_do_n
     delta = cfg.team.trust_region.delta
     for r in rows:
         assert r["teamtr/steps"] >= 1 and 0 <= r["teamtr/token_kl"] <= delta and r["teamtr/beta"] > 0
-        assert r["teamtr/samples"] > 0
+        assert r["teamtr/samples"] > 0 and r["rollout/retokenized"] == 0
     assert rows[0]["team/return_after"] == rows[1]["team/return_before"]  # update 1's "after" is update 2's batch
     # the trust region's row says which estimator and over how many messages: every message of the agent in the
     # collection it learned from (the actor's in the first, the planner's in the second)

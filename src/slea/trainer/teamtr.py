@@ -67,6 +67,7 @@ from slea.evaluation.evaluate import summarize
 from slea.evaluation.team import evaluate_team
 from slea.policy.engines import make_generator
 from slea.progress import Progress, episodes_note
+from slea.rollout.collector import retokenized
 from slea.team.prompts import TeamPromptBuilder
 from slea.team.rollout import TeamCollector, TeamEpisode
 from slea.team.routers import get_router
@@ -402,7 +403,9 @@ class TeamTrainer:
             weights = stale_weights(log_ratio, cfg.team.iw_clip) if mode == "stale_iw" else None
             samples = self.samples_for(agent, episodes, None if weights is None else weights.tolist())
             row: dict[str, Any] = {"stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
-                                   "team/return_before": mean_return(episodes)}
+                                   "team/return_before": mean_return(episodes),
+                                   # rows trained on other ids than their engine consumed or produced (always 0)
+                                   "rollout/retokenized": retokenized(st for e in episodes for st in e.trajectory.steps)}
             played = summarize([e.trajectory for e in episodes])  # the rollouts this update learns from
             row.update({f"train/{k}": played[k] for k in ("success", "return", "invalid_rate")})
             if weights is not None:
