@@ -68,10 +68,10 @@ def test_train_with_the_openai_generator_syncs_weights_to_the_server(server, tmp
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in rows] == [0, 1]
-    # fp32 on both sides, the same weights: the first on-policy mini-batch's ratio is 1 to rounding (~1e-7). At
+    # fp32 on both sides, the same weights: the server's log-probs equal the trainer's to rounding (~1e-7). At
     # iteration 1 that holds only because iteration 0's update reached the server (stale weights: ~1e-4)
-    assert all(m["update/ratio_dev_onpolicy"] < 1e-5 for m in rows if "update/ratio_dev_onpolicy" in m)
-    assert any("update/ratio_dev_onpolicy" in m for m in rows)
+    assert all(m["update/mismatch_max_dev"] < 1e-5 for m in rows if "update/mismatch_max_dev" in m)
+    assert any("update/mismatch_max_dev" in m for m in rows)
     served = [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]]
     assert served[0] == "tiny" and len(served) == 2 and served[1].startswith("slea-sync-")  # the last sync
     trained = _served_equals_the_checkpoint(server, served[1], run)
@@ -112,15 +112,131 @@ def _served_equals_the_checkpoint(url: str, adapter: str, run: Path):
 
 @pytest.mark.slow
 def test_eval_with_the_openai_generator(server, tmp_path):
-    """``slea eval tiny`` through the server: its weights are synced first, the evaluation runs on the server."""
+    """``slea eval tiny`` through the server: the model is frozen (no trained weights), so nothing is uploaded;
+    the evaluation runs on the server."""
+    before = [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]]
     r = subprocess.run([sys.executable, "-m", "slea.cli", "eval", "tiny", "--out", str(tmp_path),
                         "--set", "model.generator=openai", "--set", f"model.openai.base_url={server}",
-                        "--set", "model.lora_r=4", "--set", "model.lora_targets=[q_proj]",
+                        "--set", "model.openai.model=tiny",
                         "--set", "plugins=[slea.testing.two_turn]", "--set", "env.id=slea/FirstChoice-v0",
                         "--set", "eval.games=1", "--set", "eval.episodes_per_game=2"],
                        check=False, capture_output=True, text=True, env=ENV, timeout=300)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     res = json.loads((tmp_path / "eval" / "eval-heldout.json").read_text())
     assert res["env"] == "slea/FirstChoice-v0" and res["sampled"]["episodes"] == 2
-    served = [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]]
-    assert len(served) == 2 and served[1].startswith("slea-sync-")
+    assert [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]] == before  # no upload
+
+
+AGENT = ["--library", str(ROOT / "bench/results/evidence/default/slea/runs/slea-s0"), "--env", "slea/Sokoban-v0",
+         "--games", "2", "--episodes", "2", "--set", "env.max_steps=2", "--set", "rollout.max_new_tokens=4"]
+
+
+def _agent(tmp_path: Path, name: str, *extra: str, model: str = "tiny", library: str | None = None
+           ) -> tuple[subprocess.CompletedProcess, Path]:
+    out = tmp_path / name
+    args = list(AGENT) if library is None else ["--library", library, *AGENT[2:]]
+    r = subprocess.run([sys.executable, "-m", "slea.cli", "agent", "--model", model, *args, "--out", str(out),
+                        *extra], check=False, capture_output=True, text=True, env=ENV, timeout=300)
+    return r, out
+
+
+@pytest.mark.slow
+def test_a_frozen_served_agent_plays_what_the_in_process_engine_plays(server, tmp_path):
+    """The issue's command: a frozen model on the server, no LoRA, no weight sync; its numbers are the in-process
+    engine's exactly (fp32 on both sides, the same keyed sampling streams)."""
+    served, out = _agent(tmp_path, "served", "--set", "model.generator=openai", "--set",
+                         f"model.openai.base_url={server}", "--set", "model.lora=false")
+    assert served.returncode == 0, served.stdout[-2000:] + served.stderr[-3000:]
+    local, out_hf = _agent(tmp_path, "hf", "--set", "model.dtype=float32")
+    assert local.returncode == 0, local.stderr[-3000:]
+    a = json.loads((out / "agent.json").read_text())
+    b = json.loads((out_hf / "agent.json").read_text())
+    assert a["without"] == b["without"] and a["with"] == b["with"] and a["table"] == b["table"]
+    assert a["with"]["sampled"]["episodes"] == 4
+    # nothing was uploaded: the server still lists only its base model
+    assert [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]] == ["tiny"]
+
+
+@pytest.mark.slow
+def test_a_served_agent_in_chat_mode_evolves_its_library_with_lessons_from_the_served_model(server, tmp_path):
+    """A model known only by the server (no local weights, no local tokenizer: chat messages travel) learns a
+    library from nothing; its lessons are written by the served model, the rules filling in."""
+    new = tmp_path / "new.sqlite"
+    r, out = _agent(tmp_path, "chat", "--evolve", "--set", "model.generator=openai", "--set",
+                    f"model.openai.base_url={server}", "--set", "model.openai.api=chat",
+                    "--set", "experience.extractor=llm", "--set", "experience.extract_max_new_tokens=16",
+                    model="only-the-server-has-it", library=str(new))
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert f"new empty library {new}" in r.stdout and "no local tokenizer for only-the-server-has-it" in r.stdout
+    res = json.loads((out / "agent.json").read_text())
+    assert res["library"]["before"]["size"] == 0 and res["library"]["after"]["size"] > 0
+    x = res["extraction"]
+    assert x["answers"] > 0 and x["generate_errors"] == 0  # the served model was asked, and answered
+    assert x["parse_rate"] == x["parsed"] / x["answers"] and x["parsed"] + x["fallback"] == x["answers"]
+    assert (out / "library.sqlite").is_file() and res["library"]["after"]["size"] >= res["library"]["before"]["size"]
+    assert f"{int(x['answers'])} answers parsed" in " ".join(r.stdout.split())
+
+
+def _completions_only_server():
+    """A server with /v1/models and /v1/completions (text, no log-probs) and nothing else: what a minimal
+    OpenAI-compatible server offers."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _reply(self, status: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self):
+            self._reply(200, {"data": [{"id": "m"}]} if self.path == "/v1/models" else {"error": {}})
+
+        def do_POST(self):
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            if self.path != "/v1/completions":
+                self._reply(404, {"error": {"message": "not found", "type": "invalid_request_error"}})
+                return
+            n = len(body["prompt"]) if isinstance(body["prompt"], list) else 1
+            self._reply(200, {"choices": [{"index": i, "text": "north", "logprobs": None} for i in range(n)]})
+
+        def log_message(self, *args):
+            pass
+
+    import threading
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv, f"http://127.0.0.1:{srv.server_address[1]}/v1"
+
+
+def test_the_agent_refuses_in_one_line_what_the_server_lacks(tmp_path):
+    srv, url = _completions_only_server()
+    try:
+        r, _ = _agent(tmp_path, "x", "--set", "model.generator=openai", "--set", f"model.openai.base_url={url}",
+                      "--set", "model.openai.api=chat")
+        assert r.returncode == 2, r.stderr[-2000:]
+        line = r.stderr.strip()
+        assert "\n" not in line and "Traceback" not in r.stderr
+        assert line.startswith("model.openai.api: chat: the server offers no") and "model.openai.api: completions" in line
+        # training needs log-probs, which this server does not return: refused by the same check
+        from slea.config import ModelSection
+        from slea.policy.engines import make_generator
+        from slea.policy.model import load_tokenizer
+        from slea.policy.openai_engine import GeneratorError
+
+        gen = make_generator(ModelSection(name_or_path="tiny", generator="openai", openai={"base_url": url}), None,
+                             load_tokenizer("tiny"))
+        with pytest.raises(GeneratorError, match="returns no per-token log-probs, which training needs"):
+            gen.check()
+        frozen = make_generator(ModelSection(name_or_path="tiny", generator="openai", openai={"base_url": url}),
+                                None, load_tokenizer("tiny"), trains=False)
+        frozen.check()  # a frozen policy needs none
+        assert frozen.generate([[5, 6]], max_new_tokens=2)[0].text == "north"
+    finally:
+        srv.shutdown()
+        srv.server_close()

@@ -302,6 +302,22 @@ def _run_device(cfg):
         raise fail(f"config error: {exc}") from None
 
 
+def _played(cfg, last: Path | None, device):
+    """The policy of a command that trains nothing (slea/policy/served.py: a served model is frozen unless a
+    run's trained adapter must reach it): ``(model, tokenizer, prompt builder, generator)``, or one line, exit 2
+    (a config the model refuses, a server that is not there or lacks what ``model.openai.api`` needs)."""
+    from slea.config import ConfigError
+    from slea.policy.openai_engine import GeneratorError
+    from slea.policy.served import played_policy
+
+    try:
+        return played_policy(cfg, last, device=device)
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}") from None
+    except GeneratorError as exc:
+        raise fail(str(exc)) from None
+
+
 def _checkpoint_or_exit(what: str, run: Path | None) -> Path | None:
     """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2 (also for
     a team run: its checkpoint holds one adapter per agent, which these commands cannot load into one policy)."""
@@ -366,18 +382,18 @@ def eval_(
     run = path if (path / "config.yaml").is_file() else None
     config_file = run / "config.yaml" if run else path if path.suffix in (".yaml", ".yml") and path.is_file() \
         else None
-    if config_file is None and not _model_target(target):
-        raise fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
-                    f"config.json), 'embedded', 'tiny' nor a YAML config")
     over = [f"model.name_or_path={target}"] if config_file is None else []
     over += list(set_)
     if episodes is not None:
         over.append(f"eval.episodes_per_game={episodes}")
     if seed is not None:
         over.append(f"eval.seed={seed}")
-    cfg = run_config(config_file, over)
+    cfg = run_config(config_file, over, trains=False)
     if env is not None and env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
-        cfg = run_config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over])
+        cfg = run_config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over], trains=False)
+    if config_file is None and not _model_target(target) and cfg.model.generator == "hf":  # a served one: any name
+        raise fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded', 'tiny' nor a YAML config")
     require_env(cfg.env.id)
     import tempfile
 
@@ -385,30 +401,29 @@ def eval_(
 
     from slea.evaluation.evaluate import evaluate, write_eval
     from slea.evaluation.report import PaperTable
-    from slea.policy.engines import close_generator, make_generator
-    from slea.policy.model import load_policy
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.engines import close_generator
+    from slea.policy.openai_engine import GeneratorError
     from slea.rollout.collector import RolloutCollector
 
     torch.set_num_threads(cfg.run.threads)
     device = _run_device(cfg)
     last = _checkpoint_or_exit("eval", run)
-    model, tok = load_policy(cfg.model, adapter_dir=last, device=device)
-    builder = PromptBuilder.from_rollout(tok, cfg.rollout)
+    _, _, builder, generator = _played(cfg, last, device)
     kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}  # as training's evaluation
     if split is not None:
         kwargs["split"] = split
     split = kwargs["split"]
     with tempfile.TemporaryDirectory() as work:
-        library = _eval_library(run, cfg, last, Path(work)) if run else None
-        generator = make_generator(cfg.model, model, tok)
-        generator.sync_weights(model)  # a served engine gets the evaluated weights (hf: nothing to do)
-        collector = RolloutCollector(generator, builder, cfg.rollout,
-                                     cfg.env.max_steps, experience=library, experience_mode=cfg.experience.mode)
+        library = None
         try:
+            library = _eval_library(run, cfg, last, Path(work)) if run else None
+            collector = RolloutCollector(generator, builder, cfg.rollout, cfg.env.max_steps, experience=library,
+                                         experience_mode=cfg.experience.mode)
             res = evaluate(collector, cfg.env.id, kwargs, cfg.eval, step_timeout_s=cfg.env.step_timeout_s,
                            reset_timeout_s=cfg.env.reset_timeout_s,
                            iteration=cfg.train.iterations if run else 0)  # the run's "after": warm-up gate open
+        except GeneratorError as exc:  # the server went away or refused mid-run: one line
+            raise fail(f"eval: {exc}") from None
         finally:
             close_generator(generator)  # a managed vLLM server stops here
             if library is not None:
@@ -426,7 +441,8 @@ def eval_(
 def agent(
     model: str = typer.Option(..., "--model", help="'embedded', 'tiny', a local HF model folder, or a run "
                                                    "folder (its config and last checkpoint's weights)"),
-    library: Path = typer.Option(..., "--library", help="a run folder, an SQLite library or a JSONL export"),
+    library: Path = typer.Option(..., "--library", help="a run folder, an SQLite library or a JSONL export (with "
+                                                        "--evolve, a new NAME.sqlite starts empty)"),
     env: str = typer.Option(..., "--env", help="env id"),
     evolve: bool = typer.Option(False, "--evolve", help="the library keeps learning from the episodes"),
     games: int | None = typer.Option(None, "--games", help="games (env seeds) per condition (eval.games)"),
@@ -445,20 +461,27 @@ def agent(
     difference (success, return, invalid rate, retrieval hit rate)."""
     path = Path(model)
     run = path if (path / "config.yaml").is_file() else None
-    if run is None and not _model_target(model):
-        raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
-                    f"config.json), 'embedded' nor 'tiny'")
+    if evolve and not library.exists() and library.suffix == ".sqlite":  # a library learnt from nothing
+        from slea.config import ExperienceSection
+        from slea.experience.manager import ExperienceManager
+
+        library.parent.mkdir(parents=True, exist_ok=True)
+        ExperienceManager(ExperienceSection(), library).close()
+        plain(f"new empty library {library}")
     lib = portable("agent: --library", library)
     from slea.evaluation.agent import agent_overrides
 
     over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
     config_file = run / "config.yaml" if run else None
-    cfg = run_config(config_file, over + list(set_))
+    cfg = run_config(config_file, over + list(set_), trains=False)
+    if run is None and not _model_target(model) and cfg.model.generator == "hf":  # a served model: any name
+        raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded' nor 'tiny'")
     if env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
         over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
     if cfg.experience.mode == "off" and not any(s.startswith("experience.mode=") for s in set_):
         over.append("experience.mode=step")
-    cfg = run_config(config_file, over + list(set_))
+    cfg = run_config(config_file, over + list(set_), trains=False)
     require_env(cfg.env.id)
     import tempfile
 
@@ -469,19 +492,14 @@ def agent(
     from slea.evaluation.agent import agent_table, run_agent
     from slea.evaluation.report import PaperTable
     from slea.experience.portable import working_copy
-    from slea.policy.engines import close_generator, make_generator
-    from slea.policy.model import load_policy
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.engines import close_generator
+    from slea.policy.openai_engine import GeneratorError
     from slea.trainer.rl import experience_manager  # the trainer's manager, extractor and all
 
     torch.set_num_threads(cfg.run.threads)
     device = _run_device(cfg)
     last = _checkpoint_or_exit("agent", run)
-    policy, tok = load_policy(cfg.model, adapter_dir=last, device=device)
-    policy.requires_grad_(False).eval()
-    builder = PromptBuilder.from_rollout(tok, cfg.rollout)
-    generator = make_generator(cfg.model, policy, tok)
-    generator.sync_weights(policy)  # a served engine gets the played weights (hf: nothing to do)
+    _, _, builder, generator = _played(cfg, last, device)
     kwargs = {**cfg.env.kwargs, "split": split or "heldout", **cfg.env.eval_kwargs}
     if split is not None:
         kwargs["split"] = split
@@ -489,12 +507,16 @@ def agent(
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as work:
         workdir = out if evolve else Path(work)  # the evolved library is kept, a read-only use is not
-        working_copy(library, workdir / "library.sqlite")
-        manager = experience_manager(cfg, get_algorithm(cfg.algorithm.name), workdir, generator)
+        manager = None
         try:
+            working_copy(library, workdir / "library.sqlite")
+            manager = experience_manager(cfg, get_algorithm(cfg.algorithm.name), workdir, generator)
             res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch, say=plain)
+        except GeneratorError as exc:  # the server went away or refused mid-run: one line
+            raise fail(f"agent: {exc}") from None
         finally:
-            manager.close()
+            if manager is not None:
+                manager.close()
             close_generator(generator)
     res.update({"model": model, "checkpoint": last.name if last else None, "library_source": str(library),
                 "library_provenance": lib.provenance, "split": kwargs["split"]})

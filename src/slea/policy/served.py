@@ -66,17 +66,37 @@ def load_tokenizer_or_none(model_cfg):
     from slea.policy.model import load_tokenizer
 
     name = model_cfg.tokenizer or model_cfg.name_or_path
-    try:
-        return load_tokenizer(name)
-    except (OSError, ValueError) as exc:
-        if not chat_api(model_cfg):
-            from slea.config import ConfigError
+    why = "not here" if not tokenizer_here(name) else ""
+    if not why:
+        try:
+            return load_tokenizer(name)
+        except (OSError, ValueError) as exc:
+            why = type(exc).__name__
+    if not chat_api(model_cfg):
+        from slea.config import ConfigError
 
-            raise ConfigError(f"model.name_or_path: no tokenizer for {name!r} here ({type(exc).__name__}); "
-                              f"model.openai.api: completions sends the local tokenizer's ids (set "
-                              f"model.tokenizer, or model.openai.api: chat)") from None
-        log.info("no local tokenizer for %s: chat messages only, no token counts", name)
-        return None
+        raise ConfigError(f"model.name_or_path: no tokenizer for {name!r} ({why}); model.openai.api: completions "
+                          f"sends the local tokenizer's ids (set model.tokenizer to a local folder, or "
+                          f"model.openai.api: chat)")
+    log.info("no local tokenizer for %s: chat messages only, no token counts", name)
+    return None
+
+
+def tokenizer_here(name: str) -> bool:
+    """Whether a tokenizer named ``name`` loads without the network: ``embedded``, ``tiny``, a folder, or a name
+    in the local Hugging Face cache (never a download attempt, which offline costs a minute of retries)."""
+    from pathlib import Path
+
+    if name in ("embedded", "tiny") or Path(name).is_dir():
+        return True
+    if name.count("/") != 1:
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(name, "tokenizer_config.json"), str)
+    except Exception:  # noqa: BLE001  (not a valid repo id: not cached)
+        return False
 
 
 def served_text(cfg, generator):
@@ -109,7 +129,7 @@ def served_text(cfg, generator):
     return generate_text
 
 
-def played_policy(cfg, adapter_dir=None):
+def played_policy(cfg, adapter_dir=None, *, device=None):
     """``(model | None, tokenizer | None, prompt builder, generator)`` of a command that trains nothing: the
     weights load only when :func:`needs_weights` (then a served engine receives a trained adapter), the engine
     neither asks for nor requires log-probs, and a served one is checked against what ``model.openai.api``
@@ -119,12 +139,12 @@ def played_policy(cfg, adapter_dir=None):
 
     model = None
     if needs_weights(cfg.model, adapter_dir):
-        model, tok = load_policy(cfg.model, adapter_dir=adapter_dir)
+        model, tok = load_policy(cfg.model, adapter_dir=adapter_dir, device=device)
         model.requires_grad_(False).eval()
     else:
         tok = load_tokenizer_or_none(cfg.model)
     builder = prompt_builder(cfg.model, tok, cfg.rollout)
-    generator = make_generator(cfg.model, model, tok, trains=False)
+    generator = make_generator(cfg.model, model, tok, max_batch=cfg.rollout.max_batch, trains=False)
     try:
         if cfg.model.generator in SERVED:
             generator.check()
