@@ -1,0 +1,303 @@
+"""The ``slea`` commands that play or serve a model without training it: ``slea eval`` (a run, a model folder or the
+embedded model on an env's held-out games), ``slea agent`` (a frozen model with and without an experience library)
+and ``slea serve`` (an OpenAI-compatible server on slea's engine). A served model plays frozen: nothing is
+uploaded unless a run's trained adapter must reach the server (slea/policy/served.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from slea.cli.common import console, fail, plain, require_env, run_config
+from slea.cli.library import portable
+
+
+def _model_target(target: str) -> bool:
+    """Whether ``target`` names a model: ``embedded``, ``tiny``, a model folder, or a name in the local HF cache."""
+    if target in ("embedded", "tiny") or (Path(target) / "config.json").is_file():
+        return True
+    if Path(target).exists() or target.count("/") != 1:
+        return False
+    try:
+        from huggingface_hub import try_to_load_from_cache
+
+        return isinstance(try_to_load_from_cache(target, "config.json"), str)
+    except Exception:  # noqa: BLE001  (not a valid repo id: not a cached model)
+        return False
+
+
+def _run_device(cfg):
+    """``run.device`` resolved for this process, or the one-line config error (exit 2) before any model loads."""
+    from slea.config import ConfigError
+    from slea.device import run_device
+
+    try:
+        return run_device(cfg.run.device)
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}") from None
+
+
+def _played(cfg, last: Path | None, device):
+    """The policy of a command that trains nothing (slea/policy/served.py: a served model is frozen unless a
+    run's trained adapter must reach it): ``(model, tokenizer, prompt builder, generator)``, or one line, exit 2
+    (a config the model refuses, a server that is not there or lacks what ``model.openai.api`` needs)."""
+    from slea.config import ConfigError
+    from slea.policy.openai_engine import GeneratorError
+    from slea.policy.served import played_policy
+
+    try:
+        return played_policy(cfg, last, device=device)
+    except ConfigError as exc:
+        raise fail(f"config error: {exc}") from None
+    except GeneratorError as exc:
+        raise fail(str(exc)) from None
+
+
+def _checkpoint_or_exit(what: str, run: Path | None) -> Path | None:
+    """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2 (also for
+    a team run: its checkpoint holds one adapter per agent, which these commands cannot load into one policy)."""
+    if run is None:
+        return None
+    from slea.trainer.checkpoint import CheckpointError, run_checkpoint
+
+    kind = _trainer_of(run)
+    if kind is not None and kind != "rl":
+        raise fail(f"{what}: {run} is a run of the {kind} trainer (one adapter per agent), which `slea {what}` "
+                   f"cannot load into one policy; its held-out evaluation is {run / 'eval' / 'after.json'}")
+
+    try:
+        return run_checkpoint(run)
+    except CheckpointError as exc:
+        raise fail(f"{what}: {exc}") from None
+
+
+def _trainer_of(run: Path) -> str | None:
+    """The name of the trainer that trained ``run`` (slea/trainer/select.py), or None when its config does not
+    load here (the command's own loading then reports why)."""
+    from slea.algorithms.registry import get_algorithm
+    from slea.config import load_config
+    from slea.trainer.select import trainer_kind
+
+    try:
+        return trainer_kind(get_algorithm(load_config(run / "config.yaml").algorithm.name)).name
+    except Exception:  # noqa: BLE001  (a config error, an unknown plugin: not this check's to report)
+        return None
+
+
+def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
+    """The experience library a run evaluated with: a private copy of its checkpoint's snapshot (the
+    evaluation's retrievals link entries and open clusters; the run's own files stay untouched)."""
+    snap = last / "library.sqlite" if last is not None else None
+    if cfg.experience.mode == "off" or snap is None or not snap.is_file():
+        return None
+    import shutil
+
+    from slea.experience.manager import ExperienceManager
+
+    shutil.copyfile(snap, workdir / "library.sqlite")
+    return ExperienceManager(cfg.experience, workdir / "library.sqlite")
+
+
+def eval_(
+    target: str = typer.Argument(..., help="a run folder, a model folder, 'embedded', or a YAML config"),
+    split: str | None = typer.Option(None, help="env split (default: the config's held-out one)"),
+    episodes: int | None = typer.Option(None, help="sampled episodes per game"),
+    seed: int | None = typer.Option(None),
+    env: str | None = typer.Option(None, "--env", help="another env id than the config's (its kwargs "
+                                      "then come only from --set env.kwargs.x=...)"),
+    out: Path | None = typer.Option(None, "--out", help="folder for eval/<name>.json|.md (default: the "
+                                       "run folder, else runs/eval-<target>)"),
+    set_: list[str] = typer.Option([], "--set"),
+) -> None:
+    """Evaluate a trained run (its last checkpoint, with its experience library), a model folder, or the
+    untrained embedded model; prints and saves the env family's paper-style table. A run's evaluation with its
+    own settings reproduces its eval/after.json."""
+    path = Path(target)
+    run = path if (path / "config.yaml").is_file() else None
+    config_file = run / "config.yaml" if run else path if path.suffix in (".yaml", ".yml") and path.is_file() \
+        else None
+    over = [f"model.name_or_path={target}"] if config_file is None else []
+    over += list(set_)
+    if episodes is not None:
+        over.append(f"eval.episodes_per_game={episodes}")
+    if seed is not None:
+        over.append(f"eval.seed={seed}")
+    cfg = run_config(config_file, over, trains=False)
+    if env is not None and env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
+        cfg = run_config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over], trains=False)
+    if config_file is None and not _model_target(target) and cfg.model.generator == "hf":  # a served one: any name
+        raise fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded', 'tiny' nor a YAML config")
+    require_env(cfg.env.id)
+    import tempfile
+
+    import torch
+
+    from slea.evaluation.evaluate import evaluate, write_eval
+    from slea.evaluation.report import PaperTable
+    from slea.policy.engines import close_generator
+    from slea.policy.openai_engine import GeneratorError
+    from slea.rollout.collector import RolloutCollector
+
+    torch.set_num_threads(cfg.run.threads)
+    device = _run_device(cfg)
+    last = _checkpoint_or_exit("eval", run)
+    _, _, builder, generator = _played(cfg, last, device)
+    kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}  # as training's evaluation
+    if split is not None:
+        kwargs["split"] = split
+    split = kwargs["split"]
+    with tempfile.TemporaryDirectory() as work:
+        library = None
+        try:
+            library = _eval_library(run, cfg, last, Path(work)) if run else None
+            collector = RolloutCollector(generator, builder, cfg.rollout, cfg.env.max_steps, experience=library,
+                                         experience_mode=cfg.experience.mode)
+            res = evaluate(collector, cfg.env.id, kwargs, cfg.eval, step_timeout_s=cfg.env.step_timeout_s,
+                           reset_timeout_s=cfg.env.reset_timeout_s,
+                           iteration=cfg.train.iterations if run else 0)  # the run's "after": warm-up gate open
+        except GeneratorError as exc:  # the server went away or refused mid-run: one line
+            raise fail(f"eval: {exc}") from None
+        finally:
+            close_generator(generator)  # a managed vLLM server stops here
+            if library is not None:
+                library.close()
+    res["checkpoint"] = last.name if last else None
+    name = f"eval-{split}" if env is None else f"eval-{split}-{cfg.env.id.rsplit('/', 1)[-1]}"
+    saved = write_eval(out or run or Path("runs") / f"eval-{path.stem or 'model'}", name, res)
+    console.print_json(json.dumps({k: v for k, v in res.items() if k != "table"}))
+    console.print(PaperTable.from_dict(res["table"]).to_rich(first=cfg.model.name_or_path if run is None
+                                                              else run.name))
+    plain(f"wrote {saved} and {saved.with_suffix('.md')}")
+
+
+def agent(
+    model: str = typer.Option(..., "--model", help="'embedded', 'tiny', a local HF model folder, or a run "
+                                                   "folder (its config and last checkpoint's weights)"),
+    library: Path = typer.Option(..., "--library", help="a run folder, an SQLite library or a JSONL export (with "
+                                                        "--evolve, a new NAME.sqlite starts empty)"),
+    env: str = typer.Option(..., "--env", help="env id"),
+    evolve: bool = typer.Option(False, "--evolve", help="the library keeps learning from the episodes"),
+    games: int | None = typer.Option(None, "--games", help="games (env seeds) per condition (eval.games)"),
+    episodes: int | None = typer.Option(None, "--episodes", help="sampled episodes per game "
+                                                                 "(eval.episodes_per_game)"),
+    seed: int | None = typer.Option(None, "--seed", help="env seed of the first game (eval.seed)"),
+    batch: int = typer.Option(1, "--batch", min=1, help="with --evolve: games per evolution round"),
+    split: str | None = typer.Option(None, help="env split (default heldout)"),
+    out: Path | None = typer.Option(None, "--out", help="folder for agent.json (and, with --evolve, the "
+                                                        "evolved library.sqlite); default runs/agent-<model>-<env>"),
+    set_: list[str] = typer.Option([], "--set"),
+) -> None:
+    """Play a frozen model with and without an experience library on the same games.
+
+    Per-step retrieval, no weight update (--evolve: the library learns from the episodes); prints and saves the
+    difference (success, return, invalid rate, retrieval hit rate)."""
+    path = Path(model)
+    run = path if (path / "config.yaml").is_file() else None
+    if evolve and not library.exists() and library.suffix == ".sqlite":  # a library learnt from nothing
+        from slea.config import ExperienceSection
+        from slea.experience.manager import ExperienceManager
+
+        library.parent.mkdir(parents=True, exist_ok=True)
+        ExperienceManager(ExperienceSection(), library).close()
+        plain(f"new empty library {library}")
+    lib = portable("agent: --library", library)
+    from slea.evaluation.agent import agent_overrides
+
+    over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
+    config_file = run / "config.yaml" if run else None
+    cfg = run_config(config_file, over + list(set_), trains=False)
+    if run is None and not _model_target(model) and cfg.model.generator == "hf":  # a served model: any name
+        raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded' nor 'tiny'")
+    if env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
+        over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
+    if cfg.experience.mode == "off" and not any(s.startswith("experience.mode=") for s in set_):
+        over.append("experience.mode=step")
+    cfg = run_config(config_file, over + list(set_), trains=False)
+    require_env(cfg.env.id)
+    import tempfile
+
+    import torch
+
+    from slea.algorithms.registry import get_algorithm
+    from slea.atomic import atomic_write_text
+    from slea.evaluation.agent import agent_table, run_agent
+    from slea.evaluation.report import PaperTable
+    from slea.experience.portable import working_copy
+    from slea.policy.engines import close_generator
+    from slea.policy.openai_engine import GeneratorError
+    from slea.trainer.rl import experience_manager  # the trainer's manager, extractor and all
+
+    torch.set_num_threads(cfg.run.threads)
+    device = _run_device(cfg)
+    last = _checkpoint_or_exit("agent", run)
+    _, _, builder, generator = _played(cfg, last, device)
+    kwargs = {**cfg.env.kwargs, "split": split or "heldout", **cfg.env.eval_kwargs}
+    if split is not None:
+        kwargs["split"] = split
+    out = out or Path("runs") / f"agent-{path.name or model}-{cfg.env.id.rsplit('/', 1)[-1]}"
+    out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory() as work:
+        workdir = out if evolve else Path(work)  # the evolved library is kept, a read-only use is not
+        manager = None
+        try:
+            working_copy(library, workdir / "library.sqlite")
+            manager = experience_manager(cfg, get_algorithm(cfg.algorithm.name), workdir, generator)
+            res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch, say=plain)
+        except GeneratorError as exc:  # the server went away or refused mid-run: one line
+            raise fail(f"agent: {exc}") from None
+        finally:
+            if manager is not None:
+                manager.close()
+            close_generator(generator)
+    res.update({"model": model, "checkpoint": last.name if last else None, "library_source": str(library),
+                "library_provenance": lib.provenance, "split": kwargs["split"]})
+    saved = atomic_write_text(out / "agent.json", json.dumps(res, indent=2))
+    console.print(agent_table(res))
+    console.print(PaperTable.from_dict(res["table"]).to_rich(first=model))
+    plain(f"wrote {saved}" + (f" and the evolved library {out / 'library.sqlite'}" if evolve else ""))
+
+
+def serve(
+    model: str = typer.Argument(..., help="'tiny', 'embedded', a local HF model folder, or a run folder (its "
+                                          "model with its last checkpoint's LoRA adapter)"),
+    host: str = typer.Option("127.0.0.1", "--host"),
+    port: int = typer.Option(8000, "--port", min=0, max=65535, help="0: a free port (printed)"),
+    dtype: str | None = typer.Option(None, "--dtype", help="bfloat16 | float32 (default: the run's, else "
+                                                            "bfloat16)"),
+    threads: int = typer.Option(2, "--threads", min=1, help="torch intra-op threads"),
+) -> None:
+    """An OpenAI-compatible server on slea's engine: /v1/models, /v1/completions (token-id or text prompts,
+    log-probs), /v1/chat/completions (the model's chat template), streaming as server-sent events, and
+    /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai)."""
+    if not (Path(model) / "config.yaml").is_file() and not _model_target(model):
+        raise fail(f"serve: {model!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded' nor 'tiny'")
+    if dtype not in (None, "bfloat16", "float32"):
+        raise fail(f"serve: --dtype {dtype!r}: expected bfloat16 or float32")
+    import torch
+
+    from slea.policy.server import load_engine, make_server
+    from slea.trainer.checkpoint import CheckpointError
+
+    torch.set_num_threads(threads)
+    try:
+        engine = load_engine(model, dtype=dtype)
+    except CheckpointError as exc:
+        raise fail(f"serve: {exc}") from None
+    try:
+        server = make_server(engine, host, port)
+    except OSError as exc:
+        raise fail(f"serve: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
+    bound = server.server_address[1]
+    plain(f"serving {engine.base_id}" + (f" (adapter {engine.lora})" if engine.lora else "") +
+           f" at http://{host}:{bound}/v1")
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
