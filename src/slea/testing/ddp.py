@@ -39,13 +39,13 @@ def fixed_samples(vocab: int) -> list[Sample]:
     return out
 
 
-def model_from(state: Path):
-    """The tiny LoRA policy with the weights saved at ``state``."""
+def model_from(state: Path, device: str | torch.device | None = None):
+    """The tiny LoRA policy with the weights saved at ``state`` (on ``device``; default the CPU)."""
     from slea.policy.model import load_policy
 
     model, _ = load_policy(MODEL)
     load_model(model, state)
-    return model
+    return model if device is None else model.to(device)
 
 
 def trainable(model) -> dict[str, torch.Tensor]:
@@ -53,11 +53,12 @@ def trainable(model) -> dict[str, torch.Tensor]:
 
 
 def fixed_update(state: Path, agg: str, dp: DataParallel | None, micro_batch: int = TRAIN.micro_batch,
-                 fsdp: bool = False) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+                 fsdp: bool = False, device: str | torch.device | None = None
+                 ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """One ``ppo_update`` (2 AdamW steps, KL term on) from the saved weights: the trained weights and metrics
-    (``fsdp``: with the base weights sharded over the group first)."""
+    (``fsdp``: with the base weights sharded over the group first; ``device``: the model's)."""
     torch.manual_seed(0)
-    model = model_from(state)
+    model = model_from(state, device)
     if fsdp:
         shard_frozen_base(model)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=TRAIN.lr)
@@ -126,3 +127,30 @@ def group_rank_main(out: Path) -> None:
         "local_rank": os.environ.get("LOCAL_RANK"), "world_size": os.environ.get("WORLD_SIZE"),
         "backend": dist.get_backend(), "object_group": object_group() is not None,
         "mesh": [mesh.device_type, list(mesh.shape)], "gathered": dp.gather({"rank": dp.rank})}))
+
+
+def smoke_rank_main(state: Path, out: Path, device: str) -> None:
+    """bench/gpu_check.py's process-group smoke (one rank or more, spawned with ``run.device`` ``device``): the
+    fixed update with the base weights sharded (FSDP2 on the rank's device mesh) against the same update
+    unsharded in this process, where the LoRA weights and the base shards live, and an object gathered over the
+    group of object collectives; ``smoke-rank<r>.json``."""
+    import torch.distributed as dist
+
+    from slea.device import model_device
+    from slea.trainer.distributed import object_group, rank_device, shard_frozen_base
+
+    dp = DataParallel.current()
+    dev = rank_device(device)
+    plain, _ = fixed_update(state, AGGS[0], None, device=dev)
+    sharded, met = fixed_update(state, AGGS[0], dp, fsdp=True, device=dev)
+    model = model_from(state, dev)
+    shard_frozen_base(model)
+    lora = {p.device.type for p in model.parameters() if p.requires_grad}
+    shards = {p.to_local().device.type for p in model.parameters() if not p.requires_grad}
+    (out / f"smoke-rank{dp.rank}.json").write_text(json.dumps({
+        "device": str(dev), "model_device": str(model_device(model)), "backend": dist.get_backend(),
+        "object_group": "gloo" if object_group() is not None or dist.get_backend() == "gloo" else None,
+        "lora_devices": sorted(lora), "shard_devices": sorted(shards),
+        "max_abs_diff": max(float((sharded[n] - plain[n]).abs().max()) for n in plain),
+        "moved": max(float((plain[n] - trainable(model_from(state, dev))[n]).abs().max()) for n in plain),
+        "loss": met["loss"], "gathered": dp.gather(dp.rank)}))

@@ -268,7 +268,7 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
     fewer micro-batches than the busiest one adds zero-weight passes (:func:`idle_pass`)."""
     loss_fn = get_policy_loss(algo_cfg.policy_loss)
     kwargs = loss_settings(algo_cfg, loss_fn)
-    sharded = dp is not None and dp.world > 1 and is_sharded(model)
+    sharded = dp is not None and is_sharded(model)  # FSDP units: one forward per backward, ranks in lockstep
     plan = plan_minibatches(samples, train_cfg.updates_per_iter, train_cfg.micro_batch, rng, dp, sharded)
     n_mini = len(plan)
     params = [p for p in model.parameters() if p.requires_grad]
