@@ -84,3 +84,14 @@ def test_adapters_round_trip_through_safetensors_files(team, perturb, tmp_path):
     (tmp_path / "adapters" / "actor.safetensors").unlink()
     with pytest.raises(ValueError, match="no adapter file for agent 'actor'"):
         team.load_adapters(tmp_path / "adapters")
+
+
+def test_every_agents_adapter_lives_on_the_base_device_in_fp32_over_a_bf16_base(device):
+    team = build_team_policy(ModelSection(name_or_path="tiny", lora_r=4, base_dtype="bfloat16"),
+                             ["planner", "actor"], device=device)
+    adapters = {id(q) for j in (0, 1) for q in team.parameters(j)}
+    frozen = {(p.device.type, p.dtype) for p in team.model.parameters() if id(p) not in adapters}
+    assert frozen == {(device, torch.bfloat16)}
+    for agent in (0, 1):
+        params = team.parameters(agent)
+        assert params and {(p.device.type, p.dtype) for p in params} == {(device, torch.float32)}
