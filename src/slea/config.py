@@ -83,7 +83,7 @@ class VLLMSection(_Section):
     openai engine (``model.openai``'s other settings apply) and stops (slea/policy/vllm_server.py)."""
 
     python: str | None = None  # the interpreter that has vllm (its own venv); default: the one running slea
-    port: int | None = Field(None, ge=1, le=65535)  # None: a free localhost port
+    port: int | None = Field(None, ge=1, le=65535)  # None: a free localhost port (data-parallel rank r: port + r)
     # the fraction of memory vLLM reserves (on its CPU backend: of *CPU* memory; vLLM's default 0.92 leaves
     # nothing for the trainer beside it)
     gpu_memory_utilization: float = Field(0.2, gt=0, le=1)

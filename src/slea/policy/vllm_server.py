@@ -355,7 +355,7 @@ class ManagedVLLM:
             visible = child_visible_devices(os.environ.get("CUDA_VISIBLE_DEVICES"), index)
             if colocated:
                 check_colocated_memory(model_cfg, device)
-        self.port = v.port or free_port()
+        self.port = v.port + local_rank() if v.port else free_port()  # one server per data-parallel rank
         self.url = f"http://127.0.0.1:{self.port}/v1"
         self.command = server_command(model_cfg, self.port, backend=self.backend, sleep=self.sleeps)
         fd, name = tempfile.mkstemp(prefix="slea-vllm-", suffix=".log")
