@@ -87,6 +87,13 @@ def test_train_with_the_openai_generator_syncs_weights_to_the_server(server, tmp
                              "logprobs": 1, "return_token_ids": True})["choices"][0]
     assert again["token_ids"] == trained[1]
     assert again["logprobs"]["token_logprobs"] == pytest.approx(trained[2], abs=1e-5)
+    # `slea eval RUN` through the server (the run's own engine): its trained adapter is uploaded first
+    ev = subprocess.run([sys.executable, "-m", "slea.cli", "eval", str(run), "--out", str(tmp_path / "ev"),
+                         "--set", "eval.games=1", "--set", "eval.episodes_per_game=1"],
+                        check=False, capture_output=True, text=True, env=ENV, timeout=300)
+    assert ev.returncode == 0, ev.stdout[-2000:] + ev.stderr[-3000:]
+    synced = [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]]
+    assert len(synced) == 2 and synced[1].startswith("slea-sync-") and synced[1] != served[1]
     print(f"slea train with model.generator=openai: {time.perf_counter() - t0:.1f}s")
 
 
