@@ -88,6 +88,21 @@ class TextEnv(gym.Env):
     engine's failure, which :meth:`step` turns into a *fault* (:meth:`_fault`: the episode ends, truncated,
     with ``info["fault"]``), never into an invalid action and never into a crash of the rollout. Subclasses may override :meth:`_info_defaults` to add family keys (``lost``,
     ``walkthrough``...) to every info, the invalid-step infos included.
+
+    What a subclass sets (docs/howto.md, "Your own environment", builds one):
+
+    * ``self._goal`` (str), in :meth:`_reset`: the task text. It becomes every info's ``goal`` and the prompt's
+      ``Goal:`` line; an empty goal leaves that line out.
+    * ``self._admissible`` (list of str, or None), in :meth:`_reset` and again in :meth:`_step` when the valid
+      commands change: every info's ``admissible_actions``. A list is shown to the agent as its valid
+      commands, and the rollout matches the answer to one of them (an answer that matches none is an invalid
+      step that never reaches the env); ``None`` means free text that ``_step`` parses itself.
+    * ``instructions`` (class attribute, :class:`slea.types.Instructions`): the family's system prompt, one
+      example exchange and the answer cue. Observations carry no instructions of their own.
+    * ``task_type`` (class attribute, or set per episode): groups episodes for the experience library,
+      clustering and the report's tables.
+    * a constructor that accepts ``split``: training envs are built with ``env.kwargs``, held-out ones with
+      ``split="heldout"`` plus ``env.eval_kwargs``.
     """
 
     metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
@@ -117,9 +132,24 @@ class TextEnv(gym.Env):
 
     # -- subclass hooks -------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        """Start an episode: return ``(observation, info)`` and set ``self._goal`` and ``self._admissible``.
+
+        ``seed`` picks the task and must pick the same one every time (slea pairs evaluations and compared runs
+        by env seed; :meth:`_pick` maps ``options["game"]``, else the seed, to a task index). ``options`` is the
+        reset's options dict (never None here). The observation is the raw env text, without instructions: it is
+        the *anchor* that GiGPO groups on and SLEA-RL clusters. ``info`` may hold family keys; the base adds
+        ``goal``, ``admissible_actions``, ``task_type`` and ``won`` (False) where it has none."""
         raise NotImplementedError
 
     def _step(self, action: str) -> StepResult:
+        """Play one turn: return ``(observation, reward, terminated, truncated, info)``.
+
+        ``action`` is a non-empty, stripped string (:meth:`step` refuses empty ones itself). Set
+        ``info["won"] = True`` on the winning step; ``reward`` is this turn's reward (sparse tasks put the
+        episode's on the last turn). Refuse an action the env cannot take with ``return self._reject(why)``: an
+        invalid step, the same observation, no reward. Raise only when the engine itself fails: :meth:`step`
+        turns the exception into a fault (the episode ends, the pool rebuilds the env, nothing is learned from
+        it). Update ``self._admissible`` when the valid commands change."""
         raise NotImplementedError
 
     # -- the contract ---------------------------------------------------------------------------------
