@@ -45,7 +45,8 @@ from typing import Any
 import torch
 
 from slea.config import RunConfig, load_config
-from slea.envs.pool import EnvPool, make_pool
+from slea.envs.factory import make_pool
+from slea.envs.pool import EnvPool
 from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder, parse_action

@@ -34,7 +34,7 @@ import torch
 
 import slea.envs as E
 from slea.atomic import atomic_write_text
-from slea.config import EvalSection, ModelSection, RolloutSection
+from slea.config import EnvSection, EvalSection, ModelSection, RolloutSection
 from slea.evaluation.evaluate import evaluate
 from slea.evaluation.report import PaperTable
 from slea.policy.generation import HFGenerator
@@ -127,7 +127,7 @@ def run_family(name: str, spec: dict[str, Any], model, tok, model_cfg: ModelSect
     eval_cfg = EvalSection(games=games, episodes_per_game=episodes, temperature=0.0 if greedy_only else 1.0,
                            greedy=not greedy_only, seed=0)
     try:
-        res = evaluate(collector, spec["env"], kwargs, eval_cfg, label=label)
+        res = evaluate(collector, EnvSection(id=spec["env"]), kwargs, eval_cfg, label=label)
     except Exception as exc:  # noqa: BLE001  (one family's failure must not lose the others' tables)
         return {"env": spec["env"], "skipped": f"{type(exc).__name__}: {exc}"}
     if greedy_only:  # the one pass ran at temperature 0: it is the greedy row

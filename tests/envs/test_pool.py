@@ -98,7 +98,7 @@ def test_make_pool_follows_env_workers(monkeypatch):
     import sys
 
     from slea.config import ConfigError, EnvSection
-    from slea.envs.pool import make_pool
+    from slea.envs.factory import make_pool
 
     env = EnvSection(id="slea/Sokoban-v0", kwargs={"num_games": 3}, step_timeout_s=5.0)
     with make_pool(env, 2, 2) as pool:

@@ -63,7 +63,7 @@ def test_an_empty_library_changes_nothing_and_the_no_library_side_is_the_plain_e
     assert all(v == 0.0 for d in res["difference"].values() for v in d.values())
     assert res["games_by_success"]["sampled"] == {"better": 0, "worse": 0, "same": 2}
     # the no-library condition is exactly `evaluate` on the same games
-    plain = evaluate(RolloutCollector(gen, builder, cfg.rollout, cfg.env.max_steps), cfg.env.id,
+    plain = evaluate(RolloutCollector(gen, builder, cfg.rollout, cfg.env.max_steps), cfg.env,
                      {"split": "heldout"}, cfg.eval)
     plain["sampled"].pop("temperature")
     assert res["without"] == {"sampled": plain["sampled"]}  # no greedy episodes: eval.greedy=false

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import slea.testing.faulty_env  # noqa: F401  (registers slea/test-Faulty-v0)
-from slea.config import EvalSection, RolloutSection
+from slea.config import EnvSection, EvalSection, RolloutSection
 from slea.evaluation.evaluate import evaluate
 from slea.policy.generation import Generation
 from slea.policy.prompts import PromptBuilder
@@ -22,8 +22,8 @@ def test_a_hung_eval_env_times_out_instead_of_blocking(tiny_policy):
     _, tok = tiny_policy
     col = RolloutCollector(AlwaysUp(), PromptBuilder(tok), RolloutSection(), max_steps=3)
     kwargs = {"inner": "slea/Sokoban-v0", "hang_prob": 1.0, "hang_s": 60.0}
-    res = evaluate(col, FAULTY_ID, kwargs, EvalSection(games=1, episodes_per_game=1, greedy=False),
-                   step_timeout_s=0.3, keep_trajectories=True)
+    res = evaluate(col, EnvSection(id=FAULTY_ID, step_timeout_s=0.3), kwargs,
+                   EvalSection(games=1, episodes_per_game=1, greedy=False), keep_trajectories=True)
     (traj,) = res["trajectories"]["sampled"]
     # the first step hung: the pool's step timeout ended the episode there as a fault (without it, the step
     # would have answered after 60 s with no fault and the episode gone on to max_steps)
@@ -47,7 +47,7 @@ def test_two_evaluations_of_the_same_weights_are_equal_and_paired(tiny_policy):
     def run(seed):
         torch.manual_seed(seed)
         torch.rand(10_000)  # whatever else ran in the process between the two evaluations
-        res = evaluate(col, "slea/Sokoban-v0", {"split": "heldout"}, cfg, keep_trajectories=True)
+        res = evaluate(col, EnvSection(id="slea/Sokoban-v0"), {"split": "heldout"}, cfg, keep_trajectories=True)
         return res, [[s.response_text for s in t.steps] for t in res["trajectories"]["sampled"]]
 
     a, texts_a = run(0)

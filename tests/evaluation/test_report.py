@@ -144,7 +144,7 @@ def test_table_dict_round_trip_merge_and_rich():
 
 
 def test_evaluate_result_has_the_family_table(tiny_policy):
-    from slea.config import EvalSection, RolloutSection
+    from slea.config import EnvSection, EvalSection, RolloutSection
     from slea.evaluation.evaluate import evaluate
     from slea.policy.generation import HFGenerator
     from slea.policy.prompts import PromptBuilder
@@ -153,7 +153,8 @@ def test_evaluate_result_has_the_family_table(tiny_policy):
     model, tok = tiny_policy
     rollout = RolloutSection(max_new_tokens=3)
     collector = RolloutCollector(HFGenerator(model, tok, dtype="float32"), PromptBuilder(tok), rollout, 2)
-    res = evaluate(collector, "slea/Sokoban-v0", {"split": "heldout"}, EvalSection(games=2, episodes_per_game=1),
+    res = evaluate(collector, EnvSection(id="slea/Sokoban-v0"), {"split": "heldout"},
+                   EvalSection(games=2, episodes_per_game=1),
                    label="tiny", keep_trajectories=True)
     tab = res["table"]
     assert tab["family"] == "sokoban" and [r["label"] for r in tab["rows"]] == ["tiny sampled T=1", "tiny greedy"]

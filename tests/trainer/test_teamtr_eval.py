@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 
-import slea.evaluation.team as team_eval
-import slea.trainer.teamtr as teamtr_mod
 from slea.config import load_config
+from slea.envs import factory
 from slea.team import get_team_task
 from slea.team.prompts import TeamPromptBuilder
 from slea.trainer.teamtr import TeamTrainer
@@ -30,14 +29,14 @@ def test_solo_actor_task_is_the_actor_alone_in_the_same_layout():
 
 def test_solo_arm_trains_one_agent_per_stage_and_evaluates_on_heldout_games(tmp_path, monkeypatch):
     pools = []  # (env kwargs, groups, copies) of every pool the trainer opens
-    real_pool = teamtr_mod.EnvPool
+    real_pool = factory.EnvPool
 
     def recording_pool(env_id, groups, copies, kwargs, **kw):
         pools.append((dict(kwargs), groups, copies))
         return real_pool(env_id, groups, copies, kwargs, **kw)
 
-    monkeypatch.setattr(teamtr_mod, "EnvPool", recording_pool)  # training
-    monkeypatch.setattr(team_eval, "EnvPool", recording_pool)  # the held-out evaluation (slea/evaluation/team.py)
+    # every pool, training's and the held-out evaluation's (slea/evaluation/team.py), comes from make_pool
+    monkeypatch.setattr(factory, "EnvPool", recording_pool)
     cfg = load_config(ROOT / "configs/teamtr_smoke.yaml",
                       [*SMALL, "team.task=textworld_solo_actor", "eval.before=true", "eval.greedy=true",
                        "eval.seed=3"])

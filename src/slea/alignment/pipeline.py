@@ -49,7 +49,7 @@ from slea.alignment.data import (
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config
 from slea.device import run_device
-from slea.envs.pool import EnvPool
+from slea.envs.factory import make_pool
 from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
@@ -205,8 +205,7 @@ class AlignPipeline:
         out = []
         for start in range(0, len(seeds), cfg.rollout.groups):
             chunk = seeds[start:start + cfg.rollout.groups]
-            with EnvPool(cfg.env.id, len(chunk), a.samples_per_task, kwargs, step_timeout_s=cfg.env.step_timeout_s,
-                         reset_timeout_s=cfg.env.reset_timeout_s) as pool:
+            with make_pool(cfg.env, len(chunk), a.samples_per_task, kwargs) as pool:
                 trajs, _ = collector.collect(pool, chunk, temperature=a.sample_temperature, rng_salt=TRAIN_SALT,
                                              traj_offset=len(out))
             out += [sampled_trajectory(t, cfg.env.id, split, self.builder, kwargs) for t in trajs]
@@ -275,8 +274,7 @@ class AlignPipeline:
         collector = RolloutCollector(self._generator(), self.builder,
                                      cfg.rollout, cfg.env.max_steps)
         kwargs = {**cfg.env.kwargs, "split": split, **cfg.env.eval_kwargs}
-        res = evaluate(collector, cfg.env.id, kwargs, cfg.eval, step_timeout_s=cfg.env.step_timeout_s,
-                       reset_timeout_s=cfg.env.reset_timeout_s, label=split)
+        res = evaluate(collector, cfg.env, kwargs, cfg.eval, label=split)
         res["checkpoint"] = latest_checkpoint(self.dir / "checkpoints").name
         res["prompt"] = prompt_settings(self.builder)
         write_eval(self.dir, f"eval-{split}", res)

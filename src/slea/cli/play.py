@@ -155,8 +155,7 @@ def eval_(
             library = _eval_library(run, cfg, last, Path(work)) if run else None
             collector = RolloutCollector(generator, builder, cfg.rollout, cfg.env.max_steps, experience=library,
                                          experience_mode=cfg.experience.mode)
-            res = evaluate(collector, cfg.env.id, kwargs, cfg.eval, step_timeout_s=cfg.env.step_timeout_s,
-                           reset_timeout_s=cfg.env.reset_timeout_s,
+            res = evaluate(collector, cfg.env, kwargs, cfg.eval,
                            iteration=cfg.train.iterations if run else 0)  # the run's "after": warm-up gate open
         except GeneratorError as exc:  # the server went away or refused mid-run: one line
             raise fail(f"eval: {exc}") from None

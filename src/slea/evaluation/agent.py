@@ -65,15 +65,14 @@ def _rounds(seed: int, games: int, batch: int) -> list[tuple[int, int]]:
     return [(seed + g, min(batch, games - g)) for g in range(0, games, max(1, batch))]
 
 
-def _play(collector, env_id, env_kwargs, eval_cfg, rounds, *, iteration, guards, manager=None
+def _play(collector, env_cfg, env_kwargs, eval_cfg, rounds, *, iteration, manager=None
           ) -> tuple[dict[str, list[Trajectory]], list[dict[str, float]]]:
     """Every round through ``evaluate``; with a ``manager`` the library evolves after each round."""
     trajs: dict[str, list[Trajectory]] = {m: [] for m in MODES}
     evolved = []
     for r, (first, n) in enumerate(rounds):
         cfg = eval_cfg.model_copy(update={"seed": first, "games": n})
-        res = evaluate(collector, env_id, env_kwargs, cfg, iteration=iteration + r, keep_trajectories=True,
-                       **guards)
+        res = evaluate(collector, env_cfg, env_kwargs, cfg, iteration=iteration + r, keep_trajectories=True)
         played = [t for m in MODES for t in res["trajectories"].get(m, [])]
         for m in MODES:
             trajs[m] += res["trajectories"].get(m, [])
@@ -110,7 +109,6 @@ def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, e
     both summaries, their difference, the games each condition won more often, the library's size before and
     after, each evolution round's metrics and the env family's paper-style table with one row per condition."""
     t0 = time.perf_counter()
-    guards = {"step_timeout_s": cfg.env.step_timeout_s, "reset_timeout_s": cfg.env.reset_timeout_s}
     ev = cfg.eval
     rounds = _rounds(ev.seed, ev.games, batch if evolve else ev.games)
     base = next_iteration(manager)
@@ -120,10 +118,10 @@ def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, e
                                experience_mode=cfg.experience.mode)
     say = say or (lambda _msg: None)
     say("without the library")
-    off, _ = _play(bare, cfg.env.id, env_kwargs, ev, rounds, iteration=base, guards=guards)  # the same batches
+    off, _ = _play(bare, cfg.env, env_kwargs, ev, rounds, iteration=base)  # the same batches
     say("with the library" + (f", evolving after every {batch} game(s)" if evolve else ""))
     stats0 = dict(manager.stats)
-    on, evolved = _play(steered, cfg.env.id, env_kwargs, ev, rounds, iteration=base, guards=guards,
+    on, evolved = _play(steered, cfg.env, env_kwargs, ev, rounds, iteration=base,
                         manager=manager if evolve else None)
     modes = [m for m in MODES if off[m]]
     out: dict[str, Any] = {"env": cfg.env.id, "games": ev.games, "seeds": [ev.seed, ev.seed + ev.games - 1],

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from slea.atomic import atomic_write_text
-from slea.envs.pool import EnvPool
+from slea.envs.factory import make_pool
 from slea.evaluation.report import new_table
 from slea.progress import Progress
 from slea.rollout.collector import EVAL_SALT
@@ -37,21 +37,21 @@ def summarize(trajs: list[Trajectory]) -> dict[str, float]:
     }
 
 
-def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, iteration: int = 0,
-             label: str = "", keep_trajectories: bool = False, step_timeout_s: float | None = None,
-             reset_timeout_s: float | None = None) -> dict:
+def evaluate(collector, env_cfg, env_kwargs: dict[str, Any], eval_cfg, *, iteration: int = 0,
+             label: str = "", keep_trajectories: bool = False) -> dict:
     """Play ``eval_cfg.games`` held-out games: ``episodes_per_game`` sampled episodes at
     ``eval_cfg.temperature`` (each game a group) and, if ``greedy``, one greedy episode per game.
 
     The result's ``table`` is the env family's paper-style table (:mod:`slea.evaluation.report`) with a row
     for the sampled and one for the greedy episodes (``label`` goes before the row names). With
     ``keep_trajectories`` the trajectories themselves come back under ``trajectories`` (not JSON-able).
-    ``step_timeout_s`` / ``reset_timeout_s``: the env pool's fault handling, as in training (env.*_timeout_s)."""
+    ``env_cfg``: the run's ``env`` section (its id, workers and fault guards, as in training; the pools come from
+    :func:`slea.envs.factory.make_pool`); ``env_kwargs`` the held-out split's constructor arguments."""
     t0 = time.perf_counter()
     seeds = [eval_cfg.seed + g for g in range(eval_cfg.games)]
+    env_id = env_cfg.id
     out: dict[str, Any] = {"env": env_id, "games": eval_cfg.games}
-    guards = {"step_timeout_s": step_timeout_s, "reset_timeout_s": reset_timeout_s}
-    with EnvPool(env_id, eval_cfg.games, eval_cfg.episodes_per_game, env_kwargs, **guards) as pool:  # close: JVMs
+    with make_pool(env_cfg, eval_cfg.games, eval_cfg.episodes_per_game, env_kwargs) as pool:  # close: JVMs
         trajs = _play(collector, pool, seeds, iteration, eval_cfg.temperature, "held-out eval (sampled)")
     out["sampled"] = summarize(trajs)
     out["sampled"]["temperature"] = eval_cfg.temperature
@@ -61,7 +61,7 @@ def evaluate(collector, env_id: str, env_kwargs: dict[str, Any], eval_cfg, *, it
     table.add(f"{pre}sampled T={eval_cfg.temperature:g}", trajs)
     kept = {"sampled": trajs}
     if eval_cfg.greedy:
-        with EnvPool(env_id, eval_cfg.games, 1, env_kwargs, **guards) as gpool:
+        with make_pool(env_cfg, eval_cfg.games, 1, env_kwargs) as gpool:
             gtrajs = _play(collector, gpool, seeds, iteration, 0.0, "held-out eval (greedy)")
         out["greedy"] = summarize(gtrajs)
         table.add(f"{pre}greedy", gtrajs)

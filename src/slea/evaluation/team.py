@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from slea.atomic import atomic_write_text
-from slea.envs.pool import EnvPool
+from slea.envs.factory import make_pool
 from slea.evaluation.evaluate import summarize
 from slea.progress import Progress, episodes_note
 from slea.rollout.collector import EVAL_SALT
@@ -28,11 +28,10 @@ def evaluate_team(collector, cfg, team_task: str, path: Path) -> dict[str, Any]:
     t0 = time.perf_counter()
     kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}
     seeds = [ev.seed + g for g in range(ev.games)]
-    guards = {"step_timeout_s": cfg.env.step_timeout_s, "reset_timeout_s": cfg.env.reset_timeout_s}
     out: dict[str, Any] = {"env": cfg.env.id, "team_task": team_task, "games": ev.games}
     runs = [("sampled", ev.episodes_per_game, ev.temperature)] + ([("greedy", 1, 0.0)] if ev.greedy else [])
     for key, copies, temperature in runs:
-        with EnvPool(cfg.env.id, ev.games, copies, kwargs, **guards) as pool, \
+        with make_pool(cfg.env, ev.games, copies, kwargs) as pool, \
                 Progress(f"held-out eval ({key})", total=cfg.team.max_turns) as bar:
             episodes, _ = collector.collect(pool, seeds, rng_salt=EVAL_SALT, temperature=temperature,
                                             progress=episodes_note(bar, len(pool)))

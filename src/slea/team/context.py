@@ -1,6 +1,6 @@
 """The shared text context of a team: every agent's messages and the environment's answers, in order.
 
-TeamTR's team MDP (reference/papers.md §5): n agents share one text context; at each state one agent is active
+TeamTR's team MDP (the TeamTR paper, §3): n agents share one text context; at each state one agent is active
 (the router decides which), reads the whole context and appends its message. An *acting* agent's message is
 also the environment action; the environment's answer is appended after it.
 """
@@ -10,6 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ENV = "env"  # the speaker name of the environment's messages
+
+
+@dataclass(frozen=True)
+class Role:
+    """One agent's part in a team task (slea.team.tasks; its LoRA adapter is named after ``name``)."""
+
+    name: str
+    system: str
+    acts: bool  # its message is the environment action (else it only writes into the shared context)
+    cue: str
+    example: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)

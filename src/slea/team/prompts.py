@@ -9,11 +9,8 @@ the model's chat template, as single-agent prompts are (slea.policy.prompts).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from slea.team.context import SharedContext
-    from slea.team.tasks import Role
+from slea.team.context import Role, SharedContext
 
 
 def team_turn(goal: str, transcript: list[str], commands: list[str] | None, cue: str) -> str:

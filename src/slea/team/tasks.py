@@ -24,18 +24,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from slea.plugins import Registry
+from slea.team.context import Role
 from slea.team.prompts import team_turn as _turn
 
-
-@dataclass(frozen=True)
-class Role:
-    """One agent's part in a team task (its LoRA adapter is named after ``name``)."""
-
-    name: str
-    system: str
-    acts: bool  # its message is the environment action (else it only writes into the shared context)
-    cue: str
-    example: tuple[tuple[str, str], ...] = ()
+__all__ = ["TEAM_TASKS", "Role", "TeamTask", "get_team_task", "register_team_task"]
 
 
 @dataclass(frozen=True)

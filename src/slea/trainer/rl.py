@@ -344,8 +344,7 @@ class Trainer:
     # -- evaluation, checkpoints, resume -----------------------------------------------------------------------
     def evaluate(self, name: str, iteration: int) -> dict:
         kwargs = {**self.cfg.env.kwargs, "split": "heldout", **self.cfg.env.eval_kwargs}
-        res = evaluate(self.collector, self.cfg.env.id, kwargs, self.cfg.eval, iteration=iteration,
-                       step_timeout_s=self.cfg.env.step_timeout_s, reset_timeout_s=self.cfg.env.reset_timeout_s)
+        res = evaluate(self.collector, self.cfg.env, kwargs, self.cfg.eval, iteration=iteration)
         write_eval(self.dir, name, res)
         return res
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
-from slea.envs.pool import EnvPool, make_pool
+from slea.envs.factory import make_pool
+from slea.envs.pool import EnvPool
 from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector
 from slea.trainer.distributed import DataParallel
@@ -60,9 +61,7 @@ def close(scheme: RolloutScheme) -> None:
 
 
 def _pool(cfg, copies: int, groups: int | None = None) -> EnvPool:
-    env = cfg.env
-    return EnvPool(env.id, groups or cfg.rollout.groups, copies, dict(env.kwargs), step_timeout_s=env.step_timeout_s,
-                   reset_timeout_s=env.reset_timeout_s)
+    return make_pool(cfg.env, groups or cfg.rollout.groups, copies)
 
 
 def _bar(cfg, it: int, what: str) -> Progress:

@@ -62,7 +62,7 @@ from slea.algorithms.teamtr import KL_ESTIMATORS, token_kl
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
 from slea.device import run_device
-from slea.envs.pool import EnvPool
+from slea.envs.factory import make_pool
 from slea.evaluation.evaluate import summarize
 from slea.evaluation.team import evaluate_team
 from slea.policy.engines import make_generator
@@ -187,8 +187,7 @@ class TeamTrainer:
                                     message_max_chars=t.message_max_chars, one_shot=cfg.rollout.one_shot)
         self.collector = TeamCollector(self.team, self.generator, builder, self.task, get_router(t.router),
                                        cfg.rollout, t.max_turns)
-        self.pool = EnvPool(cfg.env.id, cfg.rollout.groups, cfg.rollout.group_size, dict(cfg.env.kwargs),
-                            step_timeout_s=cfg.env.step_timeout_s, reset_timeout_s=cfg.env.reset_timeout_s)
+        self.pool = make_pool(cfg.env, cfg.rollout.groups, cfg.rollout.group_size)
         n = len(self.task.roles)
         self.optimizers = [torch.optim.AdamW(self.team.parameters(j), lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                              weight_decay=cfg.train.weight_decay) for j in range(n)]

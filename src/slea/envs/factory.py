@@ -1,0 +1,31 @@
+"""The one way slea builds an env pool from config: :func:`make_pool`.
+
+Training, evaluation, alignment sampling and team runs all build their pools here, so ``env.workers`` (local
+processes or Ray actors) and the fault guards (``env.step_timeout_s``, ``env.reset_timeout_s``) apply everywhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from slea.envs.pool import EnvPool
+
+
+def make_pool(env_cfg, num_groups: int, group_size: int, env_kwargs: Mapping[str, Any] | None = None) -> EnvPool:
+    """The pool ``env_cfg`` (an ``env:`` config section) asks for: its ``workers`` (local or Ray actors), its
+    fault timeouts, and ``env_kwargs`` (default: ``env_cfg.kwargs``). ``env.workers: ray`` without the ``ray``
+    package is a :class:`slea.config.ConfigError`."""
+    kwargs = dict(env_cfg.kwargs if env_kwargs is None else env_kwargs)
+    guards = {"step_timeout_s": env_cfg.step_timeout_s, "reset_timeout_s": env_cfg.reset_timeout_s}
+    if env_cfg.workers == "ray":
+        from slea.config import ConfigError
+        from slea.envs.ray_pool import RayEnvPool, import_ray
+
+        try:
+            import_ray()
+        except ImportError as exc:
+            raise ConfigError(str(exc)) from None
+        return RayEnvPool(env_cfg.id, num_groups, group_size, kwargs, num_workers=env_cfg.num_workers,
+                          ray_cpus=env_cfg.ray_cpus, **guards)
+    return EnvPool(env_cfg.id, num_groups, group_size, kwargs, **guards)
