@@ -73,10 +73,10 @@ from slea.team.rollout import TeamCollector, TeamEpisode
 from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
 from slea.trainer import checkpoint as ckpt
-from slea.trainer import team_checkpoint
 from slea.trainer.budgets import stop_reason
 from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_everything
 from slea.trainer.runlog import RunLog, plot_curves, read_metrics
+from slea.trainer.team_checkpoint import TeamCheckpoints
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
 from slea.trainer.update import Sample, _right_aligned, response_logprobs, to_samples
 
@@ -164,7 +164,7 @@ def check_team_config(cfg: RunConfig) -> None:
         raise ConfigError("experience.mode: team rollouts retrieve no experiences; set experience.mode: off")
 
 
-class TeamTrainer:
+class TeamTrainer(TeamCheckpoints):
     """Wires the team (n LoRA adapters on one base), its collector, one optimizer and one β per agent, the
     logs; :meth:`fit` runs ``train.iterations`` stages."""
 
@@ -467,10 +467,6 @@ class TeamTrainer:
         rows = self.stage(s, first, pending)
         self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
         return rows
-
-    # -- checkpoints, resume (slea/trainer/team_checkpoint.py) ------------------------------------------------
-    save = team_checkpoint.save
-    resume = team_checkpoint.resume
 
     # -- the run -----------------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
