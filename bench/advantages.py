@@ -1,6 +1,6 @@
 """Benchmark: vectorised advantage estimators vs a naive per-row Python implementation.
 
-Synthetic batch as in reference/peer-slea-code.md (d): task groups of 8 trajectories; half succeed (5-30 steps,
+Synthetic batch as in the released SLEA-RL code's measurement: task groups of 8 trajectories; half succeed (5-30 steps,
 episode reward 10 on the last step) and half fail (50 steps, reward 0). Anchors: 60% the group's canonical state
 for turn t, 20% a repeat of the trajectory's previous anchor, 20% unique. Clusters (for SLEA) = the exact anchor
 id inside the task group, except that unique anchors are left unclustered (-1).
@@ -296,12 +296,12 @@ def main(argv: list[str] | None = None) -> dict:
 
     report = {
         "benchmark": "advantages",
-        "batch": "reference/peer-slea-code.md (d): groups of 8; 4 succeed (5-30 steps, R=10), 4 fail (50 steps, R=0); "
+        "batch": "groups of 8; 4 succeed (5-30 steps, R=10), 4 fail (50 steps, R=0); "
         "anchors 60% canonical / 20% repeat / 20% unique",
         "settings": {"gamma": 0.95, "step_weight": 1.0, "std_norm": True, "eps": 1e-6, "reps": args.reps},
         "target": "gigpo / slea over 100k step rows <= 0.05 s (released code: 3-4 s; its discounted returns 62 s)",
         "peer_reference_s": {
-            "source": "reference/peer-slea-code.md (d): released SLEA-RL/GiGPO code on a 2-core machine of this "
+            "source": "released SLEA-RL/GiGPO code on a 2-core machine of this "
             "kind, NOT measured in this run",
             "gigpo_mean_norm": {"1000": 0.072, "10000": 0.23, "100000": "2.9-4.3"},
             "gigpo_mean_std_norm": {"1000": 0.078, "10000": 0.30, "100000": "3.2-3.3"},

@@ -1,4 +1,4 @@
-"""Tables like tlm-DRE's Table 1 (issue 12): prompt-only, SFT, DPO, turn-DPO, DIL, tlm-DRE and SFT then GRPO,
+"""Tables like tlm-DRE's Table 1: prompt-only, SFT, DPO, turn-DPO, DIL, tlm-DRE and SFT then GRPO,
 on the seen and unseen splits of ALFWorld-Gen (success %) and ScienceWorld (average score), mean ± std over seeds.
 
 Every run goes through the ``slea`` command line (``slea align``, ``slea train``, ``slea eval``) with a preset

@@ -31,7 +31,7 @@ JSON; ``--plot-only`` re-draws the plot, and recomputes the slopes, from it.
 
     PYTHONPATH=src .venv/bin/python bench/cost_growth.py [--reps 3] [--quick] [--parts ...] [--plot-only]
 
-Run it alone (shared/bin/heavy): it is a timing.
+Run it alone on the machine: it is a timing.
 """
 
 from __future__ import annotations

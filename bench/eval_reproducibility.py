@@ -11,7 +11,7 @@ Each evaluation runs as its own ``slea eval`` process (nothing shared but the fi
 
 Writes ``bench/results/eval_reproducibility.json`` and prints a markdown table. Run it alone (``heavy``)::
 
-    ../shared/bin/heavy .venv/bin/python bench/eval_reproducibility.py --run runs/default
+    .venv/bin/python bench/eval_reproducibility.py --run runs/default
 """
 
 from __future__ import annotations

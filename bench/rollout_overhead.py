@@ -56,8 +56,8 @@ from slea.trainer.rl import iteration_seeds, seed_everything
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "rollout_overhead.json"
-TARGET_OVERHEAD = 0.10  # issue 15: rollout loop overhead <= 10 % over raw generation
-TARGET_SPEEDUP = 2.0  # issue 15: >= 2x a naive per-env loop
+TARGET_OVERHEAD = 0.10  # target: rollout loop overhead <= 10 % over raw generation
+TARGET_SPEEDUP = 2.0  # target: >= 2x a naive per-env loop
 TINY = ["model.name_or_path=tiny", "model.dtype=float32", "model.lora_layers=null"]
 
 

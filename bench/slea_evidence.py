@@ -1,10 +1,10 @@
-"""SLEA-RL's evidence (issue 11): grpo, gigpo and slea with several seeds, and the paper's ablations, on one job.
+"""SLEA-RL's evidence: grpo, gigpo and slea with several seeds, and the paper's ablations, on one job.
 
 Every run is a ``slea compare`` sub-run (identical env seeds per seed, the same iterations, groups and copies,
 so equal env-step budgets up to episodes that end early; the same held-out games), kept under
 ``bench/results/evidence/<job>/<variant>/runs/<algorithm>-s<seed>/``: a finished run is reused, an interrupted
 one resumes from its checkpoint, so the comparison continues across sessions. One run per invocation, so a
-2-core machine runs them one at a time (through ``../shared/bin/heavy``; ``$SLEA_EVIDENCE_DIR`` puts the results elsewhere, e.g. when the
+2-core machine runs them one at a time (one heavy job at a time; ``$SLEA_EVIDENCE_DIR`` puts the results elsewhere, e.g. when the
 code runs from another checkout)::
 
     python bench/slea_evidence.py run --job default --variant slea --seed 0

@@ -5,7 +5,7 @@ Generation: slea's engine (shared-prefix + duplicate-prompt prefill reuse) vs ``
 same rollout-like prompts (4 tasks x 8 copies, the default's turn-0 batch, and a mixed later-turn batch).
 Training: slea's update forward/backward (LM head on response positions only, shared prefix) vs the same
 model and samples with the head over every position and no prefix sharing: an *emulation* of how TRL's
-GRPOTrainer computes log-probs on CPU (reference/trl-baseline.md), written here, not TRL itself (TRL is not
+GRPOTrainer computes log-probs on CPU, written here, not TRL itself (TRL is not
 installed or run; measuring the real library is the scale-out issue's); and adapters on the top 15 layers only vs
 on all 30. Writes bench/results/throughput.json and prints a table.
 

@@ -3,7 +3,7 @@ model, the same LoRA configuration (same target modules, same layers: one ``Lora
 ``slea.policy.model.lora_config``) and one shared batch per shape:
 
 - ``grpo``: G=8 completions of one text-game prompt (the Goal / Previous action / Observation / Valid commands
-  (13) / Your command: prompt of reference/trl-baseline.md, through the chat template; 8-16-token completions);
+  (13) / Your command: a fixed prompt, through the chat template; 8-16-token completions);
 - ``multiturn``: 8 rows with distinct prompts (different previous actions and observations, as later turns of
   slea's rollouts have) and their completions.
 
@@ -22,7 +22,7 @@ completion tokens / their count) = slea ``loss_agg: token-mean``. The loss check
 on identical weights (LoRA B set to the same random values so every adapter gets a gradient) and compares the
 loss and every trainable gradient (after TRL's backward, before its optimizer step; clipping off).
 
-Tokens per step: the attention-mask tokens of the prompt+completion rows (reference/trl-baseline.md's count),
+Tokens per step: the attention-mask tokens of the prompt+completion rows (TRL's own count),
 the same for both. Peak memory: ``VmHWM`` (peak RSS) of a fresh subprocess per (engine, shape), model load included.
 
     PYTHONPATH=src .venv/bin/python bench/trl_step.py [--model embedded] [--steps 4] [--quick]

@@ -317,7 +317,7 @@ class ExperienceSection(_Section):
 
 
 class AlignSection(_Section):
-    """Offline alignment, ``slea align`` (tlm-DRE's pipeline, reference/papers.md §3.2; docs/alignment.md).
+    """Offline alignment, ``slea align`` (tlm-DRE's pipeline; docs/alignment.md).
 
     The paper's learning rates are for full fine-tuning of 7B models (SFT 1e-5 to 2e-5, alignment 7e-7 to 1e-6);
     the defaults here are for LoRA on a small model."""

@@ -1,4 +1,4 @@
-"""metrics.jsonl reading and TensorBoard absence: no silent fallbacks (issue 17)."""
+"""metrics.jsonl reading and TensorBoard absence: no silent fallbacks."""
 
 from __future__ import annotations
 

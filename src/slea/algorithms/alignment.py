@@ -1,6 +1,6 @@
 """Offline alignment objectives: SFT, DPO, turn-weighted DPO, DIL/DRE and tlm-DRE, as small pure functions.
 
-Papers (reference/papers.md §3):
+Papers:
 
 * tlm-DRE — Zhao, Chen, Li, Liu, "Turn-level Multiscale Density Ratio Estimation" (Eq.8–10, 16, 17);
 * DIL — Xiao et al., ICLR 2025, "On a connection between imitation learning and RLHF" (Eq.3–5, App. A kernels);

@@ -1,8 +1,8 @@
 """TeamTR's equations: the clipped team advantage, the token-decomposed KL monitor, the trust-region surrogate and
 the adaptive-β rule.
 
-TeamTR (Xie et al., "Trust-Region Fine-Tuning for Multi-Agent LLM Coordination", arXiv 2605.15207, ICML 2026;
-reference/papers.md §5) fine-tunes the agents of a shared-context team one at a time, each update kept inside a
+TeamTR (Xie et al., "Trust-Region Fine-Tuning for Multi-Agent LLM Coordination", arXiv 2605.15207, ICML 2026)
+fine-tunes the agents of a shared-context team one at a time, each update kept inside a
 token-level KL trust region around the agent's pre-update policy ``π_cur``:
 
 * :func:`team_advantage` — Eq.9, ``clip((R − μ)/σ, ±A_clip)`` over the G rollouts of a prompt;
@@ -165,7 +165,7 @@ def adapt_beta(kl: float, delta: float, beta: float, *, steps_done: int, min_ste
                factor: float, beta_min: float, beta_max: float) -> BetaDecision:
     """The adaptive-β rule of a TeamTR single-agent update (Eq.10's "β adapted until d̂ ≤ δ_i").
 
-    The paper specifies only the goal (reference/papers.md §5: "β adapted until d̂ ≤ δ_i"; the schedule is listed
+    The paper specifies only the goal ("β adapted until d̂ ≤ δ_i"; the schedule is listed
     as unspecified). Our rule, after each optimizer step with the measured ``kl`` = :func:`token_kl`:
 
     * ``kl > δ``: ``β ← min(β·factor, β_max)`` — the penalty grows, so further steps pull the agent back inside;

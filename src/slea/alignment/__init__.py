@@ -1,4 +1,4 @@
-"""Offline alignment (tlm-DRE's pipeline, reference/papers.md §3): expert data (``data``), preference pairs
+"""Offline alignment (tlm-DRE's pipeline): expert data (``data``), preference pairs
 against the policy's own failures (``pairs``), the torch objectives and their registry (``objectives``), the
 adequacy histogram and pivot (``pivot``) and the resumable stages of ``slea align`` (``pipeline``). The equations
 themselves are pure functions in :mod:`slea.algorithms.alignment`.

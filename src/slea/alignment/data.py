@@ -1,6 +1,6 @@
 """Expert trajectories for offline alignment, rendered exactly as the agent sees its prompts at rollout.
 
-tlm-DRE, ETO and DIL (reference/papers.md §3.2) start from a policy fine-tuned on expert trajectories. Every
+tlm-DRE, ETO and DIL start from a policy fine-tuned on expert trajectories. Every
 env family that has an expert names it (``TextEnv.expert_source``) and gives its actions from the initial state
 in the reset's ``info["walkthrough"]``:
 

@@ -1,4 +1,4 @@
-"""``slea align``: tlm-DRE's offline pipeline (ETO-style; reference/papers.md §3.2) as resumable stages.
+"""``slea align``: tlm-DRE's offline pipeline (ETO-style) as resumable stages.
 
 Each stage writes its output into the run folder (atomically) and is skipped when that output exists, so a run
 interrupted anywhere resumes at the stage it was in (the stage is redone from its start):

@@ -6,7 +6,7 @@ Each family registers a *cell function* (``@family_table("alfworld", ...)``) tha
 Markdown, or as a JSON-able dict (the ``table`` key of an evaluation result). Families without a layout get
 the generic one (success %, mean return, invalid %, episode length).
 
-The layouts follow the tables of reference/papers.md:
+The layouts follow the papers' result tables:
 
 ==============  ==============================================================================================
 alfworld        success % per task type (Pick, Look, Clean, Heat, Cool, Pick2) and All (SLEA-RL Table 1, GiGPO)

@@ -2,7 +2,7 @@
 
 Prompt = the env family's :class:`~slea.types.Instructions`: its system prompt (+ retrieved experiences,
 SLEA-RL App. A Eq.8: experiences go in the system message, the observation stays in the user message) and its
-example exchange (a 135M model needs one to answer in the right form at all: reference/pilot.md); then the
+example exchange (a 135M model needs one to answer in the right form at all); then the
 goal, a one-line summary of the older actions (``rollout.history_summary``), the last k (observation, action)
 pairs, the current observation, the admissible actions and the family's answer cue, rendered by the model's chat
 template. Only observations are clipped: the instructions and the

@@ -1,4 +1,4 @@
-"""Teams of agents sharing one text context (TeamTR, reference/papers.md §5).
+"""Teams of agents sharing one text context (TeamTR).
 
 * :mod:`slea.team.context` — the shared context (messages of agents and env, in order);
 * :mod:`slea.team.routers` — who speaks next (registry; ``round_robin`` by default);

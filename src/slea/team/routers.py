@@ -8,7 +8,7 @@ A router is ``fn(turn, context, n_agents) -> agent index`` (``turn`` counts the 
     def critic_after_answers(turn, context, n_agents):
         return 1 if "<answer>" in context.messages[-1].text else 0
 
-TeamTR trains with the round-robin router (reference/papers.md §5.2), the default.
+TeamTR trains with the round-robin router (the TeamTR paper, §3), the default.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The TeamTR trainer: a team's agents fine-tuned one at a time, each on fresh rollouts of the intermediate team.
 
-One stage (:meth:`TeamTrainer.stage`; Xie et al. 2026, TeamTR §3, Algorithm "one stage", reference/papers.md §5.2):
+One stage (:meth:`TeamTrainer.stage`; Xie et al. 2026, TeamTR §3, Algorithm "one stage"):
 
 1. the stage's task batch B (N task seeds, :func:`slea.trainer.rl.iteration_seeds`) and an order σ of the agents
    (:func:`stage_order`, ``team.order``);

@@ -3,7 +3,7 @@
 Every algorithm's advantages arrive in one layout, :class:`Sample` rows with one advantage per response token
 (:func:`to_samples`), which every registered policy loss consumes. The LM head runs on the response positions
 alone (``logits_to_keep``): with a 49k vocabulary the output layer dominates, so this roughly doubles training
-throughput on CPU (reference/pilot.md).
+throughput on CPU.
 """
 
 from __future__ import annotations
