@@ -1,4 +1,4 @@
-"""Atomic file writes: the one helper every run file, cache and checkpoint goes through.
+"""Atomic file writes: the one helper every run file, cache and checkpoint goes through; and slea's cache root.
 
 A file is written next to its destination under a temporary name, flushed, and renamed over it
 (``os.replace``): a kill at any moment leaves either the old file or the new one, never half of one.
@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
-__all__ = ["atomic_open", "atomic_write_bytes", "atomic_write_text"]
+__all__ = ["atomic_model_dir", "atomic_open", "atomic_write_bytes", "atomic_write_text", "cache_dir"]
 
 
 @contextlib.contextmanager
@@ -49,3 +50,34 @@ def atomic_write_bytes(path: str | Path, data: bytes) -> Path:
     with atomic_open(path, "wb") as fh:
         fh.write(data)
     return Path(path)
+
+
+def cache_dir() -> Path:
+    """slea's cache root: ``$SLEA_CACHE_DIR``, else ``$XDG_CACHE_HOME/slea``, else ``~/.cache/slea``."""
+    if os.environ.get("SLEA_CACHE_DIR"):
+        return Path(os.environ["SLEA_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "slea"
+
+
+def atomic_model_dir(final: Path, build) -> Path:
+    """A model folder built in a temporary sibling and renamed into place, so a killed build leaves nothing. A build
+    that wrote no ``config.json`` is never put in place (transformers' ``save_pretrained`` writes nothing in a
+    process of rank > 0 of an initialised ``torch.distributed`` group)."""
+    if (final / "config.json").is_file():
+        return final
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", dir=final.parent))
+    try:
+        build(tmp)
+        if not (tmp / "config.json").is_file():
+            raise RuntimeError(f"building {final.name} wrote no config.json (a data-parallel rank > 0 saves "
+                               f"nothing: build it in one process first)")
+        try:
+            tmp.rename(final)
+        except OSError:  # another process won the race
+            if not (final / "config.json").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return final

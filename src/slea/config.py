@@ -150,7 +150,7 @@ class ModelSection(_Section):
                      if getattr(self.openai, k) != getattr(OpenAISection(), k)]
             if fixed:
                 raise ValueError(f"model.openai.{fixed[0]}: set by model.generator vllm (the server slea starts)")
-            from slea.policy.vllm_server import lora_rank, vllm_missing
+            from slea.policy.vllm_probe import lora_rank, vllm_missing
 
             lora_rank(self.lora_r)  # within vLLM's largest rank
             why = vllm_missing(self.vllm.python)

@@ -34,13 +34,13 @@ def test_lora_on_the_top_layers_only():
 
 
 def test_a_build_without_config_json_is_never_put_in_place(tmp_path):
-    from slea.policy.model import _atomic_dir
+    from slea.atomic import atomic_model_dir
 
     final = tmp_path / "models" / "broken"
     with pytest.raises(RuntimeError, match="wrote no config.json"):
-        _atomic_dir(final, lambda tmp: (tmp / "tokenizer.json").write_text("{}"))  # what a rank > 0 builds
+        atomic_model_dir(final, lambda tmp: (tmp / "tokenizer.json").write_text("{}"))  # what a rank > 0 builds
     assert not final.exists() and list(final.parent.iterdir()) == []
-    assert _atomic_dir(final, lambda tmp: (tmp / "config.json").write_text("{}")) == final
+    assert atomic_model_dir(final, lambda tmp: (tmp / "config.json").write_text("{}")) == final
 
 
 # -- devices, base dtype, gradient checkpointing ----------------------------------------------------------------

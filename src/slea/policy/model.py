@@ -17,47 +17,14 @@ the adapters disabled.
 from __future__ import annotations
 
 import importlib.util
-import os
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 
+from slea.atomic import atomic_model_dir, cache_dir
 from slea.config import ConfigError
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_dir() -> Path:
-    """slea's cache root: ``$SLEA_CACHE_DIR``, else ``$XDG_CACHE_HOME/slea``, else ``~/.cache/slea``."""
-    if os.environ.get("SLEA_CACHE_DIR"):
-        return Path(os.environ["SLEA_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "slea"
-
-
-def _atomic_dir(final: Path, build) -> Path:
-    """Build a folder in a temporary sibling and rename it into place, so a killed build leaves nothing. A build
-    that wrote no ``config.json`` is never put in place (transformers' ``save_pretrained`` writes nothing in a
-    process of rank > 0 of an initialised ``torch.distributed`` group)."""
-    if (final / "config.json").is_file():
-        return final
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=final.name + ".", dir=final.parent))
-    try:
-        build(tmp)
-        if not (tmp / "config.json").is_file():
-            raise RuntimeError(f"building {final.name} wrote no config.json (a data-parallel rank > 0 saves "
-                               f"nothing: build it in one process first)")
-        try:
-            tmp.rename(final)
-        except OSError:  # another process won the race
-            if not (final / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return final
 
 
 def embedded_gguf() -> Path:
@@ -91,7 +58,7 @@ def embedded_model_dir() -> Path:
         model.save_pretrained(tmp, safe_serialization=True)
         tok.save_pretrained(tmp)
 
-    return _atomic_dir(final, build)
+    return atomic_model_dir(final, build)
 
 
 def resolve(name_or_path: str) -> Path | str:

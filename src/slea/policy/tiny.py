@@ -11,7 +11,7 @@ from pathlib import Path
 
 import torch
 
-from slea.policy.model import _atomic_dir, cache_dir
+from slea.atomic import atomic_model_dir, cache_dir
 
 TINY_VERSION = "v1"
 CHAT_TEMPLATE = (
@@ -79,4 +79,4 @@ def build_tiny(out: str | Path, *, vocab_size: int = 1024, hidden: int = 64, lay
 
 def tiny_model_dir() -> Path:
     """The cached tiny model folder (built on first use, deterministically)."""
-    return _atomic_dir(cache_dir() / "models" / f"tiny-{TINY_VERSION}", lambda tmp: build_tiny(tmp))
+    return atomic_model_dir(cache_dir() / "models" / f"tiny-{TINY_VERSION}", lambda tmp: build_tiny(tmp))

