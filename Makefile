@@ -55,6 +55,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/lint-imports
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info src/*.egg-info

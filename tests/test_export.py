@@ -95,6 +95,6 @@ def test_cli_export_writes_the_folder_and_refuses_in_one_line(run, tmp_path):
     from safetensors import safe_open
 
     with safe_open(str(tmp_path / "hf" / "model.safetensors"), "pt") as f:
-        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}
+        assert {f.get_tensor(k).dtype for k in f.keys()} == {torch.bfloat16}  # noqa: SIM118 (safe_open is not a dict)
     r = slea("export", str(tmp_path / "nothing"), str(tmp_path / "hf2"))
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "not a run folder" in r.stderr

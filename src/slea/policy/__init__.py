@@ -1,0 +1,1 @@
+"""Loading the policy, its generation engines (in-process, OpenAI-compatible, vLLM), prompts and the critic head."""

@@ -1,0 +1,1 @@
+"""The trainers (on-policy RL, TeamTR), their update, checkpoints, metrics and comparisons."""
