@@ -1,31 +1,20 @@
-"""Run configuration: pydantic models with every default in one place.
-
-Loaded from YAML, then ``--set key.sub=value`` overrides (values parsed as YAML scalars/lists). Unknown keys,
-wrong types and bad values raise :class:`ConfigError` with one line naming the key; the CLI turns it into
-exit code 2. Beyond types, a config is checked against what it names: ``plugins`` are imported first (a user's
-module registers its algorithms, losses, envs, extractors), the algorithm's declared ``defaults`` fill the keys
-the user did not set (``slea`` → ``experience.mode: step``), ``algorithm.name``, ``algorithm.policy_loss`` and
-``env.id`` must be registered, ``algorithm.options`` must be settings of the chosen estimator or loss, and a
-setting the chosen algorithm, loss or trainer path never reads is refused when it differs from its default
-(:func:`unused_settings`): a value that would be silently ignored is an error, not a surprise.
-"""
+"""The run configuration's schema: one pydantic model per section, every default in one place (the package
+docstring, slea/config/__init__.py, says how a config is loaded and checked)."""
 
 from __future__ import annotations
 
-import copy
-from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    ValidationError,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+
+from slea.config.checks import check_options, check_snapshots, registered, unused_settings
 
 
 class ConfigError(ValueError):
@@ -405,8 +394,8 @@ class RunConfig(_Section):
     def _check_against_registries(self, info: ValidationInfo) -> RunConfig:
         from slea.algorithms import registry  # late: algorithms never import config
 
-        spec = _registered("algorithm.name", registry.get_algorithm, self.algorithm.name)
-        loss = _registered("algorithm.policy_loss", registry.get_policy_loss, self.algorithm.policy_loss)
+        spec = registered("algorithm.name", registry.get_algorithm, self.algorithm.name)
+        loss = registered("algorithm.policy_loss", registry.get_policy_loss, self.algorithm.policy_loss)
         import slea.envs
 
         if self.env.id not in slea.envs.registered():
@@ -414,266 +403,15 @@ class RunConfig(_Section):
             raise ValueError(f"env.id: unknown env {self.env.id!r}; registered: {known}")
         from slea.experience.extraction import get_extractor
 
-        _registered("experience.extractor", get_extractor, self.experience.extractor)
+        registered("experience.extractor", get_extractor, self.experience.extractor)
         from slea.team import get_router, get_team_task
 
-        _registered("team.task", get_team_task, self.team.task)
-        _registered("team.router", get_router, self.team.router)
-        _check_options(self.algorithm, spec, loss)
-        _check_snapshots(spec, self.env.id, self.rollout.group_size, self.env.workers)
+        registered("team.task", get_team_task, self.team.task)
+        registered("team.router", get_router, self.team.router)
+        check_options(self.algorithm, spec, loss)
+        check_snapshots(spec, self.env.id, self.rollout.group_size, self.env.workers)
         unused = unused_settings(self) if (info.context or {}).get("check_unused", True) else {}
         if unused:
             key, why = next(iter(unused.items()))
             raise ValueError(f"{key}: {why}")
         return self
-
-
-def _check_snapshots(spec, env_id: str, group_size: int, workers: str = "local") -> None:
-    """An algorithm that forks rollouts from env snapshots needs an env that can take them, siblings, and (for
-    now) the local pool: the sibling rounds restore snapshots into local copies."""
-    from slea.envs.base import snapshot_support
-
-    if "snapshots" not in spec.needs:
-        return
-    if snapshot_support(env_id) == "none":
-        raise ValueError(f"algorithm.name: {spec.name} forks rollouts from env snapshots, but env.id {env_id} has "
-                         f"neither get_state/set_state nor a replay fallback")
-    if group_size < 2:
-        raise ValueError(f"rollout.group_size: {spec.name} forks group_size − 1 siblings per turn boundary, so it "
-                         f"must be >= 2 (got {group_size})")
-    if workers != "local":
-        raise ValueError(f"env.workers: {spec.name} plays its sibling rounds in local env copies; "
-                         f"env.workers: {workers} is not supported with it (use local)")
-
-
-def _registered(key: str, get, value: str):
-    try:
-        return get(value)
-    except (KeyError, TypeError, ImportError) as exc:
-        raise ValueError(f"{key}: {exc.args[0] if exc.args else exc}") from None
-
-
-# -- what the chosen algorithm reads ----------------------------------------------------------------------------
-# config key -> the keyword names a policy loss takes it as (verl's names)
-LOSS_SETTINGS: dict[str, tuple[str, ...]] = {
-    "clip_eps": ("clip_ratio", "clip_ratio_low"),
-    "clip_eps_high": ("clip_ratio_high",),
-    "dual_clip_c": ("clip_ratio_c",),
-    "loss_agg": ("loss_agg_mode",),
-}
-# keys that configure the learned critic: read only when the algorithm needs one
-CRITIC_SETTINGS = (("algorithm", "value_clip"), ("algorithm", "vf_coef"), ("train", "critic_lr"),
-                   ("train", "critic_updates"))
-
-
-def _loss_params(loss) -> set[str]:
-    import inspect
-
-    return {p.name for p in inspect.signature(loss).parameters.values() if p.kind is p.KEYWORD_ONLY}
-
-
-def estimator_settings(algo: AlgorithmSection, spec) -> dict[str, Any]:
-    """The settings ``spec``'s estimator takes, from ``algorithm.<key>`` or ``algorithm.options``."""
-    fields = type(algo).model_fields
-    out = {k: getattr(algo, k) for k in spec.settings if k in fields}
-    out.update({k: v for k, v in algo.options.items() if k in spec.settings})
-    return out
-
-
-def loss_settings(algo: AlgorithmSection, loss) -> dict[str, Any]:
-    """Keyword arguments of the policy loss ``loss``: the config's clip settings under verl's names
-    (:data:`LOSS_SETTINGS`), and its own extras from ``algorithm.options``."""
-    params = _loss_params(loss)
-    out: dict[str, Any] = {}
-    for key, names in LOSS_SETTINGS.items():
-        value = getattr(algo, key)
-        if value is not None:
-            out.update({n: value for n in names if n in params})
-    out.update({k: v for k, v in algo.options.items() if k in params})
-    return out
-
-
-def _check_options(algo: AlgorithmSection, spec, loss) -> None:
-    fields = type(algo).model_fields
-    params = _loss_params(loss)
-    for key in algo.options:
-        if key in fields:
-            raise ValueError(f"algorithm.options.{key}: set algorithm.{key} instead")
-        if key not in spec.settings and key not in params:
-            own = [k for k in spec.settings if k not in fields] or ["none"]
-            raise ValueError(f"algorithm.options.{key}: not a setting of algorithm {spec.name} (its options: "
-                             f"{', '.join(own)}) nor of policy_loss {algo.policy_loss}")
-    for key in spec.required:
-        if key not in fields and key not in algo.options:
-            raise ValueError(f"algorithm.options.{key}: required by algorithm {spec.name}")
-
-
-def unused_settings(cfg: RunConfig) -> dict[str, str]:
-    """Settings that differ from their default although nothing on the chosen path reads them: ``key -> why``.
-
-    Estimator settings are the chosen algorithm's keyword parameters; clip settings are read when the policy
-    loss takes them (:data:`LOSS_SETTINGS`); critic settings when the algorithm needs a critic; the KL estimator
-    when ``kl_coef`` > 0; ``max_refill_rounds`` with dynamic sampling. A value equal to its default changes
-    nothing and passes (so a run's saved config.yaml, which lists every key, loads back)."""
-    from slea.algorithms.registry import get_algorithm, get_policy_loss
-
-    a = cfg.algorithm
-    spec = get_algorithm(a.name)
-    loss = get_policy_loss(a.policy_loss)
-    params = _loss_params(loss)
-    critic = "critic" in spec.needs
-    estimator_reads = f"not a setting of algorithm {spec.name} (it reads: {', '.join(spec.settings) or 'none'})"
-    loss_reads = sorted(k for k, names in LOSS_SETTINGS.items() if params & set(names))
-    loss_why = f"not read by policy_loss {a.policy_loss} (it reads: {', '.join(loss_reads) or 'none'})"
-    reads: dict[str, tuple[bool, str]] = {}
-    for key in ("gamma", "step_weight", "std_norm", "eps", "gae_gamma", "gae_lambda", "turn_gamma", "turn_lambda",
-                "adv_whiten"):
-        reads[f"algorithm.{key}"] = (key in spec.settings, estimator_reads)
-    for key, names in LOSS_SETTINGS.items():
-        if key != "loss_agg":  # loss_agg also weighs micro-batches: always read
-            reads[f"algorithm.{key}"] = (bool(params & set(names)), loss_why)
-    for sec, key in CRITIC_SETTINGS:
-        reads[f"{sec}.{key}"] = (critic, f"algorithm {spec.name} has no critic")
-    reads["algorithm.kl_estimator"] = (a.kl_coef > 0 or "reference" in spec.needs, "algorithm.kl_coef is 0")
-    reads["algorithm.max_refill_rounds"] = (a.dynamic_sampling, "algorithm.dynamic_sampling is off")
-    forks = "snapshots" in spec.needs
-    reads["algorithm.dynamic_sampling"] = (not forks, f"algorithm {spec.name} forks from trunk boundaries")
-    reads["rollout.trunks"] = (forks, f"algorithm {spec.name} plays no trunks (it forks no siblings)")
-    reads["rollout.max_batch"] = (cfg.model.generator == "hf", (f"model.generator {cfg.model.generator} sends "
-                                                                 f"model.openai.batch_size prompts per request"))
-    out = {}
-    for dotted, (read, why) in reads.items():
-        sec, key = dotted.split(".")
-        section = getattr(cfg, sec)
-        if not read and getattr(section, key) != type(section).model_fields[key].default:
-            out[dotted] = why
-    if "team" not in spec.needs:
-        changed = [k for k, v in cfg.team.model_dump().items() if v != TeamSection().model_dump()[k]]
-        out.update({f"team.{k}": f"algorithm {spec.name} trains no team" for k in changed})
-    return out
-
-
-def _one_line(err: ValidationError) -> str:
-    e = err.errors()[0]
-    key = ".".join(str(p) for p in e["loc"])
-    msg = e["msg"]
-    if e["type"] == "extra_forbidden":
-        return f"{key}: unknown key"
-    if e["type"] == "value_error" and not key:  # model-level validator already names its key
-        return msg.removeprefix("Value error, ")
-    if e["type"] == "value_error" and msg.startswith(f"Value error, {key}."):  # a section's validator names it
-        return msg.removeprefix("Value error, ")
-    return f"{key}: {msg} (got {e.get('input')!r})"
-
-
-def parse_override(item: str) -> tuple[list[str], Any]:
-    if "=" not in item:
-        raise ConfigError(f"{item}: expected key=value")
-    key, _, raw = item.partition("=")
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
-    return key.strip().split("."), value
-
-
-def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
-    node = tree
-    for part in path[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ConfigError(f"{'.'.join(path)}: {part} is not a section")
-        node = child
-    node[path[-1]] = value
-
-
-def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None, *,
-                 check_unused: bool = True, trains: bool = True) -> RunConfig:
-    """The validated config of a YAML tree plus ``--set`` overrides. ``check_unused=False`` skips the refusal
-    of settings the algorithm does not read (``slea compare`` checks them against all its algorithms).
-    ``trains=False``: the config of a command that trains nothing (``slea agent``, ``slea eval``), so a served
-    model needs no LoRA adapter and may use the chat API."""
-    tree: dict[str, Any] = copy.deepcopy(dict(data or {}))  # overrides never change the caller's dict
-    for item in overrides or []:
-        path, value = parse_override(item)
-        _set(tree, path, value)
-    _import_plugins(tree.get("plugins"))
-    _apply_algorithm_defaults(tree)
-    try:
-        cfg = RunConfig.model_validate(tree, context={"check_unused": check_unused, "trains": trains})
-    except ValidationError as err:
-        raise ConfigError(_one_line(err)) from None
-    return _resolve_precision(cfg)
-
-
-def _resolve_precision(cfg: RunConfig) -> RunConfig:
-    """``model.dtype: auto`` made concrete for the device the run uses (slea/precision.py); an explicit bf16 on a
-    CPU that emulates it gets a warning."""
-    from slea.precision import device_native_bf16, resolve_dtype, warn_if_slow
-
-    if cfg.model.dtype != "auto":
-        warn_if_slow(cfg.model.dtype, cfg.run.device)
-        return cfg
-    # an explicit bf16 base computes in bf16 whatever the hardware
-    native = cfg.model.base_dtype == "bfloat16" or device_native_bf16(cfg.run.device)
-    model = cfg.model.model_copy(update={"dtype": resolve_dtype("auto", native_bf16=native)})
-    return cfg.model_copy(update={"model": model})
-
-
-def _import_plugins(plugins: Any) -> None:
-    from slea.plugins import import_plugin
-
-    if plugins is None:
-        return
-    if not isinstance(plugins, list) or not all(isinstance(m, str) and m.strip() for m in plugins):
-        raise ConfigError(f"plugins: expected a list of module names (got {plugins!r})")
-    for module in plugins:
-        try:
-            import_plugin(module.strip())
-        except ImportError as exc:
-            raise ConfigError(f"plugins: {exc}") from None
-
-
-def _apply_algorithm_defaults(tree: dict[str, Any]) -> None:
-    """Fill the config values the chosen algorithm declares (``AlgorithmSpec.defaults``) where the tree has
-    none; an unknown algorithm is left for validation to report."""
-    from slea.algorithms.registry import get_algorithm
-
-    algo = tree.get("algorithm")
-    name = algo.get("name", AlgorithmSection().name) if isinstance(algo, dict) else AlgorithmSection().name
-    try:
-        spec = get_algorithm(name)
-    except (KeyError, TypeError, ImportError):
-        return
-    for dotted, value in spec.defaults.items():
-        *sections, key = dotted.split(".")
-        node = tree
-        for sec in sections:
-            child = node.get(sec)
-            if child is None:
-                child = node[sec] = {}
-            if not isinstance(child, dict):
-                break
-            node = child
-        else:
-            node.setdefault(key, value)
-
-
-def load_config(path: str | Path | None = None, overrides: list[str] | None = None, *,
-                check_unused: bool = True, trains: bool = True) -> RunConfig:
-    data: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config: no such file {str(p)!r}")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as exc:
-            raise ConfigError(f"config: {p.name} is not valid YAML ({str(exc).splitlines()[0]})") from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"config: {p.name} must hold a mapping of sections")
-    return build_config(data, overrides, check_unused=check_unused, trains=trains)
-
-
-def dump_config(cfg: RunConfig) -> str:
-    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

@@ -1,0 +1,69 @@
+"""Run configuration: pydantic models with every default in one place.
+
+Loaded from YAML, then ``--set key.sub=value`` overrides (values parsed as YAML scalars/lists). Unknown keys,
+wrong types and bad values raise :class:`ConfigError` with one line naming the key; the CLI turns it into
+exit code 2. Beyond types, a config is checked against what it names: ``plugins`` are imported first (a user's
+module registers its algorithms, losses, envs, extractors), the algorithm's declared ``defaults`` fill the keys
+the user did not set (``slea`` → ``experience.mode: step``), ``algorithm.name``, ``algorithm.policy_loss`` and
+``env.id`` must be registered, ``algorithm.options`` must be settings of the chosen estimator or loss, and a
+setting the chosen algorithm, loss or trainer path never reads is refused when it differs from its default
+(:func:`unused_settings`): a value that would be silently ignored is an error, not a surprise.
+
+The package: :mod:`slea.config.schema` (the sections), :mod:`slea.config.checks` (the checks beyond types) and
+:mod:`slea.config.loading` (YAML, overrides, one-line errors).
+"""
+
+from __future__ import annotations
+
+from slea.config.checks import (
+    CRITIC_SETTINGS,
+    LOSS_SETTINGS,
+    estimator_settings,
+    loss_settings,
+    unused_settings,
+)
+from slea.config.loading import build_config, dump_config, load_config, parse_override
+from slea.config.schema import (
+    AlgorithmSection,
+    AlignSection,
+    ConfigError,
+    EnvSection,
+    EvalSection,
+    ExperienceSection,
+    ModelSection,
+    OpenAISection,
+    RolloutSection,
+    RunConfig,
+    RunSection,
+    TeamSection,
+    TrainSection,
+    TrustRegionSection,
+    VLLMSection,
+)
+
+__all__ = [
+    "CRITIC_SETTINGS",
+    "LOSS_SETTINGS",
+    "AlgorithmSection",
+    "AlignSection",
+    "ConfigError",
+    "EnvSection",
+    "EvalSection",
+    "ExperienceSection",
+    "ModelSection",
+    "OpenAISection",
+    "RolloutSection",
+    "RunConfig",
+    "RunSection",
+    "TeamSection",
+    "TrainSection",
+    "TrustRegionSection",
+    "VLLMSection",
+    "build_config",
+    "dump_config",
+    "estimator_settings",
+    "load_config",
+    "loss_settings",
+    "parse_override",
+    "unused_settings",
+]

@@ -1,0 +1,140 @@
+"""Loading a run config: YAML, ``--set key.sub=value`` overrides (YAML scalars and lists), plugins imported
+first, the algorithm's declared defaults, validation into :class:`slea.config.schema.RunConfig` (every error one
+line naming the key: :class:`ConfigError`), and ``model.dtype: auto`` made concrete."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from slea.config.schema import AlgorithmSection, ConfigError, RunConfig
+
+
+def _one_line(err: ValidationError) -> str:
+    e = err.errors()[0]
+    key = ".".join(str(p) for p in e["loc"])
+    msg = e["msg"]
+    if e["type"] == "extra_forbidden":
+        return f"{key}: unknown key"
+    if e["type"] == "value_error" and not key:  # model-level validator already names its key
+        return msg.removeprefix("Value error, ")
+    if e["type"] == "value_error" and msg.startswith(f"Value error, {key}."):  # a section's validator names it
+        return msg.removeprefix("Value error, ")
+    return f"{key}: {msg} (got {e.get('input')!r})"
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    if "=" not in item:
+        raise ConfigError(f"{item}: expected key=value")
+    key, _, raw = item.partition("=")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return key.strip().split("."), value
+
+
+def _set(tree: dict[str, Any], path: list[str], value: Any) -> None:
+    node = tree
+    for part in path[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise ConfigError(f"{'.'.join(path)}: {part} is not a section")
+        node = child
+    node[path[-1]] = value
+
+
+def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None = None, *,
+                 check_unused: bool = True, trains: bool = True) -> RunConfig:
+    """The validated config of a YAML tree plus ``--set`` overrides. ``check_unused=False`` skips the refusal
+    of settings the algorithm does not read (``slea compare`` checks them against all its algorithms).
+    ``trains=False``: the config of a command that trains nothing (``slea agent``, ``slea eval``), so a served
+    model needs no LoRA adapter and may use the chat API."""
+    tree: dict[str, Any] = copy.deepcopy(dict(data or {}))  # overrides never change the caller's dict
+    for item in overrides or []:
+        path, value = parse_override(item)
+        _set(tree, path, value)
+    _import_plugins(tree.get("plugins"))
+    _apply_algorithm_defaults(tree)
+    try:
+        cfg = RunConfig.model_validate(tree, context={"check_unused": check_unused, "trains": trains})
+    except ValidationError as err:
+        raise ConfigError(_one_line(err)) from None
+    return _resolve_precision(cfg)
+
+
+def _resolve_precision(cfg: RunConfig) -> RunConfig:
+    """``model.dtype: auto`` made concrete for the device the run uses (slea/precision.py); an explicit bf16 on a
+    CPU that emulates it gets a warning."""
+    from slea.precision import device_native_bf16, resolve_dtype, warn_if_slow
+
+    if cfg.model.dtype != "auto":
+        warn_if_slow(cfg.model.dtype, cfg.run.device)
+        return cfg
+    # an explicit bf16 base computes in bf16 whatever the hardware
+    native = cfg.model.base_dtype == "bfloat16" or device_native_bf16(cfg.run.device)
+    model = cfg.model.model_copy(update={"dtype": resolve_dtype("auto", native_bf16=native)})
+    return cfg.model_copy(update={"model": model})
+
+
+def _import_plugins(plugins: Any) -> None:
+    from slea.plugins import import_plugin
+
+    if plugins is None:
+        return
+    if not isinstance(plugins, list) or not all(isinstance(m, str) and m.strip() for m in plugins):
+        raise ConfigError(f"plugins: expected a list of module names (got {plugins!r})")
+    for module in plugins:
+        try:
+            import_plugin(module.strip())
+        except ImportError as exc:
+            raise ConfigError(f"plugins: {exc}") from None
+
+
+def _apply_algorithm_defaults(tree: dict[str, Any]) -> None:
+    """Fill the config values the chosen algorithm declares (``AlgorithmSpec.defaults``) where the tree has
+    none; an unknown algorithm is left for validation to report."""
+    from slea.algorithms.registry import get_algorithm
+
+    algo = tree.get("algorithm")
+    name = algo.get("name", AlgorithmSection().name) if isinstance(algo, dict) else AlgorithmSection().name
+    try:
+        spec = get_algorithm(name)
+    except (KeyError, TypeError, ImportError):
+        return
+    for dotted, value in spec.defaults.items():
+        *sections, key = dotted.split(".")
+        node = tree
+        for sec in sections:
+            child = node.get(sec)
+            if child is None:
+                child = node[sec] = {}
+            if not isinstance(child, dict):
+                break
+            node = child
+        else:
+            node.setdefault(key, value)
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None, *,
+                check_unused: bool = True, trains: bool = True) -> RunConfig:
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config: no such file {str(p)!r}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config: {p.name} is not valid YAML ({str(exc).splitlines()[0]})") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"config: {p.name} must hold a mapping of sections")
+    return build_config(data, overrides, check_unused=check_unused, trains=trains)
+
+
+def dump_config(cfg: RunConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
