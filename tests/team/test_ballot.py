@@ -1,6 +1,6 @@
 """The TeamTR control: slea/Ballot-v0 and the ``ballot_volunteer`` team task. The env follows the contract and is
-deterministic; held-out games use chores and words never seen in training; a team that follows a convention wins
-every game and a random team wins n/2^n; no prompt lets a member decode what another member voted."""
+deterministic; held-out games use chores never seen in training; a team that follows a convention wins every game
+and a random team wins n/2^n; no member's prompt shows another member's list (what its vote meant)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import check_env
 import slea.envs  # noqa: F401  (registers slea/Ballot-v0)
 from slea.config import RolloutSection
 from slea.envs import make, registered
-from slea.envs.ballot import CHORES, WORDS, BallotEnv, generate_game, scripted, success
+from slea.envs.ballot import CHORES, VOTES, BallotEnv, generate_game, scripted, success
 from slea.envs.pool import EnvPool
 from slea.policy.generation import Generation
 from slea.team import get_router, get_team_task
@@ -53,22 +53,26 @@ def test_deterministic_and_heldout_disjoint():
     a, b = BallotEnv(), BallotEnv()
     for seed in (0, 3, 987654321):
         assert _votes(a, seed, lambda j, p: p[j % 2]) == _votes(b, seed, lambda j, p: p[j % 2])
-        assert a.reset(seed=seed)[1]["admissible_actions"] == b.reset(seed=seed)[1]["admissible_actions"]
-    assert generate_game("train", 1) != generate_game("train", 2)
-    assert not set(CHORES["train"]) & set(CHORES["heldout"]) and not set(WORDS["train"]) & set(WORDS["heldout"])
-    for seed in range(200):
-        g = generate_game("heldout", seed)
-        assert g.chore in CHORES["heldout"] and all(w in WORDS["heldout"] for pair in g.ballots for w in pair)
-        assert all(pair[0] != pair[1] for pair in g.ballots)
+        assert a.reset(seed=seed)[1]["goal"] == b.reset(seed=seed)[1]["goal"]
+    assert not set(CHORES["train"]) & set(CHORES["heldout"])
+    chores = {"train": set(), "heldout": set()}
+    for split, seen in chores.items():
+        for seed in range(200):
+            g = generate_game(split, seed)
+            seen.add(g.chore)
+            assert g.ballots == VOTES[:4]  # every member votes with its own two words, in every game and split
+    assert chores["train"] == set(CHORES["train"]) and chores["heldout"] == set(CHORES["heldout"])
+    words = [w for pair in VOTES for w in pair]
+    assert len(set(words)) == len(words)  # no word is two members'
 
 
 def test_the_words_never_appear_in_an_observation():
     """What a vote meant is private: no observation names a ballot's words."""
     env = BallotEnv()
     rng = random.Random(0)
+    words = {w for pair in VOTES for w in pair}
     for seed in range(100):
         _won, _, seen = _votes(env, seed, lambda j, p: rng.choice(p))
-        words = {w for pair in generate_game("train", seed).ballots for w in pair}
         assert not any(re.search(rf"\b{w}\b", obs) for obs in seen for w in words)
 
 
@@ -96,8 +100,7 @@ def test_a_word_off_the_list_is_invalid_and_the_ballot_stays_open():
     obs, _info = env.reset(seed=5)
     same, reward, term, _, inf = env.step("I volunteer")
     assert inf["invalid"] and same == obs and reward == 0.0 and not term and inf["ballot"] == 0
-    other = generate_game("train", 5).ballots[1][0]
-    assert env.step(other)[4]["invalid"]  # the next ballot's word is not on this list
+    assert env.step(VOTES[1][0])[4]["invalid"]  # the next member's word is not on this list
 
 
 # -- the team task, played through the team rollout loop with scripted members ---------------------------------
@@ -173,10 +176,13 @@ def test_a_random_team_is_near_chance_and_deterministic_under_seeds():
     assert abs(won - 0.25) < 4 * math.sqrt(0.25 * 0.75 / len(episodes))  # 400 episodes: 0.25 ± 0.087
     again, _ = _play_team(rule_from(7), seeds, copies=8)
     assert [e.trajectory.won for e in again] == [e.trajectory.won for e in episodes]
-    # no member's prompt holds the other word of an earlier member's ballot, so a vote cannot be decoded
+    # a member's prompt lists its own two words only; another member's words appear only as what it said
     for agent, text in prompts:
         real = text.rsplit("Goal: ", 1)[1]  # the real turn, after the example exchanges
-        spoken = re.findall(r"^\[(?:ana|ben|cai|dov)\] (\w+)$", real, re.MULTILINE)
-        assert len(spoken) == agent
-        transcript = real.rsplit("Valid commands:\n", 1)[0]
-        assert {w for w in WORDS["train"] if re.search(rf"\b{w}\b", transcript)} <= set(spoken)
+        transcript, listed = real.rsplit("Valid commands:\n", 1)
+        assert [line[2:] for line in listed.splitlines() if line.startswith("- ")] == list(VOTES[agent])
+        spoken = re.findall(r"^\[(?:ana|ben|cai|dov)\] (\w+)$", transcript, re.MULTILINE)
+        assert len(spoken) == agent and all(w in VOTES[j] for j, w in enumerate(spoken))
+        for j in range(agent):  # the word it did not say is nowhere: its position on j's list is unknowable
+            unsaid = next(w for w in VOTES[j] if w != spoken[j])
+            assert not re.search(rf"\b{unsaid}\b", real)

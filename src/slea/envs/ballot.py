@@ -1,26 +1,27 @@
 """Ballot (``slea/Ballot-v0``): a volunteer's dilemma on private ballots — the TeamTR positive control.
 
-A chore must be taken on by exactly one of ``agents`` (n) team members. They vote in turn, one ballot each:
-ballot j lists two words drawn for that ballot (a fresh pair every ballot, from the split's word pool); the
-*first* word takes the chore on, the second leaves it to the others. The observation says so, but the words
-themselves appear only in the voter's own list of valid commands (``info["admissible_actions"]``), never in an
-observation: a teammate reading the shared transcript sees which word a voter said, not what it meant. After the
-n-th ballot the count is announced; reward 1 (won) when exactly one member took the chore on, else 0.
+A chore must be taken on by exactly one of ``agents`` (n) team members. They vote in turn, one ballot each. Member
+j has its own two words (:data:`VOTES`: member 1 ``red``/``blue``, member 2 ``cat``/``dog``, ...): the *first*
+word on its list takes the chore on, the second leaves it to the others. The observation says that much but never
+names the words; they appear only in the voter's own list of valid commands (``info["admissible_actions"]``). A
+teammate reading the shared transcript sees "red" or "blue", never whose list put which first: no observation or
+prompt of another member ever says what a vote meant. After the n-th ballot the count is announced; reward 1
+(won) when exactly one member took the chore on, else 0.
 
 Why this is a control for sequential multi-agent fine-tuning: member j's best response depends on the others'
-*current* policies only — take the chore when P(no one else takes it) > P(exactly one other does) — because the
-transcript cannot tell j what the others chose. Updating every member on the same (stale) rollouts moves them all
-the same way (all towards "take" while few take, all towards "leave" while many do) and overshoots the
-coordinated outcome; re-sampling after every single-member update lets the next member answer the updated one.
-With p the probability that a member takes the chore, n p (1 − p)^(n−1) is the team's success (:func:`success`):
-1/4 for n = 4 members voting at random, at most (1 − 1/n)^(n−1) = 0.42 for any symmetric policy, 1 for a
-convention in which one member takes it and the others leave it (:func:`scripted`).
+*current* policies — take the chore when P(no one else takes it) > P(exactly one other does) — not on what it
+reads. Updating every member on the same (stale) rollouts moves them all the same way (all towards "take" while
+few take, all towards "leave" while many do) and overshoots the coordinated outcome; re-sampling after every
+single-member update lets the next member answer the updated one. With p the probability that a member takes the
+chore, n p (1 − p)^(n−1) is the team's success (:func:`success`): 1/4 for n = 4 members voting at random, at most
+(1 − 1/n)^(n−1) = 0.42 for any symmetric policy, 1 for a convention in which one member takes it and the others
+leave it (:func:`scripted`). Each member's words are common one-token words, the same in every game and split, so
+what a member learns is a preference between its own two words.
 
-Seeds: ``reset(seed=k)`` plays game ``k`` of the split (``k % num_games`` when set; ``options={"game": k}``
-too): the chore and every ballot's word pair are a function of (split, game). Training and held-out splits
-use disjoint chores and word pools. Anything not in the current list is ``invalid`` (the ballot stays open).
-``get_state()/set_state()`` are exact; ``info["walkthrough"]`` is :func:`scripted`'s answers (member 1 takes it
-on, the others leave it).
+Seeds: ``reset(seed=k)`` plays game ``k`` of the split (``k % num_games`` when set; ``options={"game": k}`` too):
+the chore is a function of (split, game); training and held-out splits use disjoint chores. Anything not in the
+current list is ``invalid`` (the ballot stays open). ``get_state()/set_state()`` are exact; ``info["walkthrough"]``
+is :func:`scripted`'s answers (member 1 takes it on, the others leave it).
 """
 
 from __future__ import annotations
@@ -39,25 +40,21 @@ CHORES: dict[str, tuple[str, ...]] = {
     "heldout": ("polish the bell", "patch the roof", "milk the cow", "clean the chimney", "shell the peas",
                 "wind the clock", "air the blankets", "paint the gate"),
 }
-WORDS: dict[str, tuple[str, ...]] = {
-    "train": ("amber", "birch", "cedar", "delta", "ember", "flint", "grove", "harbor", "iris", "jasper", "kelp",
-              "lumen", "maple", "nectar", "onyx", "pebble", "quartz", "raven", "sable", "thistle"),
-    "heldout": ("acorn", "basil", "cobalt", "dune", "egret", "fern", "garnet", "heron", "indigo", "juniper",
-                "kestrel", "lotus", "mica", "nutmeg", "opal", "plume"),
-}
+# per member: (takes the chore on, leaves it); common one-token words, meaningless to the other members
+VOTES: tuple[tuple[str, str], ...] = (("red", "blue"), ("cat", "dog"), ("tea", "milk"), ("sun", "rain"),
+                                      ("salt", "sand"), ("oak", "elm"))
 GOAL = ("Exactly one member of the team must take on the chore: {chore}. If nobody takes it on, or more than one "
         "member does, the team fails.")
-BALLOT = ("Ballot {j} of {n}. The first word on your list takes the chore on; the second word leaves it to the "
-          "others. Nobody else sees your list.")
+BALLOT = "Ballot {j} of {n}. The first word on your list takes the chore on, the second leaves it. Only you see your list."
 RESULT = "All {n} ballots are in: {count} of {n} took the chore on. {verdict}"
 
 INSTRUCTIONS = Instructions(
     system="You are one member of a team voting on a private ballot. Reply with exactly one word copied from your "
     "list of valid commands, and nothing else.",
-    example=((user_turn(GOAL.format(chore="feed the cat"), BALLOT.format(j=1, n=3), ["oak", "elm"],
-                        cue="Your vote:"), "oak"),
-             (user_turn(GOAL.format(chore="feed the cat"), BALLOT.format(j=2, n=3), ["fig", "yew"],
-                        cue="Your vote:"), "yew")),
+    example=((user_turn(GOAL.format(chore="feed the cat"), BALLOT.format(j=1, n=3), ["up", "down"],
+                        cue="Your vote:"), "up"),
+             (user_turn(GOAL.format(chore="feed the cat"), BALLOT.format(j=1, n=3), ["up", "down"],
+                        cue="Your vote:"), "down")),
     answer_cue="Your vote:",
 )
 
@@ -80,13 +77,14 @@ class Game:
 
 
 def generate_game(split: str, game: int, agents: int = 4) -> Game:
-    """Game ``game`` of ``split``: a chore and, per ballot, a fresh pair of distinct words. Deterministic."""
+    """Game ``game`` of ``split``: a chore of the split; ballot j is member j's own words (:data:`VOTES`).
+    Deterministic."""
     if split not in SPLITS:
         raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    if not 2 <= agents <= len(VOTES):
+        raise ValueError(f"agents must be in 2..{len(VOTES)}, got {agents}")
     rng = random.Random(f"ballot/{split}/{int(game)}")
-    chore = rng.choice(CHORES[split])
-    ballots = tuple(tuple(rng.sample(WORDS[split], 2)) for _ in range(agents))
-    return Game(chore, ballots)  # type: ignore[arg-type]
+    return Game(rng.choice(CHORES[split]), VOTES[:agents])
 
 
 class BallotEnv(TextEnv):
@@ -107,8 +105,8 @@ class BallotEnv(TextEnv):
         super().__init__()
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
-        if int(agents) < 2:
-            raise ValueError(f"agents must be >= 2, got {agents}")
+        if not 2 <= int(agents) <= len(VOTES):
+            raise ValueError(f"agents must be in 2..{len(VOTES)}, got {agents}")
         if num_games is not None and int(num_games) < 1:
             raise ValueError("num_games must be >= 1")
         self.split, self.agents = split, int(agents)
