@@ -54,26 +54,27 @@ def rel(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def start_server(log: Path):
-    """``slea serve embedded --port 0``: (process, base URL)."""
-    proc = subprocess.Popen([*SLEA, "serve", "embedded", "--port", "0", "--threads", "2"], stdout=subprocess.PIPE,
+def start_server(log: Path, model: str):
+    """``slea serve MODEL --port 0``: (process, base URL)."""
+    proc = subprocess.Popen([*SLEA, "serve", model, "--port", "0", "--threads", "2"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=ROOT)
     line = proc.stdout.readline()
-    if not line.startswith("serving embedded at "):
+    if not line.startswith(f"serving {model} at "):
         proc.kill()
         raise SystemExit(f"slea serve did not start: {line}{proc.stdout.read()[-2000:]}")
+    log.parent.mkdir(parents=True, exist_ok=True)
     log.write_text(line)
     return proc, line.split(" at ", 1)[1].strip()
 
 
 def agent_args(family: str, engine: str, condition: str, url: str | None, games: int, episodes: int,
-               out: Path) -> list[str]:
+               out: Path, model: str = "embedded") -> list[str]:
     spec = FAMILIES[family]
     base = OUT / family / engine
     # build: a library file that does not exist yet, which `slea agent --evolve` starts empty
     library = {"build": base / "empty.sqlite", "rl_library": RL_LIBRARY}.get(
         condition, base / "build" / "library.sqlite")
-    args = [*SLEA, "agent", "--model", "embedded", "--library", rel(library), "--env", spec["env"],
+    args = [*SLEA, "agent", "--model", model, "--library", rel(library), "--env", spec["env"],
             "--games", str(games), "--episodes", str(episodes), "--out", rel(out)]
     sets = list(spec["set"])
     if condition == "build":
@@ -90,18 +91,19 @@ def agent_args(family: str, engine: str, condition: str, url: str | None, games:
     return args
 
 
-def run(family: str, engine: str, conditions: list[str], games: int, episodes: int) -> None:
+def run(family: str, engine: str, conditions: list[str], games: int, episodes: int, model: str = "embedded"
+        ) -> None:
     todo = [c for c in conditions if not (OUT / family / engine / c / "agent.json").is_file()
             and (c != "evolve_llm" or engine == "served") and (c != "rl_library" or family == "textworld")]
     if not todo:
         print(f"{family}/{engine}: nothing to do")
         return
-    proc, url = start_server(OUT / family / engine / "server.txt") if engine == "served" else (None, None)
+    proc, url = start_server(OUT / family / engine / "server.txt", model) if engine == "served" else (None, None)
     try:
         for c in todo:
             out = OUT / family / engine / c
             out.mkdir(parents=True, exist_ok=True)
-            args = agent_args(family, engine, c, url, games, episodes, out)
+            args = agent_args(family, engine, c, url, games, episodes, out, model)
             t0 = time.perf_counter()
             r = subprocess.run(args, check=False, cwd=ROOT, capture_output=True, text=True)
             (out / "stdout.txt").write_text("$ slea " + " ".join(a if " " not in a else f"'{a}'" for a in args[3:])
@@ -168,6 +170,7 @@ def main() -> None:
     ap.add_argument("--family", choices=sorted(FAMILIES))
     ap.add_argument("--engine", choices=["served", "hf"])
     ap.add_argument("--conditions", default=",".join(CONDITIONS))
+    ap.add_argument("--model", default="embedded", help="the played model (tiny: a smoke run)")
     ap.add_argument("--games", type=int, default=8)
     ap.add_argument("--episodes", type=int, default=8)
     ap.add_argument("--table", action="store_true", help="write table.md from the results that exist")
@@ -181,7 +184,7 @@ def main() -> None:
         return
     if not a.family or not a.engine:
         ap.error("--family and --engine (or --table)")
-    run(a.family, a.engine, a.conditions.split(","), a.games, a.episodes)
+    run(a.family, a.engine, a.conditions.split(","), a.games, a.episodes, a.model)
 
 
 if __name__ == "__main__":
