@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--adapter-scale", type=float, default=0.02)
     args = ap.parse_args(argv)
-    cfg = load_config(args.run / "config.yaml")
+    cfg = load_config(args.run / "config.yaml", check_unused=False)  # a run made before a default changed
     torch.manual_seed(0)
     torch.set_num_threads(cfg.run.threads)
     model, tok = load_policy(cfg.model.model_copy(update={"init_from": None}))

@@ -404,3 +404,24 @@ def test_a_run_without_its_checkpoint_is_refused_not_evaluated_untrained(tmp_pat
 
             ExperienceLibrary(run / "library.sqlite").close()
         one_line_exit_2(slea(*args), "has no usable checkpoint")
+
+
+def test_a_run_saved_before_a_default_changed_still_loads(tmp_path):
+    """A run's config.yaml records every default of its day; after a default changes (TeamTR's KL estimator
+    k1 -> k3) a GRPO run made before holds the old value, which is not a user's setting without effect: resume,
+    eval and agent load it; a user's config with the same key is still refused."""
+    import typer
+    import yaml
+
+    from slea.cli.common import run_config
+    from slea.config import load_config
+
+    tree = load_config(ROOT / "configs" / "smoke.yaml").model_dump(mode="json")
+    tree["team"]["trust_region"]["kl_estimator"] = "k1"
+    saved = tmp_path / "config.yaml"
+    saved.write_text(yaml.safe_dump(tree))
+    cfg = run_config(saved, [f"run.dir={tmp_path}"], saved=True)
+    assert cfg.team.trust_region.kl_estimator == "k1" and cfg.algorithm.name == "grpo"
+    with pytest.raises(typer.Exit) as exc:
+        run_config(saved, [])
+    assert exc.value.exit_code == 2

@@ -23,13 +23,16 @@ def plain(msg: str) -> None:
     console.print(msg, markup=False, highlight=False, soft_wrap=True)
 
 
-def run_config(config: Path | None, overrides: list[str], *, trains: bool = True):
+def run_config(config: Path | None, overrides: list[str], *, trains: bool = True, saved: bool = False):
     """The config, or one line and exit code 2. ``trains=False``: a command that trains nothing (a served model
-    then needs no LoRA adapter; :func:`slea.config.build_config`)."""
+    then needs no LoRA adapter; :func:`slea.config.build_config`). ``saved``: ``config`` is a run's own
+    config.yaml, written by slea with every key: a setting that was a default when the run was made is not a
+    user's setting that has no effect, so the unused-settings refusal is skipped (a run made before a default
+    changed still resumes and evaluates)."""
     from slea.config import ConfigError, load_config
 
     try:
-        return load_config(config, overrides, trains=trains)
+        return load_config(config, overrides, trains=trains, check_unused=not saved)
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
 

@@ -43,7 +43,7 @@ def train(
     if resume is not None:
         if not (resume / "config.yaml").is_file():
             raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
-        cfg = run_config(resume / "config.yaml", list(set_) + [f"run.dir={resume}"])
+        cfg = run_config(resume / "config.yaml", list(set_) + [f"run.dir={resume}"], saved=True)
     else:
         cfg = run_config(config, set_)
     require_env(cfg.env.id)
@@ -125,7 +125,7 @@ def align(
     if resume is not None:
         if not (resume / "config.yaml").is_file():
             raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
-        cfg = run_config(resume / "config.yaml", over + [f"run.dir={resume}"])
+        cfg = run_config(resume / "config.yaml", over + [f"run.dir={resume}"], saved=True)
     else:
         cfg = run_config(config, over)
     require_env(cfg.env.id)

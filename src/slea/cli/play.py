@@ -81,7 +81,7 @@ def _trainer_of(run: Path) -> str | None:
     from slea.trainer.select import trainer_kind
 
     try:
-        return trainer_kind(get_algorithm(load_config(run / "config.yaml").algorithm.name)).name
+        return trainer_kind(get_algorithm(load_config(run / "config.yaml", check_unused=False).algorithm.name)).name
     except Exception:  # noqa: BLE001  (a config error, an unknown plugin: not this check's to report)
         return None
 
@@ -124,9 +124,10 @@ def eval_(
         over.append(f"eval.episodes_per_game={episodes}")
     if seed is not None:
         over.append(f"eval.seed={seed}")
-    cfg = run_config(config_file, over, trains=False)
+    cfg = run_config(config_file, over, trains=False, saved=run is not None)
     if env is not None and env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
-        cfg = run_config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over], trains=False)
+        cfg = run_config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over], trains=False,
+                         saved=run is not None)
     if config_file is None and not _model_target(target) and cfg.model.generator == "hf":  # a served one: any name
         raise fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded', 'tiny' nor a YAML config")
@@ -207,7 +208,7 @@ def agent(
 
     over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
     config_file = run / "config.yaml" if run else None
-    cfg = run_config(config_file, over + list(set_), trains=False)
+    cfg = run_config(config_file, over + list(set_), trains=False, saved=run is not None)
     if run is None and not _model_target(model) and cfg.model.generator == "hf":  # a served model: any name
         raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
@@ -215,7 +216,7 @@ def agent(
         over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
     if cfg.experience.mode == "off" and not any(s.startswith("experience.mode=") for s in set_):
         over.append("experience.mode=step")
-    cfg = run_config(config_file, over + list(set_), trains=False)
+    cfg = run_config(config_file, over + list(set_), trains=False, saved=run is not None)
     require_env(cfg.env.id)
     import tempfile
 

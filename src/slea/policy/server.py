@@ -429,7 +429,7 @@ def load_engine(target: str, *, dtype: str | None = None) -> Engine:
 
     run = Path(target)
     if (run / "config.yaml").is_file():
-        cfg = load_config(run / "config.yaml").model
+        cfg = load_config(run / "config.yaml", check_unused=False).model
         base, tok = load_policy(cfg.model_copy(update={"lora": False, "init_from": None,
                                                       "generator": "hf", "openai": type(cfg.openai)()}))
         engine = Engine(base, tok, target, dtype=dtype or cfg.dtype)
