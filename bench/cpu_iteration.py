@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> dict:
         if proc.returncode != 0:
             raise SystemExit(f"slea train failed ({proc.returncode}): see {log}")
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = json.loads((run_dir / "eval" / "summary.json").read_text())
     res = {"what": "configs/default.yaml, " + " ".join(overrides(args.iterations, Path("<tmp>"))[:-1] + args.extra),
            "src": str(src), "commit": commit, "wall_s": wall,
            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
