@@ -11,7 +11,7 @@ TORCH_VERSION ?= 2.13.0
 # Every extra whose tests exist, so CI runs them rather than skips them (alfworld brings textworld[pddl]).
 EXTRAS ?= textworld,experience,scienceworld,alfworld,qa,ray,openai,bench,dev
 CONFIG ?= configs/default.yaml
-PYTEST_ARGS ?= -q
+PYTEST_ARGS ?= -q --durations=20
 
 .PHONY: setup train test smoke bench lint clean
 
