@@ -59,7 +59,7 @@ fp32; the default on CUDA, a choice on CPU), against the fp32 base (CPU's defaul
 
     PYTHONPATH=src .venv/bin/python bench/mfu.py [--model embedded] [--steps 4] [--out ...]
 
-writes bench/results/mfu.json (``--model tiny``: a temp file) and prints a table. Run it alone (shared/bin/heavy).
+writes bench/results/mfu.json (``--model tiny``: a temp file) and prints a table. Run it alone on the machine.
 """
 
 from __future__ import annotations
