@@ -54,7 +54,7 @@ bench: $(STAMP)
 	$(PY) bench/retrieval.py
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff check src tests bench experiments
 	$(VENV)/bin/lint-imports
 
 clean:

@@ -287,7 +287,7 @@ def test_rtpo_trains_end_to_end_and_is_refused_without_snapshots(tmp_path):
 
 def test_library_export_import_merge_diff(tmp_path):
     """The portable-library commands on a real saved run's library, and their one-line errors (exit code 2)."""
-    run = ROOT / "bench/results/evidence/default/slea/runs/slea-s0"
+    run = ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"
     out = tmp_path / "s0.jsonl"
     r = slea("library", "export", str(run), str(out))
     assert r.returncode == 0, r.stderr[-2000:]
@@ -323,7 +323,7 @@ def test_library_export_import_merge_diff(tmp_path):
 @pytest.mark.slow
 def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path):
     """`slea agent` end to end: the tiny model on Sokoban steered by a JSONL export, evolving."""
-    run = ROOT / "bench/results/evidence/default/slea/runs/slea-s0"
+    run = ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"
     lib = tmp_path / "s0.jsonl"
     assert slea("library", "export", str(run), str(lib)).returncode == 0
     small = ["--games", "2", "--episodes", "1", "--set", "env.max_steps=2", "--set", "rollout.max_new_tokens=4",
@@ -343,7 +343,7 @@ def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path):
 def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path):
     """Checked before any model loads."""
     lib = tmp_path / "s0.jsonl"
-    assert slea("library", "export", str(ROOT / "bench/results/evidence/default/slea/runs/slea-s0"),
+    assert slea("library", "export", str(ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"),
                 str(lib)).returncode == 0
     one_line_exit_2(slea("agent", "--model", "tiny", "--library", str(tmp_path / "none.jsonl"), "--env",
                          "slea/Sokoban-v0"), "agent: --library: no such file")
@@ -374,7 +374,7 @@ def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weight
             p.add_(0.01)  # a non-zero adapter: the checkpoint is not the base model
     run.mkdir()
     (run / "config.yaml").write_text(dump_config(cfg))
-    working_copy(ROOT / "bench/results/evidence/default/slea/runs/slea-s0", run / "library.sqlite")
+    working_copy(ROOT / "experiments/results/evidence/default/slea/runs/slea-s0", run / "library.sqlite")
     save_checkpoint(run / "checkpoints", 1, model, torch.optim.AdamW([p for p in model.parameters()
                                                                       if p.requires_grad]))
     r = slea("agent", "--model", str(run), "--library", str(run), "--env", "slea/Sokoban-v0", "--evolve",

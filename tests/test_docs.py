@@ -63,7 +63,7 @@ def prose(text: str) -> str:
 
 
 # -- repository paths ----------------------------------------------------------------------------------------------
-TOP = ("src", "docs", "tests", "bench", "configs")
+TOP = ("src", "docs", "tests", "bench", "experiments", "configs")
 # a path that starts at a top-level folder of the repository, or a slea/... source file (docs shorten src/slea/)
 REPO_PATH = re.compile(r"(?<![\w./~$-])((?:{})/[\w./-]*|slea/[\w/]+\.py)".format("|".join(TOP)))
 
@@ -124,10 +124,10 @@ def test_every_relative_link_resolves_to_a_file_and_heading(doc):
 
 
 def test_the_path_reader_finds_paths_and_flags_missing_ones():
-    text = ("see `bench/results/align/<env>/table.md`, docs/architecture.md. and [x](docs/nope.md), "
+    text = ("see `experiments/results/align/<env>/table.md`, docs/architecture.md. and [x](docs/nope.md), "
             "`slea/policy/model.py::load_policy`, env `slea/TextWorld-v0`, https://x.org/docs/a.md, tests/test_*.py, "
             "--out bench/results/stem, 58 docs/s")
-    assert repo_paths(text) == {"bench/results/align/", "docs/architecture.md", "docs/nope.md",
+    assert repo_paths(text) == {"experiments/results/align/", "docs/architecture.md", "docs/nope.md",
                                 "slea/policy/model.py", "tests/"}
     assert not resolve("docs/nope.md").exists() and resolve("slea/policy/model.py").exists()
     assert slug("Sharded base weights: `train.fsdp`") == "sharded-base-weights-trainfsdp"
@@ -357,4 +357,4 @@ def test_the_forbidden_patterns_catch_what_they_are_for():
     assert OUTSIDE.search("through `../shared/bin/heavy`") and OUTSIDE.search("reference/papers.md §3")
     assert OUTSIDE.search("still open in issue 11") and not OUTSIDE.search("the reference model's log-probs")
     assert DATED.search(prose("measured on 2026-12-01, load average 1.9")) and DATED.search("commit 709ef77")
-    assert not DATED.search(prose("files in `bench/results/default_job/2026-11-30_global_prompt/`"))
+    assert not DATED.search(prose("files in `experiments/results/default_job/2026-11-30_global_prompt/`"))

@@ -134,7 +134,7 @@ def test_eval_with_the_openai_generator(server, tmp_path):
     assert [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]] == before  # no upload
 
 
-AGENT = ["--library", str(ROOT / "bench/results/evidence/default/slea/runs/slea-s0"), "--env", "slea/Sokoban-v0",
+AGENT = ["--library", str(ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"), "--env", "slea/Sokoban-v0",
          "--games", "2", "--episodes", "2", "--set", "env.max_steps=2", "--set", "rollout.max_new_tokens=4"]
 
 

@@ -188,10 +188,12 @@ def test_relativize_strips_machine_folders_from_saved_files_only(tmp_path):
     run = tmp_path / "runs" / "grpo-s0"
     (run / "checkpoints").mkdir(parents=True)
     (run / "config.yaml").write_text("config: /home/me/repo/configs/slea.yaml\nout: /x/y/bench/results/ev/a\n")
+    (run / "eval.json").write_text('{"dir": "/x/y/experiments/results/align/x"}')
     (run / "checkpoints" / "meta.json").write_text('{"dir": "/x/bench/results/ev"}')
     (run / "metrics.jsonl").write_text('{"dir": "/x/bench/results/ev"}')
-    assert relativize(tmp_path) == 1
+    assert relativize(tmp_path) == 2
     assert (run / "config.yaml").read_text() == "config: configs/slea.yaml\nout: bench/results/ev/a\n"
+    assert (run / "eval.json").read_text() == '{"dir": "experiments/results/align/x"}'
     assert "/x/" in (run / "checkpoints" / "meta.json").read_text() and "/x/" in (run / "metrics.jsonl").read_text()
     assert relativize(tmp_path) == 0  # nothing left to rewrite
 

@@ -1,5 +1,5 @@
-"""Helpers of the repository's ``bench/`` scripts and their tests (bench/ is a folder of scripts, not a package):
-importing a script as a module, the rollout-shaped prompts the generation benches share, and the
+"""Helpers of the repository's ``bench/`` and ``experiments/`` scripts and their tests (folders of scripts, not
+packages): importing a script as a module, the rollout-shaped prompts the generation benches share, and the
 ``transformers.generate`` baseline they time."""
 
 from __future__ import annotations
@@ -17,14 +17,19 @@ _ROOMS = ["a dark cellar", "a bright kitchen", "a dusty attic", "a small garden"
 _THINGS = ["coin", "key", "apple"]  # what tasks 0-4, 5-9, 10-14 look for
 
 
-def load_bench(name: str) -> ModuleType:
-    """``bench/<name>.py`` as the module ``name`` (registered in ``sys.modules``, so its dataclasses and pickled
-    worker entry points resolve)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+def load_bench(name: str, folder: str = "bench") -> ModuleType:
+    """``<folder>/<name>.py`` (``bench/``, or ``experiments/`` for a study's script) as the module ``name``
+    (registered in ``sys.modules``, so its dataclasses and pickled worker entry points resolve)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def load_experiment(name: str) -> ModuleType:
+    """``experiments/<name>.py``, a study's script, as the module ``name`` (see :func:`load_bench`)."""
+    return load_bench(name, "experiments")
 
 
 def rollout_prompts(builder, rng: random.Random, tasks: int, copies: int, later: bool, turns: int = 2,

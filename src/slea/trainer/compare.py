@@ -463,7 +463,8 @@ def write_outputs(table: dict[str, Any], runs: list[SubRun], out: Path) -> None:
     plot_compare(runs, out / "curves.png")
 
 
-def relativize(folder: Path, anchors: tuple[str, ...] = ("bench/results/", "configs/")) -> int:
+def relativize(folder: Path,
+               anchors: tuple[str, ...] = ("bench/results/", "experiments/results/", "configs/")) -> int:
     """Rewrite the saved ``.json``/``.yaml``/``.md`` files under ``folder`` (checkpoints aside) so that absolute
     paths ending in one of ``anchors`` become repository-relative: results committed to the repository name no
     machine's folders. The count of files changed; resuming and reusing runs do not read those paths."""

@@ -1,0 +1,248 @@
+"""The SLEA-RL positive control on ``slea/Recall-v0`` (configs/control_recall.yaml): three studies, one run per call.
+
+``agent`` — (a) the mechanism without training. The frozen embedded model plays training games with ``slea agent
+--evolve --split train``: the library learns from those episodes (rule extractor, the control config's settings).
+Then ``slea agent`` plays the held-out games (32 x 2 sampled episodes, and one greedy each) without and with that
+library, paired episode by episode. Seed ``s`` builds its library from training games ``1000(s+1) ...``; every
+seed is scored on the same held-out games as the training runs (env seeds 0..31). Output:
+``experiments/results/control_recall/agent/s<seed>/{build,heldout}/agent.json`` and the built ``library.sqlite``.
+
+``run`` — (b) one ``slea compare`` sub-run of ``configs/control_recall.yaml`` (``--algo slea|grpo|gigpo``): the
+same task groups per iteration for a given seed, the same budget, the same 64 held-out episodes, under
+``experiments/results/control_recall/compare/runs/<algo>-s<seed>/``; then, for ``slea``, (c) the same policy evaluated
+with retrieval switched off (``slea eval RUN --set experience.mode=off`` → ``eval/library_off.json``, as
+experiments/slea_evidence.py does; it needs the run's checkpoint, so it follows the training in the same session).
+
+``table`` — compare's table.md/json and curves.png for (b) and (c), and agent.md for (a).
+
+    python experiments/control_recall.py agent --seed 0
+    python experiments/control_recall.py run --algo slea --seed 0
+    python experiments/control_recall.py table
+
+``--set KEY=VALUE`` (repeatable) overrides the config; ``$SLEA_CONTROL_RECALL_DIR`` puts the results elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slea.trainer import compare
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(os.environ.get("SLEA_CONTROL_RECALL_DIR") or ROOT / "experiments" / "results" / "control_recall")
+CONFIG = ROOT / "configs" / "control_recall.yaml"
+ALGOS = ("slea", "grpo", "gigpo")
+# (a): library built from 16 training games x 8 sampled episodes (+ 1 greedy each), evolving every 4 games
+BUILD = {"games": 16, "episodes": 8, "batch": 4}
+HELDOUT = {"games": 32, "episodes": 2, "seed": 0}
+
+
+def _cli(*args: str) -> None:
+    cmd = [sys.executable, "-m", "slea.cli", *args]
+    print("$ slea " + " ".join(args[:1] + tuple(a if " " not in a else repr(a) for a in args[1:])), flush=True)
+    subprocess.run(cmd, check=True)
+
+
+def _flat(d: dict[str, Any], prefix: str) -> list[str]:
+    out = []
+    for k, v in d.items():
+        if isinstance(v, dict):
+            out += _flat(v, f"{prefix}{k}.")
+        else:
+            out.append(f"{prefix}{k}={json.dumps(v) if isinstance(v, (list, bool)) or v is None else v}")
+    return out
+
+
+def agent_settings(extra: list[str] | None = None) -> list[str]:
+    """``--set`` overrides that make ``slea agent`` play as the control config's runs do (env, rollout, the
+    experience settings, the model's precision): ``slea agent`` with ``--model embedded`` starts from the default
+    config."""
+    import yaml
+
+    raw = yaml.safe_load(CONFIG.read_text())
+    # the warm-up and the minimum size stay slea agent's 0: the library is given (or being built) from the start
+    exp = {k: v for k, v in raw["experience"].items() if k not in ("warmup_iters", "min_entries")}
+    keep = {"env": {k: v for k, v in raw["env"].items() if k != "id"}, "rollout": raw["rollout"],
+            "experience": exp, "model": {"dtype": raw["model"]["dtype"]}}
+    sets = [*_flat(keep, ""), "experience.mode=step", "eval.temperature=1.0"]
+    return [x for s in [*sets, *(extra or [])] for x in ("--set", s)]
+
+
+def agent(seed: int, extra: list[str] | None = None) -> None:
+    """(a) for one seed (module docstring); each step is skipped when its agent.json exists."""
+    from slea.config import load_config
+    from slea.experience.manager import ExperienceManager
+
+    base = RESULTS / "agent" / f"s{seed}"
+    build, held = base / "build", base / "heldout"
+    sets = agent_settings(extra)
+    if not (build / "agent.json").is_file():
+        build.mkdir(parents=True, exist_ok=True)
+        empty = base / "empty.sqlite"
+        empty.unlink(missing_ok=True)
+        ExperienceManager(load_config(CONFIG, check_unused=False).experience, empty).close()
+        _cli("agent", "--model", "embedded", "--library", str(empty), "--env", "slea/Recall-v0", "--evolve",
+             "--split", "train", "--games", str(BUILD["games"]), "--episodes", str(BUILD["episodes"]),
+             "--batch", str(BUILD["batch"]), "--seed", str(1000 * (seed + 1)), "--out", str(build), *sets)
+        empty.unlink(missing_ok=True)
+    if not (held / "agent.json").is_file():
+        _cli("agent", "--model", "embedded", "--library", str(build / "library.sqlite"), "--env", "slea/Recall-v0",
+             "--games", str(HELDOUT["games"]), "--episodes", str(HELDOUT["episodes"]), "--seed", str(HELDOUT["seed"]),
+             "--out", str(held), *sets)
+    compare.relativize(RESULTS)
+
+
+def run_dir(algo: str, seed: int) -> Path:
+    return RESULTS / "compare" / "runs" / compare.run_name(algo, seed)
+
+
+def run(algo: str, seed: int, extra: list[str] | None = None) -> None:
+    """(b) one sub-run, then (c) for slea."""
+    plan = compare.plan(CONFIG, [algo], [seed], RESULTS / "compare", list(extra or []))
+    compare.run(plan, say=print)
+    if algo == "slea":
+        library_off(seed)
+    compare.relativize(RESULTS)
+
+
+def library_off(seed: int) -> None:
+    """(c) the slea run's final policy on the held-out games with retrieval off (``eval/library_off.json``)."""
+    d = run_dir("slea", seed)
+    if (d / "eval" / "library_off.json").is_file():
+        print(f"{d}: library-off eval exists")
+        return
+    _cli("eval", str(d), "--set", "experience.mode=off", "--out", str(d / "eval_library_off"))
+    made = sorted((d / "eval_library_off" / "eval").glob("*.json"))
+    (d / "eval" / "library_off.json").write_text(made[-1].read_text())
+
+
+# -- tables ----------------------------------------------------------------------------------------------------
+def _sampled(path: Path) -> dict[str, float]:
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    return (data.get("after") or data).get("sampled") or {}
+
+
+def _ms(xs: list[float]) -> str:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return "–"
+    return f"{np.mean(xs):.3f} ± {np.std(xs, ddof=1):.3f}" if len(xs) > 1 else f"{xs[0]:.3f}"
+
+
+def agent_table() -> str:
+    rows = []
+    for d in sorted((RESULTS / "agent").glob("s*/heldout/agent.json")):
+        res = json.loads(d.read_text())
+        build = json.loads((d.parent.parent / "build" / "agent.json").read_text())
+        seed = int(d.parent.parent.name[1:])
+        rows.append((seed, res, build))
+    if not rows:
+        return ""
+    lines = [("| seed | library (entries: strategies / warnings) | held-out sampled success, no library | with the "
+             "library | difference | greedy no library / library | steps that retrieved | invalid rate no library / "
+             "library | training games while building: success without / with the evolving library |"),
+             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for seed, res, build in rows:
+        lib = res["library"]["before"]
+        w, o = res["without"]["sampled"], res["with"]["sampled"]
+        gw, go = res["without"].get("greedy", {}), res["with"].get("greedy", {})
+        bw, bo = build["without"]["sampled"], build["with"]["sampled"]
+        lines.append(f"| {seed} | {int(lib['size'])} ({int(lib.get('size_pos', 0))} / {int(lib.get('size_neg', 0))}) "
+                     f"| {w['success']:.3f} | {o['success']:.3f} | {o['success'] - w['success']:+.3f} | "
+                     f"{gw.get('success', math.nan):.3f} / {go.get('success', math.nan):.3f} | "
+                     f"{o['retrieval_hit_rate']:.2f} | {w['invalid_rate']:.3f} / {o['invalid_rate']:.3f} | "
+                     f"{bw['success']:.3f} / {bo['success']:.3f} |")
+    d = [r["with"]["sampled"]["success"] - r["without"]["sampled"]["success"] for _, r, _ in rows]
+    lines.append(f"| mean | | {_ms([r['without']['sampled']['success'] for _, r, _ in rows])} | "
+                 f"{_ms([r['with']['sampled']['success'] for _, r, _ in rows])} | {_ms(d)} | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+def finished() -> list[compare.SubRun]:
+    out = []
+    for algo in ALGOS:
+        for d in sorted((RESULTS / "compare" / "runs").glob(f"{algo}-s*")):
+            if (d / "eval" / "summary.json").is_file():
+                out.append(compare.SubRun(algo, int(d.name.rsplit("-s", 1)[1]), d, "reused"))
+    return out
+
+
+def compare_table() -> str:
+    runs = finished()
+    if not runs:
+        return ""
+    tab = compare.summarize_runs(runs)
+    held = {(r.algorithm, r.seed): _sampled(r.dir / "eval" / "summary.json").get("success") for r in runs}
+    lines = [compare.table_markdown({**tab, "spec": {"config": "configs/control_recall.yaml",
+                                                       "seeds": sorted({r.seed for r in runs})}}).rstrip(), "",
+             ("| algorithm | seeds | held-out success (64 per seed) | − grpo, paired by seed | held-out with retrieval "
+             "off | steps that retrieved, held-out | library entries (strategies / warnings) |"),
+             "|---|---:|---:|---:|---:|---:|---|"]
+    for algo in ALGOS:
+        mine = sorted(r for r in runs if r.algorithm == algo)
+        if not mine:
+            continue
+        vals = [held[(algo, r.seed)] for r in mine]
+        diffs = [held[(algo, r.seed)] - held[("grpo", r.seed)] for r in mine if ("grpo", r.seed) in held]
+        off = [_sampled(r.dir / "eval" / "library_off.json").get("success") for r in mine]
+        hit = [_sampled(r.dir / "eval" / "summary.json").get("retrieval_hit_rate") for r in mine]
+        sizes = []
+        for r in mine:
+            rows = [json.loads(x) for x in (r.dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+            last = rows[-1] if rows else {}
+            if "library/size" in last:
+                sizes.append(f"{int(last['library/size'])} ({int(last.get('library/size_pos', 0))} / "
+                             f"{int(last.get('library/size_neg', 0))})")
+        per = ", ".join(f"s{r.seed} {v:.3f}" for r, v in zip(mine, vals))
+        lines.append(f"| {algo} | {len(mine)} | {_ms(vals)} ({per}) | {_ms(diffs) if algo != 'grpo' else '–'} | "
+                     f"{_ms([x for x in off if x is not None]) if algo == 'slea' else '–'} | "
+                     f"{_ms([x for x in hit if x is not None])} | {', '.join(sizes) or '–'} |")
+    compare.plot_compare(runs, RESULTS / "compare" / "curves.png")
+    (RESULTS / "compare" / "table.json").write_text(json.dumps(tab, indent=2))
+    return "\n".join(lines) + "\n"
+
+
+def table() -> None:
+    compare.relativize(RESULTS)
+    a, b = agent_table(), compare_table()
+    if a:
+        (RESULTS / "agent.md").write_text(a)
+        print(a)
+    if b:
+        (RESULTS / "compare" / "table.md").write_text(b)
+        print(b)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    a = sub.add_parser("agent")
+    a.add_argument("--seed", type=int, required=True)
+    a.add_argument("--set", dest="extra", action="append", default=[])
+    r = sub.add_parser("run")
+    r.add_argument("--algo", choices=ALGOS, required=True)
+    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--set", dest="extra", action="append", default=[])
+    sub.add_parser("table")
+    args = ap.parse_args(argv)
+    if args.cmd == "agent":
+        agent(args.seed, args.extra)
+    elif args.cmd == "run":
+        run(args.algo, args.seed, args.extra)
+    else:
+        table()
+
+
+if __name__ == "__main__":
+    main()

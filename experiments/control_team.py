@@ -1,0 +1,219 @@
+"""The TeamTR positive control: teamtr (fresh rollouts) vs naive sequential (stale) vs stale_iw, on the ballot team.
+
+``configs/control_team.yaml``: four members of ``ballot_volunteer`` (``slea/Ballot-v0``, a volunteer's dilemma on
+private ballots) trained by the team trainer ``slea train`` picks. The variants share the config and, per seed,
+the tasks of every stage and the held-out games; they differ in the rollouts each single-member update learns from
+(``team.rollouts``): ``teamtr`` = fresh (the intermediate team plays again after every update), ``naive`` = stale
+(every update of a stage learns from the stage's first collection), ``stale_iw`` = stale with importance weights.
+
+Per-update coordination regressions need the team's return after *every* single-member update. TeamTR's rows carry
+it (``team/return_after``: the fresh rollouts the next update learns from). The stale variants play again only
+after a stage's last update, so here they also play a *probe* after each of the other updates: the intermediate
+team on the stage's tasks, drawn from the random streams TeamTR's own collection at that position uses
+(``draw = stage·(n+1) + position + 1``), logged as ``probe/return_after`` and ``probe/success_after`` and never
+learned from (it is not counted in the run's episodes or budgets). A regression is an update whose return after
+is below the return before (the collection before it: the previous update's after, or the stage's first).
+
+One run per invocation (through ``../shared/bin/heavy``); a finished run (``eval/summary.json``) is reused, an
+unfinished one resumed from its newest checkpoint::
+
+    python experiments/control_team.py run --variant teamtr --seed 0
+    python experiments/control_team.py table      # table.md/json, curves.png under experiments/results/control_team/
+
+``--set KEY=VALUE`` (repeatable) changes the config (a smaller job, a test); ``$SLEA_CONTROL_TEAM_DIR`` puts the
+results elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slea.config import RunConfig
+from slea.trainer import checkpoint as ckpt
+from slea.trainer import compare
+from slea.trainer.rl import iteration_seeds
+from slea.trainer.runlog import read_metrics
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(os.environ.get("SLEA_CONTROL_TEAM_DIR") or ROOT / "experiments" / "results" / "control_team")
+CONFIG = ROOT / "configs" / "control_team.yaml"
+VARIANTS = {"teamtr": ["team.rollouts=fresh"], "naive": ["team.rollouts=stale"],
+            "stale_iw": ["team.rollouts=stale_iw"]}
+
+
+def plan(seeds: list[int], extra: list[str] | None = None) -> compare.Plan:
+    return compare.plan(CONFIG, [], list(seeds), RESULTS, list(extra or []), VARIANTS)
+
+
+def probing_trainer(cfg: RunConfig, run_dir: Path):
+    """The team trainer of ``cfg``, which in the stale modes also plays a probe after every update but a stage's
+    last (module docstring)."""
+    from slea.trainer.teamtr import TeamTrainer, mean_return
+
+    class ProbingTeamTrainer(TeamTrainer):
+        def record(self, row, n, pending):
+            if self.cfg.team.rollouts != "fresh" and "team/return_after" not in row:
+                # the intermediate team after this update plays the stage's tasks once, unlearned from, with the
+                # random streams TeamTR's own collection at this position draws from
+                stage, position = int(row["stage"]), int(row["position"])
+                seeds = iteration_seeds(self.cfg.run.seed, stage, self.cfg.rollout.groups)
+                episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (n + 1) + position + 1)
+                row["probe/return_after"] = mean_return(episodes)
+                row["probe/success_after"] = float(np.mean([e.trajectory.won for e in episodes]))
+            return super().record(row, n, pending)
+
+    return ProbingTeamTrainer(cfg, run_dir)
+
+
+def run(variant: str, seed: int, extra: list[str] | None = None) -> str:
+    """Train (or resume, or reuse) one run; returns ``"reused"``, ``"resumed"`` or ``"trained"``."""
+    sub, cfg = next((s, c) for s, c in plan([seed], extra).items if s.algorithm == variant)
+    if (sub.dir / "eval" / "summary.json").is_file():
+        print(f"{sub.dir}: finished, reused")
+        return "reused"
+    resume = ckpt.latest_checkpoint(sub.dir / "checkpoints") is not None
+    trainer = probing_trainer(cfg, sub.dir)
+    try:
+        summary = trainer.fit(resume=resume)
+    finally:
+        trainer.close()
+    compare.relativize(RESULTS)
+    print(f"{sub.dir}: held-out success {summary['after']['sampled']['success']:.3f} "
+          f"(before {(summary['before'] or {}).get('sampled', {}).get('success', math.nan):.3f}), "
+          f"{summary['wall_s'] / 60:.1f} min")
+    return "resumed" if resume else "trained"
+
+
+# -- reading the runs ------------------------------------------------------------------------------------------
+def update_returns(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
+    """(return before, return after) of every single-member update, both on fresh rollouts of the team at that
+    point: after = the row's ``team/return_after`` or ``probe/return_after``; before = the previous update's after
+    within the stage, or the stage's first collection (``team/return_before`` of its first row)."""
+    out, prev_stage, before = [], None, math.nan
+    for r in rows:
+        if r["stage"] != prev_stage:
+            prev_stage, before = r["stage"], float(r["team/return_before"])
+        after = float(r.get("team/return_after", r.get("probe/return_after", math.nan)))
+        out.append((before, after))
+        before = after
+    return out
+
+
+def regressions(pairs: list[tuple[float, float]]) -> float:
+    """The fraction of updates whose team return after is below the return before (pairs with a NaN left out)."""
+    ok = [(b, a) for b, a in pairs if math.isfinite(a) and math.isfinite(b)]
+    return float(np.mean([a < b for b, a in ok])) if ok else math.nan
+
+
+def finished() -> list[compare.SubRun]:
+    out = []
+    for variant in VARIANTS:
+        runs = [d for d in (RESULTS / "runs").glob(f"{variant}-s*") if (d / "eval" / "summary.json").is_file()]
+        out += [compare.SubRun(variant, int(d.name.rsplit("-s", 1)[1]), d, "reused")
+                for d in sorted(runs, key=lambda d: int(d.name.rsplit("-s", 1)[1]))]
+    return out
+
+
+def run_stats(d: Path) -> dict[str, Any]:
+    summary = json.loads((d / "eval" / "summary.json").read_text())
+    rows = read_metrics(d / "metrics.jsonl")
+    pairs = update_returns(rows)
+    after = [a for _, a in pairs]
+    success = [float(r.get("team/success_after", r.get("probe/success_after", math.nan))) for r in rows]
+    return {"heldout_success": summary["after"]["sampled"]["success"],
+            "heldout_success_before": (summary.get("before") or {}).get("sampled", {}).get("success"),
+            "update_regressions": regressions(pairs),
+            "mean_update_change": float(np.nanmean([a - b for b, a in pairs])),
+            "train_success_last": success[-1], "updates": len(rows), "episodes": summary["episodes"],
+            "updates_reverted": sum(bool(r.get("teamtr/reverted")) for r in rows),
+            "wall_s": summary["wall_s"], "return_after": after, "success_after": success}
+
+
+def _fmt(xs: list[float]) -> str:
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return "–"
+    return f"{np.mean(xs):.3f} ± {np.std(xs, ddof=1):.3f}" if len(xs) > 1 else f"{xs[0]:.3f}"
+
+
+def table() -> dict[str, Any]:
+    """table.md / table.json and curves.png (team success after every update, mean over seeds with a band of
+    ± one std) from the finished runs."""
+    runs = finished()
+    if not runs:
+        raise SystemExit(f"no finished run under {RESULTS}")
+    stats = {f"{r.algorithm}-s{r.seed}": {"variant": r.algorithm, "seed": r.seed, **run_stats(r.dir)} for r in runs}
+    lines = [("| variant | seeds | held-out success after (64 per seed) | before | per-update regressions "
+             "(fraction of updates) | mean change of the team return per update | train success after the last "
+             "update | updates reverted | wall per run |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for variant in VARIANTS:
+        mine = [s for s in stats.values() if s["variant"] == variant]
+        if not mine:
+            continue
+        per_seed = ", ".join(f"s{s['seed']} {s['heldout_success']:.3f}" for s in mine)
+        lines.append(f"| {variant} | {len(mine)} | {_fmt([s['heldout_success'] for s in mine])} ({per_seed}) | "
+                     f"{_fmt([s['heldout_success_before'] for s in mine])} | "
+                     f"{_fmt([s['update_regressions'] for s in mine])} | "
+                     f"{_fmt([s['mean_update_change'] for s in mine])} | "
+                     f"{_fmt([s['train_success_last'] for s in mine])} | "
+                     f"{sum(s['updates_reverted'] for s in mine)} / {sum(s['updates'] for s in mine)} | "
+                     f"{np.mean([s['wall_s'] for s in mine]) / 60:.1f} min |")
+    (RESULTS / "table.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / "table.json").write_text(json.dumps(stats, indent=2))
+    _plot(stats)
+    print("\n".join(lines))
+    return stats
+
+
+def _plot(stats: dict[str, Any]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    for variant in VARIANTS:
+        curves = [s["success_after"] for s in stats.values() if s["variant"] == variant]
+        if not curves:
+            continue
+        n = min(len(c) for c in curves)
+        y = np.array([c[:n] for c in curves], dtype=float)
+        x = np.arange(1, n + 1)
+        mean, sd = np.nanmean(y, 0), (np.nanstd(y, 0, ddof=1) if len(y) > 1 else np.zeros(n))
+        ax.plot(x, mean, label=f"{variant} ({len(y)} seeds)")
+        ax.fill_between(x, mean - sd, mean + sd, alpha=0.2)
+    ax.axhline(0.25, color="grey", ls=":", lw=1, label="random team (1/4)")
+    ax.axhline(0.421875, color="grey", ls="--", lw=1, label="best symmetric team (0.42)")
+    ax.set_xlabel("single-member update")
+    ax.set_ylabel("team success on fresh rollouts")
+    ax.set_ylim(0, 1)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(RESULTS / "curves.png", dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--variant", choices=sorted(VARIANTS), required=True)
+    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--set", dest="extra", action="append", default=[])
+    sub.add_parser("table")
+    args = ap.parse_args(argv)
+    if args.cmd == "run":
+        run(args.variant, args.seed, args.extra)
+    else:
+        table()
+
+
+if __name__ == "__main__":
+    main()
