@@ -23,6 +23,14 @@ the others align and evaluate). ``shared.json`` in the run folder says what came
 only between identical configurations (the saved ``config.yaml`` files, less ``align.method`` and ``run.dir``);
 a run made with another preset is refused with the keys that differ.
 
+The copies are not kept: once a run has finished, a copy still byte-identical to its source is deleted (``prune``
+does it for every run of an env), so the committed folders hold each file once and ``shared.json`` says where it
+is. A resumed run gets its copies back from ``shared.json`` before the pipeline starts (``restore`` does it for
+every run of an env, e.g. to read a run folder whole)::
+
+    python experiments/align_table.py restore --env alfworld   # re-create the shared copies from shared.json
+    python experiments/align_table.py prune --env alfworld     # delete the copies identical to their source
+
 ``sft_grpo`` is ``slea train`` (the preset's ``algorithm``/``train`` sections: GRPO) with ``model.init_from`` the
 seed's SFT run, then ``slea eval`` on each split. ``prompt`` is ``slea eval`` of the preset with no training (a
 fresh LoRA adapter is the identity); with greedy evaluation it does not depend on the seed.
@@ -35,6 +43,7 @@ made smaller: the tiny random model on TextWorld, a wiring check in minutes).
 from __future__ import annotations
 
 import argparse
+import filecmp
 import json
 import os
 import shutil
@@ -187,7 +196,7 @@ def plan(env: str, method: str, seed: int, root: Path | None = None) -> Plan:
     p.copies = [(sft / f, d / f) for f in FROM_SFT]
     sibling = _sibling_with_samples(env, method, seed, cfg, root)
     if sibling is not None:
-        p.copies += [(sibling / f, d / f) for f in FROM_SIBLING]
+        p.copies += [(source(sibling, f), d / f) for f in FROM_SIBLING]
     p.commands = [slea("align", str(ROOT / job.config), "--method", method, *sets)]
     p.note = f"expert data and SFT from {sft.name}" + (f"; samples and pairs from {sibling.name}" if sibling
                                                         else "; samples its own failures")
@@ -202,10 +211,60 @@ def _blocked(p: Plan, note: str) -> Plan:
 def _sibling_with_samples(env: str, method: str, seed: int, cfg, root: Path | None) -> Path | None:
     for other in PAIR_METHODS:
         d = run_dir(env, other, seed, root)
-        if other != method and all((d / f).is_file() for f in FROM_SIBLING) and (d / "config.yaml").is_file() \
+        if other != method and all(source(d, f).is_file() for f in FROM_SIBLING) and (d / "config.yaml").is_file() \
                 and not config_diff(d, cfg):
             return d
     return None
+
+
+def shared(d: Path) -> dict[str, str]:
+    """Run folder ``d``'s ``shared.json``: each stage output it took over (relative to ``d``) and where from
+    (relative to the env's folder, ``runs/<run>/<file>``); empty when it took none."""
+    f = d / "shared.json"
+    return json.loads(f.read_text()) if f.is_file() else {}
+
+
+def source(d: Path, name: str) -> Path:
+    """Where run ``d``'s stage output ``name`` is: ``d/name`` when it is there, else where ``shared.json`` says it
+    was copied from (:func:`upstream`); ``d/name`` when nothing records it."""
+    here = d / name
+    return here if here.exists() else upstream(d, name) or here
+
+
+def upstream(d: Path, name: str, depth: int = 0) -> Path | None:
+    """The file run ``d``'s copy ``name`` was made from (``shared.json``), followed through runs that hold no copy
+    themselves (a sibling's samples may be the copy of another sibling's); None when nothing records it."""
+    src = shared(d).get(name)
+    if src is None or depth > 16:
+        return None
+    parts = Path(src).parts  # runs/<run>/<file>
+    run, rel = d.parents[1].joinpath(*parts[:2]), "/".join(parts[2:])
+    return run / rel if (run / rel).exists() else upstream(run, rel, depth + 1)
+
+
+def restore_shared(d: Path) -> list[str]:
+    """Put back the copies run ``d`` took over (``shared.json``) that are not in the folder, from their sources.
+    The names restored; a source that is not there either (an SFT checkpoint on a fresh checkout) is skipped."""
+    done = []
+    for name in shared(d):
+        src = upstream(d, name)
+        if not (d / name).exists() and src is not None:
+            _copy(src, d / name)
+            done.append(name)
+    return done
+
+
+def prune_shared(d: Path) -> list[str]:
+    """Delete the files run ``d`` took over (``shared.json``) that are byte-identical to their source: the
+    committed folder holds each file once, and :func:`restore_shared` re-creates them. The names deleted; a copy
+    the run changed, and folders (checkpoints, not committed), stay."""
+    done = []
+    for name in shared(d):
+        dst, src = d / name, upstream(d, name)
+        if dst.is_file() and src is not None and src.is_file() and filecmp.cmp(dst, src, shallow=False):
+            dst.unlink()
+            done.append(name)
+    return done
 
 
 def _copy(src: Path, dst: Path) -> None:
@@ -239,6 +298,8 @@ def run(env: str, method: str, seed: int, root: Path | None = None, execute=subp
     if p.state == "blocked":
         raise SystemExit(2)
     seed_run(p)
+    if p.commands and (back := restore_shared(p.dir)):  # a resumed run: its stage outputs taken over come back
+        print(f"restored from shared.json: {', '.join(back)}")
     for name in p.redo:
         (p.dir / name).unlink(missing_ok=True)
     for cmd in p.commands:
@@ -246,6 +307,8 @@ def run(env: str, method: str, seed: int, root: Path | None = None, execute=subp
         execute(cmd, check=True)
     compare.relativize(p.dir, ("experiments/results/align/", "configs/"))  # committed results name no machine's folder
     scrub_home(p.dir)
+    if p.commands and finished(env, method, seed, root):
+        prune_shared(p.dir)  # the copies go once the run is done: shared.json says where they are
     return p
 
 
@@ -371,7 +434,7 @@ def table(env: str, root: Path | None = None, untrained: Path = UNTRAINED) -> di
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["run", "plan", "table"])
+    ap.add_argument("what", choices=["run", "plan", "table", "restore", "prune"])
     ap.add_argument("--env", required=True, choices=sorted(JOBS))
     ap.add_argument("--method", choices=METHODS)
     ap.add_argument("--seed", type=int, default=0)
@@ -379,6 +442,11 @@ def main(argv: list[str] | None = None) -> None:
     a = ap.parse_args(argv)
     if a.what == "table":
         table(a.env)
+    elif a.what in ("restore", "prune"):
+        act = restore_shared if a.what == "restore" else prune_shared
+        for d in sorted((env_dir(a.env) / "runs").glob(f"{a.method or '*'}-s*")):
+            for name in act(d):
+                print(f"{a.what}d {d / name}")
     elif a.what == "plan":
         seeds = [int(s) for s in a.seeds.split(",")] if a.seeds else [a.seed]
         for seed in seeds:

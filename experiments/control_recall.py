@@ -10,7 +10,7 @@ seed is scored on the same held-out games as the training runs (env seeds 0..31)
 ``run`` — (b) one ``slea compare`` sub-run of ``configs/control_recall.yaml`` (``--algo slea|grpo|gigpo``): the
 same task groups per iteration for a given seed, the same budget, the same 64 held-out episodes, under
 ``experiments/results/control_recall/compare/runs/<algo>-s<seed>/``; then, for ``slea``, (c) the same policy evaluated
-with retrieval switched off (``slea eval RUN --set experience.mode=off`` → ``eval/library_off.json``, as
+with retrieval switched off (``slea eval RUN --set experience.mode=off`` → ``eval_library_off/eval/``, as
 experiments/slea_evidence.py does; it needs the run's checkpoint, so it follows the training in the same session).
 
 ``table`` — compare's table.md/json and curves.png for (b) and (c), and agent.md for (a).
@@ -114,15 +114,20 @@ def run(algo: str, seed: int, extra: list[str] | None = None) -> None:
     compare.relativize(RESULTS)
 
 
+def library_off_eval(d: Path) -> Path:
+    """Where run ``d``'s retrieval-off evaluation is: what ``slea eval --out RUN/eval_library_off`` wrote (the last
+    ``eval_library_off/eval/*.json``), else the ``eval/library_off.json`` copy older run folders have."""
+    made = sorted((d / "eval_library_off" / "eval").glob("*.json"))
+    return made[-1] if made else d / "eval" / "library_off.json"
+
+
 def library_off(seed: int) -> None:
-    """(c) the slea run's final policy on the held-out games with retrieval off (``eval/library_off.json``)."""
+    """(c) the slea run's final policy on the held-out games with retrieval off (``eval_library_off/eval/``)."""
     d = run_dir("slea", seed)
-    if (d / "eval" / "library_off.json").is_file():
+    if library_off_eval(d).is_file():
         print(f"{d}: library-off eval exists")
         return
     _cli("eval", str(d), "--set", "experience.mode=off", "--out", str(d / "eval_library_off"))
-    made = sorted((d / "eval_library_off" / "eval").glob("*.json"))
-    (d / "eval" / "library_off.json").write_text(made[-1].read_text())
 
 
 # -- tables ----------------------------------------------------------------------------------------------------
@@ -195,7 +200,7 @@ def compare_table() -> str:
             continue
         vals = [held[(algo, r.seed)] for r in mine]
         diffs = [held[(algo, r.seed)] - held[("grpo", r.seed)] for r in mine if ("grpo", r.seed) in held]
-        off = [_sampled(r.dir / "eval" / "library_off.json").get("success") for r in mine]
+        off = [_sampled(library_off_eval(r.dir)).get("success") for r in mine]
         hit = [_sampled(r.dir / "eval" / "summary.json").get("retrieval_hit_rate") for r in mine]
         sizes = []
         for r in mine:

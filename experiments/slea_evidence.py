@@ -78,16 +78,25 @@ def train(job: str, variant: str, seed: int) -> None:
     compare.run(plan, say=print)
 
 
+def extra_eval(d: Path, kind: str) -> Path | None:
+    """The result of a run's extra held-out evaluation ``kind`` (``library_off``, ``wide``): what ``slea eval RUN
+    --out RUN/eval_<kind>`` wrote (``eval_<kind>/eval/eval-<split>.json``, the last one), else ``eval/<kind>.json``
+    (the copy older run folders have), else None."""
+    made = sorted((d / f"eval_{kind}" / "eval").glob("*.json"))
+    if made:
+        return made[-1]
+    old = d / "eval" / f"{kind}.json"
+    return old if old.is_file() else None
+
+
 def library_off(job: str, variant: str, seed: int) -> None:
-    """Held-out evaluation of a finished library run's policy with retrieval off (``eval/library_off.json``)."""
+    """Held-out evaluation of a finished library run's policy with retrieval off (``eval_library_off/eval/``)."""
     d = run_dir(job, variant, seed)
-    if (d / "eval" / "library_off.json").is_file():
+    if extra_eval(d, "library_off") is not None:
         print(f"{d}: library-off eval exists")
         return
     subprocess.run([sys.executable, "-m", "slea.cli", "eval", str(d), "--set", "experience.mode=off",
                     "--out", str(d / "eval_library_off")], check=True)
-    made = sorted((d / "eval_library_off" / "eval").glob("*.json"))
-    (d / "eval" / "library_off.json").write_text(made[-1].read_text())
 
 
 WIDE = {"games": 32, "episodes_per_game": 2}  # the wider held-out set: more games, fewer episodes of each
@@ -95,25 +104,24 @@ WIDE = {"games": 32, "episodes_per_game": 2}  # the wider held-out set: more gam
 
 def wide_eval(job: str, variant: str, seed: int) -> None:
     """A finished run's policy (and library) on ``WIDE["games"]`` held-out games, ``WIDE["episodes_per_game"]``
-    sampled episodes each (``eval/wide.json``): a held-out game is mostly won every time or never, so 8 games
+    sampled episodes each (``eval_wide/eval/``): a held-out game is mostly won every time or never, so 8 games
     measure little more than "games solved of 8"; more games at the same episode count say more. It needs the run's
     checkpoint, which stays on the machine that trained it (checkpoints are not committed): run it in the session
     that trained the run."""
     d = run_dir(job, variant, seed)
-    if (d / "eval" / "wide.json").is_file():
+    if extra_eval(d, "wide") is not None:
         print(f"{d}: wide eval exists")
         return
     g, k = WIDE["games"], WIDE["episodes_per_game"]
     subprocess.run([sys.executable, "-m", "slea.cli", "eval", str(d), "--set", f"eval.games={g}",
                     "--set", f"env.eval_kwargs.num_games={g}", "--set", f"eval.episodes_per_game={k}",
                     "--out", str(d / "eval_wide")], check=True)
-    made = sorted((d / "eval_wide" / "eval").glob("*.json"))
-    (d / "eval" / "wide.json").write_text(made[-1].read_text())
 
 
-def _heldout(d: Path, name: str = "summary.json") -> float | None:
-    f = d / "eval" / name
-    if not f.is_file():
+def _heldout(d: Path, kind: str | None = None) -> float | None:
+    """Held-out sampled success of the run's own evaluation (``eval/summary.json``) or of its extra one ``kind``."""
+    f = d / "eval" / "summary.json" if kind is None else extra_eval(d, kind)
+    if f is None or not f.is_file():
         return None
     data = json.loads(f.read_text())
     sampled = (data.get("after") or data).get("sampled") or {}
@@ -131,7 +139,7 @@ def _library_stats(d: Path) -> dict[str, float]:
             "iterations_admitting_strategies": float(sum(r.get("library/admitted_pos", 0) > 0 for r in rows)),
             "train_hit_rate_last": hit[-1] if hit else math.nan,
             "heldout_hit_rate": sampled.get("retrieval_hit_rate", math.nan),
-            "heldout_success_library_off": _heldout(d, "library_off.json")}
+            "heldout_success_library_off": _heldout(d, "library_off")}
 
 
 def finished(job: str) -> list[compare.SubRun]:
@@ -143,10 +151,11 @@ def finished(job: str) -> list[compare.SubRun]:
     return out
 
 
-def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo", name: str = "summary.json"
+def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo", kind: str | None = None
            ) -> dict[str, float]:
-    """Per-seed held-out differences ``variant − base`` (from ``eval/<name>``) over the seeds both have."""
-    by = {(r.algorithm, r.seed): _heldout(r.dir, name) for r in runs}
+    """Per-seed held-out differences ``variant − base`` (the run's evaluation, or its extra one ``kind``) over
+    the seeds both have."""
+    by = {(r.algorithm, r.seed): _heldout(r.dir, kind) for r in runs}
     by = {k: v for k, v in by.items() if v is not None}
     seeds = sorted(s for (v, s) in by if v == variant and (base, s) in by)
     diffs = [by[(variant, s)] - by[(base, s)] for s in seeds]
@@ -164,12 +173,12 @@ def table(job: str) -> dict:
     tab = compare.summarize_runs(runs)
     for variant in tab["algorithms"]:
         tab["algorithms"][variant]["paired_vs_grpo"] = paired(runs, variant)
-        wide = [x for x in (_heldout(r.dir, "wide.json") for r in runs if r.algorithm == variant) if x is not None]
+        wide = [x for x in (_heldout(r.dir, "wide") for r in runs if r.algorithm == variant) if x is not None]
         if wide:
             tab["algorithms"][variant]["wide"] = {
                 **WIDE, "n": len(wide), "mean": float(np.mean(wide)),
                 "std": float(np.std(wide, ddof=1)) if len(wide) > 1 else 0.0,
-                "paired_vs_grpo": paired(runs, variant, name="wide.json")}
+                "paired_vs_grpo": paired(runs, variant, kind="wide")}
         if variant in LIBRARY_VARIANTS:
             tab["algorithms"][variant]["library"] = {
                 str(r.seed): _library_stats(r.dir) for r in runs if r.algorithm == variant}

@@ -271,3 +271,56 @@ def test_scrub_home_writes_tilde_for_the_home_folder_outside_checkpoints(tmp_pat
     assert A.scrub_home(run, home) == 1
     assert json.loads((run / "expert.jsonl").read_text())["game_file"] == "~/.cache/slea/g.tw-pddl"
     assert str(home) in (run / "checkpoints" / "state.json").read_text()
+
+
+def _pair_run(root: Path, method: str, seed: int = 0, samples: str | None = None) -> Path:
+    """``run`` of a pair method whose fake pipeline samples (when ``samples``: the method's own samples and pairs,
+    when it took none over) and evaluates."""
+    def execute(cmd, check):
+        d = A.run_dir(ENV, method, seed, root)
+        _started(root, method, seed)
+        if samples is not None and not (d / "samples.jsonl").exists():
+            (d / "samples.jsonl").write_text(samples)
+            (d / "pairs.json").write_text('{"pairs": 1}')
+        _finish(d)
+    return A.run(ENV, method, seed, root, execute=execute).dir
+
+
+def test_finished_runs_keep_no_copy_and_resumed_runs_get_them_back(tmp_path):
+    sft = _sft_done(tmp_path)
+    first = _pair_run(tmp_path, "tlm_dre", samples='{"s": 1}\n')  # samples its own failures
+    dpo = _pair_run(tmp_path, "dpo")  # takes tlm_dre's samples
+    dil = _pair_run(tmp_path, "dil")  # takes the samples again: from where they are, tlm_dre's run
+    assert json.loads((dil / "shared.json").read_text())["samples.jsonl"] == "runs/tlm_dre-s0/samples.jsonl"
+    for d in (first, dpo, dil):  # finished: what was copied is gone, the checkpoint folder (not committed) stays
+        assert not (d / "expert.jsonl").exists() and not (d / "sft.json").exists()
+        assert (d / "checkpoints/iter_000001/trainable.safetensors").read_bytes() == b"w"
+    assert (first / "samples.jsonl").read_text() == '{"s": 1}\n'  # the source stays
+    assert not (dpo / "samples.jsonl").exists() and not (dil / "pairs.json").exists()
+    assert A.source(dil, "samples.jsonl") == first / "samples.jsonl"
+    assert A.source(dpo, "sft.json") == sft / "sft.json" and A.upstream(first, "samples.jsonl") is None
+    # a resumed run: the copies are back before the pipeline runs again
+    (dpo / "eval" / "eval-heldout.json").unlink()
+    seen = []
+    A.run(ENV, "dpo", 0, tmp_path, execute=lambda cmd, check: seen.append(
+        {f: (dpo / f).read_text() for f in ("expert.jsonl", "sft.json", "samples.jsonl", "pairs.json")}))
+    assert seen == [{"expert.jsonl": "{}\n", "sft.json": "{}", "samples.jsonl": '{"s": 1}\n',
+                     "pairs.json": '{"pairs": 1}'}]
+    assert (dpo / "samples.jsonl").exists()  # not finished (no evaluation written): the copies stay for the next try
+
+
+def test_restore_follows_copies_of_copies_and_prune_keeps_changed_copies(tmp_path):
+    _sft_done(tmp_path)
+    first = _pair_run(tmp_path, "tlm_dre", samples='{"s": 1}\n')
+    dpo = _pair_run(tmp_path, "dpo")
+    # an older run folder whose shared.json names a sibling's copy (dil from dpo, dpo from tlm_dre)
+    dil = _started(tmp_path, "dil")
+    (dil / "shared.json").write_text(json.dumps({"samples.jsonl": "runs/dpo-s0/samples.jsonl",
+                                                 "pairs.json": "runs/dpo-s0/pairs.json"}))
+    assert A.restore_shared(dil) == ["samples.jsonl", "pairs.json"] and A.restore_shared(dil) == []
+    assert (dil / "samples.jsonl").read_bytes() == (first / "samples.jsonl").read_bytes()
+    (dil / "pairs.json").write_text('{"pairs": 2}')  # the run changed its copy: it is its own file now
+    assert A.prune_shared(dil) == ["samples.jsonl"]
+    assert (dil / "pairs.json").read_text() == '{"pairs": 2}' and not (dil / "samples.jsonl").exists()
+    assert A.restore_shared(dpo) == ["expert.jsonl", "sft.json", "samples.jsonl", "pairs.json"]
+    assert A.prune_shared(dpo) == ["expert.jsonl", "sft.json", "samples.jsonl", "pairs.json"]
