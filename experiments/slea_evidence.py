@@ -11,6 +11,11 @@ code runs from another checkout)::
     python experiments/slea_evidence.py library-off --job default --variant slea --seed 0   # same policy, no library
     python experiments/slea_evidence.py wide-eval --job hard --variant slea --seed 0     # 32 held-out games x 2
     python experiments/slea_evidence.py table --job default      # table.md/json, curves.png from what has finished
+    python experiments/slea_evidence.py cap --job hard           # cut the long episodes.jsonl files (done by run)
+
+A run's ``episodes.jsonl`` (``slea report``'s sample of every iteration's episodes) is kept to its first records up
+to :data:`EPISODES_MAX_BYTES`; ``episodes.cap.json`` beside it says how many of how many and the command that
+records them all again (the same run into another folder, ``$SLEA_EVIDENCE_DIR``).
 
 Variants: ``grpo``, ``gigpo``, ``slea`` and the ablations of SLEA-RL §4.3: ``slea_task`` (retrieve once per
 episode, task-level), ``slea_w0`` (``step_weight 0``: no step-level credit), ``slea_nolib`` (library off:
@@ -22,6 +27,7 @@ the held-out hit rate of 0.05 pointed to).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import os
@@ -60,6 +66,7 @@ VARIANTS = {
     "slea_tt": ("slea", ["experience.empty_fallback=task_type"]),
 }
 LIBRARY_VARIANTS = ("slea", "slea_task", "slea_w0", "slea_tt")
+EPISODES_MAX_BYTES = 200_000  # a committed run's episodes.jsonl: its first records up to this size
 
 
 def variant_dir(job: str, variant: str) -> Path:
@@ -76,6 +83,41 @@ def train(job: str, variant: str, seed: int) -> None:
     algo, extra = VARIANTS[variant]
     plan = compare.plan(ROOT / config, [algo], [seed], variant_dir(job, variant), [*common, *extra])
     compare.run(plan, say=print)
+    cap_episodes(run_dir(job, variant, seed), recreate_command(job, variant, seed))
+
+
+def recreate_command(job: str, variant: str, seed: int) -> str:
+    return (f"SLEA_EVIDENCE_DIR=/tmp/evidence python experiments/slea_evidence.py run --job {job} "
+            f"--variant {variant} --seed {seed}")
+
+
+def cap_jsonl(path: Path, max_bytes: int, recreate: str) -> dict | None:
+    """Keep the first whole records of the JSON-lines file ``path`` that fit in ``max_bytes``, and write
+    ``<stem>.cap.json`` beside it: records kept and in all, the whole file's bytes and sha1, and ``recreate``, the
+    command that writes every record again. The note; None when the file is within the budget (left as it is)."""
+    data = path.read_bytes()
+    if len(data) <= max_bytes:
+        return None
+    lines = data.splitlines(keepends=True)
+    kept, size = 0, 0
+    while kept < len(lines) and size + len(lines[kept]) <= max_bytes:
+        size += len(lines[kept])
+        kept += 1
+    note = {"file": path.name, "records": len(lines), "kept_records": kept, "bytes": len(data),
+            "kept_bytes": size, "sha1": hashlib.sha1(data).hexdigest(),
+            "why": f"the repository keeps the first records up to {max_bytes} bytes",
+            "recreate": recreate}
+    part = path.with_name(path.name + ".part")
+    part.write_bytes(b"".join(lines[:kept]))
+    os.replace(part, path)
+    path.with_name(path.name.split(".")[0] + ".cap.json").write_text(json.dumps(note, indent=2) + "\n")
+    return note
+
+
+def cap_episodes(d: Path, recreate: str) -> dict | None:
+    """:func:`cap_jsonl` of run ``d``'s episodes.jsonl at :data:`EPISODES_MAX_BYTES` (nothing when it has none)."""
+    f = d / "episodes.jsonl"
+    return cap_jsonl(f, EPISODES_MAX_BYTES, recreate) if f.is_file() else None
 
 
 def extra_eval(d: Path, kind: str) -> Path | None:
@@ -230,13 +272,20 @@ def markdown(tab: dict) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("what", choices=["run", "library-off", "wide-eval", "table"])
+    ap.add_argument("what", choices=["run", "library-off", "wide-eval", "table", "cap"])
     ap.add_argument("--job", default="default", choices=sorted(JOBS))
     ap.add_argument("--variant", choices=sorted(VARIANTS))
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args()
     if a.what == "table":
         table(a.job)
+    elif a.what == "cap":
+        for variant in [a.variant] if a.variant else VARIANTS:
+            for d in sorted((variant_dir(a.job, variant) / "runs").glob(f"{VARIANTS[variant][0]}-s*")):
+                seed = int(d.name.rsplit("-s", 1)[1])
+                note = cap_episodes(d, recreate_command(a.job, variant, seed))
+                if note:
+                    print(f"{d / note['file']}: {note['kept_records']} of {note['records']} records kept")
     elif a.variant is None:
         ap.error("--variant is needed")
     elif a.what == "run":

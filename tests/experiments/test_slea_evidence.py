@@ -52,3 +52,25 @@ def test_paired_differences_use_the_extra_evaluation(tmp_path):
     p = E.paired(runs, "slea", kind="wide")
     assert p["seeds"] == [0, 1] and p["diffs"] == [0.25, -0.25] and p["mean"] == 0.0
     assert E.paired(runs, "slea")["diffs"] == [0.0, 0.0]
+
+
+def test_cap_keeps_the_first_whole_records_and_says_how_to_get_the_rest(tmp_path):
+    import hashlib
+
+    from slea.trainer.episodes import read_episodes
+
+    d = tmp_path / "runs" / "slea-s0"
+    d.mkdir(parents=True)
+    rows = [json.dumps({"iteration": i // 2, "traj": i, "steps": ["x" * 40]}) + "\n" for i in range(10)]
+    whole = "".join(rows).encode()
+    (d / "episodes.jsonl").write_bytes(whole)
+    budget = len(rows[0]) * 3 + 5  # three whole records fit, a fourth does not
+    note = E.cap_jsonl(d / "episodes.jsonl", budget, "python experiments/slea_evidence.py run ...")
+    assert (d / "episodes.jsonl").read_text() == "".join(rows[:3])
+    assert [r["traj"] for r in read_episodes(d / "episodes.jsonl")] == [0, 1, 2]  # slea report still reads it
+    assert note == json.loads((d / "episodes.cap.json").read_text())
+    assert (note["records"], note["kept_records"], note["bytes"]) == (10, 3, len(whole))
+    assert note["sha1"] == hashlib.sha1(whole).hexdigest() and note["recreate"].startswith("python experiments/")
+    assert E.cap_jsonl(d / "episodes.jsonl", budget, "again") is None  # within the budget now: left alone
+    assert E.cap_episodes(tmp_path, "x") is None  # no episodes.jsonl
+    assert "--job hard --variant slea_tt --seed 1" in E.recreate_command("hard", "slea_tt", 1)
