@@ -78,7 +78,8 @@ def main(argv: list[str] | None = None) -> dict:
         rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
         summary = json.loads((run_dir / "eval" / "summary.json").read_text())
     res = {"what": "configs/default.yaml, " + " ".join(overrides(args.iterations, Path("<tmp>"))[:-1] + args.extra),
-           "src": str(src), "commit": commit, "wall_s": wall,
+           "src": "this repository" if src == Path(__file__).resolve().parents[1] else "a checkout of the commit below",
+           "commit": commit, "wall_s": wall,
            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
            "precision": summary.get("precision"), "device": summary.get("device"), **summarise(rows)}
     args.out.parent.mkdir(parents=True, exist_ok=True)
