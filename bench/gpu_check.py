@@ -190,6 +190,7 @@ def train_step(device: str, iterations: int) -> dict:
                     f"model.dtype={dtype}", "model.lora_r=4", "model.lora_alpha=8", "env.id=slea/Sokoban-v0",
                     "env.max_steps=3", "rollout.groups=2", "rollout.group_size=4", "rollout.max_new_tokens=6",
                     "rollout.fuzzy_cutoff=0.3", "algorithm.name=grpo", f"train.iterations={iterations}",
+                    "algorithm.old_logprobs=recompute",  # π_old recomputed: the ratio starts at 1, the gap logged
                     "eval.before=false", "eval.games=1", "eval.episodes_per_game=1", "eval.greedy=false"]
             t0 = time.perf_counter()
             proc = subprocess.run([sys.executable, "-m", "slea.cli", "train", *[a for s in sets for a in ("--set", s)]],

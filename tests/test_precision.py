@@ -52,3 +52,30 @@ def test_cpu_probe_agrees_with_onednn():
 
     assert P.cpu_native_bf16() == bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
     assert P.device_native_bf16("cpu") == P.cpu_native_bf16()
+
+
+def test_resolve_old_logprobs_by_hand():
+    fp32_cpu = {"generator": "hf", "device_type": "cpu", "dtype": "float32", "base_dtype": "auto"}
+    assert P.resolve_old_logprobs("auto", **fp32_cpu) == "rollout"
+    assert P.resolve_old_logprobs("auto", **{**fp32_cpu, "base_dtype": "float32"}) == "rollout"
+    for other in ({"generator": "vllm"}, {"generator": "openai"}, {"device_type": "cuda"}, {"dtype": "bfloat16"},
+                  {"base_dtype": "bfloat16"}):
+        assert P.resolve_old_logprobs("auto", **{**fp32_cpu, **other}) == "recompute", other
+    for explicit in ("recompute", "rollout", "tis"):
+        assert P.resolve_old_logprobs(explicit, **{**fp32_cpu, "dtype": "bfloat16"}) == explicit
+    with pytest.raises(ValueError, match="algorithm.old_logprobs"):
+        P.resolve_old_logprobs("trainer", **fp32_cpu)
+
+
+@pytest.mark.parametrize(("dtype", "want"), [("float32", "rollout"), ("bfloat16", "recompute")])
+def test_a_config_records_the_resolved_old_logprobs_and_a_resumed_run_keeps_it(monkeypatch, tmp_path, dtype, want):
+    monkeypatch.setattr(P, "device_native_bf16", lambda spec: dtype == "bfloat16")
+    cfg = build_config({"model": {"name_or_path": "tiny"}, "run": {"device": "cpu"}})
+    assert (cfg.model.dtype, cfg.algorithm.old_logprobs) == (dtype, want)
+    saved = tmp_path / "config.yaml"
+    saved.write_text(dump_config(cfg))
+    assert yaml.safe_load(saved.read_text())["algorithm"]["old_logprobs"] == want
+    monkeypatch.setattr(P, "device_native_bf16", lambda spec: dtype != "bfloat16")  # resumed on other hardware
+    assert load_config(saved).algorithm.old_logprobs == want
+    explicit = build_config({"run": {"device": "cpu"}, "algorithm": {"old_logprobs": "recompute"}})
+    assert explicit.algorithm.old_logprobs == "recompute"

@@ -5,6 +5,8 @@ AVX-512-BF16 or AMX (oneDNN's bf16 kernels). Elsewhere PyTorch falls back to a r
 a bf16 matmul with its backward is about 30x slower than fp32 (bench/cpu_dtype.py), against 2.7x faster on a CPU
 with AVX-512-BF16. ``auto`` (the default) therefore picks ``bfloat16`` where it is native and ``float32``
 elsewhere; the run's saved config records the resolved value, so a resumed run keeps its precision.
+
+The PPO ratio's π_old (``algorithm.old_logprobs``) follows the same numerics: :func:`resolve_old_logprobs`.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 log = logging.getLogger(__name__)
 
 DTYPES = ("auto", "bfloat16", "float32")
+OLD_LOGPROBS = ("auto", "recompute", "rollout", "tis")
 
 
 def resolve_dtype(setting: str, *, native_bf16: bool) -> str:
@@ -51,3 +54,19 @@ def warn_if_slow(dtype: str, device_spec: str) -> None:
     if dtype == "bfloat16" and not device_native_bf16(device_spec):
         log.warning("model.dtype bfloat16 on a CPU without native bf16 (no AVX-512-BF16 or AMX): bf16 matmuls run "
                     "about 30x slower than float32 here; model.dtype: auto picks float32 on this machine")
+
+
+def resolve_old_logprobs(setting: str, *, generator: str, device_type: str, dtype: str, base_dtype: str) -> str:
+    """``algorithm.old_logprobs`` made concrete: ``auto`` is ``rollout`` (the generator's own log-probs, no extra
+    forward) where generation and training are the same fp32 computation on the CPU — the in-process engine
+    (``model.generator: hf``), ``model.dtype: float32``, fp32 base weights — and ``recompute`` everywhere else
+    (bf16, CUDA, vLLM or a served model), where the two differ enough to clip tokens before any update. On the
+    default job the fp32 CPU gap is mean |ρ−1| ≈ 3e-6 while ``recompute`` costs about a quarter of an iteration
+    (bench/old_logprobs_cost.py). An explicit value is kept."""
+    if setting not in OLD_LOGPROBS:
+        raise ValueError(f"algorithm.old_logprobs: expected one of {', '.join(OLD_LOGPROBS)} (got {setting!r})")
+    if setting != "auto":
+        return setting
+    same_numerics = (generator == "hf" and device_type == "cpu" and dtype == "float32"
+                     and base_dtype in ("auto", "float32"))
+    return "rollout" if same_numerics else "recompute"

@@ -68,17 +68,33 @@ def build_config(data: dict[str, Any] | None = None, overrides: list[str] | None
 
 
 def _resolve_precision(cfg: RunConfig) -> RunConfig:
-    """``model.dtype: auto`` made concrete for the device the run uses (slea/precision.py); an explicit bf16 on a
-    CPU that emulates it gets a warning."""
+    """``model.dtype: auto`` made concrete for the device the run uses (slea/precision.py), then π_old's source;
+    an explicit bf16 on a CPU that emulates it gets a warning."""
     from slea.precision import device_native_bf16, resolve_dtype, warn_if_slow
 
     if cfg.model.dtype != "auto":
         warn_if_slow(cfg.model.dtype, cfg.run.device)
+    else:
+        # an explicit bf16 base computes in bf16 whatever the hardware
+        native = cfg.model.base_dtype == "bfloat16" or device_native_bf16(cfg.run.device)
+        model = cfg.model.model_copy(update={"dtype": resolve_dtype("auto", native_bf16=native)})
+        cfg = cfg.model_copy(update={"model": model})
+    return _resolve_old_logprobs(cfg)
+
+
+def _resolve_old_logprobs(cfg: RunConfig) -> RunConfig:
+    """``algorithm.old_logprobs: auto`` made concrete for the run's engine, device and precision
+    (slea/precision.py); the saved config records it, so a resumed run keeps its π_old."""
+    import torch
+
+    from slea.precision import resolve_old_logprobs
+
+    if cfg.algorithm.old_logprobs != "auto":
         return cfg
-    # an explicit bf16 base computes in bf16 whatever the hardware
-    native = cfg.model.base_dtype == "bfloat16" or device_native_bf16(cfg.run.device)
-    model = cfg.model.model_copy(update={"dtype": resolve_dtype("auto", native_bf16=native)})
-    return cfg.model_copy(update={"model": model})
+    on_cpu = cfg.run.device == "cpu" or (cfg.run.device == "auto" and not torch.cuda.is_available())
+    mode = resolve_old_logprobs("auto", generator=cfg.model.generator, device_type="cpu" if on_cpu else "cuda",
+                                dtype=cfg.model.dtype, base_dtype=cfg.model.base_dtype)
+    return cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"old_logprobs": mode})})
 
 
 def _import_plugins(plugins: Any) -> None:

@@ -207,8 +207,10 @@ class AlgorithmSection(_Section):
     skip_zero_advantage: bool = True
     # the PPO ratio's π_old: "recompute" = one no-grad training forward before the first step (verl's default; the
     # first mini-batch starts at ratio 1), "rollout" = the generator's log-probs, "tis" = recompute and weight each
-    # token by the truncated importance ratio min(π_trainer / π_rollout, tis_cap) of the rollout/trainer mismatch
-    old_logprobs: Literal["recompute", "rollout", "tis"] = "recompute"
+    # token by the truncated importance ratio min(π_trainer / π_rollout, tis_cap) of the rollout/trainer mismatch;
+    # "auto" = rollout where generation and training are the same fp32 CPU computation (the in-process engine),
+    # recompute everywhere else (slea/precision.py resolve_old_logprobs; the saved config records the choice)
+    old_logprobs: Literal["auto", "recompute", "rollout", "tis"] = "auto"
     tis_cap: float = Field(2.0, ge=1)
     options: dict[str, Any] = Field(default_factory=dict)  # settings of the estimator or loss without a key here
     # PPO with a learned critic (name ppo | turn_ppo; slea/trainer/critic.py, docs/algorithms/ppo.md)

@@ -251,7 +251,8 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
     gradient accumulation over micro-batches weighted so the gradient equals one pass over the whole mini-batch,
     for every aggregation mode and for the KL term (β · token-mean of the mini-batch's KL).
 
-    π_old (``algo_cfg.old_logprobs``): ``recompute`` (default, as verl) — the training forward of the pre-update
+    π_old (``algo_cfg.old_logprobs``, which ``auto`` resolves when the config loads; an unresolved ``auto`` acts
+    as ``recompute``): ``recompute`` (as verl) — the training forward of the pre-update
     weights: the first mini-batch's own forward, detached, and one no-grad forward of the later mini-batches
     before the first step (:func:`fill_old_and_reference`), so the on-policy mini-batch has ratio exactly 1; ``rollout`` — the generator's
     log-probs (the ratio then starts at the generation-vs-training numerics gap); ``tis`` — the recomputed π_old,
