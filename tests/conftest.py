@@ -44,3 +44,42 @@ def tiny_policy():
     torch.manual_seed(0)
     model, tok = load_policy(ModelSection(name_or_path="tiny", lora=False, dtype="float32"))
     return model, tok
+
+
+@pytest.fixture
+def slea_cli(monkeypatch):
+    """``slea ARGS`` run in this process (typer's CliRunner) instead of a fresh interpreter, which spends 1-2 s
+    importing before it reads its first argument: for error paths and cheap commands. Returns a
+    ``subprocess.CompletedProcess`` (``returncode``, ``stdout``, ``stderr``), as a real ``slea`` would: an
+    exception that escapes the command is exit code 1 with its traceback on stderr. ``cwd``: run from that folder
+    (a ``plugins: [module]`` there is found as the real command finds it). What a command changes in the process
+    (torch's thread count, the ``slea`` logger's handlers, ``sys.path``, the working folder) is put back."""
+    import logging
+    import subprocess
+    import sys
+    import traceback
+
+    import torch
+    from typer.testing import CliRunner
+
+    from slea.cli import app
+
+    def run(*args, cwd=None) -> subprocess.CompletedProcess:
+        log = logging.getLogger("slea")
+        handlers, level, threads = list(log.handlers), log.level, torch.get_num_threads()
+        try:
+            with monkeypatch.context() as m:
+                m.setattr(sys, "path", list(sys.path))
+                if cwd is not None:
+                    m.chdir(cwd)
+                res = CliRunner().invoke(app, [str(a) for a in args])
+        finally:
+            log.handlers[:] = handlers
+            log.setLevel(level)
+            torch.set_num_threads(threads)
+        stderr = res.stderr
+        if res.exception is not None and not isinstance(res.exception, SystemExit):
+            stderr += "".join(traceback.format_exception(res.exception))
+        return subprocess.CompletedProcess(["slea", *map(str, args)], res.exit_code, res.stdout, stderr)
+
+    return run

@@ -39,31 +39,35 @@ def one_line_exit_2(r, *needles):
         assert n in r.stderr, (n, r.stderr)
 
 
-def test_cli_errors_are_one_line_with_exit_code_2(tmp_path):
+def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, slea_cli):
+    # in this process (slea_cli: each real `slea` would spend 1-2 s importing), but for one real process below
     smoke = str(ROOT / "configs/smoke.yaml")
     # checked before the model loads: with a model that does not exist, the env / needs error still comes first
     nomodel = ["--set", f"model.name_or_path={tmp_path / 'no-model'}", "--set", f"run.dir={tmp_path / 'run'}"]
-    one_line_exit_2(slea("train", smoke, "--set", "env.id=slea/Nope-v0", *nomodel),
+    one_line_exit_2(slea_cli("train", smoke, "--set", "env.id=slea/Nope-v0", *nomodel),
                     "env.id: unknown env 'slea/Nope-v0'")
     # the trainer is chosen by what the algorithm declares it needs: no trainer gives a team and a critic
-    one_line_exit_2(slea("train", smoke, "--set", "plugins=[my_slea_plugin]", "--set",
-                         "algorithm.name=test_plugin_team_critic", *nomodel, cwd=ROOT / "tests/plugins"),
+    one_line_exit_2(slea_cli("train", smoke, "--set", "plugins=[my_slea_plugin]", "--set",
+                             "algorithm.name=test_plugin_team_critic", *nomodel, cwd=ROOT / "tests/plugins"),
                     "algorithm.name: test_plugin_team_critic needs a learned value head", "and a team of agents",
                     "does not provide together", "team: team")
     # a team algorithm goes to the team trainer, whose own checks refuse a config it cannot train
-    one_line_exit_2(slea("train", smoke, "--set", "plugins=[my_slea_plugin]", "--set",
-                         "algorithm.name=test_plugin_team", "--set", "env.id=slea/Sokoban-v0", *nomodel,
-                         cwd=ROOT / "tests/plugins"),
+    one_line_exit_2(slea_cli("train", smoke, "--set", "plugins=[my_slea_plugin]", "--set",
+                             "algorithm.name=test_plugin_team", "--set", "env.id=slea/Sokoban-v0", *nomodel,
+                             cwd=ROOT / "tests/plugins"),
                     "env.id: team task textworld_planner_actor is written for slea/TextWorld-v0")
-    one_line_exit_2(slea("train", smoke, "--set", "algorithm.clip_eps_high=0.28"),
+    one_line_exit_2(slea_cli("train", smoke, "--set", "algorithm.clip_eps_high=0.28"),
                     "algorithm.clip_eps_high: not read by policy_loss ppo_clip")
-    one_line_exit_2(slea("train", "--resume", str(tmp_path)), "--resume:", "no config.yaml")
-    one_line_exit_2(slea("eval", str(tmp_path / "nothing-here")), "is neither a run folder")
-    one_line_exit_2(slea("eval", "some-org/not-a-cached-model"), "is neither a run folder")
-    one_line_exit_2(slea("library", "show", str(tmp_path)), "no experience library at")
+    one_line_exit_2(slea_cli("train", "--resume", str(tmp_path)), "--resume:", "no config.yaml")
+    one_line_exit_2(slea_cli("eval", str(tmp_path / "nothing-here")), "is neither a run folder")
+    one_line_exit_2(slea_cli("library", "show", str(tmp_path)), "no experience library at")
     (tmp_path / "junk.sqlite").write_text("not a database")
-    one_line_exit_2(slea("library", "search", str(tmp_path / "junk.sqlite"), "kitchen"), "not an experience library")
-    one_line_exit_2(slea("compare", smoke, "--seeds", "a,b"), "--seeds")
+    one_line_exit_2(slea_cli("library", "search", str(tmp_path / "junk.sqlite"), "kitchen"),
+                    "not an experience library")
+    one_line_exit_2(slea_cli("compare", smoke, "--seeds", "a,b"), "--seeds")
+    # a real process: its whole stderr (a library's warning or log line would be a second line) and exit code,
+    # on the path that asks the Hugging Face cache (offline) about a hub name
+    one_line_exit_2(slea("eval", "some-org/not-a-cached-model"), "is neither a run folder")
 
 
 def test_nproc_errors_are_one_line_before_any_process_starts(tmp_path):
