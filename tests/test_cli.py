@@ -252,7 +252,7 @@ def test_data_expert_writes_jsonl_and_refuses_envs_without_an_expert(tmp_path):
                          "--out", str(out)), "data expert: slea/WebShop-v0")
 
 
-def test_align_end_to_end_on_the_tiny_preset_and_resume(tmp_path):
+def test_align_end_to_end_on_the_tiny_preset_and_resume(tmp_path, slea_cli):
     from slea.alignment import objectives  # noqa: F401  (in-tree: a broken module fails here, never skips)
 
     run = tmp_path / "align"
@@ -263,11 +263,12 @@ def test_align_end_to_end_on_the_tiny_preset_and_resume(tmp_path):
     assert "stage align: wrote align.json" in r.stdout and "heldout: sampled success" in r.stdout
     assert json.loads((run / "align.json").read_text())["method"] == "tlm_dre"
     assert json.loads((run / "eval" / "eval-heldout.json").read_text())["checkpoint"] == "iter_000002"
-    one_line_exit_2(slea("align", str(ROOT / "configs/align_tiny.yaml"), *small), "--resume")
-    r = slea("align", "--resume", str(run))
-    assert r.returncode == 0 and "stage align: done (align.json exists), skipped" in r.stdout, r.stdout
-    one_line_exit_2(slea("align", str(ROOT / "configs/align_tiny.yaml"), "--method", "ppo", "--set",
-                         f"run.dir={tmp_path / 'other'}"), "align.method: unknown method 'ppo'")
+    # the rest trains nothing: in this process (slea_cli), not three more interpreters
+    one_line_exit_2(slea_cli("align", str(ROOT / "configs/align_tiny.yaml"), *small), "--resume")
+    r = slea_cli("align", "--resume", str(run))
+    assert r.returncode == 0 and "stage align: done (align.json exists), skipped" in r.stdout, r.stdout + r.stderr
+    one_line_exit_2(slea_cli("align", str(ROOT / "configs/align_tiny.yaml"), "--method", "ppo", "--set",
+                             f"run.dir={tmp_path / 'other'}"), "align.method: unknown method 'ppo'")
 
 @pytest.mark.slow
 def test_rtpo_trains_end_to_end_and_is_refused_without_snapshots(tmp_path):
