@@ -101,7 +101,7 @@ def test_envs_lists_every_id_whole_in_80_columns():
 
 
 @pytest.mark.slow
-def test_smoke_preset_writes_the_run_folder(tmp_path):
+def test_smoke_preset_writes_the_run_folder(tmp_path, slea_cli):
     pytest.importorskip("textworld")
     run = tmp_path / ("run-" + "x" * 80)  # "run folder: PATH" is wider than the 80 columns of a pipe
     r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", f"run.dir={run}")
@@ -125,8 +125,8 @@ def test_smoke_preset_writes_the_run_folder(tmp_path):
     assert re.search(r"held-out eval \(sampled\): \d+/3, 4/4 episodes done \[\d+s\]", out), out[-3000:]
     assert "held-out (trained): sampled success" in out
     assert f"run folder: {run}\n" in out  # a path is printed whole, on one line (not re-wrapped)
-    # the run's evaluation re-run from its folder gives the same numbers
-    r = slea("eval", str(run))
+    # the run's evaluation re-run from its folder gives the same numbers (in this process: one interpreter less)
+    r = slea_cli("eval", str(run))
     assert r.returncode == 0, r.stderr[-2000:]
     assert f"wrote {run / 'eval' / 'eval-heldout.json'} and " in r.stdout
     again = json.loads((run / "eval/eval-heldout.json").read_text())
