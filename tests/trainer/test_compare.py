@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,20 +16,16 @@ FAST = ["train.iterations=1", "eval.before=false", "eval.greedy=false", "eval.ga
         "env.max_steps=2"]
 
 
-def slea(*args):
-    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
-    return subprocess.run([sys.executable, "-m", "slea.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600, check=False)
-
-
 @pytest.mark.slow
-def test_compare_two_algorithms_then_reuse(tmp_path):
+def test_compare_two_algorithms_then_reuse(tmp_path, slea_cli):
     pytest.importorskip("textworld")
     out = tmp_path / "cmp"
     args = ["compare", SMOKE, "--algorithms", "grpo,rloo", "--seeds", "0", "--out", str(out)]
     for s in FAST:
         args += ["--set", s]
-    r = slea(*args)
+    # the three invocations run in this process (slea_cli: `slea compare` trains its sub-runs in its own process
+    # too); tests/test_howto.py runs `slea compare` as a real command
+    r = slea_cli(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     for name in ("table.md", "table.json", "curves.png", "compare.json", "runs/grpo-s0/eval/summary.json",
                  "runs/rloo-s0/eval/summary.json"):
@@ -49,14 +43,14 @@ def test_compare_two_algorithms_then_reuse(tmp_path):
     assert "| grpo |" in md and "| rloo |" in md
     # second invocation: everything reused (nothing trained: the sub-runs' files are untouched)
     stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*") if p.is_file()}
-    r = slea(*args)
+    r = slea_cli(*args)
     assert r.returncode == 0, r.stderr[-3000:]
     assert {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*") if p.is_file()} == stamps
     assert r.stdout.count("finished, reused") == 2
     table = json.loads((out / "table.json").read_text())
     assert all(a["status"] == {"0": "reused"} for a in table["algorithms"].values())
     # a different setting for the same folder is refused (exit 2), not silently mixed
-    r = slea(*args, "--set", "rollout.group_size=3")
+    r = slea_cli(*args, "--set", "rollout.group_size=3")
     assert r.returncode == 2 and "another config" in r.stderr
 
 
