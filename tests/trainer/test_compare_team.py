@@ -38,9 +38,16 @@ def _compare(out: Path, algorithms: str, *extra: str) -> subprocess.CompletedPro
                 "--out", str(out), *over)
 
 
-def test_slea_compare_trains_team_sub_runs_and_tables_their_metrics(tmp_path):
+def test_slea_compare_trains_team_sub_runs_and_tables_their_metrics(tmp_path, slea_cli):
+    # in this process (slea_cli, run from the plugin's folder; `slea compare` trains its sub-runs in its own
+    # process anyway): two interpreters less; the refusals below run the real command
+    def compare() -> subprocess.CompletedProcess:
+        over = [x for o in SMALL for x in ("--set", o)]
+        return slea_cli("compare", ROOT / "configs/teamtr_smoke.yaml", "--algorithms", "teamtr,test_plugin_team",
+                        "--seeds", "0,1", "--out", out, *over, cwd=ROOT / "tests/plugins")
+
     out = tmp_path / "cmp"
-    r = _compare(out, "teamtr,test_plugin_team")
+    r = compare()
     assert r.returncode == 0, r.stderr[-3000:]
     for name in ("table.md", "table.json", "curves.png", "compare.json"):
         assert (out / name).is_file(), name
@@ -67,7 +74,7 @@ def test_slea_compare_trains_team_sub_runs_and_tables_their_metrics(tmp_path):
     plugin_rows = read_metrics(out / "runs/test_plugin_team-s0/metrics.jsonl")
     assert all(x["teamtr/steps"] >= 1 and x["teamtr/samples"] > 0 for x in plugin_rows)
 
-    r = _compare(out, "teamtr,test_plugin_team")  # everything finished: reused, nothing trained again
+    r = compare()  # everything finished: reused, nothing trained again
     assert r.returncode == 0, r.stderr[-3000:]
     assert r.stdout.count("finished, reused") == 4
 
