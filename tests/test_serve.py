@@ -54,13 +54,15 @@ def test_serve_refuses_a_bad_model_argument():
 
 
 @pytest.mark.slow
-def test_train_with_the_openai_generator_syncs_weights_to_the_server(server, tmp_path):
+def test_train_with_the_openai_generator_syncs_weights_to_the_server(server, tmp_path, slea_cli):
     run = tmp_path / "run"
     t0 = time.perf_counter()
     r = subprocess.run([sys.executable, "-m", "slea.cli", "train", str(ROOT / "configs/smoke.yaml"),
                         "--set", f"run.dir={run}", "--set", "model.generator=openai",
                         "--set", f"model.openai.base_url={server}", "--set", "model.openai.timeout_s=60",
-                        "--set", "eval.before=false", "--set", "eval.greedy=false",
+                        # the run's own final evaluation is read by nothing below: its smallest
+                        "--set", "eval.before=false", "--set", "eval.greedy=false", "--set", "eval.games=1",
+                        "--set", "eval.episodes_per_game=1",
                         # free-text answers with rewards a tiny random model earns (slea/testing/two_turn.py)
                         "--set", "plugins=[slea.testing.two_turn]", "--set", "env.id=slea/FirstChoice-v0",
                         "--set", "env.kwargs={}", "--set", "env.eval_kwargs={}", "--set", "rollout.group_size=4"],
@@ -87,10 +89,9 @@ def test_train_with_the_openai_generator_syncs_weights_to_the_server(server, tmp
                              "logprobs": 1, "return_token_ids": True})["choices"][0]
     assert again["token_ids"] == trained[1]
     assert again["logprobs"]["token_logprobs"] == pytest.approx(trained[2], abs=1e-5)
-    # `slea eval RUN` through the server (the run's own engine): its trained adapter is uploaded first
-    ev = subprocess.run([sys.executable, "-m", "slea.cli", "eval", str(run), "--out", str(tmp_path / "ev"),
-                         "--set", "eval.games=1", "--set", "eval.episodes_per_game=1"],
-                        check=False, capture_output=True, text=True, env=ENV, timeout=300)
+    # `slea eval RUN` through the server (the run's own engine): its trained adapter is uploaded first (in this
+    # process: one interpreter less)
+    ev = slea_cli("eval", run, "--out", tmp_path / "ev", "--set", "eval.games=1", "--set", "eval.episodes_per_game=1")
     assert ev.returncode == 0, ev.stdout[-2000:] + ev.stderr[-3000:]
     synced = [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]]
     assert len(synced) == 2 and synced[1].startswith("slea-sync-") and synced[1] != served[1]
