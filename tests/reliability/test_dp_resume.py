@@ -85,9 +85,11 @@ def test_sigkilled_fsdp_cli_run_resumes_without_nproc_to_the_uninterrupted_one(t
     pytest.importorskip("textworld")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     env.pop("SLEA_TEST_KILL_AT", None)
+    # no evaluation is compared: none before training, the smallest after it
     over = ["--nproc", "2", "--set", "train.fsdp=true", "--set", "run.threads=1", "--set", "train.iterations=2",
-            "--set", "rollout.fuzzy_cutoff=0.3", "--set", "eval.greedy=false", "--set", "eval.games=1",
-            "--set", "eval.episodes_per_game=2", "--set", "plugins=[slea.testing.kill_checkpoint]"]
+            "--set", "rollout.fuzzy_cutoff=0.3", "--set", "eval.greedy=false", "--set", "eval.before=false",
+            "--set", "eval.games=1", "--set", "eval.episodes_per_game=1",
+            "--set", "plugins=[slea.testing.kill_checkpoint]"]
     smoke = str(ROOT / "configs/smoke.yaml")
     ref, run = tmp_path / "ref", tmp_path / "run"
     r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={ref}", *over), env=env, cwd=tmp_path,
