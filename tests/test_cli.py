@@ -70,21 +70,22 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, slea_cli):
     one_line_exit_2(slea("eval", "some-org/not-a-cached-model"), "is neither a run folder")
 
 
-def test_nproc_errors_are_one_line_before_any_process_starts(tmp_path):
+def test_nproc_errors_are_one_line_before_any_process_starts(tmp_path, slea_cli):
     smoke = str(ROOT / "configs/smoke.yaml")
     run = ["--set", f"run.dir={tmp_path / 'run'}"]
     one_line_exit_2(slea("train", smoke, "--nproc", "3", "--set", "rollout.groups=2", *run),
                     "rollout.groups: 2 task groups cannot be shared by 3 processes")
-    one_line_exit_2(slea("train", smoke, "--nproc", "2", "--set", "algorithm.dynamic_sampling=true", *run),
+    # the rest in this process (slea_cli): a refusal that came too late would start the ranks from here
+    one_line_exit_2(slea_cli("train", smoke, "--nproc", "2", "--set", "algorithm.dynamic_sampling=true", *run),
                     "algorithm.dynamic_sampling: not supported with more than one process")
-    one_line_exit_2(slea("train", smoke, "--nproc", "2", "--set", "algorithm.name=slea", *run),
+    one_line_exit_2(slea_cli("train", smoke, "--nproc", "2", "--set", "algorithm.name=slea", *run),
                     "experience.mode: step keeps an experience library, which is not split across processes")
-    one_line_exit_2(slea("train", str(ROOT / "configs/teamtr_smoke.yaml"), "--nproc", "2", *run),
+    one_line_exit_2(slea_cli("train", str(ROOT / "configs/teamtr_smoke.yaml"), "--nproc", "2", *run),
                     "algorithm.name: teamtr is trained by the team trainer, which runs in one process")
-    one_line_exit_2(slea("train", smoke, "--set", "train.fsdp=true", *run),
+    one_line_exit_2(slea_cli("train", smoke, "--set", "train.fsdp=true", *run),
                     "train.fsdp: shards the base weights over the processes of a data-parallel run")
-    one_line_exit_2(slea("train", smoke, "--nproc", "2", "--set", "train.fsdp=true", "--set", "model.lora=false",
-                         *run), "train.fsdp: shards frozen base weights and keeps the LoRA weights whole")
+    one_line_exit_2(slea_cli("train", smoke, "--nproc", "2", "--set", "train.fsdp=true", "--set", "model.lora=false",
+                             *run), "train.fsdp: shards frozen base weights and keeps the LoRA weights whole")
     assert not (tmp_path / "run").exists()
 
 
