@@ -394,7 +394,7 @@ def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weight
     assert len(rounds) == 1 and rounds[0]["extract_llm_answers"] > 0  # the model was asked for lessons
 
 
-def test_a_run_without_its_checkpoint_is_refused_not_evaluated_untrained(tmp_path):
+def test_a_run_without_its_checkpoint_is_refused_not_evaluated_untrained(tmp_path, slea_cli):
     """A saved run whose checkpoints are gone (they are not kept in the repository) would be re-evaluated, played
     or served with the untrained weights: eval, agent and serve refuse it in one line, exit code 2."""
     from slea.config import dump_config, load_config
@@ -409,7 +409,8 @@ def test_a_run_without_its_checkpoint_is_refused_not_evaluated_untrained(tmp_pat
             from slea.experience.library import ExperienceLibrary
 
             ExperienceLibrary(run / "library.sqlite").close()
-        one_line_exit_2(slea(*args), "has no usable checkpoint")
+        # eval and agent in this process (slea_cli), serve as a real process
+        one_line_exit_2((slea if args[0] == "serve" else slea_cli)(*args), "has no usable checkpoint")
 
 
 def test_a_run_saved_before_a_default_changed_still_loads(tmp_path):
