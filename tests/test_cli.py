@@ -233,7 +233,7 @@ def test_eval_embedded_end_to_end(tmp_path):
     assert (out / "eval" / "eval-heldout-Sokoban-v0.md").read_text().strip()
     assert "wrote" in r.stdout
 
-def test_data_expert_writes_jsonl_and_refuses_envs_without_an_expert(tmp_path):
+def test_data_expert_writes_jsonl_and_refuses_envs_without_an_expert(tmp_path, slea_cli):
     out = tmp_path / "webshop.jsonl"
     r = slea("data", "expert", "--env", "slea/WebShop-v0", "--split", "train", "-n", "3", "--out", str(out),
              "--set", "env.max_steps=15", "--set", "rollout.history=1", "--set", "model.name_or_path=tiny",
@@ -244,13 +244,14 @@ def test_data_expert_writes_jsonl_and_refuses_envs_without_an_expert(tmp_path):
     assert [row["seed"] for row in rows] == [0, 1, 2] and all(row["success"] for row in rows)
     assert rows[0]["source"] == "goal_product" and rows[0]["prompt"]["history"] == 1
     assert "kept 3 of 3 expert episodes" in r.stdout
-    r = slea("data", "expert", "--env", "slea/WebShop-v0", "-n", "2", "--out", str(out), "--set", "env.max_steps=2",
-             "--no-tokens")
-    assert r.returncode == 0 and "dropped 2: too many steps: 2 (env.max_steps is 2)" in r.stdout, r.stdout
+    # the rest in this process (slea_cli): an interpreter each saved
+    r = slea_cli("data", "expert", "--env", "slea/WebShop-v0", "-n", "2", "--out", str(out), "--set",
+                 "env.max_steps=2", "--no-tokens")
+    assert r.returncode == 0 and "dropped 2: too many steps: 2 (env.max_steps is 2)" in r.stdout, r.stdout + r.stderr
     assert out.read_text() == ""
-    one_line_exit_2(slea("data", "expert", "--env", "slea/WebShopServer-v0", "-n", "1"), "has no expert source")
-    one_line_exit_2(slea("data", "expert", "--env", "slea/WebShop-v0", "--split", "nope", "-n", "1",
-                         "--out", str(out)), "data expert: slea/WebShop-v0")
+    one_line_exit_2(slea_cli("data", "expert", "--env", "slea/WebShopServer-v0", "-n", "1"), "has no expert source")
+    one_line_exit_2(slea_cli("data", "expert", "--env", "slea/WebShop-v0", "--split", "nope", "-n", "1",
+                             "--out", str(out)), "data expert: slea/WebShop-v0")
 
 
 def test_align_end_to_end_on_the_tiny_preset_and_resume(tmp_path, slea_cli):
