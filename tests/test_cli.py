@@ -19,15 +19,16 @@ def slea(*args, cwd=None):
                           cwd=cwd, env=env, timeout=600)
 
 
-def test_config_error_exit_code_2_names_the_key(tmp_path):
+def test_config_error_exit_code_2_names_the_key(tmp_path, slea_cli):
     r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", "rollout.grups=3")
     assert r.returncode == 2
     assert "rollout.grups" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = slea("train", "--set", "train.lr=-1")
+    # the rest in this process (slea_cli): an interpreter each saved
+    r = slea_cli("train", "--set", "train.lr=-1")
     assert r.returncode == 2 and "train.lr" in r.stderr
     # a value only the model can check (the tiny model has 2 layers): still one line and exit code 2
-    r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", "model.lora_layers=5", "--set",
-             f"run.dir={tmp_path / 'run'}")
+    r = slea_cli("train", str(ROOT / "configs/smoke.yaml"), "--set", "model.lora_layers=5", "--set",
+                 f"run.dir={tmp_path / 'run'}")
     assert r.returncode == 2, r.stderr[-2000:]
     assert "model.lora_layers" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
@@ -292,7 +293,7 @@ def test_rtpo_trains_end_to_end_and_is_refused_without_snapshots(tmp_path):
     assert re.search(r"iteration 1 turn 0 siblings: \d+/2", r.stdout), r.stdout[-3000:]
     assert (run / "eval/summary.json").is_file()
 
-def test_library_export_import_merge_diff(tmp_path):
+def test_library_export_import_merge_diff(tmp_path, slea_cli):
     """The portable-library commands on a real saved run's library, and their one-line errors (exit code 2)."""
     run = ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"
     out = tmp_path / "s0.jsonl"
@@ -302,29 +303,30 @@ def test_library_export_import_merge_diff(tmp_path):
     header, *rest = [json.loads(x) for x in out.read_text().splitlines()]
     n_entries = sum(x["kind"] == "entry" for x in rest)
     assert header["provenance"]["run"] == "slea-s0" and n_entries > 0
-    r = slea("library", "import", str(out), str(tmp_path / "copy.sqlite"))
+    # the rest in this process (slea_cli): an interpreter each saved
+    r = slea_cli("library", "import", str(out), str(tmp_path / "copy.sqlite"))
     assert r.returncode == 0, r.stderr[-2000:]
     again = tmp_path / "again.jsonl"
-    assert slea("library", "export", str(tmp_path / "copy.sqlite"), str(again)).returncode == 0
+    assert slea_cli("library", "export", str(tmp_path / "copy.sqlite"), str(again)).returncode == 0
     assert sum(json.loads(x)["kind"] == "entry" for x in again.read_text().splitlines()) == n_entries
-    r = slea("library", "diff", str(run), str(tmp_path / "copy.sqlite"))  # a copy: every entry the same
+    r = slea_cli("library", "diff", str(run), str(tmp_path / "copy.sqlite"))  # a copy: every entry the same
     assert r.returncode == 0, r.stderr[-2000:]
     same = [int(line.split("│")[-2]) for line in r.stdout.splitlines() if line.count("│") == 7
             and line.split("│")[1].strip() in ("pos", "neg")]
     assert sum(same) == n_entries
-    r = slea("library", "merge", str(out), str(tmp_path / "copy.sqlite"), "--out", str(tmp_path / "m.sqlite"))
+    r = slea_cli("library", "merge", str(out), str(tmp_path / "copy.sqlite"), "--out", str(tmp_path / "m.sqlite"))
     assert r.returncode == 0, r.stderr[-2000:]
     assert f": {n_entries} entries" in " ".join(r.stdout.split())  # the second source: all duplicates
 
-    one_line_exit_2(slea("library", "export", str(tmp_path / "nothing"), str(out)), "export:", "no such file")
-    one_line_exit_2(slea("library", "import", str(tmp_path / "nope.jsonl"), str(tmp_path / "x.sqlite")),
+    one_line_exit_2(slea_cli("library", "export", str(tmp_path / "nothing"), str(out)), "export:", "no such file")
+    one_line_exit_2(slea_cli("library", "import", str(tmp_path / "nope.jsonl"), str(tmp_path / "x.sqlite")),
                     "import:", "no such file")
     (tmp_path / "junk.jsonl").write_text('{"a": 1}\n')
-    one_line_exit_2(slea("library", "diff", str(tmp_path / "junk.jsonl"), str(run)), "not a slea library export")
+    one_line_exit_2(slea_cli("library", "diff", str(tmp_path / "junk.jsonl"), str(run)), "not a slea library export")
     (tmp_path / "junk.sqlite").write_text("not a database")
-    one_line_exit_2(slea("library", "import", str(out), str(tmp_path / "junk.sqlite")), "not an experience library")
-    one_line_exit_2(slea("library", "merge", str(out), str(run), "--out", str(tmp_path / "m.sqlite")), "exists")
-    one_line_exit_2(slea("library", "merge", str(out), "--out", str(tmp_path / "m2.sqlite")), "at least two")
+    one_line_exit_2(slea_cli("library", "import", str(out), str(tmp_path / "junk.sqlite")), "not an experience library")
+    one_line_exit_2(slea_cli("library", "merge", str(out), str(run), "--out", str(tmp_path / "m.sqlite")), "exists")
+    one_line_exit_2(slea_cli("library", "merge", str(out), "--out", str(tmp_path / "m2.sqlite")), "at least two")
 
 
 @pytest.mark.slow
@@ -347,15 +349,16 @@ def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path):
     assert "sampled success" in r.stdout and "difference" in r.stdout
 
 
-def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path):
+def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path, slea_cli):
     """Checked before any model loads."""
     lib = tmp_path / "s0.jsonl"
-    assert slea("library", "export", str(ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"),
-                str(lib)).returncode == 0
-    one_line_exit_2(slea("agent", "--model", "tiny", "--library", str(tmp_path / "none.jsonl"), "--env",
-                         "slea/Sokoban-v0"), "agent: --library: no such file")
-    one_line_exit_2(slea("agent", "--model", str(tmp_path / "no-model"), "--library", str(lib), "--env",
-                         "slea/Sokoban-v0"), "agent: --model", "is neither a run folder")
+    # all but the last in this process (slea_cli): an interpreter each saved
+    assert slea_cli("library", "export", str(ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"),
+                    str(lib)).returncode == 0
+    one_line_exit_2(slea_cli("agent", "--model", "tiny", "--library", str(tmp_path / "none.jsonl"), "--env",
+                             "slea/Sokoban-v0"), "agent: --library: no such file")
+    one_line_exit_2(slea_cli("agent", "--model", str(tmp_path / "no-model"), "--library", str(lib), "--env",
+                             "slea/Sokoban-v0"), "agent: --model", "is neither a run folder")
     one_line_exit_2(slea("agent", "--model", "tiny", "--library", str(lib), "--env", "slea/Nope-v0"),
                     "env.id: unknown env")
 
