@@ -137,22 +137,24 @@ def test_smoke_preset_writes_the_run_folder(tmp_path, slea_cli):
 
 
 @pytest.mark.slow
-def test_slea_run_builds_a_library_the_cli_can_inspect(tmp_path):
+def test_slea_run_builds_a_library_the_cli_can_inspect(tmp_path, slea_cli):
     pytest.importorskip("textworld")
     run = tmp_path / "slea"
     r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", f"run.dir={run}", "--set", "algorithm.name=slea",
              "--set", "experience.mode=step", "--set", "experience.warmup_iters=0", "--set",
-             "experience.min_entries=0", "--set", "eval.before=false")
+             "experience.min_entries=0", "--set", "eval.before=false", "--set", "eval.greedy=false",
+             "--set", "eval.games=1", "--set", "eval.episodes_per_game=1")  # no evaluation is read: its smallest
     assert r.returncode == 0, r.stderr[-3000:]
     assert (run / "library.sqlite").is_file()
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert any(k.startswith("library/") for k in rows[0]), rows[0].keys()
-    show = slea("library", "show", str(run))
+    # the library commands in this process (slea_cli): an interpreter each saved
+    show = slea_cli("library", "show", str(run))
     assert show.returncode == 0 and ("pos" in show.stdout or "neg" in show.stdout)
-    search = slea("library", "search", str(run), "You are in a room. There is a coin.")
+    search = slea_cli("library", "search", str(run), "You are in a room. There is a coin.")
     assert search.returncode == 0 and "cluster" in search.stdout
     out = tmp_path / "lib.jsonl"
-    assert slea("library", "export", str(run), str(out)).returncode == 0
+    assert slea_cli("library", "export", str(run), str(out)).returncode == 0
     assert out.read_text().strip(), "exported entries"
 
 
