@@ -86,14 +86,14 @@ def test_a_config_the_team_trainer_refuses_is_refused_before_any_sub_run_trains(
     assert "algorithm.kl_coef: TeamTR's KL term" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-def test_slea_compare_team_variants_at_a_matched_rollout_budget(tmp_path):
+def test_slea_compare_team_variants_at_a_matched_rollout_budget(tmp_path, slea_cli):
     # TeamTR's variants are settings of one config (team.rollouts), compared as `--variant LABEL:KEY=VALUE`; with
     # 2 episodes per collection, a rollout budget of 6 stops fresh (3 collections per stage) after stage 0's two
-    # updates, and naive sequential training (2 per stage) after stage 1's first update
+    # updates, and naive sequential training (2 per stage) after stage 1's first update (in this process)
     out = tmp_path / "cmp"
     over = [x for o in [*NO_PLUGIN, "train.rollout_budget=6"] for x in ("--set", o)]
-    r = slea("compare", str(ROOT / "configs/teamtr_smoke.yaml"), "--variant", "teamtr:team.rollouts=fresh",
-             "--variant", "naive:team.rollouts=stale", "--seeds", "0", "--out", str(out), *over)
+    r = slea_cli("compare", str(ROOT / "configs/teamtr_smoke.yaml"), "--variant", "teamtr:team.rollouts=fresh",
+                 "--variant", "naive:team.rollouts=stale", "--seeds", "0", "--out", str(out), *over)
     assert r.returncode == 0, r.stderr[-3000:]
     spec = json.loads((out / "compare.json").read_text())
     assert spec["variants"] == {"teamtr": ["team.rollouts=fresh"], "naive": ["team.rollouts=stale"]}
@@ -122,8 +122,9 @@ def test_slea_compare_team_variants_at_a_matched_rollout_budget(tmp_path):
      "--set team.rollouts: every variant of the comparison sets it"),
     (["--variant", "a:team.rollouts=stale", "--variant", "b:team.rollout=fresh"], "team.rollout: unknown key"),
 ])
-def test_a_comparison_that_would_not_be_fair_is_refused_in_one_line(tmp_path, args, says):
-    r = slea("compare", str(ROOT / "configs/teamtr_smoke.yaml"), "--seeds", "0", "--out", str(tmp_path / "cmp"),
-             *[x for o in NO_PLUGIN for x in ("--set", o)], *args)
+def test_a_comparison_that_would_not_be_fair_is_refused_in_one_line(tmp_path, args, says, slea_cli):
+    # in this process (slea_cli); test_a_config_the_team_trainer_refuses_... runs the real command
+    r = slea_cli("compare", str(ROOT / "configs/teamtr_smoke.yaml"), "--seeds", "0", "--out", str(tmp_path / "cmp"),
+                 *[x for o in NO_PLUGIN for x in ("--set", o)], *args)
     assert r.returncode == 2 and "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert says in r.stderr and not (tmp_path / "cmp").exists()
