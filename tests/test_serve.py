@@ -149,14 +149,15 @@ def _agent(tmp_path: Path, name: str, *extra: str, model: str = "tiny", library:
 
 
 @pytest.mark.slow
-def test_a_frozen_served_agent_plays_what_the_in_process_engine_plays(server, tmp_path):
+def test_a_frozen_served_agent_plays_what_the_in_process_engine_plays(server, tmp_path, slea_cli):
     """The issue's command: a frozen model on the server, no LoRA, no weight sync; its numbers are the in-process
     engine's exactly (fp32 on both sides, the same keyed sampling streams)."""
     listed_before = _model_ids(server)  # the module's server may hold adapters other tests uploaded
     served, out = _agent(tmp_path, "served", "--set", "model.generator=openai", "--set",
                          f"model.openai.base_url={server}", "--set", "model.lora=false")
     assert served.returncode == 0, served.stdout[-2000:] + served.stderr[-3000:]
-    local, out_hf = _agent(tmp_path, "hf", "--set", "model.dtype=float32")
+    out_hf = tmp_path / "hf"  # the in-process engine's run, in this process too (slea_cli): an interpreter saved
+    local = slea_cli("agent", "--model", "tiny", *AGENT, "--out", out_hf, "--set", "model.dtype=float32")
     assert local.returncode == 0, local.stderr[-3000:]
     a = json.loads((out / "agent.json").read_text())
     b = json.loads((out_hf / "agent.json").read_text())
