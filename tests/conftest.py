@@ -53,12 +53,15 @@ def slea_cli(monkeypatch):
     ``subprocess.CompletedProcess`` (``returncode``, ``stdout``, ``stderr``), as a real ``slea`` would: an
     exception that escapes the command is exit code 1 with its traceback on stderr. ``cwd``: run from that folder
     (a ``plugins: [module]`` there is found as the real command finds it). What a command changes in the process
-    (torch's thread count, the ``slea`` logger's handlers, ``sys.path``, the working folder) is put back."""
+    (torch's thread count, the global random states, the ``slea`` logger's handlers, ``sys.path``, the
+    environment, the working folder) is put back."""
     import logging
+    import random
     import subprocess
     import sys
     import traceback
 
+    import numpy as np
     import torch
     from typer.testing import CliRunner
 
@@ -67,6 +70,8 @@ def slea_cli(monkeypatch):
     def run(*args, cwd=None) -> subprocess.CompletedProcess:
         log = logging.getLogger("slea")
         handlers, level, threads = list(log.handlers), log.level, torch.get_num_threads()
+        states = torch.get_rng_state(), random.getstate(), np.random.get_state()
+        environ = dict(os.environ)
         try:
             with monkeypatch.context() as m:
                 m.setattr(sys, "path", list(sys.path))
@@ -77,6 +82,11 @@ def slea_cli(monkeypatch):
             log.handlers[:] = handlers
             log.setLevel(level)
             torch.set_num_threads(threads)
+            torch.set_rng_state(states[0])
+            random.setstate(states[1])
+            np.random.set_state(states[2])
+            os.environ.clear()
+            os.environ.update(environ)
         stderr = res.stderr
         if res.exception is not None and not isinstance(res.exception, SystemExit):
             stderr += "".join(traceback.format_exception(res.exception))
