@@ -57,7 +57,7 @@ def ref_run(tmp_path_factory):
     return ref, _train(ref)
 
 
-def test_slea_train_runs_a_team_into_the_single_agent_run_folder_layout(ref_run):
+def test_slea_train_runs_a_team_into_the_single_agent_run_folder_layout(ref_run, slea_cli):
     ref, r = ref_run
     assert r.returncode == 0, r.stderr[-3000:]
     # the single-agent run folder layout
@@ -78,7 +78,8 @@ def test_slea_train_runs_a_team_into_the_single_agent_run_folder_layout(ref_run)
     assert "held-out (untrained): sampled success" in out and "held-out (trained): sampled success" in out
     assert "held-out evaluation" in out and "episodes used: 12" in out  # the summary table; 3 collections x 2 x 2
     # `slea eval` loads one policy: a team run's checkpoint (an adapter per agent) is refused in one line, exit 2
-    r = slea("eval", str(ref))
+    # (in this process: slea_cli, from the plugin's folder)
+    r = slea_cli("eval", str(ref), cwd=ROOT / "tests/plugins")
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert "is a run of the team trainer" in r.stderr and "eval/after.json" in r.stderr
 
