@@ -12,6 +12,9 @@ TORCH_VERSION ?= 2.13.0
 EXTRAS ?= textworld,experience,scienceworld,alfworld,qa,ray,openai,bench,dev
 CONFIG ?= configs/default.yaml
 PYTEST_ARGS ?= -q --durations=20
+# make test runs the tests in this many pytest-xdist worker processes, each test file whole in one worker (its module
+# fixtures built once); each worker computes on one thread (tests/conftest.py). PYTEST_WORKERS=0: one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: setup train test smoke bench lint clean
 
@@ -47,7 +50,7 @@ smoke: $(STAMP)
 	$(VENV)/bin/slea train configs/smoke.yaml --set run.dir=runs/smoke
 
 test: $(STAMP)
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(PY) bench/advantages.py

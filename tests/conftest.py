@@ -1,5 +1,10 @@
 """Shared fixtures: a tiny random model with a locally trained tokenizer (built once, cached), and the
-``device`` a numerics test runs on (``cpu``, and ``cuda`` under the ``gpu`` marker, skipped without CUDA)."""
+``device`` a numerics test runs on (``cpu``, and ``cuda`` under the ``gpu`` marker, skipped without CUDA).
+
+Under pytest-xdist (``make test`` runs two worker processes) every worker computes on one thread, so the workers
+do not oversubscribe the cores: ``OMP_NUM_THREADS`` (and MKL's, OpenBLAS's) default to 1 in the worker and in the
+commands it starts, and torch's intra-op thread count is put back to 1 before each test (an in-process training
+sets it to its ``run.threads``). A command started with an explicit ``run.threads`` still uses that many."""
 
 from __future__ import annotations
 
@@ -10,6 +15,11 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+XDIST_WORKER = os.environ.get("PYTEST_XDIST_WORKER")  # "gw0", "gw1", ... in a pytest-xdist worker, else None
+if XDIST_WORKER:
+    for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 
 
 def _cuda() -> bool:
@@ -25,6 +35,15 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if item.get_closest_marker("gpu"):
                 item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True)
+def _one_thread_per_xdist_worker():
+    """In a pytest-xdist worker: torch computes on one thread in each test (see the module's docstring)."""
+    if XDIST_WORKER:
+        import torch
+
+        torch.set_num_threads(1)
 
 
 @pytest.fixture(params=["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
