@@ -14,8 +14,8 @@ team on the stage's tasks, drawn from the random streams TeamTR's own collection
 learned from (it is not counted in the run's episodes or budgets). A regression is an update whose return after
 is below the return before (the collection before it: the previous update's after, or the stage's first).
 
-One run per invocation (through ``../shared/bin/heavy``); a finished run (``eval/summary.json``) is reused, an
-unfinished one resumed from its newest checkpoint::
+One run per invocation (a long job: one at a time on a small machine); a finished run (``eval/summary.json``) is
+reused, an unfinished one resumed from its newest checkpoint::
 
     python experiments/control_team.py run --variant teamtr --seed 0
     python experiments/control_team.py table      # table.md/json, curves.png under experiments/results/control_team/

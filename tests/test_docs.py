@@ -353,6 +353,16 @@ def test_no_document_dates_its_prose_or_records_machine_load_or_commits(doc):
     assert not hits, f"{rel(doc)}: measurement conditions belong in the result JSON, not in prose: {hits}"
 
 
+CODE = sorted(p for d in ("src", "experiments", "bench", "configs", "tests", ".ci") for p in (ROOT / d).rglob("*")
+              if p.is_file() and p.suffix in (".py", ".yaml", ".yml", ".toml", ".sh", "") and p.name != "test_docs.py"
+              and "__pycache__" not in p.parts) + [ROOT / "Makefile", ROOT / "pyproject.toml"]
+
+
+def test_no_code_or_config_points_outside_the_repository():
+    hits = {rel(p): sorted({m.group(0) for m in OUTSIDE.finditer(p.read_text(errors="replace"))}) for p in CODE}
+    assert not {k: v for k, v in hits.items() if v}
+
+
 def test_the_forbidden_patterns_catch_what_they_are_for():
     assert OUTSIDE.search("through `../shared/bin/heavy`") and OUTSIDE.search("reference/papers.md §3")
     assert OUTSIDE.search("still open in issue 11") and not OUTSIDE.search("the reference model's log-probs")
