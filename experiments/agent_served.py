@@ -4,13 +4,17 @@ Per family and engine (``served``: ``slea serve embedded`` started here, ``slea 
 ``hf``: the in-process engine), each condition is one ``slea agent`` run on the same env seeds:
 
 - ``build``: the frozen model plays the family's *training* games with ``--evolve`` from an empty library: the
-  library it learns from its own episodes (no training anywhere);
+  library it learns from its own episodes (no training anywhere; one game per round on TextWorld, four on Recall);
 - ``static``: held-out games without a library and with ``build``'s library, the paper's retrieval (Eq.1, else
   Eq.2), per step;
-- ``evolve``: the same, the library learning as it plays (``--evolve``, one game per round, rule extractor);
+- ``evolve``: the same, the library learning as it plays (``--evolve``, four games per round, rule extractor);
 - ``evolve_llm`` (served only): as ``evolve``, the lessons written by the served model (``experience.extractor:
   llm``), the rules filling in unusable answers: its parse rate;
-- ``rl_library`` (TextWorld only): held-out games with the library of a SLEA-RL training run.
+- ``rl_library`` (TextWorld only, on request: ``--conditions rl_library``): held-out games with the library of a
+  SLEA-RL training run.
+
+Families: ``textworld`` (the default job's games), ``recall`` (the positive control's chambers, which recur across
+games so that retrieval fires), ``sokoban``.
 
 Results: ``experiments/results/agent_served/<family>/<engine>/<condition>/agent.json`` (+ ``stdout.txt``, and the
 library of ``build`` / ``evolve``); a condition whose ``agent.json`` exists is skipped, so an interrupted study
@@ -41,11 +45,22 @@ FAMILIES = {
         "treasure_hunter:1,treasure_hunter:2,treasure_hunter:3]"),
         "env.kwargs.num_games=16", "env.eval_kwargs.num_games=8", "env.max_steps=8", "rollout.max_new_tokens=10",
         "rollout.history=1", "rollout.obs_max_chars=300"],
-        "build": ["env.eval_kwargs.num_games=16"]},  # the training split's 16 games, as the default job trains on
+        "build": ["env.eval_kwargs.num_games=16"],  # the training split's 16 games, as the default job trains on
+        "batch": {"build": 1, "evolve": 4}},
+    # the positive control's settings (configs/control_recall.yaml): chambers recur across games, so the library's
+    # clusters match held-out observations
+    "recall": {"env": "slea/Recall-v0", "set": [
+        "env.kwargs.chambers=3", "env.max_steps=5", "rollout.max_new_tokens=6", "rollout.history=0",
+        "rollout.obs_max_chars=300", "rollout.invalid_penalty=0.1", "experience.cluster_threshold=0.85",
+        "experience.top_k_pos=2", "experience.top_k_neg=1", "experience.max_tokens=120",
+        "experience.fallback_threshold=0.5", "experience.k_strat=6", "experience.k_warn=3", "experience.k_traj=3"],
+        "build": [], "batch": {"build": 4, "evolve": 4}},
     # experiments/untrained_eval.py's reduced Sokoban budget
-    "sokoban": {"env": "slea/Sokoban-v0", "set": ["env.max_steps=10", "rollout.max_new_tokens=8"], "build": []},
+    "sokoban": {"env": "slea/Sokoban-v0", "set": ["env.max_steps=10", "rollout.max_new_tokens=8"], "build": [],
+                "batch": {"build": 1, "evolve": 4}},
 }
 CONDITIONS = ("build", "static", "evolve", "evolve_llm", "rl_library")
+DEFAULT_CONDITIONS = ("build", "static", "evolve", "evolve_llm")  # rl_library on request (--conditions)
 
 
 def rel(path: Path) -> str:
@@ -78,10 +93,10 @@ def agent_args(family: str, engine: str, condition: str, url: str | None, games:
             "--games", str(games), "--episodes", str(episodes), "--out", rel(out)]
     sets = list(spec["set"])
     if condition == "build":
-        args += ["--split", "train", "--evolve", "--batch", "1"]
+        args += ["--split", "train", "--evolve", "--batch", str(spec["batch"]["build"])]
         sets += spec["build"]
     elif condition in ("evolve", "evolve_llm"):
-        args += ["--evolve", "--batch", "1"]
+        args += ["--evolve", "--batch", str(spec["batch"]["evolve"])]
     if condition == "evolve_llm":
         sets.append("experience.extractor=llm")
     if engine == "served":
@@ -138,6 +153,8 @@ def table() -> str:
              "engine. Every condition plays the same env seeds; sampled episodes draw from the same keyed streams."),
              ""]
     for family in FAMILIES:
+        if not any(_load(family, e, c) for e in ("served", "hf") for c in CONDITIONS):
+            continue
         lines += [f"## {family}", "",
                   ("| condition | sampled success (episodes) | invalid rate | steps that retrieved | greedy success | "
                   "games better / worse / same (sampled) | served = hf |"), "|---|---:|---:|---:|---:|---:|---|"]
@@ -169,7 +186,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", choices=sorted(FAMILIES))
     ap.add_argument("--engine", choices=["served", "hf"])
-    ap.add_argument("--conditions", default=",".join(CONDITIONS))
+    ap.add_argument("--conditions", default=",".join(DEFAULT_CONDITIONS))
     ap.add_argument("--model", default="embedded", help="the played model (tiny: a smoke run)")
     ap.add_argument("--games", type=int, default=8)
     ap.add_argument("--episodes", type=int, default=8)
