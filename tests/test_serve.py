@@ -53,6 +53,18 @@ def test_serve_refuses_a_bad_model_argument():
     assert r.returncode == 2 and "serve: 'no/such/model' is neither" in r.stderr
 
 
+def test_serve_computes_in_the_precision_model_dtype_auto_picks():
+    """Without --dtype the server computes as ``slea agent``'s in-process engine does (``model.dtype: auto``): bf16
+    only where this CPU computes it natively. (A bf16 default made a served agent ~30x slower than the in-process
+    one on an AVX2 CPU, and its numbers differ from the fp32 in-process engine's.)"""
+    from slea.policy.server import load_engine
+    from slea.precision import cpu_native_bf16
+
+    assert load_engine("tiny").dtype == ("bfloat16" if cpu_native_bf16() else "float32")
+    assert load_engine("tiny", dtype="bfloat16").dtype == "bfloat16"
+    assert load_engine("tiny", dtype="auto").gen.dtype == load_engine("tiny").gen.dtype
+
+
 @pytest.mark.slow
 def test_train_with_the_openai_generator_syncs_weights_to_the_server(server, tmp_path, slea_cli):
     run = tmp_path / "run"

@@ -266,8 +266,8 @@ def serve(
                                           "model with its last checkpoint's LoRA adapter)"),
     host: str = typer.Option("127.0.0.1", "--host"),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="0: a free port (printed)"),
-    dtype: str | None = typer.Option(None, "--dtype", help="bfloat16 | float32 (default: the run's, else "
-                                                            "bfloat16)"),
+    dtype: str | None = typer.Option(None, "--dtype", help="auto | bfloat16 | float32 (default: the run's, else "
+                                                            "auto: bf16 where this CPU computes it natively)"),
     threads: int = typer.Option(2, "--threads", min=1, help="torch intra-op threads"),
 ) -> None:
     """An OpenAI-compatible server on slea's engine: /v1/models, /v1/completions (token-id or text prompts,
@@ -276,8 +276,8 @@ def serve(
     if not (Path(model) / "config.yaml").is_file() and not _model_target(model):
         raise fail(f"serve: {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
-    if dtype not in (None, "bfloat16", "float32"):
-        raise fail(f"serve: --dtype {dtype!r}: expected bfloat16 or float32")
+    if dtype not in (None, "auto", "bfloat16", "float32"):
+        raise fail(f"serve: --dtype {dtype!r}: expected auto, bfloat16 or float32")
     import torch
 
     from slea.policy.server import load_engine, make_server

@@ -422,17 +422,21 @@ def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 8000) -> Th
 
 def load_engine(target: str, *, dtype: str | None = None) -> Engine:
     """The engine ``slea serve TARGET`` serves: ``tiny``, ``embedded``, an HF model folder, or a run folder (its
-    model, with its last checkpoint's LoRA adapter loaded under the run folder's name)."""
+    model, with its last checkpoint's LoRA adapter loaded under the run folder's name). ``dtype`` (``auto``,
+    ``bfloat16``, ``float32``; default the run's ``model.dtype``, else ``auto``) is resolved as ``model.dtype``
+    is (:func:`slea.precision.resolve_dtype`), so the server computes as ``slea agent``'s in-process engine does."""
     from slea.config import ModelSection, load_config
     from slea.policy.model import load_policy, lora_config
     from slea.trainer.checkpoint import run_checkpoint
+
+    from slea.precision import cpu_native_bf16, resolve_dtype
 
     run = Path(target)
     if (run / "config.yaml").is_file():
         cfg = load_config(run / "config.yaml", check_unused=False).model
         base, tok = load_policy(cfg.model_copy(update={"lora": False, "init_from": None,
                                                       "generator": "hf", "openai": type(cfg.openai)()}))
-        engine = Engine(base, tok, target, dtype=dtype or cfg.dtype)
+        engine = Engine(base, tok, target, dtype=resolve_dtype(dtype or cfg.dtype, native_bf16=cpu_native_bf16()))
         last = run_checkpoint(run)  # CheckpointError when the run's weights are not here
         if cfg.lora:
             engine.attach(run.resolve().name, lora_config(base, cfg), trainable_dir=last)
@@ -441,5 +445,7 @@ def load_engine(target: str, *, dtype: str | None = None) -> Engine:
 
             load_trainable(base, last)
         return engine
-    model, tok = load_policy(ModelSection(name_or_path=target, lora=False, dtype=dtype or "bfloat16"))
-    return Engine(model, tok, target, dtype=dtype or "bfloat16")
+    # auto, as model.dtype: bf16 where this CPU computes it natively, else fp32 (bf16 is emulated ~30x slower there)
+    compute = resolve_dtype(dtype or "auto", native_bf16=cpu_native_bf16())
+    model, tok = load_policy(ModelSection(name_or_path=target, lora=False, dtype=compute))
+    return Engine(model, tok, target, dtype=compute)
