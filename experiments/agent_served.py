@@ -127,6 +127,9 @@ def run(family: str, engine: str, conditions: list[str], games: int, episodes: i
                 (out / "agent.json").unlink(missing_ok=True)
                 raise SystemExit(f"{family}/{engine}/{c} failed ({r.returncode}): {r.stderr[-2000:]}")
             print(f"{family}/{engine}/{c}: {time.perf_counter() - t0:.0f} s", flush=True)
+            if c == "build":  # the empty start is in build/library.sqlite's history, not worth a file
+                for p in (OUT / family / engine).glob("empty.sqlite*"):
+                    p.unlink()
     finally:
         if proc is not None:
             proc.terminate()
