@@ -188,6 +188,8 @@ def agent(
     split: str | None = typer.Option(None, help="env split (default heldout)"),
     out: Path | None = typer.Option(None, "--out", help="folder for agent.json (and, with --evolve, the "
                                                         "evolved library.sqlite); default runs/agent-<model>-<env>"),
+    trace: bool = typer.Option(False, "--trace", help="also write steps.jsonl into --out: one row per step "
+                                                      "played (both conditions) with the experiences retrieved"),
     set_: list[str] = typer.Option([], "--set"),
 ) -> None:
     """Play a frozen model with and without an experience library on the same games.
@@ -246,7 +248,8 @@ def agent(
         try:
             working_copy(library, workdir / "library.sqlite")
             manager = experience_manager(cfg, get_algorithm(cfg.algorithm.name), workdir, generator)
-            res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch, say=plain)
+            res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch, say=plain,
+                            trace=trace)
         except GeneratorError as exc:  # the server went away or refused mid-run: one line
             raise fail(f"agent: {exc}") from None
         finally:
@@ -255,10 +258,14 @@ def agent(
             close_generator(generator)
     res.update({"model": model, "checkpoint": last.name if last else None, "library_source": str(library),
                 "library_provenance": lib.provenance, "split": kwargs["split"]})
+    steps = res.pop("steps", None)
     saved = atomic_write_text(out / "agent.json", json.dumps(res, indent=2))
+    if steps is not None:
+        atomic_write_text(out / "steps.jsonl", "".join(json.dumps(r) + "\n" for r in steps))
     console.print(agent_table(res))
     console.print(PaperTable.from_dict(res["table"]).to_rich(first=model))
-    plain(f"wrote {saved}" + (f" and the evolved library {out / 'library.sqlite'}" if evolve else ""))
+    plain(f"wrote {saved}" + (f", {out / 'steps.jsonl'} ({len(steps)} steps)" if steps is not None else "")
+          + (f" and the evolved library {out / 'library.sqlite'}" if evolve else ""))
 
 
 def serve(

@@ -10,12 +10,16 @@ With ``evolve`` the library keeps learning while the agent plays: the games are 
 games and after each round ``ExperienceManager.evolve`` (the training path: usage and success of the entries
 used, split at η, extraction, admission) learns from that round's episodes before the next round plays. The
 no-library condition plays the same rounds (the same games in the same generation batches) without a library.
+
+With ``trace`` every step of every episode played, in both conditions, becomes one row (:func:`trace_rows`):
+what the agent saw, answered and got, and the experiences retrieved for it with their text, looked up right after
+the round that played it (before an evolution can replace them).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from slea.evaluation.evaluate import evaluate, summarize
@@ -60,19 +64,47 @@ def extraction_summary(rounds: Sequence[dict[str, float]]) -> dict[str, float | 
             "fallback": total["fallback"], "generate_errors": total["generate_errors"]}
 
 
+def trace_rows(condition: str, trajs: Mapping[str, Sequence[Trajectory]], entry: Callable[[int], Any],
+               *, round_: int = 0) -> list[dict[str, Any]]:
+    """One row per step of ``trajs`` (decoding mode -> trajectories): the condition (``without`` / ``with``), the
+    mode, the env seed, the trajectory and step, the observation the action was taken in (``anchor``), the
+    parsed action and the raw answer, valid, reward, done, whether the episode was won in the end, the
+    observation cluster and the retrieved experiences in prompt order as ``{id, zone, text}``. ``entry(id)``
+    gives the library entry (anything with ``zone`` and ``text``) or None when it is gone (zone and text None)."""
+    rows = []
+    for mode, ts in trajs.items():
+        for t in ts:
+            for s in t.steps:
+                exps = []
+                for eid in s.experience_ids:
+                    e = entry(eid)
+                    exps.append({"id": int(eid), "zone": None if e is None else e.zone,
+                                 "text": None if e is None else e.text})
+                rows.append({"condition": condition, "mode": mode, "round": round_,
+                             "seed": None if t.seed is None else int(t.seed), "traj_id": int(t.traj_id),
+                             "step": int(s.step), "anchor": s.anchor, "action": s.action,
+                             "response": s.response_text, "valid": bool(s.valid), "reward": float(s.reward),
+                             "done": bool(s.done), "won": bool(t.won), "cluster_id": int(s.cluster_id),
+                             "experiences": exps})
+    return rows
+
+
 def _rounds(seed: int, games: int, batch: int) -> list[tuple[int, int]]:
     """(first seed, games) of each round: ``games`` games from ``seed`` on, ``batch`` at a time."""
     return [(seed + g, min(batch, games - g)) for g in range(0, games, max(1, batch))]
 
 
-def _play(collector, env_cfg, env_kwargs, eval_cfg, rounds, *, iteration, manager=None
+def _play(collector, env_cfg, env_kwargs, eval_cfg, rounds, *, iteration, manager=None, trace=None
           ) -> tuple[dict[str, list[Trajectory]], list[dict[str, float]]]:
-    """Every round through ``evaluate``; with a ``manager`` the library evolves after each round."""
+    """Every round through ``evaluate``; with a ``manager`` the library evolves after each round. ``trace``:
+    ``rows(round, trajectories by mode)``, called after each round is played and before the library evolves."""
     trajs: dict[str, list[Trajectory]] = {m: [] for m in MODES}
     evolved = []
     for r, (first, n) in enumerate(rounds):
         cfg = eval_cfg.model_copy(update={"seed": first, "games": n})
         res = evaluate(collector, env_cfg, env_kwargs, cfg, iteration=iteration + r, keep_trajectories=True)
+        if trace is not None:
+            trace(r, res["trajectories"])
         played = [t for m in MODES for t in res["trajectories"].get(m, [])]
         for m in MODES:
             trajs[m] += res["trajectories"].get(m, [])
@@ -103,11 +135,12 @@ def agent_overrides(model: str | None, settings: dict[str, Any], *, games: int |
 
 
 def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, evolve: bool = False,
-              batch: int = 1, say=None) -> dict[str, Any]:
+              batch: int = 1, say=None, trace: bool = False) -> dict[str, Any]:
     """Play ``cfg.eval`` (games, episodes per game, temperature, greedy) on ``cfg.env.id`` without the library,
     then with ``manager``'s library (evolving it after every ``batch`` games when ``evolve``); the result holds
     both summaries, their difference, the games each condition won more often, the library's size before and
-    after, each evolution round's metrics and the env family's paper-style table with one row per condition."""
+    after, each evolution round's metrics and the env family's paper-style table with one row per condition.
+    ``trace``: also ``steps``, the :func:`trace_rows` of every step played (without, then with the library)."""
     t0 = time.perf_counter()
     ev = cfg.eval
     rounds = _rounds(ev.seed, ev.games, batch if evolve else ev.games)
@@ -117,12 +150,19 @@ def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, e
     steered = RolloutCollector(generator, builder, cfg.rollout, cfg.env.max_steps, experience=manager,
                                experience_mode=cfg.experience.mode)
     say = say or (lambda _msg: None)
+    steps: list[dict[str, Any]] = []
+
+    def tracer(condition: str):
+        if not trace:
+            return None
+        return lambda r, played: steps.extend(trace_rows(condition, played, manager.library.get, round_=r))
+
     say("without the library")
-    off, _ = _play(bare, cfg.env, env_kwargs, ev, rounds, iteration=base)  # the same batches
+    off, _ = _play(bare, cfg.env, env_kwargs, ev, rounds, iteration=base, trace=tracer("without"))  # same batches
     say("with the library" + (f", evolving after every {batch} game(s)" if evolve else ""))
     stats0 = dict(manager.stats)
     on, evolved = _play(steered, cfg.env, env_kwargs, ev, rounds, iteration=base,
-                        manager=manager if evolve else None)
+                        manager=manager if evolve else None, trace=tracer("with"))
     modes = [m for m in MODES if off[m]]
     out: dict[str, Any] = {"env": cfg.env.id, "games": ev.games, "seeds": [ev.seed, ev.seed + ev.games - 1],
                            "episodes_per_game": ev.episodes_per_game, "temperature": ev.temperature,
@@ -140,6 +180,8 @@ def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, e
             table.add(f"{name} {'sampled T=' + format(ev.temperature, 'g') if m == 'sampled' else m}", trajs[m])
     out["table"] = table.to_dict()
     out["wall_s"] = time.perf_counter() - t0
+    if trace:
+        out["steps"] = steps
     return out
 
 
