@@ -15,9 +15,15 @@ experiments/slea_evidence.py does; it needs the run's checkpoint, so it follows 
 
 ``table`` — compare's table.md/json and curves.png for (b) and (c), and agent.md for (a).
 
+``diagnose`` — why (a) wins so little: ``slea agent --trace`` plays the held-out games of ``agent`` again with
+seed ``s``'s built library (the same settings), then :func:`diagnosis` counts per chamber type, condition and
+decoding mode what was retrieved (a positive lesson naming the right gesture, only the right gesture) and whether
+the answer copied it. Output: ``agent/s<seed>/trace/{agent.json,steps.jsonl,diagnosis.json,diagnosis.md}``.
+
     python experiments/control_recall.py agent --seed 0
     python experiments/control_recall.py run --algo slea --seed 0
     python experiments/control_recall.py table
+    python experiments/control_recall.py diagnose --seed 0
 
 ``--set KEY=VALUE`` (repeatable) overrides the config; ``$SLEA_CONTROL_RECALL_DIR`` puts the results elsewhere.
 """
@@ -95,10 +101,147 @@ def agent(seed: int, extra: list[str] | None = None) -> None:
              "--batch", str(BUILD["batch"]), "--seed", str(1000 * (seed + 1)), "--out", str(build), *sets)
         empty.unlink(missing_ok=True)
     if not (held / "agent.json").is_file():
-        _cli("agent", "--model", "embedded", "--library", str(build / "library.sqlite"), "--env", "slea/Recall-v0",
-             "--games", str(HELDOUT["games"]), "--episodes", str(HELDOUT["episodes"]), "--seed", str(HELDOUT["seed"]),
-             "--out", str(held), *sets)
+        _cli(*heldout_args(build / "library.sqlite", held, extra))
     compare.relativize(RESULTS)
+
+
+def heldout_args(library: Path, out: Path, extra: list[str] | None = None) -> list[str]:
+    """``slea agent`` arguments of (a)'s held-out comparison with ``library``, written to ``out``."""
+    return ["agent", "--model", "embedded", "--library", str(library), "--env", "slea/Recall-v0",
+            "--games", str(HELDOUT["games"]), "--episodes", str(HELDOUT["episodes"]), "--seed", str(HELDOUT["seed"]),
+            "--out", str(out), *agent_settings(extra)]
+
+
+# -- diagnose: what was retrieved, and was it copied ----------------------------------------------------------
+def chamber_of(anchor: str) -> str:
+    """The chamber type whose description the observation is (its fixed text before the warden's name), else
+    ``other``."""
+    from slea.envs.recall import CHAMBERS
+
+    for kind, desc in CHAMBERS:
+        if anchor.startswith(desc.split("{name}")[0]):
+            return kind
+    return "other"
+
+
+def named_gestures(text: str | None) -> list[str]:
+    """The gestures a lesson names: its quoted commands' first words that are gestures, in order, once each
+    (``'kneel' → 'whistle'`` → kneel, whistle; ``'whistle …'`` → whistle)."""
+    from slea.envs.recall import GESTURES
+    from slea.experience.library import quoted_commands
+
+    out: list[str] = []
+    for q in quoted_commands(text or ""):
+        w = q.split()[0] if q.split() else ""
+        if w in GESTURES and w not in out:
+            out.append(w)
+    return out
+
+
+def listed_first(row: dict[str, Any], split: str = "heldout", chambers: int = 3) -> str | None:
+    """The first gesture of the valid list the row's chamber showed (the game's own shuffled order)."""
+    from slea.envs.recall import generate_game
+
+    if row.get("seed") is None:
+        return None
+    for room in generate_game(split, int(row["seed"]), chambers):
+        if room.text == row["anchor"]:
+            return room.order[0]
+    return None
+
+
+COUNTS = ("steps", "retrieved", "named_right", "only_right", "copies_top", "copies_any", "right", "first_listed",
+          "named_right_and_right", "not_named_right_and_right")
+
+
+def diagnosis(rows: list[dict[str, Any]], split: str = "heldout", chambers: int = 3) -> dict[str, Any]:
+    """Per (condition, mode, chamber type), and over all types (``all``), over ``slea agent --trace`` rows:
+
+    ``steps``; ``retrieved``: steps with any experience; ``named_right``: steps whose retrieved positive lessons
+    name the chamber's right gesture (a quoted gesture); ``only_right``: they name it and no other gesture;
+    ``copies_top`` / ``copies_any``: the answer is a gesture named by the first retrieved lesson (the prompt's
+    first, the best strategy) / by any retrieved lesson; ``right``: the answer is the right gesture;
+    ``first_listed``: the answer is the first gesture of the valid list shown; ``named_right_and_right`` /
+    ``not_named_right_and_right``: right answers among the steps where the right gesture was named / was not;
+    ``actions``: the answers (a gesture, or ``invalid``). Also, per chamber type, the distinct sets of retrieved
+    lessons with the steps that saw each (``retrieved_sets``)."""
+    from slea.envs.recall import RIGHT
+
+    groups: dict[tuple[str, str, str], dict[str, Any]] = {}
+    sets: dict[str, dict[tuple, dict[str, Any]]] = {}
+    for r in rows:
+        kind = chamber_of(r["anchor"])
+        right = RIGHT.get(kind)
+        exps = r.get("experiences") or []
+        pos = [g for e in exps if e.get("zone") == "pos" for g in named_gestures(e.get("text"))]
+        top = named_gestures(exps[0].get("text")) if exps else []
+        anyg = {g for e in exps for g in named_gestures(e.get("text"))}
+        act = r["action"] if r.get("valid") and r.get("action") else "invalid"
+        named = right is not None and right in pos
+        flags = {"steps": True, "retrieved": bool(exps), "named_right": named,
+                 "only_right": named and set(pos) == {right}, "copies_top": act in top, "copies_any": act in anyg,
+                 "right": act == right, "first_listed": act == listed_first(r, split, chambers),
+                 "named_right_and_right": named and act == right,
+                 "not_named_right_and_right": not named and act == right}
+        for k in (kind, "all"):
+            g = groups.setdefault((r["condition"], r["mode"], k),
+                                  {**dict.fromkeys(COUNTS, 0), "actions": {}})
+            for name, on in flags.items():
+                g[name] += int(on)
+            g["actions"][act] = g["actions"].get(act, 0) + 1
+        if exps and r["condition"] == "with":
+            key = tuple((e.get("zone"), e.get("text")) for e in exps)
+            s = sets.setdefault(kind, {}).setdefault(key, {"lessons": [f"{z}: {t}" for z, t in key], "steps": 0})
+            s["steps"] += 1
+    table = [{"condition": c, "mode": m, "chamber": k, **v} for (c, m, k), v in groups.items()]
+    order = {"without": 0, "with": 1}
+    kinds = [*RIGHT, "other", "all"]
+    table.sort(key=lambda x: (order.get(x["condition"], 2), x["mode"], kinds.index(x["chamber"])))
+    return {"right": dict(RIGHT), "table": table,
+            "retrieved_sets": {k: sorted(v.values(), key=lambda x: -x["steps"]) for k, v in sets.items()}}
+
+
+def _pct(a: int, b: int) -> str:
+    return f"{a}/{b}" + (f" ({a / b:.0%})" if b else "")
+
+
+def diagnosis_markdown(d: dict[str, Any]) -> str:
+    head = ("| condition | mode | chamber (right) | steps | retrieved | names right | names only right | copies top "
+            "lesson | copies any lesson | right | right when named | right when not named | first listed | answers |")
+    lines = [head, "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for x in d["table"]:
+        n, named = x["steps"], x["named_right"]
+        acts = ", ".join(f"{a} {c}" for a, c in sorted(x["actions"].items(), key=lambda kv: -kv[1]))
+        lines.append(f"| {x['condition']} | {x['mode']} | {x['chamber']} ({d['right'].get(x['chamber'], '–')}) | "
+                     f"{n} | {x['retrieved']} | {x['named_right']} | {x['only_right']} | {x['copies_top']} | "
+                     f"{x['copies_any']} | {_pct(x['right'], n)} | {_pct(x['named_right_and_right'], named)} | "
+                     f"{_pct(x['not_named_right_and_right'], n - named)} | {x['first_listed']} | {acts} |")
+    lines += ["", "Retrieved lessons (with the library), per chamber type: the distinct sets in prompt order.", ""]
+    for kind, sets in d["retrieved_sets"].items():
+        lines.append(f"- **{kind}** (right: {d['right'].get(kind, '–')})")
+        for s in sets:
+            lines.append(f"  - {s['steps']} steps: " + " / ".join(s["lessons"]))
+    return "\n".join(lines) + "\n"
+
+
+def diagnose(seed: int, extra: list[str] | None = None) -> Path:
+    """``slea agent --trace`` on (a)'s held-out games with seed ``seed``'s built library (skipped when its
+    steps.jsonl exists), then diagnosis.json and diagnosis.md next to it."""
+    base = RESULTS / "agent" / f"s{seed}"
+    lib, out = base / "build" / "library.sqlite", base / "trace"
+    if not lib.is_file():
+        raise SystemExit(f"diagnose: {lib} does not exist: run `agent --seed {seed}` first")
+    steps = out / "steps.jsonl"
+    if not steps.is_file():
+        _cli(*heldout_args(lib, out, extra), "--trace")
+    rows = [json.loads(x) for x in steps.read_text().splitlines() if x.strip()]
+    d = diagnosis(rows)
+    (out / "diagnosis.json").write_text(json.dumps(d, indent=2))
+    md = diagnosis_markdown(d)
+    (out / "diagnosis.md").write_text(md)
+    print(md)
+    compare.relativize(RESULTS)
+    return out
 
 
 def run_dir(algo: str, seed: int) -> Path:
@@ -240,9 +383,14 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--seed", type=int, required=True)
     r.add_argument("--set", dest="extra", action="append", default=[])
     sub.add_parser("table")
+    d = sub.add_parser("diagnose")
+    d.add_argument("--seed", type=int, required=True)
+    d.add_argument("--set", dest="extra", action="append", default=[])
     args = ap.parse_args(argv)
     if args.cmd == "agent":
         agent(args.seed, args.extra)
+    elif args.cmd == "diagnose":
+        diagnose(args.seed, args.extra)
     elif args.cmd == "run":
         run(args.algo, args.seed, args.extra)
     else:

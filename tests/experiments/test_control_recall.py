@@ -1,0 +1,84 @@
+"""experiments/control_recall.py's diagnosis of ``slea agent --trace`` rows, on hand-made rows (no model)."""
+
+from __future__ import annotations
+
+from slea.envs.recall import generate_game
+from slea.testing.bench import load_experiment
+
+S = load_experiment("control_recall")
+
+# held-out game 0: garden (right: whistle; listed kneel, whistle, bow, clap), forge (whistle; listed kneel first),
+# library (bow; listed whistle first)
+GARDEN, FORGE, LIBRARY = (r.text for r in generate_game("heldout", 0, 3))
+WHISTLE = {"id": 2, "zone": "pos", "text": "'whistle' earned the reward on this kind of task."}
+PLAN = {"id": 13, "zone": "pos", "text": "A plan that earned reward: 'whistle' → 'bow' (2 steps, no step wasted)."}
+KNEEL = {"id": 9, "zone": "pos", "text": "A plan that earned reward: 'kneel' → 'whistle' (2 steps)."}
+WARN = {"id": 5, "zone": "neg", "text": "Invalid answers wasted 5 of 5 steps: answer with one command."}
+GONE = {"id": 99, "zone": None, "text": None}
+
+
+def _row(anchor, action, exps, *, cond="with", mode="greedy", valid=True, step=0):
+    return {"condition": cond, "mode": mode, "round": 0, "seed": 0, "traj_id": 0, "step": step, "anchor": anchor,
+            "action": action, "response": action, "valid": valid, "reward": 0.0, "done": False, "won": False,
+            "cluster_id": 1, "experiences": exps}
+
+
+def _get(d, cond, mode, chamber):
+    return next(x for x in d["table"] if (x["condition"], x["mode"], x["chamber"]) == (cond, mode, chamber))
+
+
+def test_helpers_map_anchors_and_quoted_gestures():
+    assert (S.chamber_of(GARDEN), S.chamber_of(FORGE), S.chamber_of("You see nothing.")) == ("garden", "forge",
+                                                                                             "other")
+    assert S.named_gestures(KNEEL["text"]) == ["kneel", "whistle"]
+    assert S.named_gestures("the work is done by 'whistle …', 'clap …' commands") == ["whistle", "clap"]
+    assert S.named_gestures("'take apple' and 'whistle' and 'whistle'") == ["whistle"]
+    assert S.named_gestures(None) == []
+    assert S.listed_first(_row(FORGE, "kneel", [])) == "kneel"
+    assert S.listed_first(_row("elsewhere", "kneel", [])) is None
+
+
+def test_diagnosis_counts_by_hand():
+    rows = [
+        # garden: right = whistle. Named only-right, copied top, right.
+        _row(GARDEN, "whistle", [WHISTLE, WARN]),
+        # garden: named (by the plan too) but not only (the plan names bow); answered bow: copies the top
+        # lesson (whistle → bow names bow) and any; wrong
+        _row(GARDEN, "bow", [PLAN, WHISTLE]),
+        # forge: right = whistle; the top lesson is kneel → whistle (names whistle, so named, not only);
+        # answered kneel: copies top, wrong, the first listed gesture (kneel)
+        _row(FORGE, "kneel", [KNEEL, GONE]),
+        # library: right = bow; a warning only: nothing named; an invalid answer
+        _row(LIBRARY, "", [WARN], valid=False),
+        # without the library: forge answered whistle (right, not named, first listed is kneel)
+        _row(FORGE, "whistle", [], cond="without"),
+    ]
+    d = S.diagnosis(rows)
+    g = _get(d, "with", "greedy", "garden")
+    assert {k: g[k] for k in S.COUNTS} == {"steps": 2, "retrieved": 2, "named_right": 2, "only_right": 1,
+                                           "copies_top": 2, "copies_any": 2, "right": 1, "first_listed": 0,
+                                           "named_right_and_right": 1, "not_named_right_and_right": 0}
+    assert g["actions"] == {"whistle": 1, "bow": 1}
+    f = _get(d, "with", "greedy", "forge")
+    assert (f["named_right"], f["only_right"], f["copies_top"], f["right"], f["first_listed"]) == (1, 0, 1, 0, 1)
+    lib = _get(d, "with", "greedy", "library")
+    assert (lib["retrieved"], lib["named_right"], lib["copies_any"], lib["actions"]) == (1, 0, 0, {"invalid": 1})
+    a = _get(d, "with", "greedy", "all")
+    assert (a["steps"], a["named_right"], a["only_right"], a["right"], a["named_right_and_right"]) == (4, 3, 1, 1, 1)
+    w = _get(d, "without", "greedy", "forge")
+    assert (w["retrieved"], w["named_right"], w["right"], w["not_named_right_and_right"], w["first_listed"]) == \
+        (0, 0, 1, 1, 0)
+    # the without rows come first; the distinct retrieved sets per chamber (with the library only)
+    assert d["table"][0]["condition"] == "without"
+    assert [s["steps"] for s in d["retrieved_sets"]["garden"]] == [1, 1]
+    assert "forge" in d["retrieved_sets"] and "without" not in str(d["retrieved_sets"])
+    md = S.diagnosis_markdown(d)
+    assert "| with | greedy | garden (whistle) | 2 | 2 | 2 | 1 | 2 | 2 | 1/2 (50%) | 1/2 (50%) | 0/0 |" in md
+
+
+def test_the_diagnose_call_is_the_heldout_call_plus_trace(tmp_path):
+    args = S.heldout_args(tmp_path / "lib.sqlite", tmp_path / "out")
+    assert args[:1] == ["agent"] and "--evolve" not in args and "--split" not in args
+    assert args[args.index("--games") + 1] == str(S.HELDOUT["games"])
+    assert args[args.index("--library") + 1].endswith("lib.sqlite")
+    assert "experience.mode=step" in args
