@@ -427,9 +427,8 @@ def load_engine(target: str, *, dtype: str | None = None) -> Engine:
     is (:func:`slea.precision.resolve_dtype`), so the server computes as ``slea agent``'s in-process engine does."""
     from slea.config import ModelSection, load_config
     from slea.policy.model import load_policy, lora_config
-    from slea.trainer.checkpoint import run_checkpoint
-
     from slea.precision import cpu_native_bf16, resolve_dtype
+    from slea.trainer.checkpoint import run_checkpoint
 
     run = Path(target)
     if (run / "config.yaml").is_file():
