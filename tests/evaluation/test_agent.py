@@ -17,8 +17,6 @@ from slea.evaluation.agent import (
 )
 from slea.evaluation.evaluate import evaluate
 from slea.experience.manager import ExperienceManager
-from slea.policy.generation import HFGenerator
-from slea.policy.prompts import PromptBuilder
 from slea.rollout.collector import RolloutCollector
 from slea.types import Trajectory
 
@@ -45,13 +43,6 @@ def test_difference_rounds_and_paired_games_by_hand():
     assert per_seed_success(without) == {0: 0.5, 1: 1.0, 2: 0.0}
     # seed 0: 0.5 -> 1.0 better; seed 1: 1.0 -> 0.0 worse; seed 2: 0 -> 0 same
     assert paired_games(without, with_) == {"better": 1, "worse": 1, "same": 1}
-
-
-@pytest.fixture()
-def setup(tiny_policy):
-    model, tok = tiny_policy
-    cfg = load_config(None, SETTINGS)
-    return cfg, HFGenerator(model, tok, dtype="float32"), PromptBuilder(tok)
 
 
 def test_an_empty_library_changes_nothing_and_the_no_library_side_is_the_plain_evaluation(setup, tmp_path):

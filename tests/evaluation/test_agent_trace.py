@@ -7,11 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from slea.config import load_config
 from slea.evaluation.agent import run_agent, trace_rows
 from slea.experience.manager import ExperienceManager
-from slea.policy.generation import HFGenerator
-from slea.policy.prompts import PromptBuilder
 from slea.types import Step, Trajectory
 
 SETTINGS = ["model.name_or_path=tiny", "model.lora=false", "env.id=slea/Sokoban-v0", "env.kwargs={}",
@@ -42,13 +39,6 @@ def test_rows_by_hand_with_a_gone_entry():
     # entry 9 is no longer in the library: its id stays, its zone and text are None
     assert rows[1]["experiences"] == [{"id": 9, "zone": None, "text": None}]
     assert (rows[1]["valid"], rows[1]["done"], rows[1]["won"]) == (False, True, True)
-
-
-@pytest.fixture()
-def setup(tiny_policy):
-    model, tok = tiny_policy
-    cfg = load_config(None, SETTINGS)
-    return cfg, HFGenerator(model, tok, dtype="float32"), PromptBuilder(tok)
 
 
 def test_evolving_run_traces_every_step_of_both_conditions_with_the_texts_of_that_round(setup, tmp_path):
