@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from slea.config import load_config
 from slea.testing.bench import load_experiment
@@ -61,4 +60,3 @@ def test_the_table_marks_served_equal_to_hf_only_when_the_numbers_are(tmp_path, 
     assert rows["| served: library from `build`"].endswith("| identical |")
     assert rows["| served: library from `build`, evolving"].endswith("| differs |")
     assert "0.375 (64)" in rows["| served: library from `build`, evolving"]
-    assert Path(S.__file__).name == "agent_served.py"
