@@ -31,6 +31,7 @@ the answer copied it. Output: ``agent/s<seed>/trace/{agent.json,steps.jsonl,diag
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -138,13 +139,19 @@ def named_gestures(text: str | None) -> list[str]:
     return out
 
 
-def listed_first(row: dict[str, Any], split: str = "heldout", chambers: int = 3) -> str | None:
-    """The first gesture of the valid list the row's chamber showed (the game's own shuffled order)."""
+@functools.cache
+def _game(split: str, seed: int, chambers: int) -> tuple:
+    """Recall's game ``seed`` (generated once per diagnosis, not once per step)."""
     from slea.envs.recall import generate_game
 
+    return tuple(generate_game(split, seed, chambers))
+
+
+def listed_first(row: dict[str, Any], split: str = "heldout", chambers: int = 3) -> str | None:
+    """The first gesture of the valid list the row's chamber showed (the game's own shuffled order)."""
     if row.get("seed") is None:
         return None
-    for room in generate_game(split, int(row["seed"]), chambers):
+    for room in _game(split, int(row["seed"]), chambers):
         if room.text == row["anchor"]:
             return room.order[0]
     return None
