@@ -58,6 +58,10 @@ class Instructions:
     example: tuple[tuple[str, str], ...] = ()
     answer_cue: str = "Your command:"
     multiline: bool = False
+    # the example exchange shown instead of ``example`` when experiences go into the user turn
+    # (``rollout.experience_in: user``): its user turns hold an experience block in that layout, and the
+    # assistant follows it; empty: ``example`` in both layouts
+    example_with_experience: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass

@@ -221,3 +221,21 @@ def test_a_lesson_learned_in_training_names_the_right_gesture_at_the_held_out_ch
                     warnings.add(chamber.kind)
                 checked.add(chamber.kind)
         assert checked == set(KINDS) and len(warnings) >= 3
+
+
+def test_the_example_with_a_lesson_shows_it_as_the_library_renders_it_and_follows_it(tmp_path):
+    """``rollout.experience_in: user``: Recall's example exchange holds a lesson block exactly as retrieval renders
+    one strategy, just before the cue (where the builder puts the real turn's), and answers the gesture it names —
+    the second listed one, so following the lesson is not answering the first gesture listed."""
+    from slea.envs.recall import INSTRUCTIONS
+    from slea.experience.library import ExperienceLibrary
+    from slea.experience.retrieval import Retriever
+
+    lib = ExperienceLibrary(tmp_path / "lib.sqlite")
+    eid = lib.add("'shrug' earned the reward on this kind of task.", zone="pos", score=1.0, level="example").entry_id
+    rendered, ids = Retriever(lib).render([eid])
+    assert ids == [eid]
+    (user, answer), = INSTRUCTIONS.example_with_experience
+    assert user.endswith(f"\n{rendered}\nYour gesture:")
+    assert user.replace(f"\n{rendered}", "") == INSTRUCTIONS.example[0][0]  # otherwise the plain example
+    assert answer == "shrug" and user.index("- nod") < user.index("- shrug")

@@ -123,3 +123,30 @@ def test_from_rollout_carries_the_summary_setting():
 
     assert PromptBuilder.from_rollout(None, RolloutSection(history_summary=True, history=1)).summary
     assert not PromptBuilder.from_rollout(None, RolloutSection()).summary
+
+
+def test_experience_in_user_puts_the_lessons_before_the_cue_and_shows_the_familys_lesson_example():
+    lesson = "Lessons:\nDo:\n- 'b' earned the reward."
+    shown = Instructions(system="S.", example=(("Goal: g\nObservation: o\nYour reply:", "x"),), answer_cue="Your reply:",
+                         example_with_experience=(("Goal: g\nObservation: o\nLessons: y\nYour reply:", "y"),))
+    at_system = PromptBuilder(None).messages(shown, "the goal", "obs", ["a", "b"], [], experience=lesson)
+    at_user = PromptBuilder(None, experience_in="user").messages(shown, "the goal", "obs", ["a", "b"], [],
+                                                                  experience=lesson)
+    assert at_system[0]["content"] == "S.\n\n" + lesson and lesson not in at_system[-1]["content"]
+    assert at_system[1:3] == [{"role": "user", "content": shown.example[0][0]},
+                              {"role": "assistant", "content": "x"}]
+    assert at_user[0]["content"] == "S."  # the system message stays the family's own
+    assert at_user[1:3] == [{"role": "user", "content": shown.example_with_experience[0][0]},
+                            {"role": "assistant", "content": "y"}]
+    assert at_user[-1]["content"] == f"Goal: the goal\nObservation: obs\nValid commands:\n- a\n- b\n{lesson}\nYour reply:"
+    # no lessons retrieved: the user turn is the plain one; a family without a lesson example keeps its example
+    plain = PromptBuilder(None, experience_in="user").messages(FAMILY, "the goal", "obs", None, [])
+    assert plain == PromptBuilder(None).messages(FAMILY, "the goal", "obs", None, [])
+
+
+def test_the_run_config_sets_where_experiences_go():
+    from slea.config import load_config
+
+    cfg = load_config(None, ["rollout.experience_in=user"], check_unused=False)
+    assert PromptBuilder.from_rollout(None, cfg.rollout).experience_in == "user"
+    assert PromptBuilder.from_rollout(None, load_config(None, [], check_unused=False).rollout).experience_in == "system"

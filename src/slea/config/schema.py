@@ -186,6 +186,9 @@ class RolloutSection(_Section):
     # code); "return" = folded into the reward before discounting (lowers every earlier step's return too)
     invalid_penalty_at: Literal["step", "return"] = "step"
     one_shot: bool = True  # include the fixed example exchange (the 135M model needs it)
+    # where retrieved experiences go: "system" = appended to the system message (SLEA-RL App. A, Eq.8);
+    # "user" = in the user turn, just before the answer cue (a small model reads them there: the Recall control)
+    experience_in: Literal["system", "user"] = "system"
     fuzzy_cutoff: float = Field(0.75, ge=0, le=1)
 
 

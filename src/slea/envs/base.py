@@ -53,11 +53,12 @@ TEXT_SPACE_MAX = 1 << 20
 
 
 def user_turn(goal: str, observation: str, commands: list[str] | None = None, cue: str = "Your command:",
-              recent: list[str] | tuple[str, ...] = (), earlier: str = "") -> str:
+              recent: list[str] | tuple[str, ...] = (), earlier: str = "", experience: str = "") -> str:
     """The user text of one turn, the one layout of slea's prompts (the prompt builder's real turns and the
     families' example turns): ``Goal:`` (when there is one), ``Earlier actions:`` (a summary of the turns before
     the recent ones, when given), ``Recent steps:`` (when given), ``Observation:``, the ``Valid commands:`` list
-    (when there is one) and the answer cue."""
+    (when there is one), the retrieved experiences (when given: ``rollout.experience_in: user``) and the answer
+    cue."""
     lines = [f"Goal: {goal.strip()}"] if goal.strip() else []
     if earlier:
         lines.append(f"Earlier actions: {earlier}")
@@ -66,6 +67,8 @@ def user_turn(goal: str, observation: str, commands: list[str] | None = None, cu
     lines.append(f"Observation: {observation}")
     if commands:
         lines += ["Valid commands:", *(f"- {c}" for c in commands)]
+    if experience:
+        lines.append(experience)
     return "\n".join([*lines, cue])
 
 

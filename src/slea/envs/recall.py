@@ -89,12 +89,20 @@ LOSE_TEXT = "{name} shakes their head. The lights go out and the attempt is over
 
 _EXAMPLE_OBS = ("A bare antechamber with whitewashed walls. A porter sits behind a desk and looks up as you "
                 "enter.")
+# The example's lesson, in the layout the library renders (``slea.experience.retrieval``: header, "Do:", one line
+# per strategy; tests/envs/test_recall.py checks it against a real render). It names the second listed gesture, so
+# following it is not the same as answering the first one listed.
+_EXAMPLE_LESSON = ("Lessons from earlier episodes (hints; use them only if they fit):\nDo:\n"
+                   "- 'shrug' earned the reward on this kind of task.")
 INSTRUCTIONS = Instructions(
     system="You are crossing a vault of chambers. In each chamber its warden lets you pass only after the right "
     "gesture. Reply with exactly one gesture copied from the list of valid gestures, and nothing else.",
     example=((user_turn("Greet the porter of the antechamber.", _EXAMPLE_OBS, ["nod", "shrug"],
                         cue="Your gesture:"), "nod"),),
     answer_cue="Your gesture:",
+    # rollout.experience_in: user — the example shows a lesson in the user turn and follows it
+    example_with_experience=((user_turn("Greet the porter of the antechamber.", _EXAMPLE_OBS, ["nod", "shrug"],
+                                        cue="Your gesture:", experience=_EXAMPLE_LESSON), "shrug"),),
 )
 
 

@@ -5,7 +5,8 @@ SLEA-RL App. A Eq.8: experiences go in the system message, the observation stays
 example exchange (a 135M model needs one to answer in the right form at all); then the
 goal, a one-line summary of the older actions (``rollout.history_summary``), the last k (observation, action)
 pairs, the current observation, the admissible actions and the family's answer cue, rendered by the model's chat
-template. Only observations are clipped: the instructions and the
+template. ``rollout.experience_in: user`` moves the experiences into the user turn, just before the answer cue
+(and shows the family's ``example_with_experience`` when it has one). Only observations are clipped: the instructions and the
 example always appear whole.
 """
 
@@ -42,13 +43,14 @@ class PromptBuilder:
     obs_max_chars: int = 400
     one_shot: bool = True
     summary: bool = False  # ψ = summary: the turns before the window as one line of their actions
+    experience_in: str = "system"  # where retrieved experiences go: "system" (SLEA-RL Eq.8) or "user"
 
     @classmethod
     def from_rollout(cls, tokenizer, rollout) -> PromptBuilder:
         """The builder a run's rollouts use: history window, observation clipping and the one-shot example from
         its ``rollout`` config section (every prompt of a run, rollouts and expert data, comes from here)."""
         return cls(tokenizer, history=rollout.history, obs_max_chars=rollout.obs_max_chars, one_shot=rollout.one_shot,
-                   summary=rollout.history_summary)
+                   summary=rollout.history_summary, experience_in=rollout.experience_in)
 
     def earlier(self, past: list[tuple[str, str]]) -> str:
         """The summary ψ's line: the actions of the turns before the history window, oldest first, as many of the
@@ -70,17 +72,22 @@ class PromptBuilder:
     def messages(self, instructions: Instructions, goal: str, observation: str, admissible: list[str] | None,
                  past: list[tuple[str, str]], experience: str = "") -> list[dict[str, str]]:
         """Chat messages: ``instructions.system`` (+ experience), the example exchange when ``one_shot``, then
-        the user turn (goal, recent steps, clipped observation, valid commands, ``instructions.answer_cue``)."""
-        system = instructions.system if not experience else f"{instructions.system}\n\n{experience}"
+        the user turn (goal, recent steps, clipped observation, valid commands, ``instructions.answer_cue``).
+        With ``experience_in="user"`` the experience is the user turn's last block before the cue instead, and
+        the example is ``instructions.example_with_experience`` when the family has one."""
+        in_user = self.experience_in == "user"
+        system = instructions.system if not experience or in_user else f"{instructions.system}\n\n{experience}"
         msgs = [{"role": "system", "content": system}]
         if self.one_shot:
-            for user, assistant in instructions.example:
+            example = (instructions.example_with_experience or instructions.example) if in_user \
+                else instructions.example
+            for user, assistant in example:
                 msgs += [{"role": "user", "content": user}, {"role": "assistant", "content": assistant}]
         recent = [f"[{clip_observation(obs, self.obs_max_chars // 2)}] > {act}"
                   for obs, act in (past[-self.history:] if self.history else [])]
         msgs.append({"role": "user", "content": user_turn(goal, clip_observation(observation, self.obs_max_chars),
                                                           admissible, instructions.answer_cue, recent,
-                                                          self.earlier(past))})
+                                                          self.earlier(past), experience if in_user else "")})
         return msgs
 
     def encode(self, messages: list[dict[str, str]]) -> list[int]:
