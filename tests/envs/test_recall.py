@@ -215,6 +215,10 @@ def test_a_lesson_learned_in_training_names_the_right_gesture_at_the_held_out_ch
                 lines = got.text.splitlines()
                 do = lines[lines.index("Do:") + 1]
                 assert do.startswith(f"- '{chamber.right}' earned the reward"), (chamber.kind, got.text)
+                # every strategy shown here starts with this chamber's gesture: a plan is linked where it starts
+                end = lines.index("Avoid:") if "Avoid:" in lines else len(lines)
+                for line in lines[lines.index("Do:") + 1:end]:
+                    assert re.findall(r"'(\w+)", line)[0] == chamber.right, (chamber.kind, got.text)
                 if "Avoid:" in lines:  # a warning, when one is linked here, names a wrong gesture
                     warned = re.findall(r"'(\w+)'", lines[lines.index("Avoid:") + 1])
                     assert warned and chamber.right not in warned, (chamber.kind, got.text)

@@ -38,7 +38,7 @@ from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
 
 HEADER = "Lessons from earlier episodes (hints; use them only if they fit):"
 # Ties on quality z go to the most specific lesson: an example (distilled from one step, linked to that step's
-# cluster) before a pattern (a whole trajectory, linked to every cluster it passed) before a principle.
+# cluster) before a pattern (a whole trajectory's plan, linked where it starts) before a principle.
 SPECIFICITY = {"example": 2, "pattern": 1, "principle": 0}
 POS_HEAD = "Do:"
 NEG_HEAD = "Avoid:"
