@@ -124,6 +124,30 @@ def test_experience_modes(tiny_policy, mode):
             assert all(s.cluster_id == len(s.anchor) % 5 for s in steps)
 
 
+@pytest.mark.parametrize("where", ["system", "user"])
+def test_retrieved_experience_goes_where_the_rollout_config_says(tiny_policy, where):
+    """``rollout.experience_in``: the text retrieved at each step is in the system message or in the step's own
+    user turn, just before the answer cue, in the ids that are generated from (and trained on)."""
+    _, tok = tiny_policy
+    seen = []
+
+    class Spy(Scripted):
+        def generate(self, prompts, **kw):
+            seen.extend(prompts)
+            return super().generate(prompts, **kw)
+
+    cfg = RolloutSection(experience_in=where)
+    col = RolloutCollector(Spy(lambda c, i: "zzz"), PromptBuilder.from_rollout(tok, cfg), cfg, max_steps=2,
+                           experience=FakeExperience(), experience_mode="step")
+    trajs, _ = col.collect(EnvPool(ENV, 1, 1, KW), [0])
+    assert seen and [s.prompt_ids for t in trajs for s in t.steps] == [list(p) for p in seen]
+    for p in seen:
+        text = tok.decode(p)
+        system, last_user = text.split("<|im_end|>")[0], text.rsplit("<|im_start|>user", 1)[1]
+        assert ("Strategy: take the coin." in system) == (where == "system")
+        assert ("Strategy: take the coin.\nYour command:" in last_user) == (where == "user")
+
+
 def test_invalid_feedback_prefers_the_envs_own_words():
     hint = "My previous action is invalid. If I want to search, I should put the query between <search> and </search>."
     assert invalid_feedback("Question: who?", hint, {"invalid": True, "error": "no tag"}) == hint
