@@ -46,6 +46,7 @@ PAPER = [
     ("experience.top_k_pos", 2),
     ("experience.top_k_neg", 1),
     ("experience.max_tokens", 200),
+    ("rollout.experience_in", "system"),
     ("experience.capacity_pos", 100),
     ("experience.capacity_neg", 50),
     ("experience.k_strat", 10),
