@@ -236,7 +236,8 @@ class RuleExtractor:
     Strategies (a T+ trajectory): every move that earned reward (an example each, linked to its step's cluster:
     the lesson per-step retrieval finds at that observation), the winning plan as verb runs
     (pattern, linked to the cluster where it starts: at a later step its first moves are done already, and in a
-    game whose states need different moves it would name another state's), open/unlock before use, exploring unvisited rooms, the commands that did the work (principles).
+    game whose states need different moves it would name another state's), open/unlock before use, exploring
+    unvisited rooms, the commands that did the work (principles).
     Warnings (a T− trajectory): invalid answers (examples and a principle), penalised moves, a command repeated
     without progress, going back and forth between two rooms, commands that change nothing, running out of
     steps, the move that lost the game. Commands appear as :func:`command_shape` shapes and no text names an

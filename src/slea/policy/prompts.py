@@ -6,8 +6,8 @@ example exchange (a 135M model needs one to answer in the right form at all); th
 goal, a one-line summary of the older actions (``rollout.history_summary``), the last k (observation, action)
 pairs, the current observation, the admissible actions and the family's answer cue, rendered by the model's chat
 template. ``rollout.experience_in: user`` moves the experiences into the user turn, just before the answer cue
-(and shows the family's ``example_with_experience`` when it has one). Only observations are clipped: the instructions and the
-example always appear whole.
+(and shows the family's ``example_with_experience`` when it has one). Only observations are clipped: the
+instructions and the example always appear whole.
 """
 
 from __future__ import annotations
