@@ -17,6 +17,7 @@ from slea.envs import make, registered
 from slea.envs.recall import (
     CHAMBERS,
     GESTURES,
+    INSTRUCTIONS,
     NAMES,
     RIGHT,
     THINGS,
@@ -25,7 +26,9 @@ from slea.envs.recall import (
     generate_game,
 )
 from slea.experience.clustering import ObservationIndex
+from slea.experience.library import ExperienceLibrary
 from slea.experience.manager import ExperienceManager
+from slea.experience.retrieval import Retriever
 from slea.types import Step, Trajectory
 
 KINDS = [k for k, _ in CHAMBERS]
@@ -231,9 +234,6 @@ def test_the_example_with_a_lesson_shows_it_as_the_library_renders_it_and_follow
     """``rollout.experience_in: user``: Recall's example exchange holds a lesson block exactly as retrieval renders
     one strategy, just before the cue (where the builder puts the real turn's), and answers the gesture it names —
     the second listed one, so following the lesson is not answering the first gesture listed."""
-    from slea.envs.recall import INSTRUCTIONS
-    from slea.experience.library import ExperienceLibrary
-    from slea.experience.retrieval import Retriever
 
     lib = ExperienceLibrary(tmp_path / "lib.sqlite")
     eid = lib.add("'shrug' earned the reward on this kind of task.", zone="pos", score=1.0, level="example").entry_id
