@@ -115,7 +115,8 @@ class _CharTokenizer:
 
 
 class _Members:
-    """The team's 'model': each member answers by a rule of its index and its own list (the last one shown)."""
+    """The team's 'model': each member answers by a rule of its index, its own list (the last one shown) and the
+    prompt's text."""
 
     def __init__(self, rule):
         self.rule, self.active, self.prompts = rule, None, []
@@ -130,15 +131,15 @@ class _Members:
             self.prompts.append((self.active, text))
             listed = text.rsplit("Valid commands:\n", 1)[1].split("\n")
             pair = [line[2:] for line in listed if line.startswith("- ")]
-            out.append(Generation([1], [0.0], self.rule(self.active, pair)))
+            out.append(Generation([1], [0.0], self.rule(self.active, pair, text)))
         return out
 
 
-def _play_team(rule, seeds, copies=4, split="train"):
+def _play_team(rule, seeds, copies=4, split="train", router="round_robin", max_turns=4):
     task = get_team_task("ballot_volunteer")
     members = _Members(rule)
-    builder = TeamPromptBuilder(_CharTokenizer(), context_messages=6, message_max_chars=300)
-    col = TeamCollector(members, members, builder, task, get_router("round_robin"), RolloutSection(), max_turns=4)
+    builder = TeamPromptBuilder(_CharTokenizer(), context_messages=10, message_max_chars=300)
+    col = TeamCollector(members, members, builder, task, get_router(router), RolloutSection(), max_turns=max_turns)
     with EnvPool("slea/Ballot-v0", len(seeds), copies, {"split": split}) as pool:
         episodes, _ = col.collect(pool, seeds)
     return episodes, members.prompts
@@ -148,18 +149,23 @@ def test_team_task_is_four_acting_members_on_ballot():
     task = get_team_task("ballot_volunteer")
     assert task.agents == ["ana", "ben", "cai", "dov"] and task.env_ids == ("slea/Ballot-v0",)
     assert all(r.acts for r in task.roles)
-    # symmetric: the roles' prompts differ only in the member's name
+    # symmetric: the roles' prompts differ only in the member's name and its own two words
     assert len({r.system.replace(r.name.capitalize(), "X") for r in task.roles}) == 1
-    assert len({r.example for r in task.roles}) == 1
-    # the examples vote once for each position: no preference taught
-    answers = [(user.rsplit("- ", 2)[-2].strip(), user.rsplit("- ", 1)[-1].split("\n")[0], a)
-               for user, a in task.roles[0].example]
-    assert {a == first for first, _, a in answers} == {True, False}
+    def blind(text, words):
+        return re.sub(rf"\b{words[0]}\b", "A", re.sub(rf"\b{words[1]}\b", "B", text))
+
+    assert len({tuple((blind(u, w), blind(a, w)) for u, a in r.example) for r, w in zip(task.roles, VOTES)}) == 1
+    # each member's examples list its own words and vote once for each position: no preference taught
+    for role, words in zip(task.roles, VOTES):
+        answers = [(user.rsplit("- ", 2)[-2].strip(), user.rsplit("- ", 1)[-1].split("\n")[0], a)
+                   for user, a in role.example]
+        assert {(first, second) for first, second, _ in answers} == {words}
+        assert sorted(a == first for first, _, a in answers) == [False, True]
 
 
 @pytest.mark.parametrize("split", ["train", "heldout"])
 def test_a_scripted_convention_team_wins_every_episode(split):
-    episodes, _ = _play_team(lambda agent, pair: pair[0] if agent == 0 else pair[1], [0, 1, 2, 3], split=split)
+    episodes, _ = _play_team(lambda agent, pair, _: pair[0] if agent == 0 else pair[1], [0, 1, 2, 3], split=split)
     assert len(episodes) == 16
     for ep in episodes:
         assert ep.agents == [0, 1, 2, 3] and ep.trajectory.won and ep.team_return == 1.0
@@ -168,7 +174,7 @@ def test_a_scripted_convention_team_wins_every_episode(split):
 def test_a_random_team_is_near_chance_and_deterministic_under_seeds():
     def rule_from(seed):
         rng = random.Random(seed)
-        return lambda agent, pair: rng.choice(pair)
+        return lambda agent, pair, _: rng.choice(pair)
 
     seeds = list(range(50))
     episodes, prompts = _play_team(rule_from(7), seeds, copies=8)
@@ -186,3 +192,21 @@ def test_a_random_team_is_near_chance_and_deterministic_under_seeds():
         for j in range(agent):  # the word it did not say is nowhere: its position on j's list is unknowable
             unsaid = next(w for w in VOTES[j] if w != spoken[j])
             assert not re.search(rf"\b{unsaid}\b", real)
+
+
+def test_retry_invalid_keeps_every_ballot_with_its_member():
+    """With ``retry_invalid`` a member whose vote was refused votes again on its own ballot; round-robin would hand
+    the open ballot (and the refused member's words) to the next member."""
+    def rule(agent, pair, text):
+        refused = text.rsplit("Goal: ", 1)[1].count("Invalid command")
+        return "puppy" if agent == 1 and refused == 0 else (pair[0] if agent == 0 else pair[1])
+
+    episodes, prompts = _play_team(rule, [0, 1], router="retry_invalid", max_turns=8)
+    for ep in episodes:
+        assert ep.agents == [0, 1, 1, 2, 3] and ep.trajectory.won
+        assert [s.valid for s in ep.trajectory.steps] == [True, False, True, True, True]
+    for agent, text in prompts:  # every prompt lists its own member's words
+        listed = text.rsplit("Valid commands:\n", 1)[1]
+        assert [line[2:] for line in listed.splitlines() if line.startswith("- ")] == list(VOTES[agent])
+    rr, _ = _play_team(rule, [0, 1], router="round_robin", max_turns=8)
+    assert all(ep.agents[:3] == [0, 1, 2] and not ep.trajectory.won for ep in rr)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 ENV = "env"  # the speaker name of the environment's messages
+INVALID = "Invalid command: "  # how the environment's answer to an invalid move starts
 
 
 @dataclass(frozen=True)

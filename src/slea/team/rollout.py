@@ -38,7 +38,7 @@ from slea.rollout.collector import (
     retokenized,
 )
 from slea.rollout.view import invalid_feedback
-from slea.team.context import ENV, Message, SharedContext
+from slea.team.context import ENV, INVALID, Message, SharedContext
 from slea.team.prompts import TeamPromptBuilder
 from slea.team.routers import Router, route
 from slea.team.tasks import TeamTask
@@ -220,7 +220,7 @@ class TeamCollector:
                 if valid:
                     ctx.add(ENV, obs)
                 else:
-                    ctx.add(ENV, "Invalid command: " + invalid_feedback(
+                    ctx.add(ENV, INVALID + invalid_feedback(
                         st.obs, obs if t.action is not None else None, info))
             row_info = {"role": role.name, "parse": t.parse, ENGINE_IDS: t.engine}
             if "fault" in info:

@@ -8,20 +8,18 @@ A router is ``fn(turn, context, n_agents) -> agent index`` (``turn`` counts the 
     def critic_after_answers(turn, context, n_agents):
         return 1 if "<answer>" in context.messages[-1].text else 0
 
-TeamTR trains with the round-robin router (the TeamTR paper, §3), the default.
+TeamTR trains with the round-robin router (the TeamTR paper, §3), the default. ``retry_invalid`` is round-robin
+except that an acting agent whose move the environment refused speaks again (a voter whose ballot is still open).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from slea.plugins import Registry
+from slea.team.context import ENV, INVALID, SharedContext
 
-if TYPE_CHECKING:
-    from slea.team.context import SharedContext
-
-Router = Callable[[int, "SharedContext", int], int]
+Router = Callable[[int, SharedContext, int], int]
 ROUTERS: Registry[Router] = Registry("router", ("slea.team.routers",))
 
 
@@ -48,3 +46,18 @@ def route(router: Router, turn: int, context: SharedContext, n_agents: int) -> i
 def round_robin(turn: int, context: SharedContext, n_agents: int) -> int:
     """Agents speak in turn: agent ``turn mod n`` (TeamTR's router R)."""
     return turn % n_agents
+
+
+@register_router("retry_invalid")
+def retry_invalid(turn: int, context: SharedContext, n_agents: int) -> int:
+    """Round-robin, except that an agent whose move the environment answered as invalid speaks again: in a task
+    where each agent owns one move of the environment (a ballot of ``slea/Ballot-v0``), the move stays with its
+    owner instead of passing to the next agent. Without invalid moves it equals :func:`round_robin`."""
+    spoken = [i for i, m in enumerate(context.messages) if m.agent >= 0]
+    if not spoken:
+        return 0
+    last = context.messages[spoken[-1]]
+    after = context.messages[spoken[-1] + 1:]
+    if any(m.speaker == ENV and m.text.startswith(INVALID) for m in after):
+        return last.agent
+    return (last.agent + 1) % n_agents
