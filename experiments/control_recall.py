@@ -345,7 +345,7 @@ def compare_table() -> str:
              "off | steps that retrieved, held-out | library entries (strategies / warnings) |"),
              "|---|---:|---:|---:|---:|---:|---|"]
     for algo in ALGOS:
-        mine = sorted(r for r in runs if r.algorithm == algo)
+        mine = sorted((r for r in runs if r.algorithm == algo), key=lambda r: r.seed)
         if not mine:
             continue
         vals = [held[(algo, r.seed)] for r in mine]
