@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import check_env
 import slea.envs  # noqa: F401  (registers slea/Ballot-v0)
 from slea.config import RolloutSection
 from slea.envs import make, registered
-from slea.envs.ballot import CHORES, VOTES, BallotEnv, generate_game, scripted, success
+from slea.envs.ballot import CHORES, VOTES, BallotEnv, generate_game, graded_reward, scripted, success
 from slea.envs.pool import EnvPool
 from slea.policy.generation import Generation
 from slea.team import get_router, get_team_task
@@ -29,6 +29,25 @@ def test_success_formula_hand_computed():
     assert success(0.25, 4) == pytest.approx(4 * 0.25 * 0.75**3)  # 0.421875, the best symmetric policy of four
     assert max(success(p / 1000, 4) for p in range(1001)) == pytest.approx(0.421875)
     assert success(0.0, 4) == success(1.0, 4) == 0.0
+
+
+def test_graded_reward_hand_computed():
+    assert [graded_reward(k, 4) for k in range(5)] == pytest.approx([2 / 3, 1.0, 2 / 3, 1 / 3, 0.0])
+    assert [graded_reward(k, 2) for k in range(3)] == pytest.approx([0.0, 1.0, 0.0])
+
+
+@pytest.mark.parametrize("reward", ["exact", "graded"])
+def test_the_reward_of_every_count(reward):
+    pairs = generate_game("train", 0).ballots
+    for takes in range(5):
+        env = BallotEnv(reward=reward)
+        env.reset(seed=0)
+        for j, pair in enumerate(pairs):
+            _, r, term, _, info = env.step(pair[0] if j < takes else pair[1])
+        assert term and info["takes"] == takes and info["won"] == (takes == 1)
+        assert r == pytest.approx({"exact": [0, 1, 0, 0, 0], "graded": [2 / 3, 1, 2 / 3, 1 / 3, 0]}[reward][takes])
+    with pytest.raises(ValueError, match="reward must be one of"):
+        BallotEnv(reward="shaped")
 
 
 def test_registered_and_passes_gymnasiums_checker():

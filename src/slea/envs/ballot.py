@@ -65,6 +65,17 @@ def success(p: float, n: int) -> float:
     return n * p * (1.0 - p) ** (n - 1)
 
 
+REWARDS = ("exact", "graded")
+
+
+def graded_reward(takes: int, n: int) -> float:
+    """The ``graded`` reward of a count: ``1 − |takes − 1| / (n − 1)``. 1 when exactly one member took the chore on;
+    nobody and two members score alike (1 − 1/(n−1)), and each member more than one costs another 1/(n−1), down to
+    0 when all n took it. A member's best response still depends on the others (take it only when nobody else
+    will), but a team that is wrong by one is told so, not only a team that is right."""
+    return 1.0 - abs(int(takes) - 1) / (int(n) - 1)
+
+
 def scripted(ballots: tuple[tuple[str, str], ...]) -> list[str]:
     """A convention that always wins: member 1 takes the chore on (first word), every other member leaves it."""
     return [pair[0] if j == 0 else pair[1] for j, pair in enumerate(ballots)]
@@ -94,6 +105,8 @@ class BallotEnv(TextEnv):
         split: ``"train"`` or ``"heldout"`` (disjoint chores and word pools).
         agents: n, the ballots of a game (one per team member).
         num_games: if set, ``reset(seed=k)`` plays game ``k % num_games``.
+        reward: ``"exact"`` (1 when exactly one member took the chore on, else 0) or ``"graded"``
+            (:func:`graded_reward`). Success (``won``) is exactly one in both.
     """
 
     task_type = "ballot"
@@ -101,10 +114,14 @@ class BallotEnv(TextEnv):
     instructions = INSTRUCTIONS
     expert_source = "walkthrough"
 
-    def __init__(self, split: str = "train", agents: int = 4, num_games: int | None = None) -> None:
+    def __init__(self, split: str = "train", agents: int = 4, num_games: int | None = None,
+                 reward: str = "exact") -> None:
         super().__init__()
         if split not in SPLITS:
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+        if reward not in REWARDS:
+            raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
+        self.reward = reward
         if not 2 <= int(agents) <= len(VOTES):
             raise ValueError(f"agents must be in 2..{len(VOTES)}, got {agents}")
         if num_games is not None and int(num_games) < 1:
@@ -152,8 +169,8 @@ class BallotEnv(TextEnv):
         self._done, self._admissible = True, []
         won = self._takes == 1
         verdict = "Done: exactly one member took it on." if won else "The team failed."
-        return (RESULT.format(n=self.agents, count=self._takes, verdict=verdict), 1.0 if won else 0.0, True, False,
-                {"invalid": False})
+        reward = graded_reward(self._takes, self.agents) if self.reward == "graded" else float(won)
+        return RESULT.format(n=self.agents, count=self._takes, verdict=verdict), reward, True, False, {"invalid": False}
 
     def _info_defaults(self) -> dict[str, Any]:
         return {"won": self._done and self._takes == 1, "lost": self._done and self._takes != 1,
