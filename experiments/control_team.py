@@ -127,8 +127,10 @@ def run_stats(d: Path) -> dict[str, Any]:
     pairs = update_returns(rows)
     after = [a for _, a in pairs]
     success = [float(r.get("team/success_after", r.get("probe/success_after", math.nan))) for r in rows]
+    before = (summary.get("before") or {}).get("sampled", {})
     return {"heldout_success": summary["after"]["sampled"]["success"],
-            "heldout_success_before": (summary.get("before") or {}).get("sampled", {}).get("success"),
+            "heldout_success_before": before.get("success"),
+            "heldout_return": summary["after"]["sampled"]["return"], "heldout_return_before": before.get("return"),
             "update_regressions": regressions(pairs),
             "mean_update_change": float(np.nanmean([a - b for b, a in pairs])),
             "train_success_last": success[-1], "updates": len(rows), "episodes": summary["episodes"],
@@ -150,9 +152,10 @@ def table() -> dict[str, Any]:
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")
     stats = {f"{r.algorithm}-s{r.seed}": {"variant": r.algorithm, "seed": r.seed, **run_stats(r.dir)} for r in runs}
-    lines = [("| variant | seeds | held-out success after (64 per seed) | before | per-update regressions "
+    lines = [("| variant | seeds | held-out success after (64 per seed) | before | held-out return after | before "
+              "| per-update regressions "
              "(fraction of updates) | mean change of the team return per update | train success after the last "
-             "update | updates reverted | wall per run |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "update | updates reverted | wall per run |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for variant in VARIANTS:
         mine = [s for s in stats.values() if s["variant"] == variant]
         if not mine:
@@ -160,6 +163,7 @@ def table() -> dict[str, Any]:
         per_seed = ", ".join(f"s{s['seed']} {s['heldout_success']:.3f}" for s in mine)
         lines.append(f"| {variant} | {len(mine)} | {_fmt([s['heldout_success'] for s in mine])} ({per_seed}) | "
                      f"{_fmt([s['heldout_success_before'] for s in mine])} | "
+                     f"{_fmt([s['heldout_return'] for s in mine])} | {_fmt([s['heldout_return_before'] for s in mine])} | "
                      f"{_fmt([s['update_regressions'] for s in mine])} | "
                      f"{_fmt([s['mean_update_change'] for s in mine])} | "
                      f"{_fmt([s['train_success_last'] for s in mine])} | "
