@@ -146,8 +146,8 @@ def _fmt(xs: list[float]) -> str:
 
 
 def table() -> dict[str, Any]:
-    """table.md / table.json and curves.png (team success after every update, mean over seeds with a band of
-    ± one std) from the finished runs."""
+    """table.md / table.json and curves.png (the team's return and success after every update, mean over seeds with
+    a band of ± one std) from the finished runs."""
     runs = finished()
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")
@@ -182,23 +182,26 @@ def _plot(stats: dict[str, Any]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
-    for variant in VARIANTS:
-        curves = [s["success_after"] for s in stats.values() if s["variant"] == variant]
-        if not curves:
-            continue
-        n = min(len(c) for c in curves)
-        y = np.array([c[:n] for c in curves], dtype=float)
-        x = np.arange(1, n + 1)
-        mean, sd = np.nanmean(y, 0), (np.nanstd(y, 0, ddof=1) if len(y) > 1 else np.zeros(n))
-        ax.plot(x, mean, label=f"{variant} ({len(y)} seeds)")
-        ax.fill_between(x, mean - sd, mean + sd, alpha=0.2)
-    ax.axhline(0.25, color="grey", ls=":", lw=1, label="random team (1/4)")
-    ax.axhline(0.421875, color="grey", ls="--", lw=1, label="best symmetric team (0.42)")
-    ax.set_xlabel("single-member update")
-    ax.set_ylabel("team success on fresh rollouts")
-    ax.set_ylim(0, 1)
-    ax.legend(fontsize=8)
+    fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for ax, key, label in ((axes[0], "return_after", "team return on fresh rollouts"),
+                           (axes[1], "success_after", "team success on fresh rollouts")):
+        for variant in VARIANTS:
+            curves = [s[key] for s in stats.values() if s["variant"] == variant]
+            if not curves:
+                continue
+            n = min(len(c) for c in curves)
+            y = np.array([c[:n] for c in curves], dtype=float)
+            x = np.arange(1, n + 1)
+            mean, sd = np.nanmean(y, 0), (np.nanstd(y, 0, ddof=1) if len(y) > 1 else np.zeros(n))
+            ax.plot(x, mean, label=f"{variant} ({len(y)} seeds)")
+            ax.fill_between(x, mean - sd, mean + sd, alpha=0.2)
+        ax.set_xlabel("single-member update")
+        ax.set_ylabel(label)
+    axes[1].axhline(0.25, color="grey", ls=":", lw=1, label="random team (1/4)")
+    axes[1].axhline(0.421875, color="grey", ls="--", lw=1, label="best symmetric team (0.42)")
+    axes[1].set_ylim(0, 1)
+    for ax in axes:
+        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(RESULTS / "curves.png", dpi=120)
     plt.close(fig)
