@@ -99,7 +99,7 @@ def test_team_section():
     assert cfg.algorithm.policy_loss == "teamtr" and cfg.algorithm.clip_eps == 0.1  # the algorithm's defaults
     assert build_config({}, ["algorithm.name=teamtr", "algorithm.clip_eps=0.2"]).algorithm.clip_eps == 0.2
     for override, message in [
-        ("team.router=nope", "team.router: unknown router 'nope'; known: round_robin"),
+        ("team.router=nope", "team.router: unknown router 'nope'; known: retry_invalid, round_robin"),
         ("team.task=nope", "team.task: unknown team task 'nope'; known: ballot_volunteer, searchqa_proposer_critic"),
         ("team.trust_region.min_steps=9", "team.trust_region.min_steps: must be <= max_steps"),
         ("team.trust_region.delta=0", "team.trust_region.delta:"),
