@@ -121,12 +121,11 @@ class BallotEnv(TextEnv):
             raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
         if reward not in REWARDS:
             raise ValueError(f"reward must be one of {REWARDS}, got {reward!r}")
-        self.reward = reward
         if not 2 <= int(agents) <= len(VOTES):
             raise ValueError(f"agents must be in 2..{len(VOTES)}, got {agents}")
         if num_games is not None and int(num_games) < 1:
             raise ValueError("num_games must be >= 1")
-        self.split, self.agents = split, int(agents)
+        self.split, self.agents, self.reward = split, int(agents), reward
         self.num_games = None if num_games is None else int(num_games)
         self._game_id: int | None = None
         self._game: Game | None = None
