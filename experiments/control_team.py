@@ -106,10 +106,27 @@ def update_returns(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
     return out
 
 
+def regression_count(pairs: list[tuple[float, float]]) -> tuple[int, int]:
+    """(updates whose team return after is below the return before, updates compared): pairs with a NaN are left
+    out."""
+    ok = [(b, a) for b, a in pairs if math.isfinite(a) and math.isfinite(b)]
+    return sum(a < b for b, a in ok), len(ok)
+
+
 def regressions(pairs: list[tuple[float, float]]) -> float:
     """The fraction of updates whose team return after is below the return before (pairs with a NaN left out)."""
-    ok = [(b, a) for b, a in pairs if math.isfinite(a) and math.isfinite(b)]
-    return float(np.mean([a < b for b, a in ok])) if ok else math.nan
+    k, n = regression_count(pairs)
+    return k / n if n else math.nan
+
+
+def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
+    """Two-sided p-value of Fisher's exact test that two counts, ``k1`` of ``n1`` and ``k2`` of ``n2``, share one
+    rate: the probability, under the hypergeometric law with the margins fixed, of a table no more likely than the
+    one observed."""
+    k, n = k1 + k2, n1 + n2
+    lo, hi = max(0, k - n2), min(k, n1)
+    prob = {x: math.comb(n1, x) * math.comb(n2, k - x) / math.comb(n, k) for x in range(lo, hi + 1)}
+    return min(1.0, sum(p for p in prob.values() if p <= prob[k1] * (1 + 1e-9)))
 
 
 def finished() -> list[compare.SubRun]:
@@ -131,10 +148,13 @@ def run_stats(d: Path) -> dict[str, Any]:
     return {"heldout_success": summary["after"]["sampled"]["success"],
             "heldout_success_before": before.get("success"),
             "heldout_return": summary["after"]["sampled"]["return"], "heldout_return_before": before.get("return"),
-            "update_regressions": regressions(pairs),
+            "update_regressions": regressions(pairs), "update_regression_count": regression_count(pairs),
             "mean_update_change": float(np.nanmean([a - b for b, a in pairs])),
             "train_success_last": success[-1], "updates": len(rows), "episodes": summary["episodes"],
             "updates_reverted": sum(bool(r.get("teamtr/reverted")) for r in rows),
+            # training seconds, summed over the updates' rows so that a resumed run counts every process; the
+            # stale variants' probes and the evaluations are not in them (summary's wall_s: the last process only)
+            "train_s": float(sum(r.get("time/stage_s", 0.0) for r in rows)),
             "wall_s": summary["wall_s"], "return_after": after, "success_after": success}
 
 
@@ -145,30 +165,50 @@ def _fmt(xs: list[float]) -> str:
     return f"{np.mean(xs):.3f} ± {np.std(xs, ddof=1):.3f}" if len(xs) > 1 else f"{xs[0]:.3f}"
 
 
+def pooled_regressions(runs: list[dict[str, Any]]) -> tuple[int, int]:
+    """(regressions, updates compared) summed over ``runs`` (``run_stats`` dicts)."""
+    return (sum(s["update_regression_count"][0] for s in runs), sum(s["update_regression_count"][1] for s in runs))
+
+
+def _paired(runs: list[dict[str, Any]], base: dict[int, dict[str, Any]], key: str) -> str:
+    """``key`` of each run minus teamtr's on the same seed, as mean ± std over the seeds both have."""
+    return _fmt([s[key] - base[s["seed"]][key] for s in runs if s["seed"] in base])
+
+
 def table() -> dict[str, Any]:
     """table.md / table.json and curves.png (the team's return and success after every update, mean over seeds with
-    a band of ± one std) from the finished runs."""
+    a band of ± one std) from the finished runs. The held-out figures are also given as the difference from
+    teamtr on the same seed; every seed's regressions are pooled per variant and compared with teamtr's by
+    Fisher's exact test. The training time sums the updates' ``time/stage_s``: a resumed run counts every process,
+    and the stale variants' probes and the evaluations are left out."""
     runs = finished()
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")
     stats = {f"{r.algorithm}-s{r.seed}": {"variant": r.algorithm, "seed": r.seed, **run_stats(r.dir)} for r in runs}
-    lines = [("| variant | seeds | held-out success after (64 per seed) | before | held-out return after | before "
-              "| per-update regressions "
-             "(fraction of updates) | mean change of the team return per update | train success after the last "
-             "update | updates reverted | wall per run |"), "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [("| variant | seeds | held-out success after (64 per seed) | before | − teamtr, paired by seed "
+              "| held-out return after | before | − teamtr, paired by seed | per-update regressions, all seeds "
+              "| Fisher p vs teamtr | mean change of the team return per update | train success after the last "
+              "update | updates reverted | training time per run |"),
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    base = {s["seed"]: s for s in stats.values() if s["variant"] == "teamtr"}
+    k0, n0 = pooled_regressions([s for s in stats.values() if s["variant"] == "teamtr"])
     for variant in VARIANTS:
         mine = [s for s in stats.values() if s["variant"] == variant]
         if not mine:
             continue
         per_seed = ", ".join(f"s{s['seed']} {s['heldout_success']:.3f}" for s in mine)
+        k, n = pooled_regressions(mine)
+        vs = variant != "teamtr" and n0 and n
         lines.append(f"| {variant} | {len(mine)} | {_fmt([s['heldout_success'] for s in mine])} ({per_seed}) | "
                      f"{_fmt([s['heldout_success_before'] for s in mine])} | "
+                     f"{_paired(mine, base, 'heldout_success') if variant != 'teamtr' else '–'} | "
                      f"{_fmt([s['heldout_return'] for s in mine])} | {_fmt([s['heldout_return_before'] for s in mine])} | "
-                     f"{_fmt([s['update_regressions'] for s in mine])} | "
+                     f"{_paired(mine, base, 'heldout_return') if variant != 'teamtr' else '–'} | "
+                     f"{k} of {n} ({k / n:.2f}) | {f'{fisher_exact(k, n, k0, n0):.2f}' if vs else '–'} | "
                      f"{_fmt([s['mean_update_change'] for s in mine])} | "
                      f"{_fmt([s['train_success_last'] for s in mine])} | "
                      f"{sum(s['updates_reverted'] for s in mine)} / {sum(s['updates'] for s in mine)} | "
-                     f"{np.mean([s['wall_s'] for s in mine]) / 60:.1f} min |")
+                     f"{np.mean([s['train_s'] for s in mine]) / 60:.1f} min |")
     (RESULTS / "table.md").write_text("\n".join(lines) + "\n")
     (RESULTS / "table.json").write_text(json.dumps(stats, indent=2))
     _plot(stats)

@@ -1,0 +1,55 @@
+"""experiments/control_team.py's reading of the runs: the team return before and after every single-member update,
+the regressions counted from them, and the test that compares two variants' regression counts (no model)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from slea.testing.bench import load_experiment
+
+S = load_experiment("control_team")
+
+
+def _row(stage, position, before, after=None, probe=None):
+    row = {"stage": stage, "position": position, "team/return_before": before}
+    if after is not None:
+        row["team/return_after"] = after
+    if probe is not None:
+        row["probe/return_after"] = probe
+    return row
+
+
+def test_update_returns_chain_within_a_stage_and_restart_at_the_next():
+    # fresh rows carry the return after; a stale stage's last update has no probe (the next stage collects anew)
+    rows = [_row(0, 0, 0.2, after=0.3), _row(0, 1, 0.3, after=0.25), _row(1, 0, 0.4, probe=0.5), _row(1, 1, 0.4)]
+    pairs = S.update_returns(rows)
+    assert pairs[:3] == [(0.2, 0.3), (0.3, 0.25), (0.4, 0.5)]
+    assert pairs[3][0] == 0.5 and math.isnan(pairs[3][1])
+
+
+def test_regressions_count_only_drops_and_leave_out_missing_returns():
+    pairs = [(0.2, 0.3), (0.3, 0.25), (0.25, 0.25), (0.5, math.nan), (0.6, 0.1)]
+    assert S.regression_count(pairs) == (2, 4)  # an equal return is not a regression
+    assert S.regressions(pairs) == 0.5
+    assert math.isnan(S.regressions([(0.1, math.nan)]))
+
+
+def test_fisher_exact_against_hand_computed_tables():
+    # Fisher's tea-tasting table (3 of 4 against 1 of 4): the hypergeometric probabilities of 0..4 are
+    # 1, 16, 36, 16, 1 over 70, and the tables no more likely than 16/70 sum to 34/70
+    assert S.fisher_exact(3, 4, 1, 4) == pytest.approx(34 / 70)
+    assert S.fisher_exact(1, 4, 3, 4) == pytest.approx(34 / 70)
+    # 0 of 10 against 10 of 10: only the two extreme tables, each 1 / C(20, 10)
+    assert S.fisher_exact(0, 10, 10, 10) == pytest.approx(2 / math.comb(20, 10))
+    assert S.fisher_exact(5, 16, 5, 16) == pytest.approx(1.0)
+
+
+def test_pooled_regressions_and_paired_differences():
+    runs = [{"seed": 0, "update_regression_count": (5, 16), "heldout_return": 0.5},
+            {"seed": 1, "update_regression_count": (7, 16), "heldout_return": 0.25}]
+    base = {0: {"heldout_return": 0.375}, 1: {"heldout_return": 0.375}, 2: {"heldout_return": 0.9}}
+    assert S.pooled_regressions(runs) == (12, 32)
+    # +0.125 and -0.125 (seed 2 has no run): mean 0, sample std 0.125·√2 = 0.177
+    assert S._paired(runs, base, "heldout_return") == "0.000 ± 0.177"
