@@ -106,6 +106,23 @@ def update_returns(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
     return out
 
 
+def stage_drifts(rows: list[dict[str, Any]]) -> list[float]:
+    """How far the team an update acts on has moved from the stage's first collection, the rollouts every update
+    of a stale stage learns from: for every update but a stage's first, the team return on fresh rollouts after
+    the update before it minus the return of the stage's first collection. Near zero with a spread like the
+    sampling noise of one collection, the stale rollouts describe the intermediate teams as well as fresh ones
+    do."""
+    out = []
+    for stage in sorted({r["stage"] for r in rows}):
+        mine = sorted((r for r in rows if r["stage"] == stage), key=lambda r: r["position"])
+        first = float(mine[0]["team/return_before"])
+        for r in mine[:-1]:
+            after = float(r.get("team/return_after", r.get("probe/return_after", math.nan)))
+            if math.isfinite(after):
+                out.append(after - first)
+    return out
+
+
 def regression_count(pairs: list[tuple[float, float]]) -> tuple[int, int]:
     """(updates whose team return after is below the return before, updates compared): pairs with a NaN are left
     out."""
@@ -149,7 +166,7 @@ def run_stats(d: Path) -> dict[str, Any]:
             "heldout_success_before": before.get("success"),
             "heldout_return": summary["after"]["sampled"]["return"], "heldout_return_before": before.get("return"),
             "update_regressions": regressions(pairs), "update_regression_count": regression_count(pairs),
-            "mean_update_change": float(np.nanmean([a - b for b, a in pairs])),
+            "mean_update_change": float(np.nanmean([a - b for b, a in pairs])), "stage_drifts": stage_drifts(rows),
             "train_success_last": success[-1], "updates": len(rows), "episodes": summary["episodes"],
             "updates_reverted": sum(bool(r.get("teamtr/reverted")) for r in rows),
             # training seconds, summed over the updates' rows so that a resumed run counts every process; the
@@ -179,7 +196,7 @@ def table() -> dict[str, Any]:
     """table.md / table.json and curves.png (the team's return and success after every update, mean over seeds with
     a band of ± one std) from the finished runs. The held-out figures are also given as the difference from
     teamtr on the same seed; every seed's regressions are pooled per variant and compared with teamtr's by
-    Fisher's exact test. The training time sums the updates' ``time/stage_s``: a resumed run counts every process,
+    Fisher's exact test; the drift within a stage (:func:`stage_drifts`) is pooled the same way. The training time sums the updates' ``time/stage_s``: a resumed run counts every process,
     and the stale variants' probes and the evaluations are left out."""
     runs = finished()
     if not runs:
@@ -187,9 +204,10 @@ def table() -> dict[str, Any]:
     stats = {f"{r.algorithm}-s{r.seed}": {"variant": r.algorithm, "seed": r.seed, **run_stats(r.dir)} for r in runs}
     lines = [("| variant | seeds | held-out success after (64 per seed) | before | − teamtr, paired by seed "
               "| held-out return after | before | − teamtr, paired by seed | per-update regressions, all seeds "
-              "| Fisher p vs teamtr | mean change of the team return per update | train success after the last "
+              "| Fisher p vs teamtr | mean change of the team return per update | drift within a stage, all seeds "
+              "| train success after the last "
               "update | updates reverted | training time per run |"),
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     base = {s["seed"]: s for s in stats.values() if s["variant"] == "teamtr"}
     k0, n0 = pooled_regressions([s for s in stats.values() if s["variant"] == "teamtr"])
     for variant in VARIANTS:
@@ -206,6 +224,7 @@ def table() -> dict[str, Any]:
                      f"{_paired(mine, base, 'heldout_return') if variant != 'teamtr' else '–'} | "
                      f"{k} of {n} ({k / n:.2f}) | {f'{fisher_exact(k, n, k0, n0):.2f}' if vs else '–'} | "
                      f"{_fmt([s['mean_update_change'] for s in mine])} | "
+                     f"{_fmt([d for s in mine for d in s['stage_drifts']])} | "
                      f"{_fmt([s['train_success_last'] for s in mine])} | "
                      f"{sum(s['updates_reverted'] for s in mine)} / {sum(s['updates'] for s in mine)} | "
                      f"{np.mean([s['train_s'] for s in mine]) / 60:.1f} min |")

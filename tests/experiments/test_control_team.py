@@ -53,3 +53,10 @@ def test_pooled_regressions_and_paired_differences():
     assert S.pooled_regressions(runs) == (12, 32)
     # +0.125 and -0.125 (seed 2 has no run): mean 0, sample std 0.125·√2 = 0.177
     assert S._paired(runs, base, "heldout_return") == "0.000 ± 0.177"
+
+
+def test_stage_drifts_measure_each_intermediate_team_against_the_stages_first_collection():
+    rows = [_row(0, 0, 0.25, probe=0.5), _row(0, 1, 0.25, probe=0.0), _row(0, 2, 0.25),  # a stale stage
+            _row(1, 1, 0.5, after=0.75), _row(1, 0, 0.5, after=0.5)]  # fresh, rows out of order
+    # stage 0: the teams after updates 0 and 1 against 0.25; stage 1: after update 0 (0.5) against 0.5
+    assert S.stage_drifts(rows) == [0.25, -0.25, 0.0]
