@@ -187,6 +187,10 @@ def pooled_regressions(runs: list[dict[str, Any]]) -> tuple[int, int]:
     return (sum(s["update_regression_count"][0] for s in runs), sum(s["update_regression_count"][1] for s in runs))
 
 
+def regressions_text(k: int, n: int) -> str:
+    return f"{k / n:.2f}" if n else "–"
+
+
 def _paired(runs: list[dict[str, Any]], base: dict[int, dict[str, Any]], key: str) -> str:
     """``key`` of each run minus teamtr's on the same seed, as mean ± std over the seeds both have."""
     return _fmt([s[key] - base[s["seed"]][key] for s in runs if s["seed"] in base])
@@ -196,8 +200,9 @@ def table() -> dict[str, Any]:
     """table.md / table.json and curves.png (the team's return and success after every update, mean over seeds with
     a band of ± one std) from the finished runs. The held-out figures are also given as the difference from
     teamtr on the same seed; every seed's regressions are pooled per variant and compared with teamtr's by
-    Fisher's exact test; the drift within a stage (:func:`stage_drifts`) is pooled the same way. The training time sums the updates' ``time/stage_s``: a resumed run counts every process,
-    and the stale variants' probes and the evaluations are left out."""
+    Fisher's exact test; the drift within a stage (:func:`stage_drifts`) is pooled the same way. The training
+    time sums the updates' ``time/stage_s``: a resumed run counts every process, and the stale variants' probes
+    and the evaluations are left out."""
     runs = finished()
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")
@@ -216,13 +221,13 @@ def table() -> dict[str, Any]:
             continue
         per_seed = ", ".join(f"s{s['seed']} {s['heldout_success']:.3f}" for s in mine)
         k, n = pooled_regressions(mine)
-        vs = variant != "teamtr" and n0 and n
+        p_vs = f"{fisher_exact(k, n, k0, n0):.2f}" if variant != "teamtr" and n0 and n else "–"
         lines.append(f"| {variant} | {len(mine)} | {_fmt([s['heldout_success'] for s in mine])} ({per_seed}) | "
                      f"{_fmt([s['heldout_success_before'] for s in mine])} | "
                      f"{_paired(mine, base, 'heldout_success') if variant != 'teamtr' else '–'} | "
                      f"{_fmt([s['heldout_return'] for s in mine])} | {_fmt([s['heldout_return_before'] for s in mine])} | "
                      f"{_paired(mine, base, 'heldout_return') if variant != 'teamtr' else '–'} | "
-                     f"{k} of {n} ({k / n:.2f}) | {f'{fisher_exact(k, n, k0, n0):.2f}' if vs else '–'} | "
+                     f"{k} of {n} ({regressions_text(k, n)}) | {p_vs} | "
                      f"{_fmt([s['mean_update_change'] for s in mine])} | "
                      f"{_fmt([d for s in mine for d in s['stage_drifts']])} | "
                      f"{_fmt([s['train_success_last'] for s in mine])} | "
