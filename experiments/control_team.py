@@ -92,6 +92,13 @@ def run(variant: str, seed: int, extra: list[str] | None = None) -> str:
 
 
 # -- reading the runs ------------------------------------------------------------------------------------------
+def after_update(row: dict[str, Any], what: str = "return") -> float:
+    """The team's ``what`` (``return`` or ``success``) on fresh rollouts after the row's update: TeamTR's own
+    collection (``team/<what>_after``) or a stale variant's probe (``probe/<what>_after``); NaN where neither was
+    played (a stale stage's last update)."""
+    return float(row.get(f"team/{what}_after", row.get(f"probe/{what}_after", math.nan)))
+
+
 def update_returns(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
     """(return before, return after) of every single-member update, both on fresh rollouts of the team at that
     point: after = the row's ``team/return_after`` or ``probe/return_after``; before = the previous update's after
@@ -100,7 +107,7 @@ def update_returns(rows: list[dict[str, Any]]) -> list[tuple[float, float]]:
     for r in rows:
         if r["stage"] != prev_stage:
             prev_stage, before = r["stage"], float(r["team/return_before"])
-        after = float(r.get("team/return_after", r.get("probe/return_after", math.nan)))
+        after = after_update(r)
         out.append((before, after))
         before = after
     return out
@@ -117,7 +124,7 @@ def stage_drifts(rows: list[dict[str, Any]]) -> list[float]:
         mine = sorted((r for r in rows if r["stage"] == stage), key=lambda r: r["position"])
         first = float(mine[0]["team/return_before"])
         for r in mine[:-1]:
-            after = float(r.get("team/return_after", r.get("probe/return_after", math.nan)))
+            after = after_update(r)
             if math.isfinite(after):
                 out.append(after - first)
     return out
@@ -128,12 +135,6 @@ def regression_count(pairs: list[tuple[float, float]]) -> tuple[int, int]:
     out."""
     ok = [(b, a) for b, a in pairs if math.isfinite(a) and math.isfinite(b)]
     return sum(a < b for b, a in ok), len(ok)
-
-
-def regressions(pairs: list[tuple[float, float]]) -> float:
-    """The fraction of updates whose team return after is below the return before (pairs with a NaN left out)."""
-    k, n = regression_count(pairs)
-    return k / n if n else math.nan
 
 
 def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
@@ -160,12 +161,12 @@ def run_stats(d: Path) -> dict[str, Any]:
     rows = read_metrics(d / "metrics.jsonl")
     pairs = update_returns(rows)
     after = [a for _, a in pairs]
-    success = [float(r.get("team/success_after", r.get("probe/success_after", math.nan))) for r in rows]
+    success = [after_update(r, "success") for r in rows]
     before = (summary.get("before") or {}).get("sampled", {})
     return {"heldout_success": summary["after"]["sampled"]["success"],
             "heldout_success_before": before.get("success"),
             "heldout_return": summary["after"]["sampled"]["return"], "heldout_return_before": before.get("return"),
-            "update_regressions": regressions(pairs), "update_regression_count": regression_count(pairs),
+            "update_regression_count": regression_count(pairs),
             "mean_update_change": float(np.nanmean([a - b for b, a in pairs])), "stage_drifts": stage_drifts(rows),
             "train_success_last": success[-1], "updates": len(rows), "episodes": summary["episodes"],
             "updates_reverted": sum(bool(r.get("teamtr/reverted")) for r in rows),
@@ -185,10 +186,6 @@ def _fmt(xs: list[float]) -> str:
 def pooled_regressions(runs: list[dict[str, Any]]) -> tuple[int, int]:
     """(regressions, updates compared) summed over ``runs`` (``run_stats`` dicts)."""
     return (sum(s["update_regression_count"][0] for s in runs), sum(s["update_regression_count"][1] for s in runs))
-
-
-def regressions_text(k: int, n: int) -> str:
-    return f"{k / n:.2f}" if n else "–"
 
 
 def _paired(runs: list[dict[str, Any]], base: dict[int, dict[str, Any]], key: str) -> str:
@@ -221,13 +218,14 @@ def table() -> dict[str, Any]:
             continue
         per_seed = ", ".join(f"s{s['seed']} {s['heldout_success']:.3f}" for s in mine)
         k, n = pooled_regressions(mine)
-        p_vs = f"{fisher_exact(k, n, k0, n0):.2f}" if variant != "teamtr" and n0 and n else "–"
+        vs_base = variant != "teamtr"
+        p_vs = f"{fisher_exact(k, n, k0, n0):.2f}" if vs_base and n0 and n else "–"
         lines.append(f"| {variant} | {len(mine)} | {_fmt([s['heldout_success'] for s in mine])} ({per_seed}) | "
                      f"{_fmt([s['heldout_success_before'] for s in mine])} | "
-                     f"{_paired(mine, base, 'heldout_success') if variant != 'teamtr' else '–'} | "
+                     f"{_paired(mine, base, 'heldout_success') if vs_base else '–'} | "
                      f"{_fmt([s['heldout_return'] for s in mine])} | {_fmt([s['heldout_return_before'] for s in mine])} | "
-                     f"{_paired(mine, base, 'heldout_return') if variant != 'teamtr' else '–'} | "
-                     f"{k} of {n} ({regressions_text(k, n)}) | {p_vs} | "
+                     f"{_paired(mine, base, 'heldout_return') if vs_base else '–'} | "
+                     f"{k} of {n}{f' ({k / n:.2f})' if n else ''} | {p_vs} | "
                      f"{_fmt([s['mean_update_change'] for s in mine])} | "
                      f"{_fmt([d for s in mine for d in s['stage_drifts']])} | "
                      f"{_fmt([s['train_success_last'] for s in mine])} | "

@@ -32,8 +32,7 @@ def test_update_returns_chain_within_a_stage_and_restart_at_the_next():
 def test_regressions_count_only_drops_and_leave_out_missing_returns():
     pairs = [(0.2, 0.3), (0.3, 0.25), (0.25, 0.25), (0.5, math.nan), (0.6, 0.1)]
     assert S.regression_count(pairs) == (2, 4)  # an equal return is not a regression
-    assert S.regressions(pairs) == 0.5
-    assert math.isnan(S.regressions([(0.1, math.nan)]))
+    assert S.regression_count([(0.1, math.nan)]) == (0, 0)
 
 
 def test_fisher_exact_against_hand_computed_tables():
@@ -44,6 +43,15 @@ def test_fisher_exact_against_hand_computed_tables():
     # 0 of 10 against 10 of 10: only the two extreme tables, each 1 / C(20, 10)
     assert S.fisher_exact(0, 10, 10, 10) == pytest.approx(2 / math.comb(20, 10))
     assert S.fisher_exact(5, 16, 5, 16) == pytest.approx(1.0)
+
+
+def test_fisher_exact_matches_scipy_on_every_table_of_small_counts():
+    stats = pytest.importorskip("scipy.stats")  # an independent reference where it is installed (not a dependency)
+    for n1, n2 in ((4, 4), (16, 16), (48, 48), (7, 12)):
+        for k1 in range(n1 + 1):
+            for k2 in range(0, n2 + 1, max(1, n2 // 6)):
+                ref = stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative="two-sided").pvalue
+                assert S.fisher_exact(k1, n1, k2, n2) == pytest.approx(ref, rel=1e-6, abs=1e-12), (k1, n1, k2, n2)
 
 
 def test_pooled_regressions_and_paired_differences():
