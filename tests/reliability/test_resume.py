@@ -19,6 +19,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -76,11 +77,17 @@ def test_killed_in_process_then_resumed_equals_uninterrupted(tmp_path, rel, capl
     assert [r["iteration"] for r in read_metrics(run / "metrics.jsonl")] == [0, 1, 2]
     assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000001"
 
+    saved = json.loads((run / "checkpoints/iter_000001/state.json").read_text())["wall_s"]
     resumed = Trainer(cfg, run_dir=run)
+    t0 = time.perf_counter()
     with caplog.at_level("INFO", logger="slea"):
-        resumed.fit(resume=True)
+        summary = resumed.fit(resume=True)
+    this_process = time.perf_counter() - t0
     messages = [r.getMessage() for r in caplog.records]
     assert any("resumed from iter_000001" in m for m in messages), messages
+    # the wall time counts the killed process up to its checkpoint too, not only the resumed fit
+    assert saved > 0 and summary["wall_s"] > this_process
+    assert summary["wall_s"] == pytest.approx(saved + this_process, abs=this_process)
 
     rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(tmp_path / "ref/metrics.jsonl"))
     assert _library_rows(run / "library.sqlite") == _library_rows(tmp_path / "ref/library.sqlite")

@@ -9,6 +9,7 @@ the single-agent trainer), so the resumed run redoes update k from the checkpoin
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -96,9 +97,15 @@ def test_killed_after_update_k_then_resumed_equals_uninterrupted(tmp_path, refer
     state = json.loads((ckpt.latest_checkpoint(run / "checkpoints") / "state.json").read_text())
     assert (state["pending"] is None) == (k == 2)  # mid-stage checkpoints keep the next update's rollouts
 
+    resumed = TeamTrainer(_cfg(mode), run)
+    t0 = time.perf_counter()
     with caplog.at_level("INFO", logger="slea"):
-        summary = TeamTrainer(_cfg(mode), run).fit(resume=True)
+        summary = resumed.fit(resume=True)
+    this_process = time.perf_counter() - t0
     assert any(f"resumed from iter_{k - 1:06d}" in r.getMessage() for r in caplog.records)
+    # the wall time counts the killed process up to its checkpoint too, not only the resumed fit
+    assert state["wall_s"] > 0 and summary["wall_s"] > this_process
+    assert summary["wall_s"] == pytest.approx(state["wall_s"] + this_process, abs=this_process)
 
     assert _rows(run) == _rows(ref)  # every metric of every update, β and token KL included
     got = _adapters(run)

@@ -229,6 +229,8 @@ class Trainer:
         self.log = RunLog(self.out)
         self.samples = EpisodeSampler(self.out, cfg.run.episode_samples, cfg.run.episode_samples_bytes)
         self.start_iteration = 0
+        self.wall_before = 0.0  # wall seconds of the earlier processes of a resumed run, up to their last checkpoint
+        self.t_fit = time.perf_counter()  # when this process's fit started (fit resets it)
         self.episodes = 0
         self.env_steps = 0
         self.rollout_count = 0
@@ -366,6 +368,7 @@ class Trainer:
                    "processes": self.dp.world,  # `slea train --resume` restarts as many (checkpoint.py)
                    "critic": critic_meta,
                    "bad_update_streak": self.bad_updates.streak,
+                   "wall_s": self.wall_before + time.perf_counter() - self.t_fit,
                    "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
             keep=cfg.train.keep_checkpoints,
             library=self.dir / "library.sqlite" if self.experience is not None else None)
@@ -397,6 +400,7 @@ class Trainer:
         if self.critic is not None:
             self.critic.restore(last, state)
         self.bad_updates.streak = int(state.get("bad_update_streak", 0))
+        self.wall_before = float(state.get("wall_s", 0.0))
         self.last_checkpoint = last.name
         log.info("resumed from %s (next iteration %d)", last.name, self.start_iteration)
         return True
@@ -409,7 +413,7 @@ class Trainer:
         if resume:
             self.resume()
         self.generator.sync_weights(self.model)  # a served engine starts from the trainer's weights
-        t_start = time.perf_counter()
+        t_start = self.t_fit = time.perf_counter()
         before = None
         if cfg.eval.before and self.start_iteration == 0:
             with full_weights(self.model):  # every rank gathers (a collective); rank 0 alone evaluates
@@ -477,7 +481,8 @@ class Trainer:
         if self.experience is not None:
             self.experience.close()
         summary = {"run_dir": str(self.dir), "before": before, "after": after, "episodes": self.episodes,
-                   "iterations": len(rows), "wall_s": time.perf_counter() - t_start,
+                   # a resumed run's wall time counts its earlier processes too, up to their last checkpoint
+                   "iterations": len(rows), "wall_s": self.wall_before + time.perf_counter() - t_start,
                    "checkpoint": self.last_checkpoint,
                    # log-probs are recorded at generation and recomputed in training, both under this precision
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype,

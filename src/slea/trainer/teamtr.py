@@ -208,6 +208,8 @@ class TeamTrainer(TeamCheckpoints):
         self.env_steps = 0  # env steps of those episodes (the acting agent's moves; a planner's message is none)
         self.train_s = 0.0  # training seconds before this process (a resumed run's budget already spent)
         self.t_train = time.perf_counter()  # when this process's training started (fit resets it)
+        self.wall_before = 0.0  # wall seconds of the earlier processes of a resumed run, up to their last checkpoint
+        self.t_fit = time.perf_counter()  # when this process's fit started (fit resets it)
         self.last_update_s = 0.0  # the last single-agent update's seconds, its collections included
         self.stopped = ""  # the budget that stopped the run ('' while none did)
         self.unsaved: tuple[int, int, Any] | None = None  # the last update logged but not checkpointed
@@ -478,7 +480,7 @@ class TeamTrainer(TeamCheckpoints):
         atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
         if resume:
             self.resume()
-        t_start = time.perf_counter()
+        t_start = self.t_fit = time.perf_counter()
         before = None
         if cfg.eval.before and self.updates == 0:
             before = self.evaluate("before")
@@ -506,7 +508,7 @@ class TeamTrainer(TeamCheckpoints):
                    "rollouts": cfg.team.rollouts, "stages": cfg.train.iterations, "updates": self.updates,
                    "iterations": len(rows), "episodes": self.episodes, "messages": self.messages,
                    "env_steps": self.env_steps, "stopped_by": self.stopped or None,
-                   "before": before, "after": after, "wall_s": time.perf_counter() - t_start,
+                   "before": before, "after": after, "wall_s": self.wall_before + time.perf_counter() - t_start,
                    "checkpoint": self.last_checkpoint,
                    "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype},
                    "device": str(self.device)}
