@@ -170,8 +170,9 @@ def run_stats(d: Path) -> dict[str, Any]:
             "mean_update_change": float(np.nanmean([a - b for b, a in pairs])), "stage_drifts": stage_drifts(rows),
             "train_success_last": success[-1], "updates": len(rows), "episodes": summary["episodes"],
             "updates_reverted": sum(bool(r.get("teamtr/reverted")) for r in rows),
-            # training seconds, summed over the updates' rows so that a resumed run counts every process; the
-            # stale variants' probes and the evaluations are not in them (summary's wall_s: the last process only)
+            # training seconds, summed over the updates' rows: the stale variants' probes (not their cost) and the
+            # evaluations are not in them, and a resumed run counts every process (the committed runs' summaries
+            # predate the trainers counting earlier processes in wall_s)
             "train_s": float(sum(r.get("time/stage_s", 0.0) for r in rows)),
             "wall_s": summary["wall_s"], "return_after": after, "success_after": success}
 
@@ -198,8 +199,7 @@ def table() -> dict[str, Any]:
     a band of ± one std) from the finished runs. The held-out figures are also given as the difference from
     teamtr on the same seed; every seed's regressions are pooled per variant and compared with teamtr's by
     Fisher's exact test; the drift within a stage (:func:`stage_drifts`) is pooled the same way. The training
-    time sums the updates' ``time/stage_s``: a resumed run counts every process, and the stale variants' probes
-    and the evaluations are left out."""
+    time sums the updates' ``time/stage_s``, so the stale variants' probes and the evaluations are left out."""
     runs = finished()
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")
