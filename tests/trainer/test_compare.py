@@ -41,6 +41,13 @@ def test_compare_two_algorithms_then_reuse(tmp_path, slea_cli):
     assert seeds[0] == seeds[1]
     md = (out / "table.md").read_text()
     assert "| grpo |" in md and "| rloo |" in md
+    # rloo against the first arm, paired by seed: the exact sign-flip p, the smallest p one seed allows, the CI
+    assert [(p["a"], p["b"], p["n"], p["p_min"]) for p in table["pairs"]] == [("rloo", "grpo", 1, 1.0)]
+    assert table["pairs"][0]["p"] == 1.0 and table["pairs"][0]["verdict"] == "not separated"
+    assert table["pairs"][0]["ci_method"] == "seeds, then games"  # per-game wins are in each eval/summary.json
+    for text in (md, r.stdout):  # table.md, and the terminal
+        assert "p (exact sign-flip)" in text and "95% CI (bootstrap)" in text
+        assert "| rloo − grpo | 1 |" in text and "not separated" in text
     # second invocation: everything reused (nothing trained: the sub-runs' files are untouched)
     stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*") if p.is_file()}
     r = slea_cli(*args)
@@ -54,13 +61,19 @@ def test_compare_two_algorithms_then_reuse(tmp_path, slea_cli):
     assert r.returncode == 2 and "another config" in r.stderr
 
 
-def _fake_run(root: Path, algo: str, seed: int, succ: list[float], steps: list[float], heldout: float) -> SubRun:
+def _fake_run(root: Path, algo: str, seed: int, succ: list[float], steps: list[float], heldout: float,
+              wins: list[int] | None = None) -> SubRun:
+    """A finished sub-run; ``wins``: its held-out per-game wins, 2 sampled episodes per game."""
     d = root / "runs" / f"{algo}-s{seed}"
     (d / "eval").mkdir(parents=True)
     rows = [{"iteration": i, "train/success": s, "train/return": s, "env_steps": e, "rollouts": 4 * (i + 1)}
             for i, (s, e) in enumerate(zip(succ, steps))]
     (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (d / "eval/summary.json").write_text(json.dumps({"after": {"sampled": {"success": heldout}}, "wall_s": 60}))
+    after: dict = {"sampled": {"success": heldout}}
+    if wins is not None:
+        after = {"games": len(wins), "sampled": {"success": heldout, "episodes": 2.0 * len(wins)},
+                 "per_game_wins": wins}
+    (d / "eval/summary.json").write_text(json.dumps({"after": after, "wall_s": 60}))
     return SubRun(algo, seed, d, "reused")
 
 
@@ -103,6 +116,63 @@ def test_table_statistics_and_interpolation(tmp_path):
     assert "| d | 1 | 0.000 | – | – | – | – | – | – | 0 |" in table_markdown(none)
 
 
+def test_pairs_against_the_baseline_with_p_and_ci(tmp_path):
+    # b beats a on every one of 3 seeds, by the same 2 of 8 episodes on held-out game 0: p = 0.25, the smallest 3
+    # seeds allow, so not separated; a seed's mean is 0.25 on every seed, but the games (+1, 0, 0, 0) widen the CI
+    wins_a, wins_b = [0, 1, 1, 2], [2, 1, 1, 2]
+    runs = [_fake_run(tmp_path, arm, s, [0.0], [10], sum(w) / 8, w)
+            for arm, w in (("a", wins_a), ("b", wins_b)) for s in range(3)]
+    runs.append(_fake_run(tmp_path, "c", 0, [0.0], [10], 0.625))  # no per-game wins, one seed
+    t = summarize_runs(runs)
+    assert t["baseline"] == "a" and [(p["a"], p["b"]) for p in t["pairs"]] == [("b", "a"), ("c", "a")]
+    b, c = t["pairs"]
+    assert b["diffs"] == pytest.approx([0.25] * 3) and b["mean"] == pytest.approx(0.25) and b["std"] == 0.0
+    assert b["p"] == pytest.approx(0.25) and b["p_min"] == 0.25 and not b["separated"]
+    assert b["ci_method"] == "seeds, then games" and b["games"] == 4 and b["ci"][0] < 0.25 < b["ci"][1]
+    assert c["seeds"] == [0] and c["p"] == 1.0 and c["ci_method"] == "seeds" and c["ci"] == pytest.approx([0.125] * 2)
+    md = table_markdown(t)
+    assert "Held-out success against a, paired by seed:" in md
+    assert "| b − a | 3 | s0 +0.250, s1 +0.250, s2 +0.250 | +0.250 ± 0.000 | 0.250 | 0.250 |" in md
+    # another baseline; one without a run is refused
+    t = summarize_runs(runs, baseline="b")
+    assert [(p["a"], p["b"]) for p in t["pairs"]] == [("a", "b"), ("c", "b")]
+    assert t["pairs"][0]["mean"] == pytest.approx(-0.25)
+    with pytest.raises(ValueError, match="baseline z"):
+        summarize_runs(runs, baseline="z")
+
+
+def test_finished_runs_from_folder_names_and_rewrite_table(tmp_path):
+    from slea.trainer.compare import finished_runs, rewrite_table
+
+    for arm, seed in (("slea_task", 1), ("grpo", 0), ("slea", 0), ("slea", 1), ("grpo", 1), ("slea-x", 0)):
+        _fake_run(tmp_path, arm, seed, [0.0], [10], 0.1 * seed, [seed, 0])
+    (tmp_path / "runs" / "unfinished-s0").mkdir()
+    (tmp_path / "runs" / "notes").mkdir()
+    runs = finished_runs(tmp_path, order=["slea", "grpo"])
+    assert [(r.algorithm, r.seed) for r in runs] == [("slea", 0), ("slea", 1), ("grpo", 0), ("grpo", 1),
+                                                    ("slea-x", 0), ("slea_task", 1)]
+    (tmp_path / "compare.json").write_text(json.dumps({"algorithms": ["slea", "grpo"], "baseline": "grpo"}))
+    t = rewrite_table(tmp_path)
+    assert t["baseline"] == "grpo" and (tmp_path / "table.md").is_file()
+    assert json.loads((tmp_path / "table.json").read_text())["pairs"][0]["a"] == "slea"
+    with pytest.raises(ValueError, match="no finished sub-run"):
+        rewrite_table(tmp_path / "empty")
+
+
+def test_table_only_writes_the_table_again_and_prints_p_and_ci(tmp_path, slea_cli):
+    for arm in ("a", "b"):
+        for seed in range(3):
+            _fake_run(tmp_path, arm, seed, [0.0], [10], 0.5 if arm == "a" else 0.25, [1, 1] if arm == "a" else [1, 0])
+    r = slea_cli("compare", "--table-only", "--out", str(tmp_path), "--baseline", "b")
+    assert r.returncode == 0, r.stderr
+    assert "| a − b | 3 | s0 +0.250, s1 +0.250, s2 +0.250 | +0.250 ± 0.000 | 0.250 | 0.250 |" in r.stdout
+    assert "95% CI (bootstrap)" in r.stdout and not (tmp_path / "curves.png").exists()
+    r = slea_cli("compare", "--table-only", "--out", str(tmp_path), "--baseline", "z")
+    assert r.returncode == 2 and "baseline z" in r.stderr
+    r = slea_cli("compare", "--table-only")
+    assert r.returncode == 2 and "--out" in r.stderr
+
+
 def test_env_steps_fallback_for_old_runs():
     x, ys = env_step_curve([{"train/episode_len": 2.0, "train/episodes": 4.0, "train/success": 0.5},
                             {"train/episode_len": 3.0, "train/episodes": 4.0, "train/success": 1.0}])
@@ -119,6 +189,9 @@ def test_plan_validates_every_sub_config_first(tmp_path):
     assert str(cfgs[("grpo", 0)].run.dir).endswith("runs/grpo-s0")
     with pytest.raises(ConfigError, match="algorithm.name"):
         plan(SMOKE, ["grpo", "nope"], [0], tmp_path)
+    assert plan(SMOKE, ["grpo", "slea"], [0], tmp_path, baseline="slea").spec["baseline"] == "slea"
+    with pytest.raises(ValueError, match="--baseline rloo: not one of the compared arms"):
+        plan(SMOKE, ["grpo", "slea"], [0], tmp_path, baseline="rloo")
     assert not (tmp_path / "runs").exists()
 
 

@@ -234,12 +234,27 @@ def compare(
     seeds: str = typer.Option("0", "--seeds", help="comma-separated run seeds, e.g. 0,1,2"),
     set_: list[str] = typer.Option([], "--set", help="override for every run, e.g. --set train.iterations=4"),
     out: Path | None = typer.Option(None, "--out", help="output folder (default runs/compare-<config>)"),
+    baseline: str | None = typer.Option(None, "--baseline", help="the arm every other is compared with, paired "
+                                        "by seed (default the first)"),
+    table_only: bool = typer.Option(False, "--table-only", help="train nothing: write table.md/json again from "
+                                    "the finished sub-runs under --out"),
 ) -> None:
     """Train several algorithms (or variants: --variant LABEL:KEY=VALUE,...) × seeds with identical env seeds and
-    budget; writes table.md/json and curves.png. Finished sub-runs are reused, unfinished ones resumed."""
+    budget; writes table.md/json and curves.png, with every arm against the baseline paired by seed (differences,
+    exact sign-flip p, bootstrap CI). Finished sub-runs are reused, unfinished ones resumed."""
     from slea.config import ConfigError
     from slea.trainer import compare as cmp
 
+    if table_only:
+        if out is None:
+            raise fail("compare --table-only: give the comparison's folder with --out")
+        try:
+            cmp.rewrite_table(out, baseline)
+        except ValueError as exc:
+            raise fail(f"compare: {exc}") from None
+        typer.echo((out / "table.md").read_text())
+        plain(f"wrote {out / 'table.md'}, {out / 'table.json'}")
+        return
     if algorithms is None and not variant:
         algorithms = "grpo,rloo,gigpo"
     algos = [a.strip() for a in (algorithms or "").split(",") if a.strip()]
@@ -249,7 +264,8 @@ def compare(
         raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
     out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
     try:
-        plan = cmp.plan(config, algos, seed_list, out, overrides=list(set_), variants=cmp.parse_variants(variant))
+        plan = cmp.plan(config, algos, seed_list, out, overrides=list(set_), variants=cmp.parse_variants(variant),
+                        baseline=baseline)
     except (ConfigError, ValueError) as exc:
         raise fail(f"compare: {exc}") from None
     require_env(plan.items[0][1].env.id)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["ALPHA", "PairedComparison", "format_ci", "format_p", "hierarchical_bootstrap_ci", "markdown_table",
+__all__ = ["ALPHA", "PairedComparison", "format_ci", "format_mean_std", "format_p", "hierarchical_bootstrap_ci", "markdown_table",
            "mean_std", "min_sign_flip_pvalue", "paired_comparison", "paired_differences", "per_game_success",
            "seed_bootstrap_ci", "sign_flip_pvalue", "summary_line"]
 
@@ -267,7 +267,7 @@ def format_ci(ci: tuple[float, float] | list[float] | None, digits: int = 3) -> 
     return f"[{ci[0]:+.{digits}f}, {ci[1]:+.{digits}f}]"
 
 
-def _mean_std_text(c: PairedComparison | Mapping[str, Any], digits: int = 3) -> str:
+def format_mean_std(c: PairedComparison | Mapping[str, Any], digits: int = 3) -> str:
     mean, std = (c["mean"], c["std"]) if isinstance(c, Mapping) else (c.mean, c.std)
     if mean is None:
         return "–"
@@ -286,7 +286,7 @@ def summary_line(c: PairedComparison | Mapping[str, Any], digits: int = 3) -> st
         return f"{_get(c, 'a')} − {_get(c, 'b')} ({_get(c, 'metric')}): no paired seeds"
     exact = "exact sign-flip" if _get(c, "p_exact") else "sign-flip, sampled"
     return (f"{_get(c, 'a')} − {_get(c, 'b')} ({_get(c, 'metric')}), n={len(_get(c, 'seeds'))}: "
-            f"{_mean_std_text(c, digits)}; p = {format_p(_get(c, 'p'))} ({exact}; smallest possible "
+            f"{format_mean_std(c, digits)}; p = {format_p(_get(c, 'p'))} ({exact}; smallest possible "
             f"{format_p(_get(c, 'p_min'))}); {_get(c, 'confidence'):.0%} CI {format_ci(_get(c, 'ci'), digits)} "
             f"(bootstrap over {_get(c, 'ci_method')}): "
             f"{'separated' if _get(c, 'p') is not None and _get(c, 'p') < _get(c, 'alpha') else 'not separated'}")
@@ -306,7 +306,7 @@ def markdown_table(comparisons: Sequence[PairedComparison | Mapping[str, Any]], 
         p = _get(c, "p")
         verdict = "separated" if p is not None and p < _get(c, "alpha") else "not separated"
         how = "seeds, games" if _get(c, "ci_method") == "seeds, then games" else "seeds"
-        lines.append(f"| {_get(c, 'a')} − {_get(c, 'b')} | {len(seeds)} | {per} | {_mean_std_text(c, digits)} | "
+        lines.append(f"| {_get(c, 'a')} − {_get(c, 'b')} | {len(seeds)} | {per} | {format_mean_std(c, digits)} | "
                      f"{format_p(p)}{'' if _get(c, 'p_exact') or p is None else ' (sampled)'} | "
                      f"{format_p(_get(c, 'p_min'))} | {format_ci(_get(c, 'ci'), digits)} ({how}) | {verdict} |")
     if note:

@@ -27,7 +27,10 @@ invocation would use is an error (use another ``--out``), so a folder never mixe
 
 Outputs in ``<out>``: ``table.md`` and ``table.json`` (held-out success after training, mean ± std over
 seeds; train success interpolated at common env-step budgets; env steps; rollouts, one per whole episode or
-RTPO sibling continuation; wall time), ``curves.png`` (train
+RTPO sibling continuation; wall time; and every arm against the baseline — the first arm, or ``--baseline`` —
+paired by seed: the per-seed differences of held-out success, mean ± std, the exact sign-flip p over seeds with the
+smallest p the seeds allow, a bootstrap 95% CI resampling seeds and then held-out games, and "separated" only at
+p < 0.05, :mod:`slea.evaluation.stats`), ``curves.png`` (train
 success and return against env steps: the mean over seeds with a 95% confidence band), ``compare.json`` (the
 spec of the comparison).
 """
@@ -49,10 +52,11 @@ import yaml
 from slea.algorithms.registry import get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, load_config, unused_settings
+from slea.evaluation import stats
 from slea.trainer.runlog import read_metrics
 
-__all__ = ["Arm", "Plan", "SubRun", "compare", "env_step_curve", "parse_variants", "plan", "run", "summarize_runs",
-           "train_sub_run", "write_outputs"]
+__all__ = ["Arm", "Plan", "SubRun", "compare", "env_step_curve", "finished_runs", "paired", "parse_variants", "plan",
+           "rewrite_table", "run", "summarize_runs", "train_sub_run", "write_outputs"]
 
 BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
@@ -203,14 +207,18 @@ def _check_one_trainer(items: list[tuple[SubRun, RunConfig]]) -> None:
 
 
 def plan(config: str | Path | None, algorithms: list[str], seeds: list[int], out: str | Path,
-         overrides: list[str] | None = None, variants: dict[str, list[str]] | None = None) -> Plan:
+         overrides: list[str] | None = None, variants: dict[str, list[str]] | None = None,
+         baseline: str | None = None) -> Plan:
     """Resolve and validate every sub-run's config before anything trains (a typo fails fast, not after
-    hours): one arm per algorithm, or per variant (``{label: overrides}``, :func:`make_arms`). Raises
-    ``ConfigError`` for a bad config and ``ValueError`` for a bad spec, a mix of trainers, or an ``out`` folder
+    hours): one arm per algorithm, or per variant (``{label: overrides}``, :func:`make_arms`); ``baseline`` is
+    the arm every other is compared with, paired by seed (default the first). Raises ``ConfigError`` for a bad
+    config and ``ValueError`` for a bad spec, a baseline that is no arm, a mix of trainers, or an ``out`` folder
     holding a sub-run trained with different settings."""
     out = Path(out)
     overrides = list(overrides or [])
     arms = make_arms(list(algorithms), variants, overrides)
+    if baseline is not None and baseline not in [a.label for a in arms]:
+        raise ValueError(f"--baseline {baseline}: not one of the compared arms ({', '.join(a.label for a in arms)})")
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError("compare needs at least one seed, and seeds must not repeat")
     items = []
@@ -235,6 +243,8 @@ def plan(config: str | Path | None, algorithms: list[str], seeds: list[int], out
             "overrides": overrides, "algorithm_defaults": defaults}
     if variants:
         spec["variants"] = {a.label: list(a.overrides) for a in arms}
+    if baseline is not None:
+        spec["baseline"] = baseline
     return Plan(out, spec, items)
 
 
@@ -248,7 +258,7 @@ def run(p: Plan, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     for i, (sub, cfg) in enumerate(p.items):
         train_sub_run(sub, cfg, say, f"[{i + 1}/{len(p.items)}] {sub.dir.name}")
         runs.append(sub)
-    table = summarize_runs(runs)
+    table = summarize_runs(runs, baseline=p.spec.get("baseline"))
     table["spec"] = p.spec
     write_outputs(table, runs, p.out)
     return table
@@ -289,9 +299,9 @@ def train_sub_run(sub: SubRun, cfg: RunConfig, say: Callable[[str], None] | None
 
 def compare(config: str | Path | None, algorithms: list[str], seeds: list[int], out: str | Path,
             overrides: list[str] | None = None, say: Callable[[str], None] | None = None,
-            variants: dict[str, list[str]] | None = None) -> dict[str, Any]:
+            variants: dict[str, list[str]] | None = None, baseline: str | None = None) -> dict[str, Any]:
     """:func:`plan` then :func:`run`: the whole comparison in one call."""
-    return run(plan(config, algorithms, seeds, out, overrides, variants), say=say)
+    return run(plan(config, algorithms, seeds, out, overrides, variants, baseline), say=say)
 
 
 # -- reading the sub-runs --------------------------------------------------------------------------------------
@@ -330,6 +340,7 @@ def _load(sub: SubRun) -> dict[str, Any]:
     after = summary.get("after") or {}
     return {"summary": summary, "x": x, "ys": ys,
             "heldout": (after.get("sampled") or {}).get("success"),
+            "heldout_games": stats.per_game_success(after),
             "greedy": (after.get("greedy") or {}).get("success"),
             "before": ((summary.get("before") or {}).get("sampled") or {}).get("success"),
             "env_steps": float(x[-1]) if x.size else 0.0, "wall_s": summary.get("wall_s"),
@@ -346,8 +357,24 @@ def _interp(x: np.ndarray, y: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.interp(at, x[ok], y[ok])
 
 
-def summarize_runs(runs: list[SubRun]) -> dict[str, Any]:
-    """The comparison table (``table.json``): per algorithm, statistics over its seeds."""
+def paired(runs: list[SubRun], a: str, b: str, loaded: dict[tuple[str, int], dict[str, Any]] | None = None
+           ) -> stats.PairedComparison:
+    """Arm ``a`` against arm ``b`` on held-out sampled success, paired by seed (:func:`slea.evaluation.stats.
+    paired_comparison`): the bootstrap resamples seeds and then held-out games (each run's ``per_game_wins``) where
+    both arms' evaluations hold the same games, else seeds only."""
+    loaded = loaded if loaded is not None else {(r.algorithm, r.seed): _load(r) for r in runs}
+    by = {arm: {s: d for (x, s), d in loaded.items() if x == arm} for arm in (a, b)}
+    return stats.paired_comparison({s: d["heldout"] for s, d in by[a].items()},
+                                   {s: d["heldout"] for s, d in by[b].items()},
+                                   a_games={s: d["heldout_games"] for s, d in by[a].items()},
+                                   b_games={s: d["heldout_games"] for s, d in by[b].items()},
+                                   names=(a, b), metric="held-out success")
+
+
+def summarize_runs(runs: list[SubRun], baseline: str | None = None) -> dict[str, Any]:
+    """The comparison table (``table.json``): per algorithm, statistics over its seeds; and under ``pairs`` every
+    other arm against ``baseline`` (default the first arm), paired by seed (:func:`paired`). A ``ValueError`` for a
+    baseline with no run."""
     loaded = {(r.algorithm, r.seed): _load(r) for r in runs}
     ends = [d["env_steps"] for d in loaded.values() if d["env_steps"] > 0]
     horizon = min(ends) if ends else 0.0
@@ -374,6 +401,52 @@ def summarize_runs(runs: list[SubRun]) -> dict[str, Any]:
             "iterations": stat([float(d["iterations"]) for _, d in mine]),
             "wall_s": stat([d["wall_s"] for _, d in mine]),
         }
+    if algos:
+        base = baseline if baseline is not None else algos[0]
+        if base not in algos:
+            raise ValueError(f"baseline {base}: no finished run of it (arms: {', '.join(algos)})")
+        table["baseline"] = base
+        table["pairs"] = [paired(runs, a, base, loaded).to_dict() for a in algos if a != base]
+    return table
+
+
+def parse_run_name(name: str) -> tuple[str, int] | None:
+    """``<arm>-s<seed>`` as (arm, seed); None for a folder name of another form."""
+    arm, sep, seed = name.rpartition("-s")
+    return (arm, int(seed)) if sep and arm and seed.isdigit() else None
+
+
+def finished_runs(folder: str | Path, order: list[str] | tuple[str, ...] | None = None) -> list[SubRun]:
+    """The finished sub-runs (``eval/summary.json``) under ``<folder>/runs/<arm>-s<seed>/``, read from the folder
+    names, not from a fixed list of arms: the arms named in ``order`` first, in that order, then the others
+    alphabetically; seeds in order."""
+    found = []
+    runs = Path(folder) / "runs"
+    for d in sorted(runs.iterdir()) if runs.is_dir() else []:
+        parsed = parse_run_name(d.name)
+        if parsed and (d / "eval" / "summary.json").is_file():
+            found.append(SubRun(parsed[0], parsed[1], d, "reused"))
+    rank = {a: i for i, a in enumerate(order or [])}
+    return sorted(found, key=lambda r: (rank.get(r.algorithm, len(rank)), r.algorithm, r.seed))
+
+
+def rewrite_table(out: str | Path, baseline: str | None = None) -> dict[str, Any]:
+    """``table.md`` and ``table.json`` of a comparison folder again from its finished sub-runs (nothing trains,
+    ``curves.png`` stays): the spec from ``compare.json`` (else the old ``table.json``), the baseline ``baseline``,
+    else the spec's, else the first arm. Returns the table. A ``ValueError`` when no sub-run has finished."""
+    out = Path(out)
+    spec: dict[str, Any] = {}
+    if (out / "compare.json").is_file():
+        spec = json.loads((out / "compare.json").read_text())
+    elif (out / "table.json").is_file():
+        spec = json.loads((out / "table.json").read_text()).get("spec") or {}
+    runs = finished_runs(out, spec.get("algorithms"))
+    if not runs:
+        raise ValueError(f"{out}: no finished sub-run under runs/<arm>-s<seed>/")
+    table = summarize_runs(runs, baseline=baseline or spec.get("baseline"))
+    table["spec"] = spec
+    atomic_write_text(out / "table.json", json.dumps(table, indent=2))
+    atomic_write_text(out / "table.md", table_markdown(table))
     return table
 
 
@@ -416,6 +489,10 @@ def table_markdown(table: dict[str, Any]) -> str:
          "from a trunk's turn boundary; train.rollout_budget / train.env_step_budget stop runs at a matched "
          "budget)."),
     ]
+    pairs = table.get("pairs") or []
+    if pairs:
+        notes += ["", f"Held-out success against {table['baseline']}, paired by seed:", "",
+                  stats.markdown_table(pairs).rstrip()]
     return "\n".join(lines + notes) + "\n"
 
 
