@@ -42,6 +42,7 @@ from typing import Any
 
 import numpy as np
 
+from slea.evaluation import stats
 from slea.trainer import compare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -321,35 +322,75 @@ def agent_table() -> str:
     d = [r["with"]["sampled"]["success"] - r["without"]["sampled"]["success"] for _, r, _ in rows]
     lines.append(f"| mean | | {_ms([r['without']['sampled']['success'] for _, r, _ in rows])} | "
                  f"{_ms([r['with']['sampled']['success'] for _, r, _ in rows])} | {_ms(d)} | | | | |")
+    pairs = [stats.paired_comparison({s: r["with"][mode]["success"] for s, r, _ in rows if mode in r["with"]},
+                                     {s: r["without"][mode]["success"] for s, r, _ in rows if mode in r["without"]},
+                                     names=("library", "no library"), metric=f"held-out {mode} success")
+             for mode in ("sampled", "greedy")]
+    lines += ["", ("With the library against without it, paired by seed (the frozen model; agent.json keeps no "
+                   "per-game outcome, so the CI resamples seeds):"), "", *(f"- {stats.summary_line(c)}" for c in pairs)]
     return "\n".join(lines) + "\n"
 
 
-def finished() -> list[compare.SubRun]:
-    out = []
-    for algo in ALGOS:
-        for d in sorted((RESULTS / "compare" / "runs").glob(f"{algo}-s*")):
-            if (d / "eval" / "summary.json").is_file():
-                out.append(compare.SubRun(algo, int(d.name.rsplit("-s", 1)[1]), d, "reused"))
+ARM_ORDER = ("slea", "slea_task", "slea_off", "grpo", "gigpo")  # the tables' order; arms come from the run folders
+BASELINE = "grpo"
+
+
+def finished(folder: Path | None = None) -> list[compare.SubRun]:
+    """The finished runs under ``folder`` (default ``RESULTS/compare``), arms read from the folder names
+    ``runs/<arm>-s<seed>/``."""
+    return compare.finished_runs(folder or RESULTS / "compare", ARM_ORDER)
+
+
+def _games(path: Path) -> list[float] | None:
+    if not path.is_file():
+        return None
+    data = json.loads(path.read_text())
+    return stats.per_game_success(data.get("after") or data)
+
+
+def comparisons(runs: list[compare.SubRun]) -> list[stats.PairedComparison]:
+    """Every arm against :data:`BASELINE`; slea against each of its own variants (``slea_*``: the pass criterion's
+    slea − slea_task); and (c), slea's policies with retrieval against the same policies with retrieval off at
+    evaluation. Each paired by seed, with the exact sign-flip p and the bootstrap CI over seeds and held-out games
+    (:func:`slea.trainer.compare.paired`)."""
+    arms = list(dict.fromkeys(r.algorithm for r in runs))
+    pairs = [(a, BASELINE) for a in arms if a != BASELINE] if BASELINE in arms else []
+    pairs += [("slea", a) for a in arms if a.startswith("slea_")] if "slea" in arms else []
+    out = [compare.paired(runs, a, b) for a, b in pairs]
+    mine = [r for r in runs if r.algorithm == "slea" and library_off_eval(r.dir).is_file()]
+    if mine:
+        out.append(stats.paired_comparison(
+            {r.seed: _sampled(r.dir / "eval" / "summary.json").get("success") for r in mine},
+            {r.seed: _sampled(library_off_eval(r.dir)).get("success") for r in mine},
+            a_games={r.seed: _games(r.dir / "eval" / "summary.json") for r in mine},
+            b_games={r.seed: _games(library_off_eval(r.dir)) for r in mine},
+            names=("slea", "slea, retrieval off at eval (c)")))
     return out
 
 
-def compare_table() -> str:
-    runs = finished()
+def compare_table(folder: Path | None = None) -> str:
+    """table.md's text for the compare folder ``folder`` (default ``RESULTS/compare``); writes its table.json and
+    curves.png. Arms are the run folders' names (``runs/<arm>-s<seed>/``), so added arms join the table."""
+    folder = folder or RESULTS / "compare"
+    runs = finished(folder)
     if not runs:
         return ""
-    tab = compare.summarize_runs(runs)
+    arms = list(dict.fromkeys(r.algorithm for r in runs))
+    tab = compare.summarize_runs(runs, baseline=BASELINE if BASELINE in arms else None)
+    pairs = comparisons(runs)
+    tab["pairs"] = [c.to_dict() for c in pairs]
+    tab["baseline"] = BASELINE if BASELINE in arms else arms[0]
     held = {(r.algorithm, r.seed): _sampled(r.dir / "eval" / "summary.json").get("success") for r in runs}
-    lines = [compare.table_markdown({**tab, "spec": {"config": "configs/control_recall.yaml",
-                                                       "seeds": sorted({r.seed for r in runs})}}).rstrip(), "",
-             ("| algorithm | seeds | held-out success (64 per seed) | − grpo, paired by seed | held-out with retrieval "
-             "off | steps that retrieved, held-out | library entries (strategies / warnings) |"),
+    vs = {c.a: c for c in pairs if c.b == BASELINE}
+    lines = [compare.table_markdown({**tab, "pairs": [], "spec": {"config": "configs/control_recall.yaml",
+                                                                   "seeds": sorted({r.seed for r in runs})}}).rstrip(),
+             "", (f"| arm | seeds | held-out success (64 per seed) | − {BASELINE}, paired by seed (p, 95% CI) | "
+                  "held-out with retrieval off | steps that retrieved, held-out | library entries (strategies / "
+                  "warnings) |"),
              "|---|---:|---:|---:|---:|---:|---|"]
-    for algo in ALGOS:
+    for algo in arms:
         mine = sorted((r for r in runs if r.algorithm == algo), key=lambda r: r.seed)
-        if not mine:
-            continue
         vals = [held[(algo, r.seed)] for r in mine]
-        diffs = [held[(algo, r.seed)] - held[("grpo", r.seed)] for r in mine if ("grpo", r.seed) in held]
         off = [_sampled(library_off_eval(r.dir)).get("success") for r in mine]
         hit = [_sampled(r.dir / "eval" / "summary.json").get("retrieval_hit_rate") for r in mine]
         sizes = []
@@ -360,22 +401,31 @@ def compare_table() -> str:
                 sizes.append(f"{int(last['library/size'])} ({int(last.get('library/size_pos', 0))} / "
                              f"{int(last.get('library/size_neg', 0))})")
         per = ", ".join(f"s{r.seed} {v:.3f}" for r, v in zip(mine, vals))
-        lines.append(f"| {algo} | {len(mine)} | {_ms(vals)} ({per}) | {_ms(diffs) if algo != 'grpo' else '–'} | "
-                     f"{_ms([x for x in off if x is not None]) if algo == 'slea' else '–'} | "
+        c = vs.get(algo)
+        diff = (f"{stats.format_mean_std(c)} (n={c.n}, p = {stats.format_p(c.p)}, CI {stats.format_ci(c.ci)})"
+                if c is not None and c.n else "–")
+        off_vals = [x for x in off if x is not None]
+        lines.append(f"| {algo} | {len(mine)} | {_ms(vals)} ({per}) | {diff} | {_ms(off_vals) if off_vals else '–'} | "
                      f"{_ms([x for x in hit if x is not None])} | {', '.join(sizes) or '–'} |")
-    compare.plot_compare(runs, RESULTS / "compare" / "curves.png")
-    (RESULTS / "compare" / "table.json").write_text(json.dumps(tab, indent=2))
+    if pairs:
+        lines += ["", "Every comparison, paired by seed (held-out sampled success):", "",
+                  stats.markdown_table(pairs).rstrip()]
+    compare.plot_compare(runs, folder / "curves.png")
+    (folder / "table.json").write_text(json.dumps(tab, indent=2))
     return "\n".join(lines) + "\n"
 
 
-def table() -> None:
+def table(folder: Path | None = None) -> None:
+    """agent.md (when (a) has runs) and the compare folder's table.md/json and curves.png (``folder``, default
+    ``RESULTS/compare``)."""
     compare.relativize(RESULTS)
-    a, b = agent_table(), compare_table()
+    folder = folder or RESULTS / "compare"
+    a, b = agent_table(), compare_table(folder)
     if a:
         (RESULTS / "agent.md").write_text(a)
         print(a)
     if b:
-        (RESULTS / "compare" / "table.md").write_text(b)
+        (folder / "table.md").write_text(b)
         print(b)
 
 
@@ -389,7 +439,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--algo", choices=ALGOS, required=True)
     r.add_argument("--seed", type=int, required=True)
     r.add_argument("--set", dest="extra", action="append", default=[])
-    sub.add_parser("table")
+    t = sub.add_parser("table")
+    t.add_argument("--compare", type=Path, default=None, help="the compare folder (runs/<arm>-s<seed>/ under it; "
+                   "default RESULTS/compare)")
     d = sub.add_parser("diagnose")
     d.add_argument("--seed", type=int, required=True)
     d.add_argument("--set", dest="extra", action="append", default=[])
@@ -401,7 +453,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.cmd == "run":
         run(args.algo, args.seed, args.extra)
     else:
-        table()
+        table(args.compare)
 
 
 if __name__ == "__main__":

@@ -82,3 +82,36 @@ def test_the_diagnose_call_is_the_heldout_call_plus_trace(tmp_path):
     assert args[args.index("--games") + 1] == str(S.HELDOUT["games"])
     assert args[args.index("--library") + 1].endswith("lib.sqlite")
     assert "experience.mode=step" in args
+
+
+def _finished_run(folder, arm, seed, wins, episodes=2):
+    import json
+
+    d = folder / "runs" / f"{arm}-s{seed}"
+    (d / "eval").mkdir(parents=True)
+    (d / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "train/success": 0.0, "env_steps": 10}) + "\n")
+    after = {"games": len(wins), "per_game_wins": wins,
+             "sampled": {"success": sum(wins) / (episodes * len(wins)), "episodes": float(episodes * len(wins))}}
+    (d / "eval" / "summary.json").write_text(json.dumps({"after": after, "wall_s": 1.0}))
+    return d
+
+
+def test_compare_table_reads_the_arms_from_the_run_folders(tmp_path):
+    import json
+
+    folder = tmp_path / "study"
+    for seed in range(3):  # slea wins game 0 on every seed; grpo never; slea_task once
+        _finished_run(folder, "slea", seed, [2, 0, 0, 0])
+        _finished_run(folder, "grpo", seed, [0, 0, 0, 0])
+        _finished_run(folder, "slea_task", seed, [2 if seed == 0 else 0, 0, 0, 0])
+    (folder / "runs" / "notes").mkdir()  # a folder name that is no run: skipped
+    md = S.compare_table(folder)
+    tab = json.loads((folder / "table.json").read_text())
+    pairs = {(p["a"], p["b"]): p for p in tab["pairs"]}
+    assert set(pairs) == {("slea", "grpo"), ("slea_task", "grpo"), ("slea", "slea_task")}
+    p = pairs[("slea", "grpo")]
+    assert p["diffs"] == [0.25] * 3 and p["p"] == 0.25 and p["p_min"] == 0.25 and p["verdict"] == "not separated"
+    assert p["ci_method"] == "seeds, then games"
+    assert pairs[("slea", "slea_task")]["diffs"] == [0.0, 0.25, 0.25]
+    assert "| slea − grpo | 3 | s0 +0.250, s1 +0.250, s2 +0.250 | +0.250 ± 0.000 | 0.250 | 0.250 |" in md
+    assert "| slea_task | 3 |" in md and (folder / "curves.png").is_file()
