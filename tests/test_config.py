@@ -106,6 +106,7 @@ def test_team_section():
         ("team.order=sorted", "team.order:"),
         ("team.rollouts=old", "team.rollouts:"),
         ("team.iw_clip=1", "team.iw_clip:"),
+        ("algorithm.entropy_coef=0.01", "algorithm.entropy_coef: algorithm teamtr's update takes no entropy bonus"),
     ]:
         with pytest.raises(ConfigError) as info:
             build_config({}, ["algorithm.name=teamtr", override])

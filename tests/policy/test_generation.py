@@ -47,6 +47,23 @@ def test_generation_rows_stop_and_logprobs_match_training_forward(tiny_policy, d
         assert torch.allclose(got.cpu(), torch.tensor(s.old_logprobs), atol=1e-4)
 
 
+@pytest.mark.parametrize("temperature", [0.7, 0.0])
+def test_each_generated_token_carries_the_entropy_of_the_distribution_it_was_drawn_from(tiny_policy, temperature):
+    """``Generation.entropy``: per token, −Σ p log p of softmax(logits / T) (T = 1 for greedy), checked against
+    an independent full forward of prompt + response."""
+    model, tok = tiny_policy
+    prompts = _prompts(tok)
+    outs = HFGenerator(model, tok, dtype="float32", stop_at_newline=False).generate(
+        prompts, max_new_tokens=4, temperature=temperature, rng_keys=[(0, 1), (0, 2)])
+    for p, o in zip(prompts, outs):
+        assert len(o.entropy) == len(o.ids)
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p + o.ids])).logits[0, len(p) - 1:-1].float()
+        probs = torch.softmax(logits / (temperature or 1.0), -1)
+        want = (-(probs * probs.log()).sum(-1)).tolist()
+        assert o.entropy == pytest.approx(want, rel=1e-4)
+
+
 def test_response_logprobs_equal_unpadded_full_forward(tiny_policy):
     model, _ = tiny_policy
     samples = [Sample([3, 4, 5, 6, 7], [8, 9], [0.0, 0.0], [1.0] * 2), Sample([10, 11], [12, 13, 14], [0.0] * 3, [1.0] * 3)]
@@ -93,9 +110,9 @@ def test_sampled_tokens_reach_the_host_once_per_step_not_per_row(tiny_policy, mo
     calls = []
     real = generation.to_host
 
-    def counting(tokens, logprobs):
+    def counting(tokens, logprobs, entropy):
         calls.append(tokens.shape[0])
-        return real(tokens, logprobs)
+        return real(tokens, logprobs, entropy)
 
     monkeypatch.setattr(generation, "to_host", counting)
     prompts = _prompts(tok) * 4  # 8 rows, one chunk

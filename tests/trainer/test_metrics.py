@@ -1,4 +1,5 @@
-"""Merging an iteration's rounds (RTPO plays several): counts add up, the library's state is the last round's."""
+"""An iteration's metrics row: merging its rounds (RTPO plays several: counts add up, the library's state is the last
+round's), the sampled entropy and the collapse signs."""
 
 from __future__ import annotations
 
@@ -23,3 +24,24 @@ def test_update_counts_add_up_maxima_are_kept_and_the_rest_is_averaged():
                          {"trained_tokens": 5.0, "ratio_max_dev": 0.1, "loss": 3.0, "kl": 0.5}])
     assert got["trained_tokens"] == 15.0 and got["ratio_max_dev"] == 0.2
     assert got["loss"] == pytest.approx(2.0) and got["kl"] == pytest.approx(0.5)  # kl: the one round reporting it
+
+
+def test_an_iteration_row_has_the_sampled_entropy_and_the_collapse_signs():
+    """``rollout/entropy`` is the token mean of what the engine reported; ``collapse/*`` come from the played
+    episodes (here: two groups, one with equal returns, first actions {bow} and {bow, kneel})."""
+    import numpy as np
+
+    from slea.rollout.collector import RolloutStats
+    from slea.trainer.metrics import Phases, iteration_metrics
+    from slea.types import Step, Trajectory
+
+    def traj(g, i, action, reward):
+        return Trajectory(g, i, steps=[Step(g, i, 0, "o", [1], [2], [0.0], reward=reward, action=action)])
+
+    played = [traj(0, 0, "bow", 0.0), traj(0, 1, "bow", 0.0), traj(1, 2, "bow", 1.0), traj(1, 3, "kneel", 0.0)]
+    stats = RolloutStats(gen_tokens=8, entropy_sum=6.0, entropy_tokens=4)
+    m = iteration_metrics(Phases(played, 4, stats, {}, {}, np.zeros(4), 0, 0, 0), episodes=4, env_steps=4)
+    assert m["rollout/entropy"] == 1.5
+    assert m["collapse/equal_return_frac"] == 0.5 and m["collapse/distinct_first_actions"] == 1.5
+    m = iteration_metrics(Phases(played, 4, RolloutStats(gen_tokens=8), {}, {}, np.zeros(4), 0, 0, 0), 4, 4)
+    assert "rollout/entropy" not in m  # an engine that reports no entropy: no made-up value

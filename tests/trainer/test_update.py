@@ -180,14 +180,14 @@ def test_ppo_update_trains_on_every_row_once_per_iteration(model, monkeypatch, o
     seen: list[int] = []
     no_grad: list[int] = []
     steps: list[int] = []
-    real = U.response_logprobs
+    real = U.response_logprobs_entropy  # every forward of the update goes through it
 
     def recording(m, chunk, **kw):
         rows = [s.prompt_ids[6] - 100 for s in chunk]  # the row's own first token: its index
         (seen if torch.is_grad_enabled() else no_grad).extend(rows)
         return real(m, chunk, **kw)
 
-    monkeypatch.setattr(U, "response_logprobs", recording)
+    monkeypatch.setattr(U, "response_logprobs_entropy", recording)
     samples = _on_policy(model, _samples(7, seed=3))
     params = [p for p in model.parameters() if p.requires_grad]
     out = U.ppo_update(model, torch.optim.AdamW(params, lr=1e-4), samples, AlgorithmSection(old_logprobs=old_logprobs),
@@ -418,3 +418,54 @@ def test_kl_to_a_fresh_lora_reference_is_exactly_zero_at_the_first_step():
     assert out["kl"] == 0.0 and out["ratio_dev_onpolicy"] == 0.0
     for s in samples:
         assert s.ref_logprobs == s.trainer_logprobs
+
+
+# -- entropy: logged, and the bonus --------------------------------------------------------------------------
+def _plain_entropy(model, samples) -> torch.Tensor:
+    """Token-mean entropy of every response position's next-token distribution, by a plain full forward per
+    sample, with its graph (independent of the update's batched layout and of slea.algorithms.entropy)."""
+    total, n = 0.0, 0
+    for s in samples:
+        ids = torch.tensor([s.prompt_ids + s.response_ids])
+        logits = model(input_ids=ids).logits[0].float()[len(s.prompt_ids) - 1:-1]
+        p = torch.softmax(logits, -1)
+        total = total + (-(p * torch.log(p)).sum(-1)).sum()
+        n += len(s.response_ids)
+    return total / n
+
+
+def test_the_update_logs_the_trained_tokens_mean_entropy(model):
+    samples = _on_policy(model, _samples(5, seed=3))
+    with torch.no_grad():
+        want = float(_plain_entropy(model, samples))
+    params = [p for p in model.parameters() if p.requires_grad]
+    # one mini-batch in micro-batches of 2 rows, weighted by their tokens: the token mean over all rows
+    got = U.ppo_update(model, torch.optim.SGD(params, lr=0.0), samples, AlgorithmSection(),
+                       TrainSection(updates_per_iter=1, micro_batch=2), temperature=1.0, dtype="float32",
+                       rng=random.Random(0))["entropy"]
+    assert want > 1.0  # a random tiny model is far from deterministic
+    assert got == pytest.approx(want, rel=1e-5)
+
+
+def test_the_entropy_bonus_adds_minus_c_times_the_entropy_gradient(model):
+    """loss − c·H (token-mean): its gradient is the policy gradient minus c times ∇H, with ∇H from an
+    independent plain forward."""
+    c = 0.5
+    samples = _on_policy(model, _samples(4, seed=5))
+    params = [p for p in model.parameters() if p.requires_grad]
+
+    def grad(coef):
+        model.zero_grad(set_to_none=True)
+        U.ppo_update(model, torch.optim.SGD(params, lr=0.0), copy.deepcopy(samples),
+                     AlgorithmSection(entropy_coef=coef), TrainSection(updates_per_iter=1, micro_batch=2,
+                                                                        grad_clip=NO_CLIP),
+                     temperature=1.0, dtype="float32", rng=random.Random(0))
+        return [p.grad.detach().clone() for p in params]
+
+    pg, bonus = grad(0.0), grad(c)
+    model.zero_grad(set_to_none=True)
+    model.train()
+    _plain_entropy(model, samples).backward()
+    want = [g - c * p.grad for g, p in zip(pg, params)]
+    assert max(float((b - g).abs().max()) for b, g in zip(bonus, pg)) > 0  # the bonus changes the gradient
+    _assert_same_gradient(want, bonus)

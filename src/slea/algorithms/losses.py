@@ -24,6 +24,7 @@ __all__ = [
     "clip_higher",
     "clipped_surrogate",
     "dual_clip",
+    "policy_metrics",
     "ppo_clip",
     "value_loss",
 ]
@@ -119,20 +120,27 @@ def _policy_loss(logprobs, old_logprobs, advantages, mask, low, high, c, loss_ag
     ratio = torch.exp(lr)
     loss_mat, clipped, lower = clipped_surrogate(ratio, advantages.detach(), low, high, c)
     loss = aggregate(loss_mat, mask, loss_agg_mode)
-    with torch.no_grad():
-        m = _mask(mask, ratio)
-        present = m.bool()
-        dev = (ratio - 1.0).abs()
-        metrics = {
-            "clip_frac": float(masked_mean(clipped, m)),
-            "approx_kl": float(masked_mean(-lr, m)),
-            "ratio_mean": float(masked_mean(ratio, m)),
-            "ratio_dev_mean": float(masked_mean(dev, m)),
-            "ratio_max_dev": float(dev[present].max()) if present.any() else 0.0,
-        }
-        if c is not None:
-            metrics["clip_frac_lower"] = float(masked_mean(lower, m))
+    metrics = policy_metrics(lr, ratio, clipped, mask)
+    if c is not None:
+        metrics["clip_frac_lower"] = float(masked_mean(lower.detach(), _mask(mask, ratio)))
     return loss, metrics
+
+
+@torch.no_grad()
+def policy_metrics(lr: torch.Tensor, ratio: torch.Tensor, clipped: torch.Tensor, mask: torch.Tensor
+                   ) -> dict[str, float]:
+    """The metrics every policy loss reports over the response tokens (``mask``): ``clip_frac``, ``approx_kl``
+    (mean of ``old − new``), ``ratio_mean``, ``ratio_dev_mean`` and ``ratio_max_dev`` (mean and max ``|ρ − 1|``)."""
+    m = _mask(mask, ratio)
+    present = m.bool()
+    dev = (ratio - 1.0).abs()
+    return {
+        "clip_frac": float(masked_mean(clipped, m)),
+        "approx_kl": float(masked_mean(-lr, m)),
+        "ratio_mean": float(masked_mean(ratio, m)),
+        "ratio_dev_mean": float(masked_mean(dev, m)),
+        "ratio_max_dev": float(dev[present].max()) if present.any() else 0.0,
+    }
 
 
 @register_policy_loss("ppo_clip")

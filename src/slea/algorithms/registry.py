@@ -42,7 +42,8 @@ NEEDS: dict[str, str] = {
 ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", ("slea.algorithms.advantages", "slea.algorithms.gae",
                                                           "slea.algorithms.rtpo",
                                                           "slea.algorithms.teamtr"))
-POLICY_LOSSES: Registry[Callable] = Registry("policy loss", ("slea.algorithms.losses", "slea.algorithms.teamtr"))
+POLICY_LOSSES: Registry[Callable] = Registry("policy loss", ("slea.algorithms.losses", "slea.algorithms.entropy",
+                                                                 "slea.algorithms.teamtr"))
 
 
 @dataclass(frozen=True)

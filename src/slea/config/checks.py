@@ -117,6 +117,8 @@ def unused_settings(cfg: BaseModel) -> dict[str, str]:
             reads[f"algorithm.{key}"] = (bool(params & set(names)), loss_why)
     for sec, key in CRITIC_SETTINGS:
         reads[f"{sec}.{key}"] = (critic, f"algorithm {spec.name} has no critic")
+    no_bonus = f"algorithm {spec.name}'s update takes no entropy bonus"
+    reads["algorithm.entropy_coef"] = ("team" not in spec.needs, no_bonus)
     reads["algorithm.kl_estimator"] = (a.kl_coef > 0 or "reference" in spec.needs, "algorithm.kl_coef is 0")
     reads["algorithm.max_refill_rounds"] = (a.dynamic_sampling, "algorithm.dynamic_sampling is off")
     forks = "snapshots" in spec.needs

@@ -205,6 +205,9 @@ class AlgorithmSection(_Section):
     clip_eps_high: float | None = None  # clip-higher upper ε
     dual_clip_c: float = Field(3.0, gt=1)
     kl_coef: float = Field(0.0, ge=0)
+    # entropy bonus: the update minimises loss − entropy_coef · agg(H) over the trained tokens (verl's
+    # entropy_coeff; slea/trainer/update.py); 0 = off. H is logged as update/entropy either way
+    entropy_coef: float = Field(0.0, ge=0)
     kl_estimator: Literal["k1", "k2", "k3", "low_var_kl"] = "k3"
     # Rows whose advantage is 0 (e.g. groups with equal returns under GRPO) add no policy gradient: skip them.
     skip_zero_advantage: bool = True

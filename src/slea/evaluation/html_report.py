@@ -23,7 +23,9 @@ log = logging.getLogger(__name__)
 MAX_ENTRIES = 5000  # library entries embedded (best score first)
 PLACEHOLDER = "/*__SLEA_REPORT_DATA__*/null"
 # the per-iteration keys drawn first; every other numeric metric can be picked in the page
-MAIN_CURVES = ("train/success", "train/return", "train/invalid_rate")
+# the charts shown first: learning, then the signs of a collapse (slea.evaluation.collapse)
+MAIN_CURVES = ("train/success", "train/return", "train/invalid_rate", "rollout/entropy",
+               "collapse/equal_return_frac", "collapse/distinct_first_actions")
 
 
 class ReportError(ValueError):

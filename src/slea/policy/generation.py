@@ -25,12 +25,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import numpy as np
 import torch
 
+from slea.algorithms.entropy import entropy_from_logprobs
 from slea.device import model_device
 
 
@@ -39,6 +40,9 @@ class Generation:
     ids: list[int]
     logprobs: list[float]
     text: str
+    # per generated token, the entropy of the distribution it was drawn from (tempered, untruncated; the
+    # in-process engine reports it, engines that do not leave it empty)
+    entropy: list[float] = field(default_factory=list)
 
 
 def autocast(dtype: str, device: str | torch.device = "cpu"):
@@ -165,15 +169,17 @@ class HFGenerator:
         stops = set(stop_ids) | {self.tok.eos_token_id}
         toks: list[list[int]] = [[] for _ in range(n)]
         lps: list[list[float]] = [[] for _ in range(n)]
+        ents: list[list[float]] = [[] for _ in range(n)]
         live = list(range(n))  # rows still generating (host list); the cache holds only these
         live_t = torch.arange(n, device=dev)
         for step in range(max_new_tokens):
             u = uniforms[live_t, step] if uniforms is not None else None
-            nxt, logp = sample_next(logits, temperature, top_p, top_k, uniforms=u)
-            host_tok, host_lp = to_host(nxt, logp)
-            for row, t, lp in zip(live, host_tok, host_lp):
+            nxt, logp, ent = sample_next(logits, temperature, top_p, top_k, uniforms=u)
+            host_tok, host_lp, host_ent = to_host(nxt, logp, ent)
+            for row, t, lp, h in zip(live, host_tok, host_lp, host_ent):
                 toks[row].append(int(t))
                 lps[row].append(lp)
+                ents[row].append(h)
             keep = [j for j, t in enumerate(host_tok) if int(t) not in stops]
             if step == max_new_tokens - 1 or not keep:
                 break
@@ -185,14 +191,16 @@ class HFGenerator:
             mask = torch.cat([mask, torch.ones(len(live), 1, dtype=torch.long, device=dev)], dim=1)
             last_pos = last_pos + 1
             logits, cache = self._forward(nxt.unsqueeze(1), mask, last_pos.unsqueeze(1), cache)
-        return [Generation(t, lp, self.tok.decode(t, skip_special_tokens=True)) for t, lp in zip(toks, lps)]
+        return [Generation(t, lp, self.tok.decode(t, skip_special_tokens=True), h)
+                for t, lp, h in zip(toks, lps, ents)]
 
 
-def to_host(tokens: torch.Tensor, logprobs: torch.Tensor) -> tuple[list[float], list[float]]:
-    """A decode step's sampled tokens and their log-probs as host lists, in one device-to-host copy (token ids
-    are exact in float64; log-probs keep their float32 values)."""
-    host_tok, host_lp = torch.stack([tokens.double(), logprobs.double()]).tolist()
-    return host_tok, host_lp
+def to_host(tokens: torch.Tensor, logprobs: torch.Tensor, entropy: torch.Tensor
+            ) -> tuple[list[float], list[float], list[float]]:
+    """A decode step's sampled tokens, their log-probs and the entropies as host lists, in one device-to-host copy
+    (token ids are exact in float64; log-probs and entropies keep their float32 values)."""
+    host_tok, host_lp, host_ent = torch.stack([tokens.double(), logprobs.double(), entropy.double()]).tolist()
+    return host_tok, host_lp, host_ent
 
 
 def forward_after_prefix(module, prefix_ids: list[int], ids: torch.Tensor, attn: torch.Tensor, **kwargs):
@@ -255,8 +263,9 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0, top_k: int = 0,
-                uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row; return ``(tokens, log_softmax(logits / T)[token])``.
+                uniforms: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return ``(tokens, log_softmax(logits / T)[token], entropy)``, the entropy that of
+    ``softmax(logits / T)`` (:func:`slea.algorithms.entropy.entropy_from_logprobs`).
 
     ``temperature == 0`` is greedy (log-probs at T = 1). top-k / top-p truncate the sampling distribution
     only; the recorded log-prob is of the untruncated tempered distribution, as the training forward sees it.
@@ -265,7 +274,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0, to
     if temperature <= 0:
         logp = torch.log_softmax(logits, -1)
         tok = logits.argmax(-1)
-        return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+        return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), entropy_from_logprobs(logp)
     scaled = logits / temperature
     logp = torch.log_softmax(scaled, -1)
     filt = scaled
@@ -280,4 +289,4 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float = 1.0, to
         filt = torch.full_like(filt, float("-inf")).scatter(-1, order, srt)
     probs = torch.softmax(filt, -1)
     tok = inverse_cdf(probs, uniforms) if uniforms is not None else torch.multinomial(probs, 1).squeeze(-1)
-    return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+    return tok, logp.gather(-1, tok.unsqueeze(-1)).squeeze(-1), entropy_from_logprobs(logp)

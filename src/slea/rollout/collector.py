@@ -127,6 +127,8 @@ class RolloutStats:
     prompt_tokens: int = 0
     gen_tokens: int = 0
     gen_calls: int = 0
+    entropy_sum: float = 0.0  # Σ over generated tokens of the sampling distribution's entropy (engines that report it)
+    entropy_tokens: int = 0  # the tokens that sum covers
     parse_kinds: dict[str, int] = field(default_factory=dict)
     retokenized: int = 0  # rows whose trained ids differ from the engine's (:func:`retokenized`)
 
@@ -330,6 +332,8 @@ class RolloutCollector:
             p.engine = engine_record(engine_prompt_ids(self.gen, p.prompt, o), o.ids)
             stats.prompt_tokens += len(p.prompt)
             stats.gen_tokens += len(o.ids)
+            stats.entropy_sum += float(sum(o.entropy))
+            stats.entropy_tokens += len(o.entropy)
 
     def _parse(self, pending: list[_Pending], ep: _Episode, stats: RolloutStats) -> None:
         for p in pending:

@@ -1,10 +1,13 @@
 """One iteration's metrics row (metrics.jsonl, TensorBoard), assembled from what each phase returned.
 
 Keys are ``section/name``: ``train/*`` (success, return, invalid rate, episode length of every episode played),
-``adv/*``, ``budget/*`` (this iteration's rollouts and env steps, RTPO's siblings included), ``rollout/*``
+``adv/*``, ``collapse/*`` (equal-return task groups, distinct first actions: slea.evaluation.collapse),
+``budget/*`` (this iteration's rollouts and env steps, RTPO's siblings included), ``rollout/*``
 (what the rollout scheme reports; ``rollout/retokenized``: generated rows whose trained token ids differ from
-the ids the engine consumed or produced, which must stay 0), ``faults/*``, ``guard/*``, ``sampling/*`` (DAPO), ``library/*``, ``update/*`` (loss, clip fraction,
-ratio deviation, grad norm, KL), ``critic/*``, ``tokens/*``, ``time/*``, ``throughput/*``, and the run's
+the ids the engine consumed or produced, which must stay 0; ``rollout/entropy``: the mean token entropy of the
+sampled responses' distributions, from the generation logits), ``faults/*``, ``guard/*``, ``sampling/*``
+(DAPO), ``library/*``, ``update/*`` (loss, clip fraction, ratio deviation, grad norm, KL, the trained tokens'
+entropy), ``critic/*``, ``tokens/*``, ``time/*``, ``throughput/*``, and the run's
 ``episodes`` / ``env_steps`` / ``rollouts`` so far.
 """
 
@@ -14,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from slea.evaluation.collapse import collapse_metrics
 from slea.evaluation.evaluate import summarize
 from slea.types import Trajectory
 
@@ -97,6 +101,9 @@ def iteration_metrics(p: Phases, episodes: int, env_steps: int, rollouts: int | 
     m["guard/bad_update_streak"] = float(p.bad_update_streak)
     m.update(p.sampling)
     m["rollout/retokenized"] = float(getattr(r, "retokenized", 0))
+    if getattr(r, "entropy_tokens", 0):  # engines that report the sampling distribution's entropy
+        m["rollout/entropy"] = r.entropy_sum / r.entropy_tokens
+    m.update({f"collapse/{k}": v for k, v in collapse_metrics(p.played).items()})
     m.update({f"library/{k}": float(v) for k, v in p.library.items()})
     m.update({f"update/{k}": v for k, v in p.update.items()})
     m.update({f"critic/{k}": v for k, v in p.critic.items()})

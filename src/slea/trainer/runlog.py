@@ -98,7 +98,8 @@ def truncate_metrics(path: Path, last_iteration: int) -> None:
 
 # curves.png's three panels: (metrics key, title); the team trainer plots its own (slea/trainer/teamtr.py)
 PANELS = (("train/success", "train success"), ("train/return", "mean return"),
-          ("train/invalid_rate", "invalid-action rate"))
+          ("train/invalid_rate", "invalid-action rate"), ("rollout/entropy", "token entropy (sampled)"),
+          ("collapse/equal_return_frac", "groups with equal returns"))
 
 
 def plot_curves(rows: list[dict[str, Any]], out: Path, evals: dict[str, float] | None = None,
@@ -111,7 +112,7 @@ def plot_curves(rows: list[dict[str, Any]], out: Path, evals: dict[str, float] |
     import matplotlib.pyplot as plt
 
     its = [r["iteration"] for r in rows]
-    fig, axes = plt.subplots(1, len(panels), figsize=(13, 3.6))
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(13.0, 3.4 * len(panels)), 3.6))
     for ax, (key, title) in zip(axes, panels):
         ax.plot(its, [r.get(key, float("nan")) for r in rows], marker="o")
         ax.set_title(title)

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from slea.algorithms.entropy import entropy_from_logprobs
 from slea.algorithms.kl import kl_penalty
+from slea.algorithms.losses import aggregate
 from slea.algorithms.registry import get_policy_loss
 from slea.config import loss_settings
 from slea.device import model_device
@@ -66,6 +68,17 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
     a third of a prompt) runs once at batch 1 and its KV cache is fanned out to the rows; gradients flow
     through the shared prefix, so the result and its gradient equal the plain forward.
     """
+    logp, mask, _ = response_logprobs_entropy(model, samples, temperature=temperature, dtype=dtype,
+                                              share_prefix=share_prefix, entropy=False)
+    return logp, mask
+
+
+def response_logprobs_entropy(model, samples: list[Sample], *, temperature: float = 1.0, dtype: str = "bfloat16",
+                              share_prefix: bool = True, entropy: bool = True, entropy_grad: bool = False
+                              ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """:func:`response_logprobs` and, with ``entropy``, each response position's entropy of ``softmax(logits / T)``
+    (slea.algorithms.entropy, from the same log-softmax: no extra forward; 0 at padding): ``(logp, mask, ent)``.
+    ``entropy_grad``: the entropy carries a gradient (an entropy bonus); else it is a detached value."""
     k = max(len(s.response_ids) for s in samples)
     prefix = shared_prefix([s.prompt_ids for s in samples]) if share_prefix and len(samples) > 1 else 0
     rest = [s.prompt_ids[prefix:] + s.response_ids for s in samples]
@@ -82,10 +95,14 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     targets = ids[:, -k:]
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    log_soft = torch.log_softmax(logits, dim=-1)
+    logp = log_soft.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     lens = torch.tensor([len(s.response_ids) for s in samples], device=dev)
     mask = (torch.arange(k, device=dev).unsqueeze(0) >= (k - lens).unsqueeze(1)).float()
-    return logp * mask, mask
+    ent = None
+    if entropy:
+        ent = entropy_from_logprobs(log_soft if entropy_grad else log_soft.detach()) * mask
+    return logp * mask, mask, ent
 
 
 def _right_aligned(rows: list[list[float]], k: int, device: str | torch.device | None = None) -> torch.Tensor:
@@ -302,10 +319,11 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             if not chunk:
                 idle_pass(model, rows[0], temperature=temperature, dtype=dtype)
                 continue
-            logp, mask = response_logprobs(model, chunk, temperature=temperature, dtype=dtype,
-                                           share_prefix=share_prefix_for(model, sharded))
+            logp, mask, ent = response_logprobs_entropy(model, chunk, temperature=temperature, dtype=dtype,
+                                                        share_prefix=share_prefix_for(model, sharded),
+                                                        entropy_grad=algo_cfg.entropy_coef > 0)
             pad = (k - mask.shape[1], 0)
-            logp, mask = torch.nn.functional.pad(logp, pad), torch.nn.functional.pad(mask, pad)
+            logp, mask, ent = (torch.nn.functional.pad(x, pad) for x in (logp, mask, ent))
             rollout_old = _right_aligned([s.old_logprobs for s in chunk], k, logp.device)
             if not recompute:
                 old = rollout_old
@@ -319,6 +337,12 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             if mode == "tis":
                 adv = adv * tis_weights(old, rollout_old, algo_cfg.tis_cap) * mask
             loss, met = loss_fn(logp, old, adv, mask, **kwargs)
+            # the trained tokens' entropy, aggregated as the loss is: logged, and with entropy_coef > 0 a bonus
+            # (verl's entropy_coeff: loss − c · agg(H))
+            entropy = aggregate(ent, mask, agg)
+            if algo_cfg.entropy_coef > 0:
+                loss = loss - algo_cfg.entropy_coef * entropy
+            met = {**met, "entropy": float(entropy.detach())}
             weight = (mask.sum().item() / mini_tokens) if agg == "token-mean" else len(chunk) / len(rows)
             total = loss * weight
             shares = {key: float(v) * weight for key, v in met.items() if not key.endswith("_max_dev")}
