@@ -37,6 +37,7 @@ from pathlib import Path
 
 import numpy as np
 
+from slea.evaluation import stats
 from slea.trainer import compare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -160,14 +161,20 @@ def wide_eval(job: str, variant: str, seed: int) -> None:
                     "--out", str(d / "eval_wide")], check=True)
 
 
-def _heldout(d: Path, kind: str | None = None) -> float | None:
-    """Held-out sampled success of the run's own evaluation (``eval/summary.json``) or of its extra one ``kind``."""
+def _result(d: Path, kind: str | None = None) -> dict | None:
+    """The held-out evaluation result of the run's own evaluation (``eval/summary.json``'s ``after``) or of its
+    extra one ``kind``; None where there is none."""
     f = d / "eval" / "summary.json" if kind is None else extra_eval(d, kind)
     if f is None or not f.is_file():
         return None
     data = json.loads(f.read_text())
-    sampled = (data.get("after") or data).get("sampled") or {}
-    return sampled.get("success")
+    return data.get("after") or data
+
+
+def _heldout(d: Path, kind: str | None = None) -> float | None:
+    """Held-out sampled success of the run's own evaluation (``eval/summary.json``) or of its extra one ``kind``."""
+    res = _result(d, kind)
+    return None if res is None else (res.get("sampled") or {}).get("success")
 
 
 def _library_stats(d: Path) -> dict[str, float]:
@@ -193,18 +200,34 @@ def finished(job: str) -> list[compare.SubRun]:
     return out
 
 
-def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo", kind: str | None = None
-           ) -> dict[str, float]:
-    """Per-seed held-out differences ``variant − base`` (the run's evaluation, or its extra one ``kind``) over
-    the seeds both have."""
-    by = {(r.algorithm, r.seed): _heldout(r.dir, kind) for r in runs}
-    by = {k: v for k, v in by.items() if v is not None}
-    seeds = sorted(s for (v, s) in by if v == variant and (base, s) in by)
-    diffs = [by[(variant, s)] - by[(base, s)] for s in seeds]
-    if not diffs:
-        return {"n": 0}
-    return {"n": len(diffs), "seeds": seeds, "diffs": diffs, "mean": float(np.mean(diffs)),
-            "std": float(np.std(diffs, ddof=1)) if len(diffs) > 1 else 0.0}
+def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo", kind: str | None = None,
+           base_kind: str | None = None) -> dict:
+    """``variant − base`` on held-out success (the run's evaluation, or its extra one ``kind``; the base's
+    ``base_kind``, default ``kind``), paired by seed over the seeds both have: the per-seed differences, mean ± std,
+    the exact sign-flip p and the bootstrap CI over seeds and held-out games
+    (:func:`slea.evaluation.stats.paired_comparison`), as a dict."""
+    base_kind = kind if base_kind is None else base_kind
+    mine = {r.seed: _result(r.dir, kind) for r in runs if r.algorithm == variant}
+    theirs = {r.seed: _result(r.dir, base_kind) for r in runs if r.algorithm == base}
+    score = {s: (v.get("sampled") or {}).get("success") for s, v in mine.items() if v}
+    score_b = {s: (v.get("sampled") or {}).get("success") for s, v in theirs.items() if v}
+    name = variant if kind is None else f"{variant} ({kind})"
+    name_b = base if base_kind is None else f"{base} ({base_kind})"
+    return stats.paired_comparison(score, score_b, a_games={s: stats.per_game_success(v) for s, v in mine.items()},
+                                   b_games={s: stats.per_game_success(v) for s, v in theirs.items()},
+                                   names=(name, name_b)).to_dict()
+
+
+def comparisons(runs: list[compare.SubRun]) -> list[dict]:
+    """Every comparison the page makes, paired by seed: each variant against grpo; slea against each of its
+    ablations; each library variant against its own policies with retrieval off (``library-off``); and on the
+    wider held-out set (``wide-eval``) each variant against grpo."""
+    variants = list(dict.fromkeys(r.algorithm for r in runs))
+    out = [paired(runs, v, "grpo") for v in variants if v != "grpo"]
+    out += [paired(runs, "slea", v) for v in variants if v.startswith("slea_")]
+    out += [paired(runs, v, v, base_kind="library_off") for v in variants if v in LIBRARY_VARIANTS]
+    out += [paired(runs, v, "grpo", kind="wide") for v in variants if v != "grpo"]
+    return [c for c in out if c["n"]]
 
 
 def table(job: str) -> dict:
@@ -224,6 +247,8 @@ def table(job: str) -> dict:
         if variant in LIBRARY_VARIANTS:
             tab["algorithms"][variant]["library"] = {
                 str(r.seed): _library_stats(r.dir) for r in runs if r.algorithm == variant}
+    tab["pairs"] = comparisons(runs)
+    tab["baseline"] = "grpo"
     tab["spec"] = {"config": JOBS[job][0], "overrides": JOBS[job][1], "variants": {
         v: {"algorithm": a, "overrides": o} for v, (a, o) in VARIANTS.items()}}
     out = RESULTS / job
@@ -237,17 +262,24 @@ def table(job: str) -> dict:
 def _pm(s: dict, digits: int = 3) -> str:
     if not s or s.get("mean") is None or s.get("n", 0) == 0:
         return "–"
-    return f"{s['mean']:+.{digits}f} ± {s['std']:.{digits}f} (n={s['n']})"
+    std = f" ± {s['std']:.{digits}f}" if s.get("std") is not None else ""
+    p = f", p = {stats.format_p(s['p'])}" if s.get("p") is not None else ""
+    return f"{s['mean']:+.{digits}f}{std} (n={s['n']}{p})"
 
 
 def markdown(tab: dict) -> str:
-    lines = [compare.table_markdown({**tab, "spec": {"config": tab["spec"]["config"], "seeds": "per variant",
-                                                      "overrides": tab["spec"]["overrides"]}}).rstrip(), "",
-             "| variant | held-out − grpo, paired by seed | per seed |", "|---|---|---|"]
+    lines = [compare.table_markdown({**tab, "pairs": [], "spec": {"config": tab["spec"]["config"],
+                                                                  "seeds": "per variant",
+                                                                  "overrides": tab["spec"]["overrides"]}}).rstrip(),
+             "", "| variant | held-out − grpo, paired by seed | per seed |", "|---|---|---|"]
     for v, a in tab["algorithms"].items():
         p = a["paired_vs_grpo"]
         per = ", ".join(f"s{s}: {d:+.3f}" for s, d in zip(p.get("seeds", []), p.get("diffs", [])))
-        lines.append(f"| {v} | {_pm(p)} | {per or '–'} |")
+        lines.append(f"| {v} | {_pm(p) if v != 'grpo' else '–'} | {per if v != 'grpo' else '–'} |")
+    if tab.get("pairs"):
+        lines += ["", ("Every comparison, paired by seed (held-out sampled success; `(library_off)`: the same runs "
+                       "evaluated with retrieval off; `(wide)`: the wider held-out set):"), "",
+                  stats.markdown_table(tab["pairs"]).rstrip()]
     lib_rows = [(v, s, st) for v, a in tab["algorithms"].items() for s, st in (a.get("library") or {}).items()]
     if lib_rows:
         head = ("| variant | seed | entries (strategies / warnings) | iterations admitting strategies | "
@@ -266,7 +298,9 @@ def markdown(tab: dict) -> str:
         for v, w in wide:
             p = w["paired_vs_grpo"]
             per = ", ".join(f"s{s}: {d:+.3f}" for s, d in zip(p.get("seeds", []), p.get("diffs", [])))
-            lines.append(f"| {v} | {w['n']} | {w['mean']:.3f} ± {w['std']:.3f} | {_pm(p)} | {per or '–'} |")
+            base = v == "grpo"
+            lines.append(f"| {v} | {w['n']} | {w['mean']:.3f} ± {w['std']:.3f} | {'–' if base else _pm(p)} | "
+                         f"{'–' if base else per or '–'} |")
     return "\n".join(lines) + "\n"
 
 

@@ -52,6 +52,35 @@ def test_paired_differences_use_the_extra_evaluation(tmp_path):
     p = E.paired(runs, "slea", kind="wide")
     assert p["seeds"] == [0, 1] and p["diffs"] == [0.25, -0.25] and p["mean"] == 0.0
     assert E.paired(runs, "slea")["diffs"] == [0.0, 0.0]
+    # with p (two seeds: never below 0.5) and a CI over seeds (these results keep no per-game wins)
+    assert p["p"] == 1.0 and p["p_min"] == 0.5 and p["ci_method"] == "seeds" and p["verdict"] == "not separated"
+    pairs = {(c["a"], c["b"]) for c in E.comparisons(runs)}
+    assert pairs == {("slea", "grpo"), ("slea (wide)", "grpo (wide)")}
+
+
+def test_comparisons_pair_games_and_the_library_off_evaluation(tmp_path):
+    from slea.trainer.compare import SubRun
+
+    def result(wins):
+        return {"games": 2, "per_game_wins": wins, "sampled": {"success": sum(wins) / 8, "episodes": 8.0}}
+
+    runs = []
+    for variant, seed, wins, off in (("grpo", 0, [1, 1], None), ("slea", 0, [4, 1], [1, 1]),
+                                     ("grpo", 1, [0, 1], None), ("slea", 1, [3, 1], [0, 1])):
+        d = tmp_path / variant / "runs" / f"{variant}-s{seed}"
+        (d / "eval").mkdir(parents=True)
+        (d / "eval" / "summary.json").write_text(json.dumps({"after": result(wins)}))
+        if off:
+            (d / "eval_library_off" / "eval").mkdir(parents=True)
+            (d / "eval_library_off" / "eval" / "eval-heldout.json").write_text(json.dumps(result(off)))
+        runs.append(SubRun(variant, seed, d, "reused"))
+    got = {(c["a"], c["b"]): c for c in E.comparisons(runs)}
+    assert set(got) == {("slea", "grpo"), ("slea", "slea (library_off)")}
+    c = got[("slea", "grpo")]
+    assert c["diffs"] == [0.375, 0.375] and c["p"] == 0.5 and c["ci_method"] == "seeds, then games"
+    assert got[("slea", "slea (library_off)")]["diffs"] == [0.375, 0.375]
+    assert "| slea − grpo | 2 | s0 +0.375, s1 +0.375 | +0.375 ± 0.000 | 0.500 | 0.500 |" in E.stats.markdown_table(
+        list(got.values()))
 
 
 def test_cap_keeps_the_first_whole_records_and_says_how_to_get_the_rest(tmp_path):
