@@ -7,9 +7,10 @@ library, paired episode by episode. Seed ``s`` builds its library from training 
 seed is scored on the same held-out games as the training runs (env seeds 0..31). Output:
 ``experiments/results/control_recall/agent/s<seed>/{build,heldout}/agent.json`` and the built ``library.sqlite``.
 
-``run`` — (b) one ``slea compare`` sub-run of ``configs/control_recall.yaml`` (``--algo slea|grpo|gigpo``): the
-same task groups per iteration for a given seed, the same budget, the same 64 held-out episodes, under
-``experiments/results/control_recall/compare/runs/<algo>-s<seed>/``; then, for ``slea``, (c) the same policy evaluated
+``run`` — (b) one ``slea compare`` sub-run of ``configs/control_recall.yaml`` (``--arm`` one of :data:`ARMS`: slea,
+slea_task, slea_off, grpo, gigpo): the same task groups per iteration for a given seed, the same budget, the same 64
+held-out episodes, under ``experiments/results/control_recall/<study>/runs/<arm>-s<seed>/`` (``--study``, default
+``compare``); then, for ``slea``, (c) the same policy evaluated
 with retrieval switched off (``slea eval RUN --set experience.mode=off`` → ``eval_library_off/eval/``, as
 experiments/slea_evidence.py does; it needs the run's checkpoint, so it follows the training in the same session).
 
@@ -48,7 +49,14 @@ from slea.trainer import compare
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_CONTROL_RECALL_DIR") or ROOT / "experiments" / "results" / "control_recall")
 CONFIG = ROOT / "configs" / "control_recall.yaml"
-ALGOS = ("slea", "grpo", "gigpo")
+# the arms a run can be: label -> the settings that make it (the label names its folders, <arm>-s<seed>)
+ARMS = {
+    "slea": ["algorithm.name=slea"],  # step-level retrieval (slea's own default, experience.mode: step)
+    "slea_task": ["algorithm.name=slea", "experience.mode=task"],  # retrieved once per episode, by the task
+    "slea_off": ["algorithm.name=slea", "experience.mode=off"],  # slea's credit assignment, no library
+    "grpo": ["algorithm.name=grpo"],
+    "gigpo": ["algorithm.name=gigpo"],
+}
 # (a): library built from 16 training games x 8 sampled episodes (+ 1 greedy each), evolving every 4 games
 BUILD = {"games": 16, "episodes": 8, "batch": 4}
 HELDOUT = {"games": 32, "episodes": 2, "seed": 0}
@@ -252,16 +260,17 @@ def diagnose(seed: int, extra: list[str] | None = None) -> Path:
     return out
 
 
-def run_dir(algo: str, seed: int) -> Path:
-    return RESULTS / "compare" / "runs" / compare.run_name(algo, seed)
+def run_dir(arm: str, seed: int, study: str = "compare") -> Path:
+    return RESULTS / study / "runs" / compare.run_name(arm, seed)
 
 
-def run(algo: str, seed: int, extra: list[str] | None = None) -> None:
-    """(b) one sub-run, then (c) for slea."""
-    plan = compare.plan(CONFIG, [algo], [seed], RESULTS / "compare", list(extra or []))
+def run(arm: str, seed: int, extra: list[str] | None = None, study: str = "compare") -> None:
+    """(b) one sub-run of arm ``arm`` (:data:`ARMS`) under ``RESULTS/<study>/runs/<arm>-s<seed>/``, then (c) for
+    ``slea``. A finished run is reused and an interrupted one resumed (slea compare)."""
+    plan = compare.plan(CONFIG, [], [seed], RESULTS / study, list(extra or []), variants={arm: ARMS[arm]})
     compare.run(plan, say=print)
-    if algo == "slea":
-        library_off(seed)
+    if arm == "slea":
+        library_off(seed, study)
     compare.relativize(RESULTS)
 
 
@@ -272,9 +281,9 @@ def library_off_eval(d: Path) -> Path:
     return made[-1] if made else d / "eval" / "library_off.json"
 
 
-def library_off(seed: int) -> None:
+def library_off(seed: int, study: str = "compare") -> None:
     """(c) the slea run's final policy on the held-out games with retrieval off (``eval_library_off/eval/``)."""
-    d = run_dir("slea", seed)
+    d = run_dir("slea", seed, study)
     if library_off_eval(d).is_file():
         print(f"{d}: library-off eval exists")
         return
@@ -436,8 +445,9 @@ def main(argv: list[str] | None = None) -> None:
     a.add_argument("--seed", type=int, required=True)
     a.add_argument("--set", dest="extra", action="append", default=[])
     r = sub.add_parser("run")
-    r.add_argument("--algo", choices=ALGOS, required=True)
+    r.add_argument("--arm", "--algo", dest="arm", choices=list(ARMS), required=True)
     r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--study", default="compare", help="the results folder under RESULTS (default: compare)")
     r.add_argument("--set", dest="extra", action="append", default=[])
     t = sub.add_parser("table")
     t.add_argument("--compare", type=Path, default=None, help="the compare folder (runs/<arm>-s<seed>/ under it; "
@@ -451,7 +461,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.cmd == "diagnose":
         diagnose(args.seed, args.extra)
     elif args.cmd == "run":
-        run(args.algo, args.seed, args.extra)
+        run(args.arm, args.seed, args.extra, args.study)
     else:
         table(args.compare)
 
