@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from slea.config import RunConfig
+from slea.evaluation import stats
 from slea.trainer import checkpoint as ckpt
 from slea.trainer import compare
 from slea.trainer.rl import iteration_seeds
@@ -140,11 +141,10 @@ def regression_count(pairs: list[tuple[float, float]]) -> tuple[int, int]:
 def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
     """Two-sided p-value of Fisher's exact test that two counts, ``k1`` of ``n1`` and ``k2`` of ``n2``, share one
     rate: the probability, under the hypergeometric law with the margins fixed, of a table no more likely than the
-    one observed."""
-    k, n = k1 + k2, n1 + n2
-    lo, hi = max(0, k - n2), min(k, n1)
-    prob = {x: math.comb(n1, x) * math.comb(n2, k - x) / math.comb(n, k) for x in range(lo, hi + 1)}
-    return min(1.0, sum(p for p in prob.values() if p <= prob[k1] * (1 + 1e-9)))
+    one observed (``scipy.stats.fisher_exact``)."""
+    from scipy import stats as sps
+
+    return float(sps.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative="two-sided").pvalue)
 
 
 def finished() -> list[compare.SubRun]:
@@ -164,6 +164,7 @@ def run_stats(d: Path) -> dict[str, Any]:
     success = [after_update(r, "success") for r in rows]
     before = (summary.get("before") or {}).get("sampled", {})
     return {"heldout_success": summary["after"]["sampled"]["success"],
+            "heldout_games": stats.per_game_success(summary["after"]),
             "heldout_success_before": before.get("success"),
             "heldout_return": summary["after"]["sampled"]["return"], "heldout_return_before": before.get("return"),
             "update_regression_count": regression_count(pairs),
@@ -189,56 +190,82 @@ def pooled_regressions(runs: list[dict[str, Any]]) -> tuple[int, int]:
     return (sum(s["update_regression_count"][0] for s in runs), sum(s["update_regression_count"][1] for s in runs))
 
 
-def _paired(runs: list[dict[str, Any]], base: dict[int, dict[str, Any]], key: str) -> str:
-    """``key`` of each run minus teamtr's on the same seed, as mean ± std over the seeds both have."""
-    return _fmt([s[key] - base[s["seed"]][key] for s in runs if s["seed"] in base])
+PAIRED = {"heldout_success": ("held-out success", "heldout_games"), "heldout_return": ("held-out return", None)}
+
+
+def _paired(runs: list[dict[str, Any]], base: dict[int, dict[str, Any]], key: str, name: str = "variant"
+            ) -> stats.PairedComparison:
+    """``key`` (:data:`PAIRED`) of each run against teamtr's on the same seed, paired by seed over the seeds both
+    have: per-seed differences, exact sign-flip p, bootstrap CI — over seeds and held-out games for success (each
+    run's ``per_game_wins``), over seeds for the return (no per-game return is stored)."""
+    metric, games = PAIRED[key]
+    return stats.paired_comparison({s["seed"]: s[key] for s in runs}, {k: b[key] for k, b in base.items()},
+                                   a_games={s["seed"]: s.get(games) for s in runs} if games else None,
+                                   b_games={k: b.get(games) for k, b in base.items()} if games else None,
+                                   names=(name, "teamtr"), metric=metric)
+
+
+def _diff_cell(c: stats.PairedComparison) -> str:
+    if not c.n:
+        return "–"
+    return f"{stats.format_mean_std(c)} (p = {stats.format_p(c.p)})"
 
 
 def table() -> dict[str, Any]:
-    """table.md / table.json and curves.png (the team's return and success after every update, mean over seeds with
-    a band of ± one std) from the finished runs. The held-out figures are also given as the difference from
+    """table.md / table.json (``runs``: each run's figures; ``pairs``: each variant against teamtr) and curves.png
+    (the team's return and success after every update, mean over seeds with a band of ± one std) from the finished
+    runs. The held-out figures are also given as the difference from
     teamtr on the same seed; every seed's regressions are pooled per variant and compared with teamtr's by
     Fisher's exact test; the drift within a stage (:func:`stage_drifts`) is pooled the same way. The training
     time sums the updates' ``time/stage_s``, so the stale variants' probes and the evaluations are left out."""
     runs = finished()
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")
-    stats = {f"{r.algorithm}-s{r.seed}": {"variant": r.algorithm, "seed": r.seed, **run_stats(r.dir)} for r in runs}
+    runs_ = {f"{r.algorithm}-s{r.seed}": {"variant": r.algorithm, "seed": r.seed, **run_stats(r.dir)} for r in runs}
     lines = [("| variant | seeds | held-out success after (64 per seed) | before | − teamtr, paired by seed "
               "| held-out return after | before | − teamtr, paired by seed | per-update regressions, all seeds "
               "| Fisher p vs teamtr | mean change of the team return per update | drift within a stage, all seeds "
               "| train success after the last "
               "update | updates reverted | training time per run |"),
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    base = {s["seed"]: s for s in stats.values() if s["variant"] == "teamtr"}
-    k0, n0 = pooled_regressions([s for s in stats.values() if s["variant"] == "teamtr"])
+    base = {s["seed"]: s for s in runs_.values() if s["variant"] == "teamtr"}
+    k0, n0 = pooled_regressions([s for s in runs_.values() if s["variant"] == "teamtr"])
+    pairs = []
     for variant in VARIANTS:
-        mine = [s for s in stats.values() if s["variant"] == variant]
+        mine = [s for s in runs_.values() if s["variant"] == variant]
         if not mine:
             continue
         per_seed = ", ".join(f"s{s['seed']} {s['heldout_success']:.3f}" for s in mine)
         k, n = pooled_regressions(mine)
-        vs_base = variant != "teamtr"
+        vs_base = variant != "teamtr" and bool(base)
         p_vs = f"{fisher_exact(k, n, k0, n0):.2f}" if vs_base and n0 and n else "–"
+        diff = {key: _paired(mine, base, key, variant) for key in PAIRED} if vs_base else {}
+        pairs += list(diff.values())
         lines.append(f"| {variant} | {len(mine)} | {_fmt([s['heldout_success'] for s in mine])} ({per_seed}) | "
                      f"{_fmt([s['heldout_success_before'] for s in mine])} | "
-                     f"{_paired(mine, base, 'heldout_success') if vs_base else '–'} | "
+                     f"{_diff_cell(diff['heldout_success']) if vs_base else '–'} | "
                      f"{_fmt([s['heldout_return'] for s in mine])} | {_fmt([s['heldout_return_before'] for s in mine])} | "
-                     f"{_paired(mine, base, 'heldout_return') if vs_base else '–'} | "
+                     f"{_diff_cell(diff['heldout_return']) if vs_base else '–'} | "
                      f"{k} of {n}{f' ({k / n:.2f})' if n else ''} | {p_vs} | "
                      f"{_fmt([s['mean_update_change'] for s in mine])} | "
                      f"{_fmt([d for s in mine for d in s['stage_drifts']])} | "
                      f"{_fmt([s['train_success_last'] for s in mine])} | "
                      f"{sum(s['updates_reverted'] for s in mine)} / {sum(s['updates'] for s in mine)} | "
                      f"{np.mean([s['train_s'] for s in mine]) / 60:.1f} min |")
+    if pairs:
+        lines += ["", ("Each variant against teamtr, paired by seed (success: CI over seeds and held-out games; "
+                       "return: over seeds, no per-game return is stored). The Fisher p above pools every seed's "
+                       "updates as if independent; the paired p here treats the seed as the unit:"), "",
+                  stats.markdown_table(pairs).rstrip()]
     (RESULTS / "table.md").write_text("\n".join(lines) + "\n")
-    (RESULTS / "table.json").write_text(json.dumps(stats, indent=2))
-    _plot(stats)
+    out = {"runs": runs_, "pairs": [c.to_dict() for c in pairs]}
+    (RESULTS / "table.json").write_text(json.dumps(out, indent=2))
+    _plot(runs_)
     print("\n".join(lines))
-    return stats
+    return out
 
 
-def _plot(stats: dict[str, Any]) -> None:
+def _plot(per_run: dict[str, Any]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -248,7 +275,7 @@ def _plot(stats: dict[str, Any]) -> None:
     for ax, key, label in ((axes[0], "return_after", "team return on fresh rollouts"),
                            (axes[1], "success_after", "team success on fresh rollouts")):
         for variant in VARIANTS:
-            curves = [s[key] for s in stats.values() if s["variant"] == variant]
+            curves = [s[key] for s in per_run.values() if s["variant"] == variant]
             if not curves:
                 continue
             n = min(len(c) for c in curves)

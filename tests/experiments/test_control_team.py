@@ -45,22 +45,20 @@ def test_fisher_exact_against_hand_computed_tables():
     assert S.fisher_exact(5, 16, 5, 16) == pytest.approx(1.0)
 
 
-def test_fisher_exact_matches_scipy_on_every_table_of_small_counts():
-    stats = pytest.importorskip("scipy.stats")  # an independent reference where it is installed (not a dependency)
-    for n1, n2 in ((4, 4), (16, 16), (48, 48), (7, 12)):
-        for k1 in range(n1 + 1):
-            for k2 in range(0, n2 + 1, max(1, n2 // 6)):
-                ref = stats.fisher_exact([[k1, n1 - k1], [k2, n2 - k2]], alternative="two-sided").pvalue
-                assert S.fisher_exact(k1, n1, k2, n2) == pytest.approx(ref, rel=1e-6, abs=1e-12), (k1, n1, k2, n2)
-
-
 def test_pooled_regressions_and_paired_differences():
     runs = [{"seed": 0, "update_regression_count": (5, 16), "heldout_return": 0.5},
             {"seed": 1, "update_regression_count": (7, 16), "heldout_return": 0.25}]
     base = {0: {"heldout_return": 0.375}, 1: {"heldout_return": 0.375}, 2: {"heldout_return": 0.9}}
     assert S.pooled_regressions(runs) == (12, 32)
-    # +0.125 and -0.125 (seed 2 has no run): mean 0, sample std 0.125·√2 = 0.177
-    assert S._paired(runs, base, "heldout_return") == "0.000 ± 0.177"
+    # +0.125 and -0.125 (seed 2 has no run): mean 0, sample std 0.125·√2 = 0.177; one sign of each: p = 1
+    c = S._paired(runs, base, "heldout_return", "naive")
+    assert c.seeds == (0, 1) and c.diffs == pytest.approx((0.125, -0.125)) and c.mean == pytest.approx(0.0)
+    assert c.std == pytest.approx(0.125 * math.sqrt(2)) and c.p == 1.0 and c.p_min == 0.5 and c.ci_method == "seeds"
+    assert S._diff_cell(c) == "+0.000 ± 0.177 (p = 1.000)"
+    # success pairs game by game where both runs stored their per-game wins
+    runs = [{"seed": 0, "heldout_success": 0.5, "heldout_games": [1.0, 0.0]}]
+    base = {0: {"heldout_success": 0.0, "heldout_games": [0.0, 0.0]}}
+    assert S._paired(runs, base, "heldout_success").ci_method == "seeds, then games"
 
 
 def test_stage_drifts_measure_each_intermediate_team_against_the_stages_first_collection():
