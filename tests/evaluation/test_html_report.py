@@ -69,6 +69,25 @@ def test_gather_reads_every_part_of_a_run_folder(run_dir):
     json.dumps(d, allow_nan=False)  # strict JSON: the page's JSON.parse rejects NaN
 
 
+def test_the_training_signals_a_verl_or_trl_user_watches_are_charted_when_logged(tmp_path):
+    """``curves.watch``: the response lengths, clip fraction, approx-KL, learning rate and seconds per phase, each
+    chart with the keys the run logged (several per chart where they belong together); none for a run without."""
+    run = tmp_path / "run"
+    run.mkdir()
+    rows = [{"iteration": i, "train/success": 0.5, "response/length_mean": 4.0 + i, "response/length_max": 6.0,
+             "response/clipped_frac": 0.25, "update/clip_frac": 0.1, "update/approx_kl": 1e-3, "update/lr": 3e-4,
+             "time/rollout_s": 2.0, "time/train_s": 1.0} for i in range(2)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    watch = {w["title"]: w["keys"] for w in gather(run)["curves"]["watch"]}
+    assert watch["response length (tokens)"] == ["response/length_mean", "response/length_max"]
+    assert watch["seconds per phase"] == ["time/rollout_s", "time/train_s"]
+    for key in ("response/clipped_frac", "update/clip_frac", "update/approx_kl", "update/lr"):
+        assert [key] in watch.values(), key
+    assert "KL to the reference" not in watch  # kl_coef 0: update/kl was never logged
+    (run / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "train/success": 0.5}) + "\n")
+    assert gather(run)["curves"]["watch"] == []
+
+
 def test_the_page_embeds_the_data_without_closing_its_script(run_dir):
     run, _, _ = run_dir
     html = render(gather(run))

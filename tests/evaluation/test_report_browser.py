@@ -170,3 +170,35 @@ def test_a_compare_folder_and_a_bare_run_render_without_errors(tmp_path, driver)
     assert driver.execute_script("return document.body.dataset.ready") == "1" and not _errors(driver)
     texts = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".empty")]
     assert any("no library.sqlite" in t for t in texts) and any("no episodes.jsonl" in t for t in texts)
+
+
+def test_charts_tick_iterations_as_integers_and_never_repeat_a_label(tmp_path, driver):
+    """A two-iteration run: the x ticks are 0 and 1 (no 0.2 ... 0.8), and a metric that barely moves
+    (time/iteration_s 0.181 → 0.183) gets y labels that differ; the training-signals charts are drawn."""
+    import json
+
+    from selenium.webdriver.common.by import By
+
+    from slea.evaluation.html_report import write_report
+
+    run = tmp_path / "two"
+    run.mkdir()
+    rows = [{"iteration": i, "train/success": 0.25 * i, "time/iteration_s": 0.181 + 0.002 * i,
+             "response/length_mean": 5.0 + i, "response/length_max": 6.0, "update/clip_frac": 0.1,
+             "update/approx_kl": 2e-4 * i, "update/lr": 3e-4, "time/rollout_s": 0.1, "time/train_s": 0.05}
+            for i in range(2)]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    driver.get(write_report(run).resolve().as_uri())
+    assert driver.execute_script("return document.body.dataset.ready") == "1" and not _errors(driver)
+    figs = driver.find_elements(By.CSS_SELECTOR, "figure.chart")
+    assert len(driver.find_elements(By.CSS_SELECTOR, "#curves-watch figure")) == 5  # length, clip, KL, lr, seconds
+    for fig in figs:
+        xs = [t.text for t in fig.find_elements(By.CSS_SELECTOR, "text.xtick")]
+        ys = [t.text for t in fig.find_elements(By.CSS_SELECTOR, "text.ytick")]
+        assert xs == ["0", "1"], (fig.get_attribute("data-metric"), xs)
+        assert len(ys) == len(set(ys)) >= 2, (fig.get_attribute("data-metric"), ys)
+    from selenium.webdriver.support.ui import Select
+
+    Select(driver.find_element(By.CSS_SELECTOR, "#curve-pick")).select_by_value("time/iteration_s")
+    ys = [t.text for t in driver.find_elements(By.CSS_SELECTOR, "#curve-extra text.ytick")]
+    assert len(ys) == len(set(ys)) >= 2, ys

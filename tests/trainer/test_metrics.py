@@ -45,3 +45,27 @@ def test_an_iteration_row_has_the_sampled_entropy_and_the_collapse_signs():
     assert m["collapse/equal_return_frac"] == 0.5 and m["collapse/distinct_first_actions"] == 1.5
     m = iteration_metrics(Phases(played, 4, RolloutStats(gen_tokens=8), {}, {}, np.zeros(4), 0, 0, 0), 4, 4)
     assert "rollout/entropy" not in m  # an engine that reports no entropy: no made-up value
+
+
+def test_response_lengths_count_every_turn_and_the_share_cut_at_max_new_tokens():
+    """``response/*`` (verl's ``response_length/*``): mean and max over every step row's answer, and the share
+    as long as ``rollout.max_new_tokens`` (cut by the limit); ``update/lr`` is the optimizer's."""
+    import numpy as np
+
+    from slea.rollout.collector import RolloutStats
+    from slea.trainer.metrics import Phases, iteration_metrics, response_metrics
+    from slea.types import Step, Trajectory
+
+    def traj(i, *lengths):
+        return Trajectory(0, i, steps=[Step(0, i, t, "o", [1], [5] * n, [0.0] * n) for t, n in enumerate(lengths)])
+
+    played = [traj(0, 2, 6), traj(1, 6), traj(2, 3, 0)]  # a turn that generated nothing is not an answer
+    assert response_metrics(played, 6) == {"length_mean": 4.25, "length_max": 6.0, "clipped_frac": 0.5}
+    assert response_metrics(played, 0) == {"length_mean": 4.25, "length_max": 6.0}  # no limit known: no share
+    assert response_metrics([], 6) == {}
+    m = iteration_metrics(Phases(played, 3, RolloutStats(), {}, {}, np.zeros(4), 0, 0, 0, max_new_tokens=6,
+                                 lr=3e-4, seconds={"rollout": 2.0, "advantages": 0.5}), episodes=3, env_steps=5)
+    assert m["response/length_mean"] == 4.25 and m["response/clipped_frac"] == 0.5 and m["update/lr"] == 3e-4
+    assert m["time/rollout_s"] == 2.0 and m["time/advantages_s"] == 0.5
+    m = iteration_metrics(Phases(played, 3, RolloutStats(), {}, {}, np.zeros(4), 0, 0, 0), 3, 5)
+    assert "update/lr" not in m  # no optimizer said so: no made-up value

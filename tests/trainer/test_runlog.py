@@ -6,7 +6,7 @@ import builtins
 import json
 import logging
 
-from slea.trainer import runlog
+from slea.trainer import loggers
 from slea.trainer.runlog import RunLog, read_metrics, truncate_metrics
 
 
@@ -43,9 +43,9 @@ def test_tensorboard_absence_is_warned_once_per_process(tmp_path, monkeypatch, c
         return real_import(name, *args, **kwargs)
 
     monkeypatch.setattr(builtins, "__import__", no_tensorboard)
-    monkeypatch.setattr(runlog, "_tb_absence_reported", False)
-    with caplog.at_level(logging.WARNING, logger="slea.trainer.runlog"):
+    monkeypatch.setattr(loggers, "_reported", set())
+    with caplog.at_level(logging.WARNING, logger="slea.trainer.loggers"):
         logs = [RunLog(tmp_path / f"run{i}") for i in range(3)]
-    assert all(lg._tb is None for lg in logs)
-    warnings = [r for r in caplog.records if "TensorBoard" in r.getMessage()]
+    assert all(lg.sinks == [] for lg in logs)
+    warnings = [r for r in caplog.records if "tensorboard logger off" in r.getMessage()]
     assert len(warnings) == 1

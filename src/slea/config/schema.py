@@ -37,6 +37,10 @@ class RunSection(_Section):
     # this many per iteration (0: none), and no more rows once the file holds episode_samples_bytes
     episode_samples: int = Field(4, ge=0)
     episode_samples_bytes: int = Field(4_000_000, ge=0)
+    # where each iteration's metrics row goes: metrics.jsonl always, and TensorBoard (events/), W&B, MLflow as
+    # listed (slea/trainer/loggers.py; wandb and mlflow are extras); project: the W&B project / MLflow experiment
+    loggers: list[Literal["jsonl", "tensorboard", "wandb", "mlflow"]] = ["jsonl", "tensorboard"]
+    project: str = Field("slea", min_length=1)
 
 
 class OpenAISection(_Section):

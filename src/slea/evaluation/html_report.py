@@ -26,6 +26,19 @@ PLACEHOLDER = "/*__SLEA_REPORT_DATA__*/null"
 # the charts shown first: learning, then the signs of a collapse (slea.evaluation.collapse)
 MAIN_CURVES = ("train/success", "train/return", "train/invalid_rate", "rollout/entropy",
                "collapse/equal_return_frac", "collapse/distinct_first_actions")
+# then the signals a verl or TRL user watches (docs/evaluation.md maps the names): (title, keys drawn together)
+WATCH_CURVES = (
+    ("response length (tokens)", ("response/length_mean", "response/length_max")),
+    ("responses cut at max_new_tokens", ("response/clipped_frac",)),
+    ("clip fraction", ("update/clip_frac", "update/clip_frac_lower")),
+    ("approx. KL to π_old", ("update/approx_kl",)),
+    ("KL to the reference", ("update/kl",)),
+    ("token entropy (trained)", ("update/entropy",)),
+    ("learning rate", ("update/lr",)),
+    ("grad norm", ("update/grad_norm",)),
+    ("seconds per phase", ("time/rollout_s", "time/generation_s", "time/env_s", "time/advantages_s",
+                           "time/library_s", "time/train_s", "time/update_s")),
+)
 
 
 class ReportError(ValueError):
@@ -96,7 +109,10 @@ def curves(rows: list[dict[str, Any]]) -> dict[str, Any]:
                  and not isinstance(v, bool)]
     series = {k: [r.get(k) if isinstance(r.get(k), (int, float)) else None for r in rows] for k in keys}
     main = [k for k in MAIN_CURVES if k in series]
-    return {"x": [r.get("iteration", i) for i, r in enumerate(rows)], "series": series, "main": main}
+    watch = [{"title": title, "keys": [k for k in keys if k in series]} for title, keys in WATCH_CURVES
+             if any(k in series for k in keys)]
+    return {"x": [r.get("iteration", i) for i, r in enumerate(rows)], "series": series, "main": main,
+            "watch": watch}
 
 
 def _fmt(v: Any, digits: int = 3) -> str:

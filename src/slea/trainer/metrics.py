@@ -38,9 +38,11 @@ class Phases:
     library: dict[str, float] = field(default_factory=dict)
     update: dict[str, float] = field(default_factory=dict)
     critic: dict[str, float] = field(default_factory=dict)
-    seconds: dict[str, float] = field(default_factory=dict)  # library, train, iteration
+    seconds: dict[str, float] = field(default_factory=dict)  # rollout, advantages, library, train, iteration
     rollouts: int = 0  # rollouts played this iteration (episodes and forked continuations)
     env_steps: int = 0  # env steps played this iteration
+    max_new_tokens: int = 0  # rollout.max_new_tokens: a response this long was cut there (0: unknown)
+    lr: float | None = None  # the optimizer's learning rate during this iteration's update
 
 
 # update/critic metrics that add up over an iteration's rounds (the others are averaged over the rounds)
@@ -88,6 +90,19 @@ def merge_updates(rounds: list[dict[str, float]]) -> dict[str, float]:
     return {k: v / seen[k] if k in seen else v for k, v in out.items()}
 
 
+def response_metrics(trajs: list[Trajectory], max_new_tokens: int) -> dict[str, float]:
+    """The generated answers' length in tokens over every step row of ``trajs``: ``length_mean``, ``length_max``
+    and ``clipped_frac``, the fraction as long as ``max_new_tokens`` (generation stopped by the limit, not by a
+    stop token: verl's ``response_length/clip_ratio``); empty when no step generated anything."""
+    lengths = np.asarray([len(s.response_ids) for t in trajs for s in t.steps if s.response_ids], dtype=np.int64)
+    if not lengths.size:
+        return {}
+    out = {"length_mean": float(lengths.mean()), "length_max": float(lengths.max())}
+    if max_new_tokens > 0:
+        out["clipped_frac"] = float((lengths >= max_new_tokens).mean())
+    return out
+
+
 def iteration_metrics(p: Phases, episodes: int, env_steps: int, rollouts: int | None = None) -> dict[str, float]:
     adv = p.advantages[np.isfinite(p.advantages)] if p.advantages.size else p.advantages
     r = p.rollout
@@ -103,14 +118,18 @@ def iteration_metrics(p: Phases, episodes: int, env_steps: int, rollouts: int | 
     m["rollout/retokenized"] = float(getattr(r, "retokenized", 0))
     if getattr(r, "entropy_tokens", 0):  # engines that report the sampling distribution's entropy
         m["rollout/entropy"] = r.entropy_sum / r.entropy_tokens
+    m.update({f"response/{k}": v for k, v in response_metrics(p.played, p.max_new_tokens).items()})
     m.update({f"collapse/{k}": v for k, v in collapse_metrics(p.played).items()})
     m.update({f"library/{k}": float(v) for k, v in p.library.items()})
     m.update({f"update/{k}": v for k, v in p.update.items()})
+    if p.lr is not None:
+        m["update/lr"] = float(p.lr)
     m.update({f"critic/{k}": v for k, v in p.critic.items()})
     train_s = p.seconds.get("train", 0.0)
     m.update({
         "tokens/prompt": float(r.prompt_tokens), "tokens/generated": float(r.gen_tokens), "tokens/trained": trained,
         "time/generation_s": r.gen_s, "time/env_s": r.env_s, "time/retrieval_s": r.retrieval_s,
+        "time/rollout_s": p.seconds.get("rollout", 0.0), "time/advantages_s": p.seconds.get("advantages", 0.0),
         "time/library_s": p.seconds.get("library", 0.0), "time/train_s": train_s,
         "time/iteration_s": p.seconds.get("iteration", 0.0),
         "throughput/train_tokens_per_s": trained / max(train_s, 1e-9),

@@ -226,7 +226,10 @@ class Trainer:
                                            weight_decay=cfg.train.weight_decay)
         self.critic = (Critic(cfg, self.model, self.spec.level, pad_id=self.tok.pad_token_id or 0)
                        if "critic" in self.spec.needs else None)
-        self.log = RunLog(self.out)
+        # rank 0 alone reports to W&B / MLflow; every rank keeps its own metrics.jsonl (in its scratch folder)
+        self.log = RunLog(self.out, loggers=cfg.run.loggers if self.dp.main else
+                          [n for n in cfg.run.loggers if n in ("jsonl", "tensorboard")],
+                          project=cfg.run.project, config=cfg.model_dump(mode="json"))
         self.samples = EpisodeSampler(self.out, cfg.run.episode_samples, cfg.run.episode_samples_bytes)
         self.start_iteration = 0
         self.wall_before = 0.0  # wall seconds of the earlier processes of a resumed run, up to their last checkpoint
@@ -251,18 +254,22 @@ class Trainer:
 
     def _gathered(self, rounds):
         """The rollout scheme's rounds, each played with the whole weights on every rank (under ``train.fsdp``
-        a rank's generation runs its own number of forwards, which sharded layers cannot: distributed.py)."""
+        a rank's generation runs its own number of forwards, which sharded layers cannot: distributed.py), each
+        with the seconds it took to play (``Batch.seconds``)."""
         while True:
+            t0 = time.perf_counter()
             with full_weights(self.model):
                 batch = next(rounds, None)
             if batch is None:
                 return
+            batch.seconds = time.perf_counter() - t0
             yield batch
 
     def train_round(self, batch: Batch, it: int) -> Round:
         """Advantages → library → update on one round of rollouts."""
         train_set = [t for t in batch.trajs if not _faulted(t)]  # an env fault says nothing about the policy
         clean = [t for t in batch.collected if not _faulted(t)]
+        t_adv = time.perf_counter()
         est = self.advantages(train_set)
         t_lib = time.perf_counter()
         library = self.evolve(clean, it) if est.ok else {}
@@ -270,7 +277,8 @@ class Trainer:
         sleep_generator(self.generator)  # a vLLM server on the trainer's GPU frees it; the sync below wakes it
         upd, critic = self.update(est, it)
         self.generator.sync_weights(self.model)  # the engine generates with the new weights (hf: no-op)
-        seconds = {"library": t_train - t_lib, "train": time.perf_counter() - t_train}
+        seconds = {"rollout": batch.seconds, "advantages": t_lib - t_adv, "library": t_train - t_lib,
+                   "train": time.perf_counter() - t_train}
         self.samples.record(it, train_set, est.advantages, self.experience)  # episodes.jsonl, for slea report
         return Round(batch, len(clean), est, library, upd, critic, seconds)
 
@@ -288,7 +296,8 @@ class Trainer:
             bad_update_streak=streak, library=merge_library([r.library for r in rounds]),
             update=merge_updates([r.update for r in rounds]), critic=merge_updates([r.critic for r in rounds]),
             seconds={**sum_metrics([r.seconds for r in rounds]), "iteration": seconds},
-            rollouts=sum(b.rollouts for b in batches), env_steps=sum(b.env_steps for b in batches))
+            rollouts=sum(b.rollouts for b in batches), env_steps=sum(b.env_steps for b in batches),
+            max_new_tokens=self.cfg.rollout.max_new_tokens, lr=self.optimizer.param_groups[0]["lr"])
         return iteration_metrics(phases, self.episodes, self.env_steps, self.rollout_count)
 
     def advantages(self, trajs: list[Trajectory]) -> Estimate:

@@ -1,67 +1,49 @@
-"""The run folder's logs: metrics.jsonl (one line per iteration), TensorBoard events, curves.png."""
+"""The run folder's logs: metrics.jsonl (one line per iteration, always), the loggers of ``run.loggers``
+(TensorBoard events, W&B, MLflow: slea/trainer/loggers.py), curves.png."""
 
 from __future__ import annotations
 
 import json
 import logging
-import math
 from pathlib import Path
 from typing import Any
 
 from slea.atomic import atomic_write_text
+from slea.trainer.loggers import open_sinks, safe_call
 
 log = logging.getLogger(__name__)
-_tb_absence_reported = False
+DEFAULT_LOGGERS = ("jsonl", "tensorboard")
 
 
 class RunLog:
-    def __init__(self, run_dir: Path, tensorboard: bool = True):
+    """``metrics.jsonl`` and the other loggers (``loggers``: names of ``run.loggers``; ``tensorboard=False`` leaves
+    TensorBoard out). ``config``: the resolved config, which W&B and MLflow record with the run."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True, *, loggers: list[str] | tuple[str, ...] | None = None,
+                 project: str = "slea", config: dict[str, Any] | None = None):
         self.dir = Path(run_dir)
         self.path = self.dir / "metrics.jsonl"
-        self._tb = None
-        if tensorboard:
-            self._tb = _open_summary_writer(self.dir / "events")
+        names = [n for n in (DEFAULT_LOGGERS if loggers is None else loggers) if tensorboard or n != "tensorboard"]
+        self.sinks = open_sinks(names, self.dir, project=project, config=config)
 
     def log(self, iteration: int, metrics: dict[str, Any]) -> None:
         row = {"iteration": iteration, **metrics}
         with self.path.open("a") as fh:
             fh.write(json.dumps(row, default=float) + "\n")
             fh.flush()
-        if self._tb is not None:
-            for key, val in metrics.items():
-                if isinstance(val, (int, float)) and math.isfinite(float(val)):
-                    self._tb.add_scalar(key.replace(".", "/"), float(val), iteration)
-            self._tb.flush()
+        self.sinks = safe_call(self.sinks, "log", iteration, metrics)
 
     def purge_after(self, iteration: int) -> None:
-        """A resumed run redoes the iterations after ``iteration``: reopen TensorBoard with ``purge_step`` so
-        the points the killed run logged for them are dropped, not shown twice."""
-        if self._tb is not None:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self._tb.close()
-            self._tb = SummaryWriter(str(self.dir / "events"), purge_step=iteration + 1)
+        """A resumed run redoes the iterations after ``iteration``: each logger drops what it can of the points the
+        killed run logged for them (TensorBoard's ``purge_step``)."""
+        self.sinks = safe_call(self.sinks, "purge_after", iteration)
 
     def rows(self) -> list[dict[str, Any]]:
         return read_metrics(self.path)
 
     def close(self) -> None:
-        if self._tb is not None:
-            self._tb.close()
-
-
-def _open_summary_writer(events_dir: Path):
-    """A SummaryWriter on ``events_dir``, or None when TensorBoard cannot be imported; the first such
-    failure in a process logs one warning, later ones stay quiet (metrics.jsonl still gets every row)."""
-    global _tb_absence_reported
-    try:
-        from torch.utils.tensorboard import SummaryWriter
-    except ImportError as exc:
-        if not _tb_absence_reported:
-            _tb_absence_reported = True
-            log.warning("TensorBoard unavailable (%s): no events are written; metrics.jsonl still is", exc)
-        return None
-    return SummaryWriter(str(events_dir))
+        self.sinks = safe_call(self.sinks, "close")
+        self.sinks = []
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

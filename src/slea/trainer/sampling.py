@@ -36,6 +36,7 @@ class Batch:
     metrics: dict[str, float] = field(default_factory=dict)
     # rollouts forked mid-episode (RTPO's siblings): counted in the budgets, not in the episode metrics
     continuations: list[Trajectory] = field(default_factory=list)
+    seconds: float = 0.0  # wall seconds it took to play (set by the trainer: its time/rollout_s)
 
     @property
     def env_steps(self) -> int:

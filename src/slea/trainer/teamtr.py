@@ -74,6 +74,7 @@ from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
 from slea.trainer import checkpoint as ckpt
 from slea.trainer.budgets import stop_reason
+from slea.trainer.metrics import response_metrics
 from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_everything
 from slea.trainer.runlog import RunLog, plot_curves, read_metrics
 from slea.trainer.team_checkpoint import TeamCheckpoints
@@ -201,7 +202,8 @@ class TeamTrainer(TeamCheckpoints):
         if "kl_estimator" in params:
             self.loss_kwargs["kl_estimator"] = self.kl_estimator
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.log = RunLog(self.dir)
+        self.log = RunLog(self.dir, loggers=cfg.run.loggers, project=cfg.run.project,
+                          config=cfg.model_dump(mode="json"))
         self.updates = 0  # single-agent updates done (the metrics rows' index)
         self.episodes = 0  # training episodes played (every collection of every stage): the rollouts
         self.messages = 0  # agent messages of those episodes
@@ -409,6 +411,8 @@ class TeamTrainer(TeamCheckpoints):
                                    "rollout/retokenized": retokenized(st for e in episodes for st in e.trajectory.steps)}
             played = summarize([e.trajectory for e in episodes])  # the rollouts this update learns from
             row.update({f"train/{k}": played[k] for k in ("success", "return", "invalid_rate")})
+            row.update({f"response/{k}": v for k, v in response_metrics([e.trajectory for e in episodes],
+                                                                       cfg.rollout.max_new_tokens).items()})
             if weights is not None:
                 row["teamtr/iw_mean"], row["teamtr/iw_max"] = float(weights.mean()), float(weights.max())
             before = self.message_logprobs(agent, episodes) if mode == "stale_iw" else None
@@ -435,6 +439,7 @@ class TeamTrainer(TeamCheckpoints):
                 "teamtr/beta_next": res.beta, "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted),
                 "teamtr/samples": sum(self.trained(samples)) if res.steps else 0,
                 **{f"update/{k}": v for k, v in res.step_metrics.items()},
+                "update/lr": self.optimizers[agent].param_groups[0]["lr"],
                 "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
                 "episodes": self.episodes, "rollouts": self.episodes, "env_steps": self.env_steps,
                 # what this update spent of the budgets (its collections), as the single-agent rows' budget/*
