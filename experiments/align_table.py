@@ -53,6 +53,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slea.evaluation import stats
 from slea.trainer import compare
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -394,6 +395,50 @@ def collect(env: str, root: Path | None = None, untrained: Path = UNTRAINED) -> 
                      "temperature": cfg.eval.temperature, "max_steps": cfg.env.max_steps}}
 
 
+# each aligned route against SFT (the policy it starts from, same seed), and tlm-DRE against DPO (the paper's claim)
+PAIRS = (("dpo", "sft"), ("turn_dpo", "sft"), ("dil", "sft"), ("tlm_dre", "sft"), ("sft_grpo", "sft"),
+         ("tlm_dre", "dpo"))
+
+
+def _per_game(kind: str, result: dict, value: float | None) -> list[float] | None:
+    """Each held-out game's value in the table's unit, where the table's number is the mean of the games' wins
+    (success %; EM where a win is an exact answer): ``per_game_wins`` × 100; else None (a score keeps no per-game
+    value)."""
+    games = stats.per_game_success(result)
+    if kind == "score" or games is None or value is None:
+        return None
+    games = [100.0 * g for g in games]
+    return games if abs(sum(games) / len(games) - value) < 1e-6 else None
+
+
+def comparisons(env: str, root: Path | None = None) -> list[dict[str, Any]]:
+    """:data:`PAIRS` on each split's first column (success %, score, EM), paired by seed: per-seed differences,
+    exact sign-flip p, bootstrap CI over seeds and held-out games (:func:`slea.evaluation.stats.paired_comparison`).
+    Only finished runs; a pair with no common seed is left out."""
+    job = JOBS[env]
+    splits = preset(env, 0).align.eval_splits
+    res: dict[str, dict[int, dict[str, dict]]] = {}
+    for method in METHODS:
+        for d in sorted((env_dir(env, root) / "runs").glob(f"{method}-s*")):
+            if all((d / "eval" / f"eval-{sp}.json").is_file() for sp in splits):
+                res.setdefault(method, {})[int(d.name.rsplit("-s", 1)[1])] = {
+                    sp: json.loads((d / "eval" / f"eval-{sp}.json").read_text()) for sp in splits}
+    out = []
+    for sp in splits:
+        key = next(iter(metrics(job.metric, {})))
+        for a, b in PAIRS:
+            if a not in res or b not in res:
+                continue
+            val = {m: {seed: metrics(job.metric, r[sp])[key] for seed, r in res[m].items()} for m in (a, b)}
+            games = {m: {seed: _per_game(job.metric, r[sp], val[m][seed]) for seed, r in res[m].items()}
+                     for m in (a, b)}
+            c = stats.paired_comparison(val[a], val[b], a_games=games[a], b_games=games[b], names=(a, b),
+                                        metric=f"{sp} {key}")
+            if c.n:
+                out.append(c.to_dict())
+    return out
+
+
 def _cell(st: dict[str, Any]) -> str:
     if not st or not st.get("n"):
         return "–"
@@ -418,6 +463,9 @@ def markdown(tab: dict[str, Any]) -> str:
         lines.append(f"| prompt-only (untrained_eval.json, {u['games']} games) | " + " | ".join(cells) + " | – |")
     if tab["untrained_eval_note"]:
         lines += ["", f"_{tab['untrained_eval_note']}_"]
+    if tab.get("pairs"):
+        lines += ["", "Paired by seed (each route against the same seed's SFT run; tlm-DRE against DPO):", "",
+                  stats.markdown_table(tab["pairs"], digits=1).rstrip()]
     return "\n".join(lines) + "\n"
 
 
@@ -425,6 +473,7 @@ def table(env: str, root: Path | None = None, untrained: Path = UNTRAINED) -> di
     tab = collect(env, root, untrained)
     if not tab["rows"]:
         raise SystemExit(f"no finished run under {env_dir(env, root) / 'runs'}")
+    tab["pairs"] = comparisons(env, root)
     out = env_dir(env, root)
     (out / "table.json").write_text(json.dumps(tab, indent=2) + "\n")
     (out / "table.md").write_text(markdown(tab))

@@ -173,6 +173,29 @@ def test_table_mean_std_over_seeds_and_unfinished_runs_left_out(tmp_path):
         A.table(ENV, tmp_path / "empty", untrained=tmp_path / "none.json")
 
 
+def test_table_pairs_each_route_with_the_seeds_sft_run(tmp_path):
+    def finish(method, seed, wins):  # 4 held-out games, one episode each
+        d = A.run_dir(ENV, method, seed, tmp_path)
+        (d / "eval").mkdir(parents=True)
+        res = {**_eval(sum(wins) / 4), "games": 4, "per_game_wins": wins}
+        res["sampled"]["episodes"] = 4.0
+        (d / "eval" / "eval-heldout.json").write_text(json.dumps(res))
+
+    for seed in range(3):
+        finish("sft", seed, [0, 0, 0, 0])
+        finish("dpo", seed, [1, 1, 0, 0])
+        finish("tlm_dre", seed, [1, 0, 0, 0] if seed else [1, 1, 0, 0])
+    tab = A.table(ENV, tmp_path, untrained=tmp_path / "none.json")
+    pairs = {(p["a"], p["b"]): p for p in tab["pairs"]}
+    assert set(pairs) == {("dpo", "sft"), ("tlm_dre", "sft"), ("tlm_dre", "dpo")}
+    p = pairs[("dpo", "sft")]  # +50 points on every seed: p = 0.25, the smallest 3 seeds allow
+    assert p["diffs"] == [50.0] * 3 and p["p"] == 0.25 and p["p_min"] == 0.25 and not p["separated"]
+    assert p["ci_method"] == "seeds, then games" and p["games"] == 4
+    assert pairs[("tlm_dre", "dpo")]["diffs"] == [0.0, -25.0, -25.0]
+    md = (tmp_path / ENV / "table.md").read_text()
+    assert "| dpo − sft | 3 | s0 +50.0, s1 +50.0, s2 +50.0 | +50.0 ± 0.0 | 0.250 | 0.250 |" in md
+
+
 def test_metrics_per_family():
     assert A.metrics("success", _eval(0.5)) == {"success %": 50.0}
     assert A.metrics("score", _eval(0.0, Seen=12.5, boil=3.0)) == {"score": 12.5}
