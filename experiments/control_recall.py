@@ -14,7 +14,9 @@ held-out episodes, under ``experiments/results/control_recall/<study>/runs/<arm>
 with retrieval switched off (``slea eval RUN --set experience.mode=off`` → ``eval_library_off/eval/``, as
 experiments/slea_evidence.py does; it needs the run's checkpoint, so it follows the training in the same session).
 
-``table`` — compare's table.md/json and curves.png for (b) and (c), and agent.md for (a).
+``table`` — the study's table.md/json and curves.png for (b) and (c) (``--study``, default ``compare``; the arms are
+read from its run folders' names), each comparison paired by seed with its exact sign-flip p and bootstrap CI; and
+agent.md for (a).
 
 ``diagnose`` — why (a) wins so little: ``slea agent --trace`` plays the held-out games of ``agent`` again with
 seed ``s``'s built library (the same settings), then :func:`diagnosis` counts per chamber type, condition and
@@ -450,8 +452,9 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--study", default="compare", help="the results folder under RESULTS (default: compare)")
     r.add_argument("--set", dest="extra", action="append", default=[])
     t = sub.add_parser("table")
-    t.add_argument("--compare", type=Path, default=None, help="the compare folder (runs/<arm>-s<seed>/ under it; "
-                   "default RESULTS/compare)")
+    t.add_argument("--study", default="compare", help="the results folder under RESULTS (default: compare)")
+    t.add_argument("--compare", type=Path, default=None, help="a compare folder elsewhere (runs/<arm>-s<seed>/ "
+                   "under it), instead of --study")
     d = sub.add_parser("diagnose")
     d.add_argument("--seed", type=int, required=True)
     d.add_argument("--set", dest="extra", action="append", default=[])
@@ -463,7 +466,7 @@ def main(argv: list[str] | None = None) -> None:
     elif args.cmd == "run":
         run(args.arm, args.seed, args.extra, args.study)
     else:
-        table(args.compare)
+        table(args.compare or RESULTS / args.study)
 
 
 if __name__ == "__main__":
