@@ -47,6 +47,7 @@ from typing import Any
 import numpy as np
 
 from slea.config import RunConfig, load_config
+from slea.evaluation import stats
 from slea.trainer import compare
 from slea.trainer.runlog import read_metrics
 
@@ -196,8 +197,8 @@ def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS}")
     arms = variants(config, extra)
-    std = compare.summarize_runs(runs)  # the spec `slea compare` writes for these variants and seeds
-    std["spec"] = {**plan(sorted({r.seed for r in runs}), config, extra).spec, "config": config}
+    std = compare.summarize_runs(runs)
+    std["spec"] = {**_spec(sorted({r.seed for r in runs}), config, extra), "config": config}
     compare.write_outputs(std, runs, RESULTS)
     per = {(r.algorithm, r.seed): run_stats(r) for r in runs}
     tab: dict[str, Any] = {"variants": {}}
@@ -209,6 +210,7 @@ def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
                                                           "train_return_per_stage": m["curve"]["return_after"],
                                                           "trust": m["trust"]}
                                                  for s, m in mine.items()}}
+    tab["pairs"] = comparisons(runs)
     tab["spec"] = {"config": config, "overrides": list(extra or []), "variants": arms}
     (RESULTS / "stages.json").write_text(json.dumps(tab, indent=2))
     (RESULTS / "stages.md").write_text(markdown(tab) + "\n" + trust_markdown(tab))
@@ -217,6 +219,43 @@ def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
     print(markdown(tab))
     print(trust_markdown(tab))
     return tab
+
+
+def gain(runs: list[compare.SubRun], variant: str) -> dict[str, Any]:
+    """A variant's held-out success after training against before it (the untrained team on the same games, same
+    sampling keys), paired by seed and game: is the gain separated from none?"""
+    res = {r.seed: json.loads((r.dir / "eval" / "summary.json").read_text()) for r in runs if r.algorithm == variant}
+    after = {s: (x.get("after") or {}) for s, x in res.items()}
+    before = {s: (x.get("before") or {}) for s, x in res.items()}
+    return stats.paired_comparison(
+        {s: (a.get("sampled") or {}).get("success") for s, a in after.items()},
+        {s: (b.get("sampled") or {}).get("success") for s, b in before.items()},
+        a_games={s: stats.per_game_success(a) for s, a in after.items()},
+        b_games={s: stats.per_game_success(b) for s, b in before.items()},
+        names=(f"{variant} after", f"{variant} before"), metric="held-out success").to_dict()
+
+
+def comparisons(runs: list[compare.SubRun]) -> list[dict[str, Any]]:
+    """Every variant against teamtr on held-out success after training (:func:`slea.trainer.compare.paired`),
+    then each variant's gain, after against before; each paired by seed with the exact sign-flip p and the
+    bootstrap CI over seeds and held-out games."""
+    variants = list(dict.fromkeys(r.algorithm for r in runs))
+    out = [compare.paired(runs, v, "teamtr").to_dict() for v in variants if v != "teamtr" and "teamtr" in variants]
+    out += [gain(runs, v) for v in variants]
+    return [c for c in out if c["n"]]
+
+
+def _spec(seeds: list[int], config: str = CONFIG, extra: list[str] | None = None) -> dict[str, Any]:
+    """The spec ``slea compare`` writes for these variants and seeds; where the runs were trained with settings
+    today's config no longer gives (a default changed since), the spec their table.json recorded, for a table only
+    reads finished runs."""
+    try:
+        return compare.plan(_path(config), [], list(seeds), RESULTS, list(extra or []), variants(config, extra)).spec
+    except ValueError:
+        old = RESULTS / "table.json"
+        if old.is_file() and json.loads(old.read_text()).get("spec"):
+            return json.loads(old.read_text())["spec"]
+        raise
 
 
 def trust(runs: list[compare.SubRun] | None = None) -> dict[str, Any]:
@@ -310,6 +349,9 @@ def markdown(tab: dict) -> str:
             per_stage = ", ".join(f"{x:.2f}" for x in m["train_return_per_stage"])
             lines.append(f"| {v} | {s} | {'–' if b is None else f'{b:.3f}'} | {m['heldout_success']:.3f} | "
                          f"{m['heldout_return']:.3f} | {per_stage} |")
+    if tab.get("pairs"):
+        lines += ["", ("Held-out success paired by seed: each variant against teamtr, and each variant's gain "
+                       "(after training against before):"), "", stats.markdown_table(tab["pairs"]).rstrip()]
     return "\n".join(lines) + "\n"
 
 

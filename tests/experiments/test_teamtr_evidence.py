@@ -94,6 +94,13 @@ def test_runs_reused_and_the_table(bench, capsys):
     assert len(s0["teamtr"]["train_return_per_stage"]) == 2
     md = (out / "stages.md").read_text()
     assert "| teamtr | 0, 1 |" in md and "| single | 0 |" in md and " ± " in md
+    # each variant against teamtr and each variant's gain, paired by seed, with p and a CI over seeds and games
+    pairs = {(c["a"], c["b"]): c for c in tab["pairs"]}
+    assert {("naive", "teamtr"), ("single", "teamtr"), ("teamtr after", "teamtr before")} <= set(pairs)
+    assert pairs[("naive", "teamtr")]["n"] == 1 and pairs[("naive", "teamtr")]["p_min"] == 1.0
+    assert pairs[("teamtr after", "teamtr before")]["n"] == 2 and pairs[("teamtr after", "teamtr before")][
+        "ci_method"] == "seeds, then games"
+    assert "p (exact sign-flip)" in md and "| naive − teamtr | 1 |" in (out / "table.md").read_text()
     # the trust region's table of the same runs: the default estimator, every update of the run counted
     t = s0["teamtr"]["trust"]
     assert t["kl_estimator"] == "k3" and t["updates"] == 4 and 0 <= t["updates_reverted"] <= t["updates_stepped"]
