@@ -9,7 +9,7 @@ STAMP := $(VENV)/.slea-installed
 TORCH_INDEX_URL ?=
 TORCH_VERSION ?= 2.13.0
 # Every extra whose tests exist, so CI runs them rather than skips them (alfworld brings textworld[pddl]).
-EXTRAS ?= textworld,experience,scienceworld,alfworld,qa,ray,openai,wandb,mlflow,bench,dev
+EXTRAS ?= textworld,experience,scienceworld,alfworld,qa,ray,openai,serve,wandb,mlflow,bench,dev
 CONFIG ?= configs/default.yaml
 PYTEST_ARGS ?= -q --durations=20
 # make test runs the tests in this many pytest-xdist worker processes, each test file whole in one worker (its module

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -18,8 +19,10 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
 
 @pytest.fixture(scope="module")
 def server():
-    """``slea serve tiny --port 0`` in a subprocess; yields its base URL (the port it prints)."""
-    proc = subprocess.Popen([sys.executable, "-m", "slea.cli", "serve", "tiny", "--port", "0", "--dtype", "float32"],
+    """``slea serve tiny --port 0`` in a subprocess, adapter loading on for the temp folder the trainer's weight
+    syncs write under (``--lora-dir``); yields its base URL (the port it prints)."""
+    proc = subprocess.Popen([sys.executable, "-m", "slea.cli", "serve", "tiny", "--port", "0", "--dtype", "float32",
+                             "--lora-dir", tempfile.gettempdir()],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
     try:
         line = proc.stdout.readline()  # "serving tiny at http://127.0.0.1:PORT/v1" (or an error, then EOF)

@@ -32,8 +32,10 @@ def export_dtype(setting: str, checkpoint_dtype: torch.dtype | str | None) -> to
     return checkpoint_dtype if checkpoint_dtype in DTYPES.values() else torch.float32
 
 
-def merged_policy(run: str | Path):
-    """``(model, tokenizer, cfg)``: the run's policy with its last checkpoint loaded and LoRA merged, fp32, CPU."""
+def merged_policy(run: str | Path, checkpoint: str | None = None, say=None):
+    """``(model, tokenizer, cfg)``: the run's policy with its newest usable checkpoint (or ``checkpoint``, a name
+    under its checkpoints/) loaded and LoRA merged, fp32, CPU; ``say`` gets one line per damaged newer checkpoint
+    skipped."""
     from slea.algorithms.registry import get_algorithm
     from slea.config import load_config
     from slea.policy.model import load_policy
@@ -46,7 +48,7 @@ def merged_policy(run: str | Path):
     if "team" in get_algorithm(cfg.algorithm.name).needs:
         raise ConfigError(f"export: {run} is a team run (one LoRA adapter per agent on one base model); only a "
                           f"single policy is exported")
-    last = run_checkpoint(run)  # CheckpointError when the run's weights are not on this machine
+    last = run_checkpoint(run, checkpoint, say=say)  # CheckpointError when the run's weights are not on this machine
     mcfg = cfg.model.model_copy(update={"init_from": None})
     model, tok = load_policy(mcfg, adapter_dir=last, device="cpu", base_dtype=torch.float32)
     if hasattr(model, "merge_and_unload"):
@@ -55,15 +57,16 @@ def merged_policy(run: str | Path):
     return model, tok, cfg
 
 
-def export_run(run: str | Path, out: str | Path, *, dtype: str = "auto") -> Path:
+def export_run(run: str | Path, out: str | Path, *, dtype: str = "auto", checkpoint: str | None = None,
+               say=None) -> Path:
     """Write the merged policy of ``run`` to the folder ``out`` (created; an existing non-empty folder is
-    refused). Returns ``out``."""
+    refused). ``checkpoint``/``say``: as :func:`merged_policy`. Returns ``out``."""
     from slea.policy.model import resolve
 
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError(f"export: {out} exists and is not an empty folder")
-    model, _, cfg = merged_policy(run)
+    model, _, cfg = merged_policy(run, checkpoint, say)
     from transformers import AutoConfig
 
     base_dtype = getattr(AutoConfig.from_pretrained(resolve(cfg.model.name_or_path)), "dtype", None)

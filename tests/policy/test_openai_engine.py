@@ -5,6 +5,7 @@ server is a clear error, never a hang."""
 from __future__ import annotations
 
 import socket
+import tempfile
 import threading
 
 import pytest
@@ -15,7 +16,7 @@ from slea.policy.engines import make_generator
 from slea.policy.generation import HFGenerator
 from slea.policy.model import load_policy
 from slea.policy.openai_engine import GeneratorError
-from slea.policy.server import load_engine, make_server
+from slea.policy.server import ServeSettings, load_engine, make_server
 from slea.trainer.update import Sample, response_logprobs
 
 LORA = {"name_or_path": "tiny", "dtype": "float32", "lora": True, "lora_r": 4, "lora_alpha": 8,
@@ -24,9 +25,10 @@ LORA = {"name_or_path": "tiny", "dtype": "float32", "lora": True, "lora_r": 4, "
 
 @pytest.fixture(scope="module")
 def served():
-    """A ``slea serve tiny`` server (fp32) on a free localhost port, in a thread: ``(engine, base_url)``."""
+    """A ``slea serve tiny`` server (fp32) on a free localhost port, in a thread: ``(engine, base_url)``; adapter
+    loading on for the temp folder the generator's weight syncs write under (``--lora-dir``)."""
     engine = load_engine("tiny", dtype="float32")
-    server = make_server(engine, "127.0.0.1", 0)
+    server = make_server(engine, "127.0.0.1", 0, ServeSettings(lora_dir=tempfile.gettempdir()))
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield engine, f"http://127.0.0.1:{server.server_address[1]}/v1"
@@ -164,7 +166,10 @@ def test_server_refusals_are_http_errors(served):
         gen.request("POST", "/completions", {"model": "nope", "prompt": [5]})
     with pytest.raises(GeneratorError, match="400.*stop"):
         gen.request("POST", "/completions", {"prompt": [5], "stop": [".", ",", ";", ":", "!"]})
-    with pytest.raises(GeneratorError, match="400.*not a LoRA adapter folder"):
+    with pytest.raises(GeneratorError, match="400.*not a LoRA adapter folder"):  # under the server's --lora-dir
+        gen.request("POST", "/load_lora_adapter", {"lora_name": "x",
+                                                   "lora_path": f"{tempfile.gettempdir()}/slea-no-such-adapter"})
+    with pytest.raises(GeneratorError, match="403.*must be a folder under"):  # outside it: refused, never read
         gen.request("POST", "/load_lora_adapter", {"lora_name": "x", "lora_path": "/nonexistent"})
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import sys
+import tempfile
 import threading
 
 import pytest
@@ -116,11 +117,11 @@ def test_vllm_is_allowed_with_several_processes_and_openai_is_not():
 
 @pytest.mark.timeout(600)
 def test_the_trainer_sleeps_the_server_for_each_update_and_wakes_it_before_the_lora_sync(tmp_path):
-    from slea.policy.server import load_engine, make_server
+    from slea.policy.server import ServeSettings, load_engine, make_server
     from slea.trainer.rl import Trainer
 
     engine = load_engine("tiny", dtype="float32")
-    server = make_server(engine, "127.0.0.1", 0)
+    server = make_server(engine, "127.0.0.1", 0, ServeSettings(lora_dir=tempfile.gettempdir()))  # the syncs' folder
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         cfg = build_config({

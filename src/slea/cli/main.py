@@ -13,7 +13,7 @@ from rich.table import Table
 from slea.cli.common import console, err, fail, plain, require_env, run_config
 from slea.cli.data import data_app
 from slea.cli.library import library_app
-from slea.cli.play import agent, eval_, serve
+from slea.cli.play import CHECKPOINT_HELP, agent, eval_, say_skipped, serve
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn agentic RL with a per-step "
                   "experience library (SLEA-RL) and the methods it is compared with.")
@@ -284,6 +284,7 @@ def report(
     comparison table and every sub-run's curves. No server, no network: open it from disk."""
     from slea.evaluation.html_report import ReportError, write_report
 
+    _damaged_checkpoints(run)
     try:
         path = write_report(run, out)
     except ReportError as exc:
@@ -291,6 +292,15 @@ def report(
     except OSError as exc:
         raise fail(f"report: cannot write {out or run / 'report.html'} ({exc.strerror or exc})") from None
     plain(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
+
+
+def _damaged_checkpoints(run: Path) -> None:
+    """``slea report`` reads a run's logs, not its weights; it still says, in one line each, which of the run's
+    newest checkpoints are damaged (those ``slea eval`` / ``serve`` / ``export`` would skip)."""
+    from slea.trainer.checkpoint import latest_checkpoint
+
+    if (run / "checkpoints").is_dir():
+        latest_checkpoint(run / "checkpoints", say_skipped("report"))
 
 
 # the commands that play or serve a model without training it (slea/cli/play.py), in this place in --help
@@ -304,6 +314,7 @@ def export(
     run: Path = typer.Argument(..., help="a run folder (its config and last checkpoint)"),
     out: Path = typer.Argument(..., help="the folder to write (new, or empty)"),
     dtype: str = typer.Option("auto", "--dtype", help="auto (the base checkpoint's) | float32 | bfloat16"),
+    checkpoint: str | None = typer.Option(None, "--checkpoint", help=CHECKPOINT_HELP),
 ) -> None:
     """Write a trained run's policy as a Hugging Face model folder (LoRA merged; safetensors, tokenizer, chat
     template) that transformers and vLLM load as it is."""
@@ -312,7 +323,7 @@ def export(
     from slea.trainer.checkpoint import CheckpointError
 
     try:
-        folder = export_run(run, out, dtype=dtype)
+        folder = export_run(run, out, dtype=dtype, checkpoint=checkpoint, say=say_skipped("export"))
     except (ConfigError, CheckpointError) as exc:
         raise fail(f"export: {exc}".replace("export: export: ", "export: ")) from None
     plain(f"wrote {folder}")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from slea.cli.common import console, fail, plain, require_env, run_config
+from slea.cli.common import console, err, fail, plain, require_env, run_config
 from slea.cli.library import portable
 
 
@@ -46,6 +46,7 @@ def _played(cfg, last: Path | None, device):
     from slea.config import ConfigError
     from slea.policy.openai_engine import GeneratorError
     from slea.policy.served import played_policy
+    from slea.trainer.checkpoint import CheckpointError
 
     try:
         return played_policy(cfg, last, device=device)
@@ -53,12 +54,26 @@ def _played(cfg, last: Path | None, device):
         raise fail(f"config error: {exc}") from None
     except GeneratorError as exc:
         raise fail(str(exc)) from None
+    except CheckpointError as exc:  # weights that do not load (checked before anything was applied)
+        raise fail(str(exc)) from None
 
 
-def _checkpoint_or_exit(what: str, run: Path | None) -> Path | None:
-    """A run's newest usable checkpoint (None when the target is not a run), or one line and exit code 2 (also for
-    a team run: its checkpoint holds one adapter per agent, which these commands cannot load into one policy)."""
+CHECKPOINT_HELP = ("a checkpoint of the run by name (iter_000006, or 6); default: the newest usable one (a damaged "
+                   "newer one is skipped, and said)")
+
+
+def say_skipped(what: str):
+    """The one line a command prints for each damaged checkpoint it skips (stderr: the output stays the result)."""
+    return lambda line: err.print(f"{what}: {line}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _checkpoint_or_exit(what: str, run: Path | None, name: str | None = None) -> Path | None:
+    """A run's newest usable checkpoint, or the one named (None when the target is not a run), or one line and exit
+    code 2 (also for a team run: its checkpoint holds one adapter per agent, which these commands cannot load
+    into one policy). A damaged newer checkpoint skipped is said in one line."""
     if run is None:
+        if name is not None:
+            raise fail(f"{what}: --checkpoint needs a run folder")
         return None
     from slea.trainer.checkpoint import CheckpointError, run_checkpoint
 
@@ -68,7 +83,7 @@ def _checkpoint_or_exit(what: str, run: Path | None) -> Path | None:
                    f"cannot load into one policy; its held-out evaluation is {run / 'eval' / 'after.json'}")
 
     try:
-        return run_checkpoint(run)
+        return run_checkpoint(run, name, say=say_skipped(what))
     except CheckpointError as exc:
         raise fail(f"{what}: {exc}") from None
 
@@ -109,6 +124,7 @@ def eval_(
                                       "then come only from --set env.kwargs.x=...)"),
     out: Path | None = typer.Option(None, "--out", help="folder for eval/<name>.json|.md (default: the "
                                        "run folder, else runs/eval-<target>)"),
+    checkpoint: str | None = typer.Option(None, "--checkpoint", help=CHECKPOINT_HELP),
     set_: list[str] = typer.Option([], "--set"),
 ) -> None:
     """Evaluate a trained run (its last checkpoint, with its experience library), a model folder, or the
@@ -144,7 +160,7 @@ def eval_(
 
     torch.set_num_threads(cfg.run.threads)
     device = _run_device(cfg)
-    last = _checkpoint_or_exit("eval", run)
+    last = _checkpoint_or_exit("eval", run, checkpoint)
     _, _, builder, generator = _played(cfg, last, device)
     kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}  # as training's evaluation
     if split is not None:
@@ -190,6 +206,7 @@ def agent(
                                                         "evolved library.sqlite); default runs/agent-<model>-<env>"),
     trace: bool = typer.Option(False, "--trace", help="also write steps.jsonl into --out: one row per step "
                                                       "played (both conditions) with the experiences retrieved"),
+    checkpoint: str | None = typer.Option(None, "--checkpoint", help=CHECKPOINT_HELP),
     set_: list[str] = typer.Option([], "--set"),
 ) -> None:
     """Play a frozen model with and without an experience library on the same games.
@@ -235,7 +252,7 @@ def agent(
 
     torch.set_num_threads(cfg.run.threads)
     device = _run_device(cfg)
-    last = _checkpoint_or_exit("agent", run)
+    last = _checkpoint_or_exit("agent", run, checkpoint)
     _, _, builder, generator = _played(cfg, last, device)
     kwargs = {**cfg.env.kwargs, "split": split or "heldout", **cfg.env.eval_kwargs}
     if split is not None:
@@ -271,29 +288,73 @@ def agent(
 def serve(
     model: str = typer.Argument(..., help="'tiny', 'embedded', a local HF model folder, or a run folder (its "
                                           "model with its last checkpoint's LoRA adapter)"),
-    host: str = typer.Option("127.0.0.1", "--host"),
+    host: str = typer.Option("127.0.0.1", "--host", help="the address to listen on (another than loopback: set "
+                                                         "an API key)"),
     port: int = typer.Option(8000, "--port", min=0, max=65535, help="0: a free port (printed)"),
     dtype: str | None = typer.Option(None, "--dtype", help="auto | bfloat16 | float32 (default: the run's, else "
                                                             "auto: bf16 where this CPU computes it natively)"),
     threads: int = typer.Option(2, "--threads", min=1, help="torch intra-op threads"),
+    checkpoint: str | None = typer.Option(None, "--checkpoint", help=CHECKPOINT_HELP),
+    api_key: str | None = typer.Option(None, "--api-key", envvar="SLEA_API_KEY", show_envvar=True,
+                                       help="requests must send 'Authorization: Bearer KEY' (401 without); "
+                                            "prefer the environment variable, which ps does not show"),
+    lora_dir: Path | None = typer.Option(None, "--lora-dir", help="allow /v1/load_lora_adapter, for adapter "
+                                         "folders under DIR only (the trainer's weight sync: its "
+                                         "model.openai.sync_dir, or a temp folder, must lie under it); default off"),
+    max_model_len: int | None = typer.Option(None, "--max-model-len", min=2, help="prompt + max_tokens at most "
+                                             "(default: the model's context, max_position_embeddings)"),
+    max_prompt_tokens: int | None = typer.Option(None, "--max-prompt-tokens", min=1, help="prompt tokens at most "
+                                                 "(default: max-model-len - 1)"),
+    max_n: int = typer.Option(128, "--max-n", min=1, help="answers per prompt (n) at most"),
+    max_rows: int = typer.Option(512, "--max-rows", min=1, help="prompts x n in one request at most"),
+    max_logprobs: int = typer.Option(20, "--max-logprobs", min=0, help="the completions field logprobs at most"),
+    max_stops: int = typer.Option(4, "--max-stops", min=1, help="stop strings at most"),
+    max_stop_chars: int = typer.Option(256, "--max-stop-chars", min=1, help="characters per stop string at most"),
+    max_body_mb: float = typer.Option(8.0, "--max-body-mb", min=0.001, help="request body size at most, MB (413 "
+                                                                            "beyond)"),
+    max_queue: int = typer.Option(16, "--max-queue", min=1, help="requests waiting for the engine or generating "
+                                                                 "at most (429 beyond)"),
+    max_connections: int = typer.Option(64, "--max-connections", min=2, help="open connections at most (503 "
+                                                                             "beyond)"),
+    request_timeout: float = typer.Option(300.0, "--request-timeout", min=0.1, help="seconds from a request's "
+                                          "arrival to its answer; past it generation stops (504)"),
 ) -> None:
     """An OpenAI-compatible server on slea's engine: /v1/models, /v1/completions (token-id or text prompts,
     log-probs), /v1/chat/completions (the model's chat template), streaming as server-sent events, and
-    /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai)."""
+    /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai; needs --lora-dir). Every request is
+    validated and bounded by the options below (docs/reliability.md#serving)."""
     if not (Path(model) / "config.yaml").is_file() and not _model_target(model):
         raise fail(f"serve: {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
     if dtype not in (None, "auto", "bfloat16", "float32"):
         raise fail(f"serve: --dtype {dtype!r}: expected auto, bfloat16 or float32")
+    if lora_dir is not None and not lora_dir.is_dir():
+        raise fail(f"serve: --lora-dir {lora_dir}: no such folder")
+    run = Path(model) if (Path(model) / "config.yaml").is_file() else None
+    if checkpoint is not None and run is None:
+        raise fail("serve: --checkpoint needs a run folder")
+    try:
+        import fastapi  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        raise fail("serve: slea serve needs FastAPI and uvicorn: pip install 'slea[serve]'") from None
     import torch
 
-    from slea.policy.server import load_engine, make_server
+    from slea.policy.server import ServeSettings, load_engine, make_server
     from slea.trainer.checkpoint import CheckpointError
 
+    settings = ServeSettings(api_key=api_key or None, lora_dir=lora_dir, max_model_len=max_model_len,
+                             max_prompt_tokens=max_prompt_tokens, max_n=max_n, max_rows=max_rows,
+                             max_logprobs=max_logprobs, max_stops=max_stops, max_stop_chars=max_stop_chars,
+                             max_body_bytes=int(max_body_mb * 1e6), max_queue=max_queue,
+                             max_connections=max_connections, request_timeout_s=request_timeout)
     torch.set_num_threads(threads)
     try:
-        engine = load_engine(model, dtype=dtype)
+        engine = load_engine(model, dtype=dtype, settings=settings, checkpoint=checkpoint,
+                             say=say_skipped("serve"))
     except CheckpointError as exc:
+        raise fail(f"serve: {exc}") from None
+    except ValueError as exc:  # a limit the model cannot meet (--max-model-len past its context)
         raise fail(f"serve: {exc}") from None
     try:
         server = make_server(engine, host, port)
@@ -302,6 +363,9 @@ def serve(
     bound = server.server_address[1]
     plain(f"serving {engine.base_id}" + (f" (adapter {engine.lora})" if engine.lora else "") +
            f" at http://{host}:{bound}/v1")
+    if settings.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(f"serve: warning: listening on {host} without an API key: anyone who reaches it may generate "
+                  f"(set SLEA_API_KEY or --api-key)", markup=False, highlight=False, soft_wrap=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -19,12 +19,17 @@ row's (tempered, top-k/top-p truncated) distribution. What a row samples then de
 logits: not on the process's global RNG, on what ran before, or on the other rows of the batch. The collector
 keys rows by (purpose, env seed, copy, turn), so two evaluations of the same weights are paired episode by
 episode.
+
+Bounded work: a row never decodes past the model's context (``max_position_embeddings``), however large
+``max_new_tokens`` is, so neither the decode loop nor a row's uniforms grow with an absurd request; and a
+``cancel`` callable, checked before the prefill and between decode steps, stops a generation whose caller has gone
+(:class:`GenerationCancelled`: ``slea serve`` when its client disconnects or its time limit passes).
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 
@@ -33,6 +38,29 @@ import torch
 
 from slea.algorithms.entropy import entropy_from_logprobs
 from slea.device import model_device
+
+
+class GenerationCancelled(RuntimeError):
+    """A generation stopped because its ``cancel`` callable said so (nothing is returned)."""
+
+
+def context_length(model) -> int | None:
+    """The longest sequence ``model`` was built for (``max_position_embeddings``, or ``n_positions`` /
+    ``max_seq_len``), or None when its config names none (a peft wrapper answers for its base)."""
+    config = getattr(model, "config", None)
+    for key in ("max_position_embeddings", "n_positions", "max_seq_len"):
+        value = getattr(config, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def decode_steps(max_new_tokens: int, prompt_len: int, context: int | None) -> int:
+    """How many tokens a row of a ``prompt_len``-token prompt decodes: ``max_new_tokens``, capped so that prompt and
+    answer fit the ``context`` (at least one token: a prompt that already fills it still gets its answer's first)."""
+    if context is None:
+        return max_new_tokens
+    return max(1, min(max_new_tokens, context - prompt_len))
 
 
 @dataclass
@@ -99,10 +127,13 @@ class HFGenerator:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 12, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 0, rng_keys: Sequence[Sequence[int]] | None = None,
-                 stop_at_newline: bool | None = None) -> list[Generation]:
+                 stop_at_newline: bool | None = None, cancel: Callable[[], bool] | None = None
+                 ) -> list[Generation]:
         """One answer per prompt. ``rng_keys``: one key (a sequence of non-negative ints) per prompt, the seed
         of that row's own random stream (module docstring); without keys rows sample from torch's global RNG.
-        ``stop_at_newline``: this call's choice (``None``: the generator's default)."""
+        ``stop_at_newline``: this call's choice (``None``: the generator's default). ``cancel``: called before
+        each chunk's prefill and between decode steps; when it returns true the call raises
+        :class:`GenerationCancelled`. No row decodes past the model's context (:func:`decode_steps`)."""
         self.calls += 1
         if rng_keys is not None and len(rng_keys) != len(prompts):
             raise ValueError(f"{len(rng_keys)} rng_keys for {len(prompts)} prompts")
@@ -112,14 +143,20 @@ class HFGenerator:
             stops = _newline_ids(self.tok) if stop_at_newline else frozenset()
         out: list[Generation | None] = [None] * len(prompts)
         device = model_device(self.model)
+        context = context_length(self.model)
         for start in range(0, len(prompts), self.max_batch):
             idx = list(range(start, min(start + self.max_batch, len(prompts))))
+            # the chunk's decode length, capped by the context: a row's uniforms are a prefix of its stream, so
+            # the cap changes no draw (only how many are made)
+            steps = decode_steps(max_new_tokens, max(len(prompts[i]) for i in idx), context)
+            if cancel is not None and cancel():
+                raise GenerationCancelled("generation cancelled")
             uniforms = None
             if rng_keys is not None and temperature > 0:
-                uniforms = torch.from_numpy(np.stack([row_uniforms(rng_keys[i], max_new_tokens) for i in idx]
+                uniforms = torch.from_numpy(np.stack([row_uniforms(rng_keys[i], steps) for i in idx]
                                                      )).to(device)
-            gens = self._generate_chunk([prompts[i] for i in idx], max_new_tokens, temperature, top_p, top_k,
-                                        uniforms, stops)
+            gens = self._generate_chunk([prompts[i] for i in idx], steps, temperature, top_p, top_k,
+                                        uniforms, stops, cancel)
             for i, g in zip(idx, gens):
                 out[i] = g
         return out  # type: ignore[return-value]
@@ -130,7 +167,7 @@ class HFGenerator:
                              use_cache=True, logits_to_keep=1)
         return res.logits[:, -1].float(), res.cache
 
-    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k, uniforms, stops
+    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k, uniforms, stops, cancel=None
                         ) -> list[Generation]:
         from transformers import DynamicCache
 
@@ -158,12 +195,12 @@ class HFGenerator:
             cache.batch_select_indices(sel)
             logits, mask, last_pos = logits[sel], mask[sel], pos[sel, -1]
             return self._decode(logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k,
-                                uniforms, stops)
+                                uniforms, stops, cancel)
         finally:
             self.model.train(was_training)
 
     def _decode(self, logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k, uniforms,
-                stop_ids):
+                stop_ids, cancel=None):
         n = logits.shape[0]
         dev = logits.device
         stops = set(stop_ids) | {self.tok.eos_token_id}
@@ -183,6 +220,8 @@ class HFGenerator:
             keep = [j for j, t in enumerate(host_tok) if int(t) not in stops]
             if step == max_new_tokens - 1 or not keep:
                 break
+            if cancel is not None and cancel():
+                raise GenerationCancelled(f"generation cancelled after {step + 1} tokens")
             if len(keep) < len(live):
                 live = [live[j] for j in keep]
                 keep_t = torch.tensor(keep, dtype=torch.long, device=dev)

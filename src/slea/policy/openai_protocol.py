@@ -1,11 +1,15 @@
-"""The OpenAI wire format ``slea serve`` speaks, as small pure functions: request fields read and checked, an
-answer cut at its stop strings, chat messages read, errors and server-sent events shaped. The engine that
-generates is :mod:`slea.policy.server`; nothing here touches a model (``decode`` is handed in)."""
+"""The OpenAI wire format ``slea serve`` speaks: typed request models of the OpenAI schema (pydantic; a body that
+does not fit is a 400 naming the field), and small pure functions: request fields read and checked, an answer cut
+at its stop strings, chat messages read, errors and server-sent events shaped. The engine that generates is
+:mod:`slea.policy.server`; nothing here touches a model (``decode`` is handed in)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 # Request fields that change what an answer means and that slea serve cannot honour: refused with a 400 naming
 # them, never silently ignored (fields that change nothing, such as `user` or `metadata`, are accepted).
@@ -32,6 +36,95 @@ class RequestError(Exception):
         self.status = status
         self.param = param
         self.code = code
+
+
+# -- request models: the OpenAI schema's fields slea serve reads, typed; unknown fields pass through (refused by
+# refuse_unsupported when they would change the answer, ignored when they change nothing: user, metadata) -------
+_Finite = Annotated[float, Field(allow_inf_nan=False)]
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="allow", strict=True)
+    include_usage: bool | None = None
+
+
+class _Request(BaseModel):
+    """Fields both text endpoints share. Strict: a number sent as a string, a bool as an int, NaN or infinity
+    is refused rather than coerced."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    model: str | None = None
+    max_tokens: int | None = Field(None, ge=1)
+    temperature: _Finite | None = Field(None, ge=0.0, le=100.0)
+    top_p: _Finite | None = Field(None, ge=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=-1)
+    n: int | None = Field(None, ge=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = None
+    stream_options: StreamOptions | None = None
+    presence_penalty: _Finite | None = None
+    frequency_penalty: _Finite | None = None
+    user: str | None = None
+    # vLLM's and slea's extensions
+    rng_keys: list[list[Annotated[int, Field(ge=0)]]] | None = None
+    return_token_ids: bool | None = None
+    include_stop_str_in_output: bool | None = None
+    skip_special_tokens: bool | None = None
+
+
+class CompletionRequest(_Request):
+    """``POST /v1/completions``."""
+
+    prompt: str | list[int] | list[str] | list[list[int]] | None = None
+    logprobs: int | None = Field(None, ge=0)
+    echo: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
+
+
+class ChatRequest(_Request):
+    """``POST /v1/chat/completions`` (``messages`` are read by :func:`chat_messages`)."""
+
+    messages: list[Any] | None = None
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0)
+    continue_final_message: bool | None = None
+    add_generation_prompt: bool | None = None
+
+
+class AdapterRequest(BaseModel):
+    """``POST /v1/load_lora_adapter`` and ``/v1/unload_lora_adapter``."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+    lora_name: str | None = None
+    lora_path: str | None = None
+
+
+def parse_request(model: type[BaseModel], body: bytes | dict) -> dict:
+    """``body`` (raw JSON bytes, or an already-parsed dict) checked against ``model``; the fields that were sent,
+    typed, as a dict (absent fields stay absent, as the OpenAI API reads them). A body that is not JSON (a lone
+    surrogate escape, nesting past the parser's depth limit included), not an object, or whose field does not fit
+    is a 400 :class:`RequestError` naming the field."""
+    try:
+        req = model.model_validate_json(body) if isinstance(body, (bytes, bytearray, str)) \
+            else model.model_validate(body)
+    except ValidationError as exc:
+        raise _request_error(exc) from None
+    return req.model_dump(exclude_unset=True)
+
+
+def _request_error(exc: ValidationError) -> RequestError:
+    first = exc.errors(include_url=False)[0]
+    loc = [str(x) for x in first.get("loc", ())]
+    kind = first.get("type", "")
+    if kind == "json_invalid":
+        return RequestError(400, f"the request body is not valid JSON: {first.get('msg', '')}")
+    if not loc or kind in ("model_type", "model_attributes_type", "dict_type"):
+        return RequestError(400, "the request body must be a JSON object")
+    # a union's member name (loc ('prompt', 'list[int]', 0)) says nothing to a client: the field and positions only
+    where = ".".join(x for x in loc if not x.startswith(("list[", "str", "int", "float", "bool")))
+    return RequestError(400, f"{where}: {first.get('msg', 'invalid value')}", param=loc[0])
 
 
 def error_body(status: int, message: str, param: str | None = None, code: str | None = None) -> dict:
@@ -78,15 +171,31 @@ def number(body: dict, key: str, default: float, lo: float, hi: float | None = N
     return float(value)
 
 
-def stop_list(stop: object) -> list[str]:
-    """``stop`` (none, a string or up to :data:`MAX_STOPS` strings) as a list of non-empty strings."""
+def stop_list(stop: object, max_stops: int = MAX_STOPS, max_chars: int | None = None) -> list[str]:
+    """``stop`` (none, a string or up to ``max_stops`` strings of at most ``max_chars`` characters each) as a list
+    of non-empty strings."""
     if stop is None or stop == "" or stop == []:
         return []
     items = [stop] if isinstance(stop, str) else stop
-    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items) or len(items) > MAX_STOPS:
-        raise RequestError(400, f"stop: expected a string or a list of up to {MAX_STOPS} non-empty strings",
+    if not isinstance(items, list) or not all(isinstance(s, str) and s for s in items) or len(items) > max_stops:
+        raise RequestError(400, f"stop: expected a string or a list of up to {max_stops} non-empty strings",
                            param="stop")
+    if max_chars is not None and any(len(s) > max_chars for s in items):
+        raise RequestError(400, f"stop: a stop string may hold at most {max_chars} characters", param="stop")
+    for s in items:
+        text(s, "stop")
     return list(dict.fromkeys(items))
+
+
+def text(value: str, param: str) -> str:
+    """``value`` when it is valid Unicode text; a lone surrogate (``"\\udcff"``, which no tokenizer or UTF-8
+    encoder takes) is a 400 naming ``param``."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise RequestError(400, f"{param}: the text holds a lone surrogate (not valid Unicode)",
+                           param=param) from None
+    return value
 
 
 def cut_at_stop(decode: Callable[[list[int]], str], ids: Sequence[int], stops: Sequence[str],
@@ -143,6 +252,7 @@ def chat_messages(raw: object) -> list[dict[str, str]]:
             content = ""
         if not isinstance(content, str):
             raise RequestError(400, f"messages[{i}].content: expected text", param="messages")
+        text(content, "messages")
         out.append({"role": "system" if m["role"] == "developer" else m["role"], "content": content})
     return out
 

@@ -17,39 +17,59 @@ RL rollouts need):
   the loaded adapter.
 - ``POST /v1/chat/completions``: ``messages`` rendered by the model's own chat template (generation prompt
   added; vLLM's ``continue_final_message`` continues a last assistant message instead), then as completions:
-  ``n``, ``max_tokens`` / ``max_completion_tokens`` (default 256), ``temperature``, ``top_p``, ``seed``,
-  ``stop``, ``logprobs: true`` (the sampled token's log-prob per token; ``top_logprobs`` > 0 is refused),
-  ``stream`` and the same extensions.
+  ``n``, ``max_tokens`` / ``max_completion_tokens`` (default 256, or what the context leaves), ``temperature``,
+  ``top_p``, ``seed``, ``stop``, ``logprobs: true`` (the sampled token's log-prob per token; ``top_logprobs`` > 0
+  is refused), ``stream`` and the same extensions.
 - ``stream: true`` is served as server-sent events (one chunk per token, then ``data: [DONE]``;
   ``stream_options.include_usage`` adds the usage chunk). The answer is generated whole first, then sent.
 - ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}``: a LoRA adapter folder (slea/policy/adapters.py:
   peft's ``adapter_config.json`` + ``adapter_model.safetensors``, what the trainer's weight sync writes); one
-  adapter at a time, a new one replaces the old. ``POST /v1/unload_lora_adapter`` ``{"lora_name"}``.
+  adapter at a time, a new one replaces the old. Off (403) unless the server was started with a folder
+  (``--lora-dir``, :attr:`ServeSettings.lora_dir`), and then only folders under it. ``POST
+  /v1/unload_lora_adapter`` ``{"lora_name"}``.
 - ``POST /sleep`` (``?level=``), ``POST /wake_up``, ``GET /is_sleeping``: vLLM's sleep-mode endpoints, as no-ops
   that keep the state (this server frees nothing): a trainer's sleep/wake calls can be run against it.
-  ``Engine.calls`` lists every request (method and path with its query), in order.
+  ``GET /health``: 200 while the server runs (no key needed). ``Engine.calls`` lists the latest requests
+  (method and path with its query), in order (the last ``max_log``).
 
-A field that would change the answer and that the server cannot honour (tools, logit_bias, penalties, suffix,
-best_of, echo, a JSON response format) is a 400 naming it; every error has the OpenAI shape
-``{"error": {"message", "type", "param", "code"}}`` (slea/policy/openai_protocol.py). Requests are served one at
-a time (a lock around the model; the engine batches the answers of one request). Text prompts are tokenized
-without special tokens (slea's prompts carry their chat template's own markers). Built on the standard
-library's ThreadingHTTPServer: nothing to install.
+Input is hostile until checked (docs/reliability.md, "Serving"): a body is read up to ``max_body_bytes`` (413
+beyond), parsed and validated against typed models of the OpenAI schema (slea/policy/openai_protocol.py:
+strict types, finite numbers, no lone surrogates, bounded nesting); prompt + ``max_tokens`` must fit the model's
+context (``max_model_len``), and ``n``, the rows of a request, ``logprobs``, the prompt's tokens and the stop
+strings are capped (:class:`ServeSettings`, ``slea serve --help``). A field that would change the answer and that
+the server cannot honour (tools, logit_bias, penalties, suffix, best_of, echo, a JSON response format) is a 400
+naming it; every error has the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``.
+
+One generation at a time (the engine batches the answers of one request); up to ``max_queue`` requests wait or
+run, more are a 429, connections beyond ``max_connections`` a 503. A request that has not finished within
+``request_timeout_s`` stops generating and is a 504 (503 when it never left the queue); a client that disconnects
+stops its generation between two decode steps, streamed or not (:class:`slea.policy.generation.GenerationCancelled`).
+With an API key (``--api-key`` or the ``SLEA_API_KEY`` environment variable) every route but ``/health`` needs
+``Authorization: Bearer KEY`` (401 without). Text prompts are tokenized without special tokens (slea's prompts
+carry their chat template's own markers). Built on FastAPI (Starlette) under uvicorn's h11 protocol, as vLLM's
+OpenAI server: HTTP framing (Content-Length, chunked bodies, header sizes, keep-alive) is theirs.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-import json
+import hmac
 import logging
+import os
+import socket
 import threading
 import time
 import uuid
-from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
 from pathlib import Path
 
 from slea.policy.openai_protocol import (
+    AdapterRequest,
+    ChatRequest,
+    CompletionRequest,
     RequestError,
     chat_messages,
     cut_at_stop,
@@ -57,13 +77,55 @@ from slea.policy.openai_protocol import (
     error_body,
     integer,
     number,
+    parse_request,
     refuse_unsupported,
     sse,
     stop_list,
+    text,
 )
+
+try:  # the serve extra; FastAPI resolves the routes' (string) annotations in this module's namespace
+    from fastapi import Request
+except ImportError:  # the engine alone works without it; make_server says what to install
+    Request = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 CHAT_MAX_TOKENS = 256  # a chat request's default max_tokens (completions: 16, as the OpenAI API)
+API_KEY_ENV = "SLEA_API_KEY"  # where `slea serve` reads its API key when --api-key is not given
+MIN_TEMPERATURE = 1e-6  # below this (and above 0) logits / T overflows float32: refused, 0 is greedy
+MAX_KEY_INTS = 64  # ints per rng_keys key (slea's keys hold 2-6)
+MAX_URL_CHARS = 8192  # path + query of a request; longer: 414
+
+
+@dataclass
+class ServeSettings:
+    """What ``slea serve`` accepts and how much it does for one client (``slea serve --help`` lists each as an
+    option). The defaults fit the trainer's own requests (``model.openai.batch_size`` prompts of one answer)."""
+
+    api_key: str | None = None  # every route but /health needs "Authorization: Bearer <key>"
+    lora_dir: str | Path | None = None  # /v1/load_lora_adapter loads folders under it; None: off (403)
+    max_model_len: int | None = None  # prompt + max_tokens; None: the model's max_position_embeddings
+    max_prompt_tokens: int | None = None  # None: max_model_len - 1
+    max_n: int = 128  # answers per prompt
+    max_rows: int = 512  # prompts x n in one request
+    max_logprobs: int = 20  # the completions field `logprobs` (vLLM's default cap)
+    max_stops: int = 4  # stop strings (the OpenAI API's 4)
+    max_stop_chars: int = 256  # characters per stop string
+    max_body_bytes: int = 8 << 20  # a request body; larger: 413
+    max_queue: int = 16  # requests waiting for the engine or generating; more: 429
+    max_connections: int = 64  # open connections; more: 503 (uvicorn's limit_concurrency)
+    request_timeout_s: float = 300.0  # from arrival to the last token; past it: generation stops, 504
+    max_log: int = 1024  # Engine.calls keeps the latest this many requests
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if f.name in ("api_key", "lora_dir") or v is None:
+                continue
+            if not (v >= 0 if f.name == "max_logprobs" else v > 0):
+                raise ValueError(f"{f.name} must be positive, got {v!r}")
+        if self.api_key is not None and not self.api_key:
+            raise ValueError("api_key must not be empty")
 
 
 @dataclass
@@ -86,7 +148,7 @@ class Events:
 class Engine:
     """The served model: a base model, at most one LoRA adapter on it, and the HF engine over them."""
 
-    def __init__(self, model, tok, base_id: str, *, dtype: str = "bfloat16"):
+    def __init__(self, model, tok, base_id: str, *, dtype: str = "bfloat16", settings: ServeSettings | None = None):
         self.model = model
         self.tok = tok
         self.base_id = base_id
@@ -95,8 +157,27 @@ class Engine:
         self.lock = threading.Lock()
         self.created = int(time.time())
         self.sleeping = False  # vLLM's sleep mode, as a state only
-        self.calls: list[str] = []  # "METHOD /path?query" of every request, in order
+        self.calls: deque[str] = deque()  # "METHOD /path?query" of the latest requests, in order
+        self.configure(settings or ServeSettings())
         self._engine()
+
+    def configure(self, settings: ServeSettings) -> None:
+        """Apply ``settings`` (limits, key, adapter folder); a ``max_model_len`` past the model's context is a
+        ``ValueError``."""
+        from slea.policy.generation import context_length
+
+        model_len = context_length(self.model)
+        if settings.max_model_len is not None and model_len is not None and settings.max_model_len > model_len:
+            raise ValueError(f"max_model_len {settings.max_model_len} exceeds the model's context ({model_len} "
+                             f"tokens, max_position_embeddings)")
+        self.settings = settings
+        self.context = settings.max_model_len or model_len or 4096
+        self.max_prompt = min(settings.max_prompt_tokens or self.context - 1, self.context - 1)
+        self.calls = deque(self.calls, maxlen=settings.max_log)
+
+    def log_call(self, line: str) -> None:
+        """Record one request (cut to 200 characters: a long URL costs the log nothing)."""
+        self.calls.append(line if len(line) <= 200 else line[:199] + "…")
 
     def set_sleeping(self, asleep: bool) -> str:
         """``/sleep`` and ``/wake_up``: the state changes, nothing is freed (vLLM's answer body is empty too)."""
@@ -137,9 +218,25 @@ class Engine:
     def load_lora(self, body: dict) -> str:
         from slea.policy.adapters import read_adapter
 
+        root = self.settings.lora_dir
+        if root is None:
+            raise RequestError(403, "load_lora_adapter is off: start slea serve with --lora-dir DIR to load LoRA "
+                                    "adapters from folders under DIR", code="lora_loading_disabled")
+        body = parse_request(AdapterRequest, body)
         name, path = body.get("lora_name"), body.get("lora_path")
-        if not isinstance(name, str) or not name or not isinstance(path, str):
+        if not isinstance(name, str) or not name or not isinstance(path, str) or not path:
             raise RequestError(400, "load_lora_adapter needs lora_name and lora_path")
+        text(name, "lora_name")
+        text(path, "lora_path")
+        if len(name) > 256:
+            raise RequestError(400, "lora_name: at most 256 characters", param="lora_name")
+        try:
+            inside = Path(path).resolve().is_relative_to(Path(root).resolve())
+        except (OSError, ValueError, RuntimeError):
+            inside = False
+        if not inside:  # resolved: a symlink or ../ out of the folder is outside it
+            raise RequestError(403, f"lora_path must be a folder under {root} (this server's --lora-dir)",
+                               param="lora_path", code="lora_path_not_allowed")
         try:
             config, state = read_adapter(path)
         except (FileNotFoundError, OSError, ValueError, TypeError) as exc:
@@ -149,7 +246,7 @@ class Engine:
         return f"Success: LoRA adapter '{name}' added successfully."
 
     def unload_lora(self, body: dict) -> str:
-        name = body.get("lora_name")
+        name = parse_request(AdapterRequest, body).get("lora_name")
         if name is None or name != self.lora:
             raise RequestError(404, f"no LoRA adapter named {name!r} is loaded")
         self.lora = None
@@ -167,39 +264,71 @@ class Engine:
             raise RequestError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
         return name
 
-    def _answers(self, name: str, rows: list[list[int]], body: dict, default_max: int) -> list[Answer]:
-        """The engine's answers to ``rows`` (one per row), cut at ``stop``."""
+    def _answers(self, name: str, rows: list[list[int]], body: dict, default_max: int, cancel=None,
+                 param: str = "prompt") -> list[Answer]:
+        """The engine's answers to ``rows`` (one per row), cut at ``stop``; prompt + ``max_tokens`` must fit the
+        context (without ``max_tokens``: ``default_max`` or what the context leaves)."""
+        limits = self.settings
         temp = number(body, "temperature", 1.0, lo=0.0)
+        if 0 < temp < MIN_TEMPERATURE:
+            raise RequestError(400, f"temperature: 0 (greedy) or at least {MIN_TEMPERATURE:g}", param="temperature")
         top_p = number(body, "top_p", 1.0, lo=0.0, hi=1.0) or 1.0
         top_k = max(integer(body, "top_k", 0) or 0, 0)  # vLLM's -1: off
-        max_tokens = integer(body, "max_completion_tokens", None, lo=1) or integer(body, "max_tokens", default_max,
-                                                                                   lo=1)
-        stops = stop_list(body.get("stop"))
+        asked = integer(body, "max_completion_tokens", None, lo=1) or integer(body, "max_tokens", None, lo=1)
+        longest = max(len(r) for r in rows)
+        if longest > self.max_prompt:
+            raise RequestError(400, f"{param}: {longest} tokens, more than this server takes ({self.max_prompt}: "
+                                    f"--max-prompt-tokens, within the {self.context}-token context)", param=param,
+                               code="context_length_exceeded")
+        room = self.context - longest
+        if asked is not None and asked > room:
+            raise RequestError(400, f"This model's maximum context length is {self.context} tokens. However, you "
+                                    f"requested {longest + asked} tokens ({longest} in the prompt, {asked} in the "
+                                    f"completion). Please reduce the length of the prompt or completion.",
+                               param="max_tokens", code="context_length_exceeded")
+        max_tokens = asked if asked is not None else min(default_max, room)
+        stops = stop_list(body.get("stop"), limits.max_stops, limits.max_stop_chars)
         keys = self._keys(body, len(rows), temp)
         with self.lock:
             off = name == self.base_id and hasattr(self.model, "disable_adapter")
             with self.model.disable_adapter() if off else contextlib.nullcontext():
                 gens = self.gen.generate(rows, max_new_tokens=max_tokens, temperature=temp, top_p=top_p,
-                                         top_k=top_k, rng_keys=keys, stop_at_newline="\n" in stops)
+                                         top_k=top_k, rng_keys=keys, stop_at_newline="\n" in stops, cancel=cancel)
         skip = bool(body.get("skip_special_tokens", True))
         include = bool(body.get("include_stop_str_in_output"))
         out = []
         for g in gens:
-            ids, text, stopped = cut_at_stop(lambda t: self.tok.decode(t, skip_special_tokens=skip), g.ids, stops,
-                                             include)
+            ids, text_, stopped = cut_at_stop(lambda t: self.tok.decode(t, skip_special_tokens=skip), g.ids, stops,
+                                              include)
             eos = bool(ids) and ids[-1] == self.tok.eos_token_id
             finish = "stop" if stopped or eos or len(g.ids) < max_tokens else "length"
-            out.append(Answer(ids, list(g.logprobs[:len(ids)]), text, finish))
+            out.append(Answer(ids, list(g.logprobs[:len(ids)]), text_, finish))
         return out
 
-    def complete(self, body: dict) -> dict | Events:
-        """``/v1/completions``: a completion object, or its chunks when ``stream``."""
+    def _count(self, body: dict, prompts: int) -> int:
+        """``n``, within ``max_n`` and (times ``prompts``) ``max_rows``."""
+        n = integer(body, "n", 1, lo=1)
+        if n > self.settings.max_n:
+            raise RequestError(400, f"n: at most {self.settings.max_n} (--max-n)", param="n")
+        if n * prompts > self.settings.max_rows:
+            raise RequestError(400, f"n: {prompts} prompt(s) x n={n} = {n * prompts} answers, more than "
+                                    f"{self.settings.max_rows} in one request (--max-rows)", param="n")
+        return n
+
+    def complete(self, body: dict | bytes, cancel=None) -> dict | Events:
+        """``/v1/completions`` (a body as a dict or raw JSON): a completion object, or its chunks when
+        ``stream``. ``cancel``: checked between decode steps (:meth:`HFGenerator.generate`)."""
+        body = parse_request(CompletionRequest, body)
         name = self._model(body)
         refuse_unsupported(body)
+        lp = body.get("logprobs")
+        if lp is not None and lp > self.settings.max_logprobs:
+            raise RequestError(400, f"logprobs: at most {self.settings.max_logprobs} (--max-logprobs)",
+                               param="logprobs")
         prompts = self._prompts(body.get("prompt"))
-        n = integer(body, "n", 1, lo=1)
+        n = self._count(body, len(prompts))
         rows = [p for p in prompts for _ in range(n)]
-        answers = self._answers(name, rows, body, 16)
+        answers = self._answers(name, rows, body, 16, cancel)
         head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
                 "model": name}
         usage = _usage(sum(len(p) for p in prompts), answers)
@@ -207,8 +336,9 @@ class Engine:
             return Events(self._completion_chunks(head, answers, body, usage))
         return {**head, "choices": [self._choice(i, a, body) for i, a in enumerate(answers)], "usage": usage}
 
-    def chat(self, body: dict) -> dict | Events:
+    def chat(self, body: dict | bytes, cancel=None) -> dict | Events:
         """``/v1/chat/completions``: the messages through the model's chat template, then as completions."""
+        body = parse_request(ChatRequest, body)
         name = self._model(body)
         refuse_unsupported(body)
         if integer(body, "top_logprobs", 0, lo=0):
@@ -222,12 +352,12 @@ class Engine:
         if cont and msgs[-1]["role"] != "assistant":
             raise RequestError(400, "continue_final_message: the last message must be the assistant's",
                                param="continue_final_message")
-        text = self.tok.apply_chat_template(msgs, tokenize=False, continue_final_message=cont,
+        rendered = self.tok.apply_chat_template(msgs, tokenize=False, continue_final_message=cont,
                                             add_generation_prompt=not cont and body.get("add_generation_prompt",
                                                                                         True) is not False)
-        prompt = self.tok(text, add_special_tokens=False).input_ids
-        n = integer(body, "n", 1, lo=1)
-        answers = self._answers(name, [prompt] * n, body, CHAT_MAX_TOKENS)
+        prompt = self.tok(rendered, add_special_tokens=False).input_ids
+        n = self._count(body, 1)
+        answers = self._answers(name, [prompt] * n, body, CHAT_MAX_TOKENS, cancel, param="messages")
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": name}
         usage = _usage(len(prompt), answers)
         if body.get("stream"):
@@ -252,7 +382,7 @@ class Engine:
         vocab = len(self.tok)
         out = []
         for p in prompt:
-            ids = self.tok(p, add_special_tokens=False).input_ids if isinstance(p, str) else p
+            ids = self.tok(text(p, "prompt"), add_special_tokens=False).input_ids if isinstance(p, str) else p
             if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
                 raise RequestError(400, f"prompt: each prompt must be non-empty text or token ids in 0..{vocab - 1}",
                                    param="prompt")
@@ -264,8 +394,10 @@ class Engine:
         keys = body.get("rng_keys")
         if keys is not None:
             if not isinstance(keys, list) or len(keys) != rows or not all(
-                    isinstance(k, list) and all(isinstance(x, int) and x >= 0 for x in k) for k in keys):
-                raise RequestError(400, f"rng_keys: expected {rows} lists of non-negative ints", param="rng_keys")
+                    isinstance(k, list) and 0 < len(k) <= MAX_KEY_INTS and
+                    all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 2**64 for x in k) for k in keys):
+                raise RequestError(400, f"rng_keys: expected {rows} lists of 1 to {MAX_KEY_INTS} ints in [0, 2**64)",
+                                   param="rng_keys")
             return keys
         seed = integer(body, "seed", None)
         if seed is not None and temp > 0:
@@ -337,94 +469,298 @@ def _usage(prompt_tokens: int, answers: list[Answer]) -> dict:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": used, "total_tokens": prompt_tokens + used}
 
 
-def _handler(engine: Engine):
-    routes = {("GET", "/v1/models"): lambda body: engine.models(),
-              ("POST", "/v1/completions"): engine.complete,
-              ("POST", "/v1/chat/completions"): engine.chat,
-              ("POST", "/v1/load_lora_adapter"): engine.load_lora,
-              ("POST", "/v1/unload_lora_adapter"): engine.unload_lora,
-              ("POST", "/sleep"): lambda body: engine.set_sleeping(True),
-              ("POST", "/wake_up"): lambda body: engine.set_sleeping(False),
-              ("GET", "/is_sleeping"): lambda body: {"is_sleeping": engine.sleeping}}
+class _Gate:
+    """The engine's queue: one generation at a time, at most ``max_queue`` requests waiting or running."""
 
-    def route_of(method: str, path: str):
-        if method == "GET" and path.startswith("/v1/models/"):  # models.retrieve
-            name = path[len("/v1/models/"):]
-            found = [m for m in engine.models()["data"] if m["id"] == name]
-            if not found:
-                raise RequestError(404, f"The model `{name}` does not exist.", param="model",
-                                   code="model_not_found")
-            return lambda body: found[0]
-        route = routes.get((method, path))
-        if route is None:
-            raise RequestError(404, f"Invalid URL ({method} {path}): slea serve has no such route",
-                               code="unknown_url")
-        return route
+    def __init__(self, settings: ServeSettings):
+        self.settings = settings
+        self.pending = 0
+        self.slot = asyncio.Semaphore(1)
+        self.stopping = threading.Event()  # the server shuts down: in-flight generations stop
+        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slea-serve")
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
 
-        def _serve(self, method: str) -> None:
-            size = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(size) if size else b""  # read first: an unread body would poison keep-alive
-            engine.calls.append(f"{method} {self.path}")
+async def _disconnected(request) -> None:
+    """Returns when the client has gone (after the body was read, the next ASGI message is the disconnect)."""
+    while True:
+        message = await request.receive()
+        if message["type"] == "http.disconnect":
+            return
+
+
+async def _read_body(request, limit: int) -> bytes:
+    """The request body, at most ``limit`` bytes (a 413 beyond, also for a chunked body that grows past it)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        raise RequestError(413, f"the request body has {int(declared)} bytes, more than this server takes "
+                                f"({limit}: --max-body-mb)", code="request_too_large")
+    from starlette.requests import ClientDisconnect
+
+    chunks, size = [], 0
+    try:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise RequestError(413, f"the request body is larger than this server takes ({limit} bytes: "
+                                        f"--max-body-mb)", code="request_too_large")
+            chunks.append(chunk)
+    except ClientDisconnect:  # gone before its body arrived: nobody to answer
+        raise RequestError(400, "the client disconnected before sending its body") from None
+    return b"".join(chunks)
+
+
+def _error(exc: RequestError):
+    from fastapi.responses import JSONResponse
+
+    headers = {"Connection": "close"} if exc.status == 413 else None
+    return JSONResponse(error_body(exc.status, str(exc), exc.param, exc.code), status_code=exc.status,
+                        headers=headers)
+
+
+def build_app(engine: Engine, settings: ServeSettings | None = None):
+    """The ASGI app (FastAPI) over ``engine``: routes, limits, key check, request log (module docstring)."""
+    if Request is None:
+        raise ImportError("slea serve needs FastAPI and uvicorn: pip install 'slea[serve]'")
+    from fastapi import FastAPI
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response
+    from starlette.exceptions import HTTPException
+
+    from slea.policy.generation import GenerationCancelled
+
+    if settings is not None:
+        engine.configure(settings)
+    settings = engine.settings
+    gate = _Gate(settings)
+    app = FastAPI(title="slea serve", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.gate = gate
+    key = settings.api_key.encode() if settings.api_key else None
+
+    async def _exclusive(request, work):
+        """``work(cancel)`` in a worker thread once the engine is free; its time limit and the client's
+        disconnect stop it (``cancel``)."""
+        loop = asyncio.get_running_loop()
+        deadline = time.monotonic() + settings.request_timeout_s
+        if gate.pending >= settings.max_queue:
+            raise RequestError(429, f"the server is busy: {gate.pending} requests are waiting or running "
+                                    f"(--max-queue {settings.max_queue}); retry later", code="rate_limit_exceeded")
+        gate.pending += 1
+        gone = threading.Event()
+        watcher = asyncio.ensure_future(_disconnected(request))
+        watcher.add_done_callback(lambda t: t.cancelled() or gone.set())
+        try:
+            acquire = asyncio.ensure_future(gate.slot.acquire())
+            done, _ = await asyncio.wait({acquire, watcher}, timeout=max(0.0, deadline - time.monotonic()),
+                                         return_when=asyncio.FIRST_COMPLETED)
+            if acquire not in done:
+                acquire.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await acquire
+                if not acquire.cancelled():
+                    gate.slot.release()
+                if gone.is_set():
+                    return None
+                raise RequestError(503, f"no answer within {settings.request_timeout_s:g}s: the request waited for "
+                                        f"the engine all that time (--request-timeout)", code="timeout")
+
+            def cancel() -> bool:
+                return gone.is_set() or gate.stopping.is_set() or time.monotonic() > deadline
+
             try:
-                route = route_of(method, self.path.split("?", 1)[0].rstrip("/"))
-                try:
-                    body = json.loads(raw) if raw else {}
-                except ValueError:
-                    raise RequestError(400, "the request body is not JSON") from None
-                if not isinstance(body, dict):
-                    raise RequestError(400, "the request body must be a JSON object")
-                answer = route(body)
-                if isinstance(answer, Events):
-                    self._send(200, sse(answer.chunks), "text/event-stream")
-                else:
-                    self._send(200, answer)
-            except RequestError as exc:
-                self._send(exc.status, error_body(exc.status, str(exc), exc.param, exc.code))
-            except Exception as exc:
-                log.exception("request failed")
-                self._send(500, error_body(500, f"{type(exc).__name__}: {exc}"))
+                return await loop.run_in_executor(gate.pool, work, cancel)
+            except GenerationCancelled:
+                if gone.is_set() or gate.stopping.is_set():
+                    return None
+                raise RequestError(504, f"no answer within {settings.request_timeout_s:g}s (--request-timeout): "
+                                        f"generation stopped", code="timeout") from None
+            finally:
+                gate.slot.release()
+        finally:
+            gate.pending -= 1
+            watcher.cancel()
 
-        def _send(self, status: int, payload, content_type: str | None = None) -> None:
-            if isinstance(payload, bytes):
-                data = payload
-            else:
-                data = (payload if isinstance(payload, str) else json.dumps(payload)).encode()
-                content_type = "application/json" if not isinstance(payload, str) else "text/plain"
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            if content_type == "text/event-stream":
-                self.send_header("Cache-Control", "no-cache")
-            self.end_headers()
-            self.wfile.write(data)
+    async def _generate(request, method, schema):
+        raw = await _read_body(request, settings.max_body_bytes)
+        body = parse_request(schema, raw or b"{}")  # a malformed body never waits for the engine
+        answer = await _exclusive(request, lambda cancel: method(body, cancel=cancel))
+        if answer is None:  # the client went away: nobody to answer
+            log.info("%s: the client disconnected; generation stopped", request.url.path)
+            return Response(status_code=499)
+        if isinstance(answer, Events):
+            return Response(sse(answer.chunks), media_type="text/event-stream",
+                            headers={"Cache-Control": "no-cache"})
+        return JSONResponse(answer)
 
-        def do_GET(self) -> None:
-            self._serve("GET")
+    @app.get("/health")
+    async def health():
+        return Response(status_code=200)
 
-        def do_POST(self) -> None:
-            self._serve("POST")
+    @app.get("/v1/models")
+    async def models():
+        return engine.models()
 
-        def log_message(self, fmt, *args) -> None:
-            log.debug("%s %s", self.address_string(), fmt % args)
+    @app.get("/v1/models/{name:path}")
+    async def model(name: str):
+        found = [m for m in engine.models()["data"] if m["id"] == name]
+        if not found:
+            raise RequestError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
+        return found[0]
 
-    return Handler
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        return await _generate(request, engine.complete, CompletionRequest)
+
+    @app.post("/v1/chat/completions")
+    async def chat(request: Request):
+        return await _generate(request, engine.chat, ChatRequest)
+
+    async def _adapter(request, method):
+        raw = await _read_body(request, settings.max_body_bytes)
+        body = parse_request(AdapterRequest, raw or b"{}")
+        answer = await _exclusive(request, lambda cancel: method(body))
+        return PlainTextResponse(answer or "")
+
+    @app.post("/v1/load_lora_adapter")
+    async def load_lora(request: Request):
+        if settings.lora_dir is None:  # before reading anything
+            return _error(RequestError(403, "load_lora_adapter is off: start slea serve with --lora-dir DIR to "
+                                            "load LoRA adapters from folders under DIR", code="lora_loading_disabled"))
+        return await _adapter(request, engine.load_lora)
+
+    @app.post("/v1/unload_lora_adapter")
+    async def unload_lora(request: Request):
+        return await _adapter(request, engine.unload_lora)
+
+    @app.post("/sleep")
+    async def sleep():
+        return PlainTextResponse(engine.set_sleeping(True))
+
+    @app.post("/wake_up")
+    async def wake_up():
+        return PlainTextResponse(engine.set_sleeping(False))
+
+    @app.get("/is_sleeping")
+    async def is_sleeping():
+        return {"is_sleeping": engine.sleeping}
+
+    @app.exception_handler(RequestError)
+    async def refused(request, exc: RequestError):
+        return _error(exc)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request, exc: HTTPException):
+        if exc.status_code == 404:
+            msg, code = f"Invalid URL ({request.method} {request.url.path}): slea serve has no such route", "unknown_url"
+        elif exc.status_code == 405:
+            msg, code = f"{request.method} is not allowed on {request.url.path}", "method_not_allowed"
+        else:
+            msg, code = str(exc.detail), None
+        return JSONResponse(error_body(exc.status_code, msg, None, code), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def failed(request, exc: Exception):
+        log.exception("request failed")
+        return JSONResponse(error_body(500, f"{type(exc).__name__}: {exc}"), status_code=500)
+
+    return _Front(app, engine, key)
 
 
-def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 8000) -> ThreadingHTTPServer:
-    """The HTTP server over ``engine`` (``port=0``: a free port, ``server.server_address[1]``)."""
-    server = ThreadingHTTPServer((host, port), _handler(engine))
-    server.daemon_threads = True
-    return server
+class _Front:
+    """The ASGI entry: every request is logged (``Engine.calls``), a trailing ``/`` dropped from its path, and,
+    with an API key, refused (401) without ``Authorization: Bearer <key>``; then the FastAPI app."""
+
+    def __init__(self, app, engine: Engine, key: bytes | None):
+        self.app, self.engine, self.key = app, engine, key
+        self.state = app.state
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        from fastapi.responses import JSONResponse
+
+        path = scope["path"]
+        query = scope.get("query_string", b"").decode("latin-1")
+        self.engine.log_call(f"{scope['method']} {path}" + (f"?{query}" if query else ""))
+        if len(path) + len(query) > MAX_URL_CHARS:
+            body = error_body(414, f"the URL has {len(path) + len(query)} characters, more than {MAX_URL_CHARS}", None,
+                              "uri_too_long")
+            return await JSONResponse(body, status_code=414)(scope, receive, send)
+        if len(path) > 1 and path.endswith("/"):
+            scope = {**scope, "path": path.rstrip("/") or "/"}
+        if self.key is not None and scope["path"] != "/health" and not self._authorized(scope):
+            body = error_body(401, "Incorrect or missing API key: send Authorization: Bearer <key> (slea serve "
+                                   "--api-key)", None, "invalid_api_key")
+            return await JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})(
+                scope, receive, send)
+        return await self.app(scope, receive, send)
+
+    def _authorized(self, scope) -> bool:
+        for name, value in scope.get("headers", []):
+            if name == b"authorization":
+                scheme, _, token = value.partition(b" ")
+                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key)
+        return False
 
 
-def load_engine(target: str, *, dtype: str | None = None) -> Engine:
+class Server:
+    """``slea serve``'s HTTP server: uvicorn (h11) on a socket bound at construction, so ``server_address``
+    names the port before it serves (``port=0``: a free one). ``serve_forever`` blocks (in any thread; signals
+    are handled only in the main one); ``shutdown`` stops it from another thread and waits; in-flight
+    generations stop between two decode steps."""
+
+    def __init__(self, engine: Engine, host: str, port: int, settings: ServeSettings | None = None):
+        import uvicorn
+
+        self.engine = engine
+        self.app = build_app(engine, settings)
+        settings = engine.settings
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self.socket = socket.create_server((host, port), family=family, backlog=128)
+        self.server_address = self.socket.getsockname()[:2]
+        config = uvicorn.Config(self.app, http="h11", lifespan="off", log_config=None, access_log=False,
+                                limit_concurrency=settings.max_connections, timeout_keep_alive=5,
+                                timeout_graceful_shutdown=5, server_header=False)
+        self._server = uvicorn.Server(config)
+        self._done = threading.Event()
+        self._done.set()
+
+    def serve_forever(self) -> None:
+        self._done.clear()
+        try:
+            self._server.run(sockets=[self.socket])
+        finally:
+            self.app.state.gate.stopping.set()
+            self._done.set()
+
+    def shutdown(self) -> None:
+        self.app.state.gate.stopping.set()
+        self._server.should_exit = True
+        self._done.wait(timeout=30)
+
+    def server_close(self) -> None:
+        self.socket.close()
+        self.app.state.gate.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 8000,
+                settings: ServeSettings | None = None) -> Server:
+    """The HTTP server over ``engine`` (``port=0``: a free port, ``server.server_address[1]``); ``settings``
+    replace the engine's (:class:`ServeSettings`: limits, API key, adapter folder)."""
+    return Server(engine, host, port, settings)
+
+
+def api_key_from_env() -> str | None:
+    """The API key in ``SLEA_API_KEY`` (empty or unset: none)."""
+    return os.environ.get(API_KEY_ENV) or None
+
+
+def load_engine(target: str, *, dtype: str | None = None, settings: ServeSettings | None = None,
+                checkpoint: str | None = None, say=None) -> Engine:
     """The engine ``slea serve TARGET`` serves: ``tiny``, ``embedded``, an HF model folder, or a run folder (its
-    model, with its last checkpoint's LoRA adapter loaded under the run folder's name). ``dtype`` (``auto``,
-    ``bfloat16``, ``float32``; default the run's ``model.dtype``, else ``auto``) is resolved as ``model.dtype``
-    is (:func:`slea.precision.resolve_dtype`), so the server computes as ``slea agent``'s in-process engine does."""
+    model, with its newest usable checkpoint's LoRA adapter — or ``checkpoint``, a name under its checkpoints/ —
+    loaded under the run folder's name; ``say`` gets one line per damaged newer checkpoint skipped). ``dtype``
+    (``auto``, ``bfloat16``, ``float32``; default the run's ``model.dtype``, else ``auto``) is resolved as
+    ``model.dtype`` is (:func:`slea.precision.resolve_dtype`), so the server computes as ``slea agent``'s
+    in-process engine does."""
     from slea.config import ModelSection, load_config
     from slea.policy.model import load_policy, lora_config
     from slea.precision import cpu_native_bf16, resolve_dtype
@@ -435,8 +771,9 @@ def load_engine(target: str, *, dtype: str | None = None) -> Engine:
         cfg = load_config(run / "config.yaml", check_unused=False).model
         base, tok = load_policy(cfg.model_copy(update={"lora": False, "init_from": None,
                                                       "generator": "hf", "openai": type(cfg.openai)()}))
-        engine = Engine(base, tok, target, dtype=resolve_dtype(dtype or cfg.dtype, native_bf16=cpu_native_bf16()))
-        last = run_checkpoint(run)  # CheckpointError when the run's weights are not here
+        last = run_checkpoint(run, checkpoint, say=say)  # CheckpointError when the run's weights are not here
+        engine = Engine(base, tok, target, dtype=resolve_dtype(dtype or cfg.dtype, native_bf16=cpu_native_bf16()),
+                        settings=settings)
         if cfg.lora:
             engine.attach(run.resolve().name, lora_config(base, cfg), trainable_dir=last)
         else:  # a fully fine-tuned run: its checkpoint holds every weight
@@ -447,4 +784,4 @@ def load_engine(target: str, *, dtype: str | None = None) -> Engine:
     # auto, as model.dtype: bf16 where this CPU computes it natively, else fp32 (bf16 is emulated ~30x slower there)
     compute = resolve_dtype(dtype or "auto", native_bf16=cpu_native_bf16())
     model, tok = load_policy(ModelSection(name_or_path=target, lora=False, dtype=compute))
-    return Engine(model, tok, target, dtype=compute)
+    return Engine(model, tok, target, dtype=compute, settings=settings)

@@ -31,7 +31,7 @@ import os
 import random
 import shutil
 import sqlite3
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -312,27 +312,104 @@ def list_checkpoints(root: str | Path) -> list[Path]:
                   and (p / "state.json").is_file())
 
 
-def latest_checkpoint(root: str | Path) -> Path | None:
-    """The newest checkpoint that passes :func:`verify_checkpoint` (damaged ones are skipped)."""
+def latest_checkpoint(root: str | Path, say: Callable[[str], None] | None = None) -> Path | None:
+    """The newest checkpoint that passes :func:`check_readable` (its manifest, its ``state.json``, and without a
+    manifest its weights' safetensors); damaged ones are skipped, each told to ``say`` in one line (default: a
+    logged warning)."""
     for path in reversed(list_checkpoints(root)):
         try:
-            verify_checkpoint(path)
-        except CheckpointError:
+            check_readable(path)
+        except CheckpointError as exc:
+            (say or log.warning)(f"skipping damaged checkpoint {path.name}: {exc}")
             continue
         return path
     return None
 
 
-def run_checkpoint(run: str | Path) -> Path:
-    """A run folder's newest usable checkpoint, or :class:`CheckpointError` naming the run: re-evaluating,
-    serving or playing a run without its weights would silently measure the untrained model. (Checkpoints are
-    not kept in the repository: a saved run's config, metrics and eval stay, its weights stay on the machine
-    that trained it.)"""
-    last = latest_checkpoint(Path(run) / "checkpoints")
+def run_checkpoint(run: str | Path, name: str | None = None, say: Callable[[str], None] | None = None) -> Path:
+    """A run folder's newest usable checkpoint (each damaged newer one skipped is told to ``say`` in one line), or
+    the one named ``name`` (``iter_000006``, or its iteration ``6``; damaged: an error, never another one), or
+    :class:`CheckpointError` naming the run: re-evaluating, serving or playing a run without its weights would
+    silently measure the untrained model. (Checkpoints are not kept in the repository: a saved run's config,
+    metrics and eval stay, its weights stay on the machine that trained it.)"""
+    root = Path(run) / "checkpoints"
+    if name is not None:
+        path = root / (f"{PREFIX}{int(name):06d}" if name.isdigit() else name)
+        if "/" in name or "\\" in name or not path.name.startswith(PREFIX) or not path.is_dir():
+            have = ", ".join(p.name for p in list_checkpoints(root)) or "none"
+            raise CheckpointError(f"run {run} has no checkpoint {name!r} (checkpoints: {have})")
+        check_readable(path)
+        return path
+    last = latest_checkpoint(root, say)
     if last is None:
-        raise CheckpointError(f"run {run} has no usable checkpoint under {Path(run) / 'checkpoints'}: its "
+        raise CheckpointError(f"run {run} has no usable checkpoint under {root}: its "
                               f"trained weights are not here, so it cannot be evaluated, served or played")
     return last
+
+
+def check_readable(folder: str | Path) -> None:
+    """What a command that plays a run's weights needs of a checkpoint, checked without applying anything:
+    :func:`verify_checkpoint`, a well-formed ``state.json`` (:func:`check_state`, RNG states aside: nothing
+    restores them) and, for a checkpoint without a manifest (no checksums), weights that parse."""
+    folder = Path(folder)
+    manifest = verify_checkpoint(folder)
+    check_state(_read_json(folder / "state.json"), folder, rng=False)
+    if not manifest.get("files"):
+        _read_safetensors(folder / "trainable.safetensors")
+
+
+# state.json's counters as the trainers write them (slea/trainer/rl.py, slea/trainer/team_checkpoint.py)
+_COUNTERS = ("episodes", "env_steps", "rollouts", "processes", "bad_update_streak", "updates", "messages", "stage",
+             "position")
+_SECONDS = ("wall_s", "train_s")
+
+
+def check_state(state: Any, folder: str | Path, rng: bool = True) -> dict[str, Any]:
+    """``state.json`` checked field by field before anything is applied: ``iteration`` and the trainers'
+    counters are non-negative integers, ``wall_s`` / ``train_s`` finite non-negative numbers, ``betas`` and
+    ``next_env_seeds`` lists of numbers, ``rng`` (with ``rng``) python's and numpy's states as those libraries
+    accept them. A :class:`CheckpointError` naming the first field that is not."""
+    def bad(key: str, why: str) -> CheckpointError:
+        return CheckpointError(f"checkpoint {folder} is unreadable: state.json: {key}: {why}")
+
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {folder} is unreadable: state.json is not a JSON object")
+    if "iteration" not in state:
+        raise CheckpointError(f"checkpoint {folder} is unreadable: state.json has no iteration")
+
+    def count(v: Any) -> bool:
+        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+    for key in ("iteration", *_COUNTERS):
+        if key in state and not count(state[key]):
+            raise bad(key, f"expected a non-negative integer, got {state[key]!r:.60}")
+    for key in _SECONDS:
+        v = state.get(key)
+        if key in state and not (isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
+                                 and v >= 0):
+            raise bad(key, f"expected a finite number of seconds, got {v!r:.60}")
+    for key in ("betas", "next_env_seeds"):
+        v = state.get(key)
+        if key in state and not (isinstance(v, list) and all(
+                isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in v)):
+            raise bad(key, f"expected a list of numbers, got {v!r:.60}")
+    for key in ("critic", "pending"):
+        if state.get(key) is not None and not isinstance(state[key], dict):
+            raise bad(key, f"expected an object or null, got {state[key]!r:.60}")
+    if rng:
+        meta = state.get("rng")
+        if not isinstance(meta, dict) or "python" not in meta or "numpy" not in meta:
+            raise bad("rng", "expected python's and numpy's RNG states")
+        try:
+            v, st, gauss = meta["python"]
+            random.Random().setstate((v, tuple(st), gauss))  # a scratch generator: the global one is untouched
+        except (TypeError, ValueError, IndexError, OverflowError) as exc:
+            raise bad("rng.python", f"not a python RNG state ({exc})") from None
+        try:
+            np.random.RandomState().set_state(meta["numpy"])
+        except (TypeError, ValueError, KeyError, IndexError, OverflowError) as exc:
+            raise bad("rng.numpy", f"not a numpy RNG state ({type(exc).__name__}: {exc})") from None
+    return state
 
 
 def trained_processes(run: str | Path) -> int:
@@ -392,9 +469,7 @@ def load_checkpoint(folder: str | Path, model, optimizer=None, restore_rng: bool
     :class:`CheckpointError` (a ``ValueError``) and leaves model, optimizer and RNG untouched."""
     folder = Path(folder)
     verify_checkpoint(folder)
-    state = _read_json(folder / "state.json")
-    if not isinstance(state, dict) or "iteration" not in state:
-        raise CheckpointError(f"checkpoint {folder} is unreadable: state.json has no iteration")
+    state = check_state(_read_json(folder / "state.json"), folder, rng=restore_rng)
     weights = _read_safetensors(folder / "trainable.safetensors")
     _check_trainable(model, weights, folder / "trainable.safetensors")
     opt_sd = None
@@ -408,6 +483,11 @@ def load_checkpoint(folder: str | Path, model, optimizer=None, restore_rng: bool
     rng_t = _read_safetensors(folder / "rng.safetensors") if restore_rng else None
     if restore_rng and ("torch" not in rng_t or "rng" not in state):
         raise CheckpointError(f"checkpoint {folder}: RNG state incomplete")
+    if restore_rng:
+        try:  # the torch state's shape and type, on a scratch generator (the global one is untouched)
+            torch.Generator().set_state(rng_t["torch"])
+        except (RuntimeError, TypeError) as exc:
+            raise CheckpointError(f"checkpoint {folder}: rng.safetensors: not a torch RNG state ({exc})") from None
     # Everything parsed: apply.
     _copy_trainable(model, weights)
     if opt_sd is not None:

@@ -1,0 +1,198 @@
+"""``slea serve``'s limits, key and adapter folder, in process: the engine stops generating when asked between two
+decode steps (with the numerics of an uncancelled call), never decodes or draws uniforms past the model's context,
+and the server refuses what it must (401, 403, 413, 414, 429, 504) in the OpenAI error shape. The hostile requests
+of the audit against a ``slea serve`` process are tests/reliability/test_serve_hostile.py."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+
+from slea.policy.generation import GenerationCancelled
+from slea.policy.openai_protocol import RequestError
+from slea.policy.server import ServeSettings, load_engine, make_server
+
+
+@pytest.fixture(scope="module")
+def engine():
+    return load_engine("tiny", dtype="float32")
+
+
+class Running:
+    """A server over ``engine`` with ``settings`` in a thread, as a context manager: ``.url``, ``.client``."""
+
+    def __init__(self, engine, settings: ServeSettings):
+        self.server = make_server(engine, "127.0.0.1", 0, settings)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def __enter__(self):
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.client = httpx.Client(base_url=self.url, timeout=30)
+        return self
+
+    def __exit__(self, *exc):
+        self.client.close()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_cancelled_generation_stops_between_decode_steps_and_an_uncancelled_one_is_unchanged(engine):
+    gen, tok = engine.gen, engine.tok
+    prompts = [tok("You see a coin.", add_special_tokens=False).input_ids] * 2
+    keys = [[1, 2], [1, 3]]
+    plain = gen.generate(prompts, max_new_tokens=8, temperature=1.0, rng_keys=keys, stop_at_newline=False)
+    never = gen.generate(prompts, max_new_tokens=8, temperature=1.0, rng_keys=keys, stop_at_newline=False,
+                         cancel=lambda: False)
+    assert [g.ids for g in never] == [g.ids for g in plain] and [g.logprobs for g in never] == [g.logprobs
+                                                                                                  for g in plain]
+    asked = []
+
+    def after_three() -> bool:
+        asked.append(1)
+        return len(asked) > 3
+
+    with pytest.raises(GenerationCancelled, match="after 3 tokens"):
+        gen.generate(prompts, max_new_tokens=500, temperature=0.0, stop_at_newline=False, cancel=after_three)
+    assert len(asked) == 4  # once before the prefill, then after each decode step
+
+
+def test_no_row_decodes_or_draws_uniforms_past_the_context(engine, monkeypatch):
+    from slea.policy import generation
+
+    drawn = []
+    real = generation.row_uniforms
+    monkeypatch.setattr(generation, "row_uniforms", lambda key, n: (drawn.append(n), real(key, n))[1])
+    context = generation.context_length(engine.model)
+    prompt = [5 + i % 500 for i in range(context - 3)]  # three tokens of room left
+    out = engine.gen.generate([prompt], max_new_tokens=10**9, temperature=1.0, rng_keys=[[7]], stop_at_newline=False,
+                              top_k=1)
+    assert drawn == [3] and len(out[0].ids) <= 3
+    # the uniforms of a capped call are the first ones of its stream: the same draws as an uncapped short call
+    assert (real([7], 3) == real([7], 10)[:3]).all()
+
+
+def test_engine_refusals_are_400s_naming_the_field(engine):
+    cases = [({"prompt": "a\udcffb"}, "prompt"), ({"prompt": "ab", "temperature": float("nan")}, "temperature"),
+             ({"prompt": "ab", "temperature": float("inf")}, "temperature"), ({"prompt": "ab", "top_p": float("nan")},
+                                                                             "top_p"),
+             ({"prompt": "ab", "logprobs": 1000}, "logprobs"), ({"prompt": "ab", "n": 10**6}, "n"),
+             ({"prompt": "ab", "max_tokens": 10**8, "seed": 1}, "max_tokens"), ({"prompt": "ab", "n": "3"}, "n"),
+             ({"prompt": "ab", "stop": ["x" * 300]}, "stop"), ({"prompt": "ab", "temperature": 1e-40}, "temperature"),
+             ({"prompt": [[5, 6]] * 40, "n": 20}, "n"), ({"prompt": "ab", "rng_keys": [[-1]]}, "rng_keys")]
+    for body, param in cases:
+        with pytest.raises(RequestError) as e:
+            engine.complete(body)
+        assert e.value.status == 400 and e.value.param == param, (body, str(e.value))
+    with pytest.raises(RequestError, match="maximum context length is 4096"):
+        engine.chat({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 5000})
+    with pytest.raises(RequestError) as e:
+        engine.chat({"messages": [{"role": "user", "content": "a\udcff"}]})
+    assert e.value.param == "messages"
+
+
+def test_a_chat_without_max_tokens_gets_what_the_context_leaves(engine):
+    def rendered(k: int) -> int:
+        msgs = [{"role": "user", "content": "word " * k}]
+        return len(engine.tok(engine.tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True),
+                              add_special_tokens=False).input_ids)
+
+    per = rendered(101) - rendered(100)
+    k = 100 + (4090 - rendered(100)) // per  # a prompt a few tokens short of the 4096-token context
+    assert 4096 - 256 < rendered(k) < 4096
+    res = engine.chat({"messages": [{"role": "user", "content": "word " * k}], "temperature": 0})
+    used = res["usage"]
+    assert used["prompt_tokens"] + used["completion_tokens"] <= 4096 and used["completion_tokens"] >= 1
+
+
+def test_the_request_log_keeps_only_the_latest(engine):
+    with Running(engine, ServeSettings(max_log=5)) as s:
+        for i in range(12):
+            s.client.get(f"/is_sleeping?i={i}")
+        s.client.get("/x" * 20000)  # a 40,000-character URL: 414, and a short log line
+    calls = list(engine.calls)
+    assert len(calls) == 5 and calls[-2] == "GET /is_sleeping?i=11" and len(calls[-1]) <= 200
+
+
+def test_an_api_key_is_required_on_every_route_but_health(engine):
+    with Running(engine, ServeSettings(api_key="s3cret")) as s:
+        for method, path in [("GET", "/v1/models"), ("POST", "/v1/completions"), ("POST", "/sleep"),
+                             ("POST", "/v1/load_lora_adapter"), ("GET", "/is_sleeping")]:
+            r = s.client.request(method, path, json={"prompt": "a"})
+            assert r.status_code == 401 and r.json()["error"]["code"] == "invalid_api_key", path
+        wrong = s.client.get("/v1/models", headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        ok = s.client.get("/v1/models", headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200 and ok.json()["data"][0]["id"] == "tiny"
+        assert s.client.get("/health").status_code == 200
+
+
+def test_adapters_load_only_when_enabled_and_only_from_under_the_folder(engine, tmp_path):
+    from slea.config import ModelSection
+    from slea.policy.adapters import save_adapter
+    from slea.policy.model import load_policy
+
+    model, _ = load_policy(ModelSection(name_or_path="tiny", dtype="float32", lora=True, lora_r=4, lora_alpha=8,
+                                        lora_targets=["q_proj", "v_proj"]))
+    root, outside = tmp_path / "adapters", tmp_path / "elsewhere"
+    root.mkdir()
+    save_adapter(model, outside / "a")
+    (root / "link").symlink_to(outside / "a")  # a way out of the folder
+    with Running(engine, ServeSettings()) as s:
+        r = s.client.post("/v1/load_lora_adapter", json={"lora_name": "a", "lora_path": str(outside / "a")})
+        assert r.status_code == 403 and r.json()["error"]["code"] == "lora_loading_disabled"
+    with Running(engine, ServeSettings(lora_dir=root)) as s:
+        for path in (outside / "a", root / "link", root / ".." / "elsewhere" / "a"):
+            r = s.client.post("/v1/load_lora_adapter", json={"lora_name": "a", "lora_path": str(path)})
+            assert r.status_code == 403 and r.json()["error"]["param"] == "lora_path", path
+        save_adapter(model, root / "b")
+        r = s.client.post("/v1/load_lora_adapter", json={"lora_name": "b", "lora_path": str(root / "b")})
+        assert r.status_code == 200 and "b" in [m["id"] for m in s.client.get("/v1/models").json()["data"]]
+        assert s.client.post("/v1/unload_lora_adapter", json={"lora_name": "b"}).status_code == 200
+    assert engine.lora is None
+
+
+def test_a_body_past_the_limit_is_413_and_a_request_past_its_time_is_504(engine):
+    with Running(engine, ServeSettings(max_body_bytes=1000, request_timeout_s=1.0)) as s:
+        r = s.client.post("/v1/completions", content=b'{"prompt": "' + b"a" * 2000 + b'"}')
+        assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
+        t0 = time.perf_counter()
+        r = s.client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4000, "temperature": 0})
+        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout"
+        assert time.perf_counter() - t0 < 5
+        ok = s.client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2, "temperature": 0})
+        assert ok.status_code == 200 and len(ok.json()["choices"]) == 1
+
+
+def test_a_full_queue_is_429_and_the_server_answers_afterwards(engine):
+    with Running(engine, ServeSettings(max_queue=2, request_timeout_s=3.0)) as s:
+        codes: list[int] = []
+
+        def one():
+            with httpx.Client(base_url=s.url, timeout=30) as c:
+                codes.append(c.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 4000,
+                                                             "temperature": 0}).status_code)
+
+        threads = [threading.Thread(target=one) for _ in range(6)]
+        for t in threads:
+            t.start()
+            time.sleep(0.05)
+        for t in threads:
+            t.join(timeout=30)
+        assert sorted(codes).count(429) >= 3 and set(codes) <= {429, 503, 504}, codes
+        ok = s.client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2, "temperature": 0})
+        assert ok.status_code == 200
+
+
+def test_serve_help_lists_the_limits():
+    from typer.testing import CliRunner
+
+    from slea.cli import app
+
+    out = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"}).output
+    for option in ("--api-key", "SLEA_API_KEY", "--lora-dir", "--max-model-len", "--max-n", "--max-logprobs",
+                   "--max-body-mb", "--max-prompt-tokens", "--max-stops", "--max-queue", "--request-timeout",
+                   "--checkpoint"):
+        assert option in out, option
