@@ -21,6 +21,12 @@ of a seed one paired game-level difference. Over those:
 
 A held-out game's score is :func:`per_game_success` of an evaluation result (``per_game_wins`` over the episodes per
 game). Every random draw comes from a fixed seed, so a table re-made from the same runs gives the same interval.
+
+Not used: rliable (Agarwal et al. 2021). It installs from the registry, but brings arch, statsmodels, seaborn and
+pandas, and what it adds does not fit these comparisons: its IQM trims a quarter of the runs at each end (2 of 8
+seeds, and nothing sensible of 3), and its stratified bootstrap resamples runs within each task of a multi-task
+benchmark, one level and unpaired, where these comparisons are one task, paired by seed, with held-out games
+inside each seed.
 """
 
 from __future__ import annotations
