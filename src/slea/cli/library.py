@@ -53,12 +53,13 @@ def library_search(run: Path, text: str, task_type: str = "") -> None:
     console.print(res.text or "(nothing retrieved)", markup=False)
 
 
-def portable(what: str, source: Path):
-    """A library source (run folder, SQLite library or JSONL export) as records, or one line and exit 2."""
+def portable(what: str, source: Path, strict: bool = False):
+    """A library source (run folder, SQLite library or JSONL export) as records, or one line and exit 2
+    (``strict``: also for a malformed JSONL line, which is otherwise counted and skipped)."""
     from slea.experience.portable import PortableError, load
 
     try:
-        return load(source)
+        return load(source, strict)
     except PortableError as exc:
         raise fail(f"{what}: {exc}") from None
 
@@ -83,7 +84,7 @@ def library_export(source: Path = typer.Argument(..., help="a run folder or an S
 
 
 def _counts_table(title: str, rows: list[tuple[str, dict]]) -> Table:
-    cols = ("added", "replaced", "duplicate", "rejected", "malformed", "links", "clusters_new")
+    cols = ("added", "replaced", "evicted", "duplicate", "rejected", "malformed", "links", "clusters_new")
     t = Table(title=title)
     t.add_column("source")
     for c in cols:
@@ -96,26 +97,40 @@ def _counts_table(title: str, rows: list[tuple[str, dict]]) -> Table:
 @library_app.command("import")
 def library_import(source: Path = typer.Argument(..., help="a JSONL export (or a run folder / SQLite library)"),
                    dest: Path = typer.Argument(..., help="the SQLite library to add to (created if missing), "
-                                                         "or a run folder (its library.sqlite)")) -> None:
-    """Add a library's entries to another library.
+                                                         "or a run folder (its library.sqlite)"),
+                   allow_evict: bool = typer.Option(False, "--allow-evict", help="let imported entries replace "
+                                                    "lower-scored ones the destination holds (default: refused)"),
+                   skip_malformed: bool = typer.Option(False, "--skip-malformed", help="count and skip JSONL lines "
+                                                       "that do not validate (default: refused, naming the line)")
+                   ) -> None:
+    """Add a library's entries to another library, never destroying what it holds.
 
     Through the library's own admission path (novelty test: duplicates merge into the existing entry; capacity
-    per zone and level); cluster links are remapped by prototype."""
+    per zone and level) with the destination's own settings; cluster links are remapped by prototype. Every
+    field of the source is checked first; an import that would evict existing entries is refused (how many is
+    said) unless --allow-evict."""
+    import sqlite3
+
     from slea.experience.portable import PortableError, import_into
 
-    lib = portable("import", source)
+    lib = portable("import", source, strict=not skip_malformed)
     target = dest / "library.sqlite" if dest.is_dir() else dest
     try:
-        counts = import_into(lib, target)
+        counts = import_into(lib, target, allow_evict=allow_evict)
     except PortableError as exc:
         raise fail(f"import: {exc}") from None
+    except (sqlite3.Error, OSError) as exc:
+        raise fail(f"import: cannot write {target} ({type(exc).__name__}: {exc})") from None
     console.print(_counts_table(f"imported into {target}", [(str(source), counts)]))
 
 
 @library_app.command("merge")
 def library_merge(sources: list[Path] = typer.Argument(..., help="two or more run folders, SQLite libraries "
                                                                   "or JSONL exports, merged in this order"),
-                  out: Path = typer.Option(..., "--out", help="the new library: .sqlite, or .jsonl")) -> None:
+                  out: Path = typer.Option(..., "--out", help="the new library: .sqlite, or .jsonl"),
+                  skip_malformed: bool = typer.Option(False, "--skip-malformed", help="count and skip JSONL lines "
+                                                      "that do not validate (default: refused, naming the line)")
+                  ) -> None:
     """Merge libraries into a new one, de-duplicated by the library's novelty rule.
 
     The first source's thresholds and the largest capacities apply."""
@@ -123,7 +138,7 @@ def library_merge(sources: list[Path] = typer.Argument(..., help="two or more ru
 
     if len(sources) < 2:
         raise fail("merge: give at least two libraries")
-    libs = [portable("merge", s) for s in sources]
+    libs = [portable("merge", s, strict=not skip_malformed) for s in sources]
     names = [str(lib.provenance.get("run") or s) for s, lib in zip(sources, libs)]
     try:
         counts, merged = merge(libs, out, names)

@@ -18,17 +18,12 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
 
 
 def check_library(path: str | Path) -> None:
-    """A ``ValueError`` unless ``path`` is an experience library (an SQLite file with its ``entries`` table)."""
-    try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            have = _tables(conn)
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise ValueError(f"{path} is not an experience library ({exc})") from None
-    if "entries" not in have:
-        raise ValueError(f"{path} is not an experience library (no entries table)")
+    """A ``ValueError`` (one line naming the table, row and field) unless ``path`` is an experience library whose
+    every row is well formed (:func:`slea.experience.portable.read_library`): an SQLite file with its ``entries``
+    table, zones and levels the library knows, finite scores, texts, JSON where JSON belongs."""
+    from slea.experience.portable import read_library
+
+    read_library(path)  # PortableError is a ValueError
 
 
 def _settings(path: Path) -> dict[str, Any]:

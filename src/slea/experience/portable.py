@@ -21,6 +21,13 @@ by import; an entry without a row has the provenance of the run folder the file 
 
 ``diff`` pairs the entries of two libraries with the same novelty rule (an entry of B that duplicates one of A
 is "the same entry") and reports what was added, removed or changed, by zone and level.
+
+A library file is data from elsewhere, so it is checked before anything is written (docs/reliability.md): every
+field of a JSONL line or an SQLite row is validated (:class:`PortableError` naming the line or row and the field;
+JSONL lines may instead be counted and skipped, ``strict=False``), every text capped (entry text and context as
+the library stores them, task types, provenance, cluster prototypes, ``merged``), the file's size capped. An
+import never destroys: the destination's settings (capacities, thresholds) win over the file's, and an import
+that would evict entries the destination already holds is refused, saying how many, unless ``allow_evict``.
 """
 
 from __future__ import annotations
@@ -45,6 +52,20 @@ PROVENANCE_KEYS = ("run", "model", "env", "algorithm", "iteration")
 SETTING_KEYS = ("capacity_pos", "capacity_neg", "novelty_threshold", "cluster_threshold")
 _ORIGIN_SCHEMA = "CREATE TABLE IF NOT EXISTS entry_origin (entry_id INTEGER PRIMARY KEY, origin TEXT NOT NULL)"
 _DEFAULTS = {"capacity_pos": 100, "capacity_neg": 50, "novelty_threshold": 0.85, "cluster_threshold": 0.85}
+_SETTINGS_KEY = "portable_settings"  # library_meta: the settings a library file was made with by an import
+
+# caps on what a file may bring (longer texts are cut, larger files refused)
+MAX_FILE_BYTES = 256 << 20
+MAX_TEXT = 600  # as ExperienceLibrary stores an entry's text (sanitize)
+MAX_CONTEXT = 300  # and its context
+MAX_TASK_TYPE = 100
+MAX_PROTOTYPE = 8000  # an observation cluster's prototype (an observation)
+MAX_NAME = 200  # a provenance value (run, model, env, algorithm)
+MAX_LINKS = 256  # cluster links per entry
+MAX_SOURCES = 32  # source trajectory ids per entry (the library keeps the last 32)
+MAX_MERGED = 8  # provenances of merged duplicates (the library keeps the last 8)
+MAX_SCORE = 1e6  # |score|
+MAX_CAPACITY = 1_000_000
 
 
 @dataclass
@@ -68,6 +89,111 @@ class Portable:
 
 class PortableError(ValueError):
     """A file that is not a library or a library export (the CLI prints it as one line, exit code 2)."""
+
+
+# -- validation ---------------------------------------------------------------------------------------------------
+class _Bad(ValueError):
+    """One field of one record that does not fit: ``field`` and why."""
+
+    def __init__(self, field_: str, why: str):
+        super().__init__(f"{field_}: {why}")
+
+
+def _cut(value: Any, limit: int, name: str, *, required: bool = False) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise _Bad(name, f"expected text, got {type(value).__name__}")
+    return value if len(value) <= limit else value[:limit]
+
+
+def _int(value: Any, name: str, lo: int | None = None, hi: int = 2**62) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not (lo is None or value >= lo) or abs(value) > hi:
+        bounds = f" >= {lo}" if lo is not None else ""
+        raise _Bad(name, f"expected an integer{bounds}, got {value!r:.40}")
+    return value
+
+
+def _ints(value: Any, name: str, limit: int, lo: int | None = None) -> list[int]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise _Bad(name, f"expected a list of integers, got {type(value).__name__}")
+    return [_int(v, name, lo) for v in value[-limit:]]
+
+
+def _score(value: Any) -> float:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not math.isfinite(float(value)) \
+            or abs(float(value)) > MAX_SCORE:
+        raise _Bad("score", f"expected a finite number within ±{MAX_SCORE:g}, got {value!r:.40}")
+    return float(value)
+
+
+def _provenance(value: Any, name: str = "provenance") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _Bad(name, f"expected an object, got {type(value).__name__}")
+    out: dict[str, Any] = {}
+    for k in PROVENANCE_KEYS:
+        v = value.get(k)
+        if k == "iteration":
+            out[k] = None if v is None else _int(v, f"{name}.iteration")
+        else:
+            out[k] = None if v is None else _cut(v if isinstance(v, str) else str(v), MAX_NAME, f"{name}.{k}")
+    return out
+
+
+def check_settings(settings: Any, where: str = "settings") -> dict[str, Any]:
+    """Library settings checked: capacities integers in 1..1,000,000, thresholds numbers in (0, 1]; unknown keys
+    dropped. A :class:`PortableError` naming the field."""
+    if not isinstance(settings, dict):
+        raise PortableError(f"{where}: expected an object, got {type(settings).__name__}")
+    out: dict[str, Any] = {}
+    for k in SETTING_KEYS:
+        if k not in settings:
+            continue
+        v = settings[k]
+        if k.startswith("capacity"):
+            if not isinstance(v, int) or isinstance(v, bool) or not 1 <= v <= MAX_CAPACITY:
+                raise PortableError(f"{where}.{k}: expected an integer in 1..{MAX_CAPACITY}, got {v!r:.40}")
+        elif not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 < v <= 1:
+            raise PortableError(f"{where}.{k}: expected a number in (0, 1], got {v!r:.40}")
+        out[k] = v
+    return out
+
+
+def _checked_entry(d: Any, prov: dict[str, Any]) -> dict[str, Any]:
+    """An entry record (a JSONL line or an SQLite row as a dict) checked field by field and capped; ``_Bad``
+    names the first field that does not fit."""
+    if not isinstance(d, dict):
+        raise _Bad("entry", f"expected an object, got {type(d).__name__}")
+    if d.get("zone") not in ZONES:
+        raise _Bad("zone", f"expected one of {', '.join(ZONES)}, got {d.get('zone')!r:.40}")
+    if d.get("level") not in LEVELS:
+        raise _Bad("level", f"expected one of {', '.join(LEVELS)}, got {d.get('level')!r:.40}")
+    text = _cut(d.get("text"), 4 * MAX_TEXT, "text", required=True)  # sanitize() cuts it to MAX_TEXT on adding
+    e = Entry(_int(d.get("id", 0), "id", 0), text, d["zone"], d["level"], _score(d.get("score")),
+              _cut(d.get("task_type"), MAX_TASK_TYPE, "task_type"), _cut(d.get("context"), 4 * MAX_CONTEXT, "context"),
+              _ints(d.get("sources"), "sources", MAX_SOURCES), _ints(d.get("clusters"), "clusters", MAX_LINKS, 0),
+              _int(d.get("usage", 0), "usage", 0), _int(d.get("success", 0), "success", 0),
+              _int(d.get("created_iter", 0), "created_iter"), _int(d.get("last_used_iter", -1), "last_used_iter", -1)
+              ).to_dict()
+    p = d.get("provenance")
+    e["provenance"] = _provenance(p) if p is not None else {**prov, "iteration": e["created_iter"]}
+    merged = d.get("merged")
+    if merged is not None:
+        if not isinstance(merged, list):
+            raise _Bad("merged", f"expected a list of provenances, got {type(merged).__name__}")
+        if merged:
+            e["merged"] = [_provenance(m, "merged[]") for m in merged[-MAX_MERGED:]]
+    return e
+
+
+def _checked_cluster(d: Any) -> dict[str, Any]:
+    if not isinstance(d, dict):
+        raise _Bad("cluster", f"expected an object, got {type(d).__name__}")
+    return {"id": _int(d.get("id"), "id", 0), "task_type": _cut(d.get("task_type"), MAX_TASK_TYPE, "task_type"),
+            "prototype": _cut(d.get("prototype"), MAX_PROTOTYPE, "prototype", required=True),
+            "size": _int(d.get("size", 1), "size", 1)}
 
 
 # -- provenance of a library file --------------------------------------------------------------------------------
@@ -125,10 +251,14 @@ def _tables(conn: sqlite3.Connection) -> set[str]:
 
 
 def read_library(path: str | Path) -> Portable:
-    """A library file (SQLite) as records, read-only; a ``PortableError`` if it is not one."""
+    """A library file (SQLite) as records, read-only, every row checked (:func:`_checked_entry`); a
+    ``PortableError`` naming the table, row and field if it is not a library or a row does not fit."""
     path = Path(path)
     if not path.is_file():
         raise PortableError(f"no experience library at {path}")
+    if path.stat().st_size > MAX_FILE_BYTES:
+        raise PortableError(f"{path} has {path.stat().st_size} bytes, more than a library file may "
+                            f"({MAX_FILE_BYTES})")
     try:
         conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
         try:
@@ -144,58 +274,79 @@ def _read_conn(conn: sqlite3.Connection, path: Path) -> Portable:
     if "entries" not in have:
         raise PortableError(f"{path} is not an experience library (no entries table)")
     prov, settings = run_provenance(path)
+    stored = _stored_settings(conn, have)
+    settings = {**stored, **settings}  # a run folder's config names the settings its library was made with
     links: dict[int, list[int]] = {}
     for eid, cid in conn.execute("SELECT entry_id, cluster_id FROM entry_clusters ORDER BY rowid"):
+        if not isinstance(eid, int) or not isinstance(cid, int):
+            raise PortableError(f"{path}: entry_clusters: expected integer ids, got {eid!r:.30}, {cid!r:.30}")
         links.setdefault(eid, []).append(cid)
-    origin = {}
+    origin: dict[int, Any] = {}
     if "entry_origin" in have:
-        origin = {eid: json.loads(o) for eid, o in conn.execute("SELECT entry_id, origin FROM entry_origin")}
+        for eid, o in conn.execute("SELECT entry_id, origin FROM entry_origin"):
+            try:
+                origin[eid] = json.loads(o)
+            except (TypeError, ValueError, RecursionError):
+                raise PortableError(f"{path}: entry_origin row {eid!r:.30}: origin is not JSON") from None
     clusters: dict[int, dict[str, Any]] = {}
     if "obs_clusters" in have:
-        meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM obs_meta")}
-        settings.setdefault("cluster_threshold", meta.get("threshold", _DEFAULTS["cluster_threshold"]))
+        try:
+            meta = {k: json.loads(v) for k, v in conn.execute("SELECT key, value FROM obs_meta")}
+        except (TypeError, ValueError, RecursionError):
+            raise PortableError(f"{path}: obs_meta: a value is not JSON") from None
+        threshold = meta.get("threshold", _DEFAULTS["cluster_threshold"])
+        settings.setdefault("cluster_threshold", threshold)
         for cid, tt, proto, size in conn.execute("SELECT cid, task_type, prototype, size FROM obs_clusters"):
-            clusters[cid] = {"id": cid, "task_type": tt, "prototype": proto, "size": size}
+            try:
+                clusters[cid] = _checked_cluster({"id": cid, "task_type": tt, "prototype": proto, "size": size})
+            except _Bad as exc:
+                raise PortableError(f"{path}: obs_clusters row {cid!r:.30}: {exc}") from None
     entries = []
     for row in conn.execute(f"SELECT {', '.join(_COLS)} FROM entries ORDER BY id"):
         d = dict(zip(_COLS, row))
-        d["sources"] = json.loads(d["sources"])
-        d["clusters"] = links.get(d["id"], [])
-        e = Entry(**d).to_dict()
-        o = origin.get(e["id"]) or {**prov, "iteration": e["created_iter"]}
-        e["provenance"] = {k: o.get(k) for k in PROVENANCE_KEYS}
-        if o.get("merged"):
-            e["merged"] = o["merged"]
-        entries.append(e)
+        try:
+            try:
+                d["sources"] = json.loads(d["sources"])
+            except (TypeError, ValueError, RecursionError):
+                raise _Bad("sources", "not a JSON list") from None
+            d["clusters"] = links.get(d["id"], [])
+            o = origin.get(d["id"])
+            if o is not None:
+                if not isinstance(o, dict):
+                    raise _Bad("origin", "expected an object")
+                d["provenance"] = {k: o.get(k) for k in PROVENANCE_KEYS}
+                d["merged"] = o.get("merged")
+            entries.append(_checked_entry(d, prov))
+        except _Bad as exc:
+            raise PortableError(f"{path}: entries row {d.get('id')!r:.30}: {exc}") from None
+    settings = check_settings(settings, f"{path}: settings")
     linked = {c for e in entries for c in e["clusters"]}
     return Portable(prov, {**_DEFAULTS, **settings}, [clusters[c] for c in sorted(linked) if c in clusters],
                     entries)
 
 
-def _entry_record(d: dict[str, Any], prov: dict[str, Any]) -> dict[str, Any]:
-    """A JSONL entry line checked and typed like :class:`Entry` (``ValueError``/``KeyError``/``TypeError``)."""
-    if d["zone"] not in ZONES or d["level"] not in LEVELS or not isinstance(d["text"], str):
-        raise ValueError("bad zone, level or text")
-    score = float(d["score"])
-    if not math.isfinite(score):
-        raise ValueError("score")
-    e = Entry(int(d.get("id", 0)), d["text"], d["zone"], d["level"], score, str(d.get("task_type", "")),
-              str(d.get("context", "")), [int(s) for s in d.get("sources", [])],
-              [int(c) for c in d.get("clusters", [])], int(d.get("usage", 0)), int(d.get("success", 0)),
-              int(d.get("created_iter", 0)), int(d.get("last_used_iter", -1))).to_dict()
-    p = d.get("provenance") if isinstance(d.get("provenance"), dict) else {**prov, "iteration": e["created_iter"]}
-    e["provenance"] = {k: p.get(k) for k in PROVENANCE_KEYS}
-    if isinstance(d.get("merged"), list):
-        e["merged"] = d["merged"]
-    return e
+def _stored_settings(conn: sqlite3.Connection, have: set[str]) -> dict[str, Any]:
+    """The settings an import made this library file with (``library_meta``), if any."""
+    if "library_meta" not in have:
+        return {}
+    row = conn.execute("SELECT value FROM library_meta WHERE key = ?", (_SETTINGS_KEY,)).fetchone()
+    try:
+        got = json.loads(row[0]) if row else {}
+    except (TypeError, ValueError, RecursionError):
+        return {}
+    return got if isinstance(got, dict) else {}
 
 
-def read_jsonl(path: str | Path) -> Portable:
-    """A JSONL export as records. Malformed lines are counted and skipped; a file with a foreign header or no
-    entry at all is a ``PortableError``. Lines without ``kind`` are entries (the plain ``Entry`` dicts of
-    ``ExperienceLibrary.export_jsonl``)."""
+def read_jsonl(path: str | Path, strict: bool = False) -> Portable:
+    """A JSONL export as records, every field checked and capped (:func:`_checked_entry`). A line that is not
+    JSON or whose field does not fit is counted and skipped, or with ``strict`` a ``PortableError`` naming the
+    line and the field; a file with a foreign header, bad settings or no entry at all is a ``PortableError``.
+    Lines without ``kind`` are entries (the plain ``Entry`` dicts of ``ExperienceLibrary.export_jsonl``)."""
     path = Path(path)
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise PortableError(f"{path} has {path.stat().st_size} bytes, more than a library export may "
+                                f"({MAX_FILE_BYTES})")
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
         raise PortableError(f"cannot read {path} ({type(exc).__name__})") from None
@@ -205,23 +356,33 @@ def read_jsonl(path: str | Path) -> Portable:
         if not line.strip():
             continue
         try:
-            d = json.loads(line)
+            try:
+                d = json.loads(line)
+            except RecursionError:
+                raise _Bad("line", "JSON nested too deeply") from None
+            except ValueError as exc:
+                raise _Bad("line", f"not JSON ({exc})") from None
+            if not isinstance(d, dict):
+                raise _Bad("line", f"expected a JSON object, got {type(d).__name__}")
             kind = d.get("kind", "entry")
             if kind == "header":
                 if d.get("format") != FORMAT or n != 0:
-                    raise PortableError(f"{path} is not a slea library export (header format {d.get('format')!r})")
-                out.provenance = {k: d.get("provenance", {}).get(k) for k in PROVENANCE_KEYS}
-                out.settings.update({k: d["settings"][k] for k in SETTING_KEYS if k in d.get("settings", {})})
+                    raise PortableError(f"{path} is not a slea library export (header format "
+                                        f"{d.get('format')!r:.40})")
+                try:
+                    out.provenance = _provenance(d.get("provenance") or {})
+                except _Bad as exc:
+                    raise PortableError(f"{path}: line 1 (header): {exc}") from None
+                out.settings.update(check_settings(d.get("settings") or {}, f"{path}: line 1 (header): settings"))
             elif kind == "cluster":
-                out.clusters.append({"id": int(d["id"]), "task_type": str(d.get("task_type", "")),
-                                     "prototype": str(d["prototype"]), "size": int(d.get("size", 1))})
+                out.clusters.append(_checked_cluster(d))
             elif kind == "entry":
-                out.entries.append(_entry_record(d, out.provenance))
+                out.entries.append(_checked_entry(d, out.provenance))
             else:
-                bad += 1
-        except PortableError:
-            raise
-        except (ValueError, KeyError, TypeError, AttributeError):
+                raise _Bad("kind", f"expected header, cluster or entry, got {kind!r:.40}")
+        except _Bad as exc:
+            if strict:
+                raise PortableError(f"{path}: line {n + 1}: {exc}") from None
             bad += 1
     if not out.entries and (bad or not lines):
         raise PortableError(f"{path} is not a slea library export (no valid entry line)")
@@ -229,8 +390,9 @@ def read_jsonl(path: str | Path) -> Portable:
     return out
 
 
-def load(source: str | Path) -> Portable:
-    """Any library source: a run folder (its ``library.sqlite``), an SQLite library, or a JSONL export."""
+def load(source: str | Path, strict: bool = False) -> Portable:
+    """Any library source: a run folder (its ``library.sqlite``), an SQLite library, or a JSONL export
+    (``strict``: a malformed line is an error rather than counted and skipped)."""
     source = Path(source)
     if source.is_dir():
         if not (source / "library.sqlite").is_file():
@@ -239,7 +401,7 @@ def load(source: str | Path) -> Portable:
     if not source.is_file():
         raise PortableError(f"no such file: {source}")
     if source.suffix in (".jsonl", ".json"):
-        return read_jsonl(source)
+        return read_jsonl(source, strict)
     return read_library(source)
 
 
@@ -280,32 +442,55 @@ def write_jsonl(lib: Portable, out: str | Path) -> int:
     return len(lib.entries)
 
 
-def import_into(lib: Portable, dest: str | Path, settings: dict[str, Any] | None = None) -> dict[str, int]:
-    """Add every entry of ``lib`` to the library file ``dest`` (created if missing) through the library's
-    admission path, in one transaction. Returns counts: added, replaced, duplicate, rejected, malformed,
-    links (entry-cluster links carried over, remapped), clusters_new (clusters opened in the destination's
-    index).
+def destination_settings(dest: str | Path) -> dict[str, Any] | None:
+    """The settings of an existing library file: its run folder's config, else what the import that made it
+    stored, else the library's defaults; None when ``dest`` does not exist yet."""
+    if not Path(dest).exists():
+        return None
+    return read_library(dest).settings  # a PortableError unless it is a library
 
-    ``settings`` (capacities, novelty and cluster thresholds) default to ``lib.settings``."""
-    s = {**_DEFAULTS, **lib.settings, **(settings or {})}
-    if Path(dest).exists():
-        read_library(dest)  # a PortableError unless it is a library
+
+def import_into(lib: Portable, dest: str | Path, settings: dict[str, Any] | None = None, *,
+                allow_evict: bool = False) -> dict[str, int]:
+    """Add every entry of ``lib`` to the library file ``dest`` (created if missing) through the library's
+    admission path, in one transaction. Returns counts: added, replaced (of those, evicted: entries the
+    destination held before), duplicate, rejected, malformed, links (entry-cluster links carried over,
+    remapped), clusters_new (clusters opened in the destination's index).
+
+    Settings (capacities, novelty and cluster thresholds): ``settings`` when given, else an existing
+    destination's own (:func:`destination_settings`: the file's never override them), else, for a new file,
+    ``lib.settings`` (then stored in it). An import that would evict entries the destination held is a
+    ``PortableError`` saying how many, and changes nothing, unless ``allow_evict``."""
+    have = destination_settings(dest)
+    s = {**_DEFAULTS, **(have if have is not None else lib.settings), **(settings or {})}
+    s = {**s, **check_settings(s)}
     target = ExperienceLibrary(dest, capacity_pos=s["capacity_pos"], capacity_neg=s["capacity_neg"],
                                novelty_threshold=s["novelty_threshold"])
     counts: Counter = Counter(malformed=lib.malformed)
     home = run_provenance(dest)[0]  # the provenance of the destination's own entries (its run folder, if any)
+    held = {e.id for e in target.entries()}
     try:
         fresh = "obs_clusters" not in _tables(target.conn)
         index = ObservationIndex.load_sqlite(target.conn, **({"threshold": s["cluster_threshold"]} if fresh else {}))
         with target.transaction() as conn:
             conn.execute(_ORIGIN_SCHEMA)
+            if have is None:  # a new file keeps the settings it was made with
+                conn.execute("INSERT OR REPLACE INTO library_meta(key, value) VALUES (?, ?)",
+                             (_SETTINGS_KEY, json.dumps({k: s[k] for k in SETTING_KEYS})))
             remap = {}
+            linked = {c for e in lib.entries for c in e["clusters"]}
             for c in sorted(lib.clusters, key=lambda c: c["id"]):  # source order: the same joins as there
+                if c["id"] not in linked:
+                    continue  # a cluster no entry links to brings nothing
                 before = len(index)
                 remap[c["id"]] = index.assign(c["prototype"], c["task_type"])
                 counts["clusters_new"] += len(index) > before
             for e in lib.entries:
-                _import_entry(target, conn, e, [remap[c] for c in e["clusters"] if c in remap], counts, home)
+                _import_entry(target, conn, e, [remap[c] for c in e["clusters"] if c in remap], counts, home, held)
+            if counts["evicted"] and not allow_evict:
+                raise PortableError(f"importing would evict {counts['evicted']} of the {len(held)} entries {dest} "
+                                    f"holds (higher-scored imports replace the lowest in full zones); nothing was "
+                                    f"changed (allow it with --allow-evict)")
             index.save_sqlite(conn)
     finally:
         target.close()
@@ -313,10 +498,12 @@ def import_into(lib: Portable, dest: str | Path, settings: dict[str, Any] | None
 
 
 def _import_entry(target: ExperienceLibrary, conn: sqlite3.Connection, e: dict[str, Any], clusters: list[int],
-                  counts: Counter, home: dict[str, Any]) -> None:
+                  counts: Counter, home: dict[str, Any], held: set[int]) -> None:
     res = target.add(e["text"], e["zone"], e["level"], e["score"], task_type=e["task_type"],
                      context=e["context"], sources=e["sources"], clusters=clusters, iteration=e["created_iter"])
     counts[res.status] += 1
+    if res.replaced_id is not None and res.replaced_id in held:
+        counts["evicted"] += 1
     if res.entry_id is None:
         return
     counts["links"] += len(clusters)
@@ -356,7 +543,8 @@ def merge(libs: list[Portable], out: str | Path, names: list[str] | None = None
     settings = merged_settings(libs)
     with tempfile.TemporaryDirectory() as work:
         db = out if out.suffix != ".jsonl" else Path(work) / "merged.sqlite"
-        counts = [import_into(p, db, settings) for p in libs]
+        # a new file: a later library's entries may replace an earlier one's (the merge's own admission)
+        counts = [import_into(p, db, settings, allow_evict=True) for p in libs]
         merged = read_library(db)
         merged.settings = settings
         if out.suffix == ".jsonl":
