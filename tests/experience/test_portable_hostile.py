@@ -26,9 +26,7 @@ from slea.experience.portable import (
 HEADER = {"kind": "header", "format": "slea-library", "version": 1, "provenance": {"run": "evil"}}
 
 
-WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa quebec "
-         "romeo sierra tango uniform victor whiskey xray yankee zulu amber basil cedar dune ember fern grove heath "
-         "iris jade kelp lotus moss nectar").split()
+WORDS = ["alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf", "hotel", "india", "juliet", "kilo", "lima", "mike", "november", "oscar", "papa", "quebec", "romeo", "sierra", "tango", "uniform", "victor", "whiskey", "xray", "yankee", "zulu", "amber", "basil", "cedar", "dune", "ember", "fern", "grove", "heath", "iris", "jade", "kelp", "lotus", "moss", "nectar"]
 
 
 def _entry(i: int, score: float, **kw) -> dict:
