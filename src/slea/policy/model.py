@@ -17,6 +17,8 @@ the adapters disabled.
 from __future__ import annotations
 
 import importlib.util
+import re
+import warnings
 from pathlib import Path
 
 import torch
@@ -111,9 +113,7 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None, *, device: str
     model = AutoModelForCausalLM.from_pretrained(path, dtype=base_dtype, use_safetensors=True, **place)
     model.config.use_cache = True
     if model_cfg.lora:
-        from peft import get_peft_model
-
-        model = get_peft_model(model, lora_config(model, model_cfg))
+        model = add_lora(model, lora_config(model, model_cfg))
     if adapter_dir is not None:
         from slea.trainer.checkpoint import load_trainable
 
@@ -126,8 +126,27 @@ def enable_gradient_checkpointing(model) -> None:
     (non-reentrant checkpointing, so the frozen embeddings need no gradient). Such a layer drops the KV cache it
     is given, so the update runs the plain forward (:func:`slea.policy.generation.forward_after_prefix` refuses)."""
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
-    base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if hasattr(base, "activation_checkpointing_enable"):  # transformers' current name; the old one warns
+        base.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        base.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     base.config.use_cache = True  # generation (no gradients) keeps its cache
+
+
+# peft's PeftModel reads ``model.is_gradient_checkpointing`` when it wraps a model (peft 0.17 to 0.21.2 at least);
+# transformers 5 renamed it ``is_activation_checkpointing`` and warns on every read of the old name.
+_PEFT_READS_OLD_NAME = re.escape("`is_gradient_checkpointing` is deprecated")
+
+
+def add_lora(model, config, adapter_name: str = "default"):
+    """``peft.get_peft_model(model, config, adapter_name)``, without the FutureWarning that peft's own read of
+    transformers' deprecated ``is_gradient_checkpointing`` prints at every model load: that one warning is ignored
+    for the duration of this call only (slea itself uses the current names), every other warning is shown."""
+    from peft import get_peft_model
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=_PEFT_READS_OLD_NAME, category=FutureWarning)
+        return get_peft_model(model, config, adapter_name=adapter_name)
 
 
 # the model settings a run's weights depend on: a run started from another's weights must share them

@@ -194,15 +194,16 @@ class Engine:
     def attach(self, name: str, config, state: dict | None = None, trainable_dir: Path | None = None) -> None:
         """Make ``name`` the adapter: wrap the base with ``config`` (re-wrap when the shape differs) and load
         ``state`` (peft's saved names) or a slea checkpoint's ``trainable.safetensors``."""
-        from peft import get_peft_model, set_peft_model_state_dict
+        from peft import set_peft_model_state_dict
 
         from slea.policy.adapters import same_shape
+        from slea.policy.model import add_lora
 
         with self.lock:
             if hasattr(self.model, "peft_config") and not same_shape(self.model.peft_config["default"], config):
                 self.model = self.model.unload()  # back to the bare base model
             if not hasattr(self.model, "peft_config"):
-                self.model = get_peft_model(self.model, config)
+                self.model = add_lora(self.model, config)
             if trainable_dir is not None:
                 from slea.trainer.checkpoint import load_trainable
 

@@ -101,10 +101,8 @@ def build_team_policy(model_cfg, agents: list[str], device: str | torch.device |
     adapter is fp32 and on the base's device.
 
     The team needs LoRA (``model.lora: true``): separate full models per agent are not built here."""
-    from peft import get_peft_model
-
     from slea.device import resolve_base_dtype
-    from slea.policy.model import load_policy, lora_config
+    from slea.policy.model import add_lora, load_policy, lora_config
 
     if not model_cfg.lora:
         raise ConfigError("model.lora: a team's agents are LoRA adapters on one base model; set model.lora: true")
@@ -113,7 +111,7 @@ def build_team_policy(model_cfg, agents: list[str], device: str | torch.device |
     dtype = resolve_base_dtype(model_cfg.base_dtype, device=device or "cpu", lora=True, dtype=model_cfg.dtype)
     base, tok = load_policy(model_cfg.model_copy(update={"lora": False}), device=device, base_dtype=dtype)
     lcfg = lora_config(base, model_cfg)
-    model = get_peft_model(base, lcfg, adapter_name=agents[0])
+    model = add_lora(base, lcfg, adapter_name=agents[0])
     for name in agents[1:]:
         model.add_adapter(name, lcfg)
     team = TeamPolicy(model, tok, agents)
