@@ -42,6 +42,8 @@ def comparable(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def assert_same_metrics(got: list[dict[str, Any]], want: list[dict[str, Any]]) -> None:
+    """Bitwise-equal metrics rows (case 1 of slea.testing.numerics): both runs on this machine, the same CPU kind
+    and thread count; on another ISA or thread count the reductions run in another order."""
     assert [r["iteration"] for r in got] == [r["iteration"] for r in want]
     for g, w in zip(got, want):
         g, w = comparable(g), comparable(w)
