@@ -1,6 +1,7 @@
 """The CLI end to end on the smoke preset and the embedded model, and every exit code: 2 for config, argument,
 path and missing-extra errors (one line, no traceback), 3 for a run halted by a guard."""
 
+import itertools
 import json
 import os
 import re
@@ -100,6 +101,62 @@ def test_envs_lists_every_id_whole_in_80_columns():
     assert len(ids) >= 10  # every family's ids, as that process registers them
     for env_id in ids:
         assert env_id in r.stdout, env_id
+    lines = r.stdout.splitlines()
+    assert max(map(len, lines)) <= 80, max(lines, key=len)
+    # the description column is at least as wide as the id column and its text wraps there (never one word per
+    # line): every wrapped line of a cell but its last is as full as the next word lets it be
+    id_width = max(map(len, ids))
+    cells: list[list[str]] = []
+    desc_width = 0
+    for line in lines[:next(i for i, x in enumerate(lines) if x.startswith("└"))]:  # the first table
+        parts = line.split("│")
+        if len(parts) != 5 or parts[1].strip() == "id":  # the first table's body rows: │ id │ installed │ desc │
+            continue
+        if parts[1].strip():
+            cells.append([])
+        if cells:
+            cells[-1].append(parts[3].strip())
+            desc_width = len(parts[3]) - 2  # less rich's padding
+    assert len(cells) == len(ids) and desc_width >= id_width
+    for cell in cells:
+        for frag, nxt in itertools.pairwise(cell):
+            assert len(frag) + 1 + len(nxt.split()[0]) > desc_width, cell
+    assert len(lines) < 5 * len(ids)  # was ~200 lines, one word per line; now ~80
+    wide = subprocess.run([sys.executable, "-m", "slea.cli", "envs"], check=False, capture_output=True, text=True,
+                          env={**env, "COLUMNS": "200"}, timeout=600)
+    header = next(x for x in wide.stdout.splitlines() if "description" in x)
+    assert all(c in header for c in ("family", "extra", "installed"))  # a wide terminal keeps every column
+
+
+def test_library_show_fits_the_terminal_and_shows_the_whole_text_on_request(tmp_path):
+    """`slea library show`: one line per entry, the text cut at the terminal's width ("…", and the caption says
+    so); at 160 columns more of it than at 80; --full wraps every entry's whole text inside the width."""
+    from slea.experience.library import ExperienceLibrary
+
+    lib = ExperienceLibrary(tmp_path / "library.sqlite")
+    lesson = ("When the goal names an object in another room, walk there first by the exits the room lists, then "
+              "take the object and bring it back the same way without opening anything on the way end-of-lesson")
+    lib.add(lesson, "pos", "principle", 1.0, sources=[1], clusters=[0, 1, 2, 3, 4, 5, 6], iteration=0)
+    lib.close()
+
+    def show(columns, *more):
+        env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), COLUMNS=str(columns))
+        r = subprocess.run([sys.executable, "-m", "slea.cli", "library", "show", str(tmp_path), *more],
+                           check=False, capture_output=True, text=True, env=env, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]
+        lines = r.stdout.splitlines()
+        assert max(map(len, lines)) <= columns, max(lines, key=len)
+        return r.stdout, [x for x in lines if x.startswith("│")]
+
+    out80, rows80 = show(80)
+    out160, rows160 = show(160)
+    assert len(rows80) == len(rows160) == 1 and "end-of-lesson" not in out80 + out160
+    assert "…" in rows80[0] and "--full shows all of it" in out80
+    cut80, cut160 = (r[0].split("│")[-2].strip().removesuffix("…") for r in (rows80, rows160))
+    assert len(rows160[0]) == 160 and lesson.startswith(cut160) and len(cut160) > len(cut80) + 60
+    full, rows = show(80, "--full")
+    text = " ".join(r.split("│")[-2].strip() for r in rows)
+    assert text == lesson and "--full" not in full  # the whole lesson, wrapped, and no "cut" caption
 
 
 @pytest.mark.slow
@@ -123,8 +180,9 @@ def test_smoke_preset_writes_the_run_folder(tmp_path, slea_cli):
     assert 0.0 <= after["sampled"]["success"] <= 1.0
     # stdout is a pipe here, not a terminal: plain progress lines (phase, episodes done, elapsed)
     out = r.stdout
-    assert re.search(r"iteration 1 rollout: \d+/3, 4/4 episodes done \[\d+s\]", out), out[-3000:]
-    assert re.search(r"held-out eval \(sampled\): \d+/3, 4/4 episodes done \[\d+s\]", out), out[-3000:]
+    assert re.search(r"iteration 1 rollout: \d+/3 turns, 4/4 episodes done \[\d+s\]", out), out[-3000:]
+    assert re.search(r"iteration 1 update: 2/2 optimizer steps, \d+ samples \[\d+s\]", out), out[-3000:]
+    assert re.search(r"held-out eval \(sampled\): \d+/3 turns, 4/4 episodes done \[\d+s\]", out), out[-3000:]
     assert "held-out (trained): sampled success" in out
     assert f"run folder: {run}\n" in out  # a path is printed whole, on one line (not re-wrapped)
     # the run's evaluation re-run from its folder gives the same numbers (in this process: one interpreter less)

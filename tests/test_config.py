@@ -32,6 +32,34 @@ def test_errors_name_the_key(override, key):
     assert key in msg and "\n" not in msg
 
 
+TYPOS = [
+    ("algoritm.name=grpo", "algoritm: unknown key; did you mean algorithm?"),
+    ("rollout.gruop_size=2", "rollout.gruop_size: unknown key; did you mean rollout.group_size?"),
+    ("algorithm.name=gpro", "algorithm.name: unknown algorithm 'gpro'; did you mean 'grpo'? known: gigpo, grpo"),
+    ("algorithm.policy_loss=ppoclip", "algorithm.policy_loss: unknown policy loss 'ppoclip'; did you mean 'ppo_clip'?"),
+    ("env.id=slea/TextWorld-v9",
+     "env.id: unknown env 'slea/TextWorld-v9'; did you mean 'slea/TextWorld-v0'? registered: slea/ALFWorld-Gen-v0"),
+    ("model.generator=opneai",
+     "model.generator: Input should be 'hf', 'openai' or 'vllm' (got 'opneai'); did you mean 'openai'?"),
+    ("run.loggers=[jsonl,wandbb]",
+     "run.loggers.1: Input should be 'jsonl', 'tensorboard', 'wandb' or 'mlflow' (got 'wandbb'); did you mean 'wandb'?"),
+]
+
+
+@pytest.mark.parametrize("override, says", TYPOS)
+def test_a_typo_gets_the_closest_valid_key_or_name(override, says):
+    with pytest.raises(ConfigError) as info:
+        build_config({}, [override])
+    assert str(info.value).startswith(says), str(info.value)
+
+
+@pytest.mark.parametrize("override", ["rollout.zzz=1", "algorithm.name=nope", "env.id=slea/Nope-v0"])
+def test_nothing_close_suggests_nothing(override):
+    with pytest.raises(ConfigError) as info:
+        build_config({}, [override])
+    assert "did you mean" not in str(info.value)
+
+
 def test_yaml_round_trip(tmp_path):
     cfg = build_config({}, ["train.iterations=3"])
     p = tmp_path / "c.yaml"

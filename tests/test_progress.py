@@ -12,15 +12,16 @@ def test_plain_lines_when_the_output_is_not_a_terminal():
     out = io.StringIO()  # not a TTY, like `| tee`, CI logs, nohup
     setup_logging(stream=out)
     try:
-        with Progress("held-out eval (sampled)", total=8, every_s=0.0) as bar:
+        with Progress("held-out eval (sampled)", total=8, unit="turns", every_s=0.0) as bar:
             bar.update(3, "5/32 episodes done")
             bar.update(8, "32/32 episodes done")
         log.warning("skipping damaged checkpoint iter_000002")
     finally:
         setup_logging(stream=io.StringIO())
     lines = out.getvalue().splitlines()
-    assert re.fullmatch(r"\d\d:\d\d:\d\d held-out eval \(sampled\): 3/8, 5/32 episodes done \[\d+s\]", lines[0])
-    assert re.search(r"8/8, 32/32 episodes done \[\d+s\]$", lines[-2])  # the closing line of the phase
+    # the counter names what it counts: 3 of 8 turns played, 5 of 32 episodes over
+    assert re.fullmatch(r"\d\d:\d\d:\d\d held-out eval \(sampled\): 3/8 turns, 5/32 episodes done \[\d+s\]", lines[0])
+    assert re.search(r"8/8 turns, 32/32 episodes done \[\d+s\]$", lines[-2])  # the closing line of the phase
     assert "skipping damaged checkpoint" in lines[-1]
     assert "\x1b[" not in out.getvalue()  # no terminal escape codes in a log
 

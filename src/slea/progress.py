@@ -54,10 +54,12 @@ def _rich_console():
 
 
 class Progress:
-    """One phase of work: ``with Progress("rollout", total=8) as p: p.update(3, "12/24 episodes done")``."""
+    """One phase of work: ``with Progress("rollout", total=8, unit="turns") as p: p.update(3, "12/24 episodes
+    done")`` reads ``rollout: 3/8 turns, 12/24 episodes done``: the counter names what it counts (``unit``)."""
 
-    def __init__(self, name: str, total: int, *, every_s: float = 15.0) -> None:
+    def __init__(self, name: str, total: int, *, unit: str = "", every_s: float = 15.0) -> None:
         self.name = name
+        self.unit = unit
         self.total = max(int(total), 1)
         self.every_s = every_s
         self.done = 0
@@ -74,7 +76,7 @@ class Progress:
             from rich.progress import Progress as Bar
 
             self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TimeElapsedColumn(), console=console, transient=True)
+                            TextColumn(self.unit), TimeElapsedColumn(), console=console, transient=True)
             self._bar.start()
             self._task = self._bar.add_task(self.name, total=self.total)
         return self
@@ -92,7 +94,8 @@ class Progress:
     def _line(self) -> None:
         self._last = time.perf_counter()
         note = f", {self.note}" if self.note else ""
-        log.info("%s: %d/%d%s [%.0fs]", self.name, self.done, self.total, note, self._last - self._t0)
+        unit = f" {self.unit}" if self.unit else ""
+        log.info("%s: %d/%d%s%s [%.0fs]", self.name, self.done, self.total, unit, note, self._last - self._t0)
 
     def __exit__(self, *exc: object) -> None:
         if self._bar is not None:

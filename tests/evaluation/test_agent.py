@@ -104,3 +104,33 @@ def test_the_parse_rate_sums_the_rounds_llm_extraction_by_hand():
     assert extraction_summary(rounds) == {"answers": 10.0, "parsed": 4.0, "parse_rate": 0.4, "fallback": 6.0,
                                           "generate_errors": 1.0}
     assert extraction_summary([{"size": 3.0}])["parse_rate"] is None  # the rules wrote every lesson
+
+
+def test_a_library_from_another_env_warns_once_with_both_ids(tmp_path, slea_cli):
+    """A library built on TextWorld, played on Sokoban: one warning naming both ids, once per process; none when
+    the env is one it was built on or when nothing is recorded. `slea agent` prints it on stderr."""
+    from slea.evaluation import agent as A
+
+    A._warned_envs.clear()  # "once per process": another test may have said it already
+    assert A.library_envs({"env": "slea/TextWorld-v0"}, [{"provenance": {"env": "slea/Recall-v0"}}, {}]) == [
+        "slea/Recall-v0", "slea/TextWorld-v0"]
+    assert A.library_env_warning([], "slea/Sokoban-v0") is None  # nothing recorded: nothing to say
+    assert A.library_env_warning(["slea/Sokoban-v0"], "slea/Sokoban-v0") is None
+    line = A.library_env_warning(["slea/TextWorld-v0"], "slea/Sokoban-v0")
+    assert line.startswith("warning: the library was built on slea/TextWorld-v0 and is used on slea/Sokoban-v0")
+    assert A.library_env_warning(["slea/TextWorld-v0"], "slea/Sokoban-v0") is None  # once
+
+    from slea.experience.library import ExperienceLibrary
+
+    run = tmp_path / "tw"
+    run.mkdir()
+    (run / "config.yaml").write_text("env:\n  id: slea/TextWorld-v0\nexperience:\n  mode: step\n")
+    lib = ExperienceLibrary(run / "library.sqlite")
+    lib.add("Open the chest before taking the coin.", "pos", "principle", 1.0, sources=[1], clusters=[0])
+    lib.close()
+    A._warned_envs.clear()
+    r = slea_cli("agent", "--model", "tiny", "--library", str(run), "--env", "slea/Recall-v0", "--games", "1",
+                 "--episodes", "1", "--set", "env.max_steps=1", "--set", "eval.greedy=false",
+                 "--out", str(tmp_path / "out"))
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stderr.count("warning: the library was built on slea/TextWorld-v0 and is used on slea/Recall-v0") == 1

@@ -88,7 +88,7 @@ def test_killed_in_process_then_resumed_equals_uninterrupted(tmp_path, rel, capl
         summary = resumed.fit(resume=True)
     this_process = time.perf_counter() - t0
     messages = [r.getMessage() for r in caplog.records]
-    assert any("resumed from iter_000001" in m for m in messages), messages
+    assert "resumed after iteration 2/4 (checkpoints/iter_000001); continuing with iteration 3/4" in messages, messages
     # the wall time counts the killed process up to its checkpoint too, not only the resumed fit
     assert saved > 0 and summary["wall_s"] > this_process
     assert summary["wall_s"] == pytest.approx(saved + this_process, abs=this_process)
@@ -288,6 +288,68 @@ SMOKE_OVERRIDES = ["--set", "train.iterations=3", "--set", "rollout.fuzzy_cutoff
 # into place (so a half-done ``.tmp-iter_000001`` is left behind); the resumed process (same config) runs on.
 
 
+def test_a_stop_asked_mid_iteration_checkpoints_it_and_the_resumed_run_equals_uninterrupted(tmp_path, rel):
+    """What Ctrl-C does in `slea train` (slea/trainer/interrupt.py), in process: the stop is asked while iteration
+    2 of 4 runs; that iteration is finished, logged and checkpointed (although save_every is 3), the run stops
+    with :class:`Interrupted`, and the resumed run gives the uninterrupted run's metrics, weights and evaluation."""
+    from slea.cli.runs import interrupted_lines
+    from slea.trainer.interrupt import Interrupted
+    from slea.trainer.rl import Trainer
+
+    cfg = rel.tiny_config(train={"iterations": 4, "save_every": 3}, eval={"before": True})
+    Trainer(cfg, run_dir=tmp_path / "ref").fit()
+    run = tmp_path / "run"
+    victim = Trainer(cfg, run_dir=run)
+    real_iteration = victim.iteration
+
+    def ctrl_c_during(it):
+        if it == 1:
+            victim.stop.requested = "SIGINT"  # as the handler does on the first Ctrl-C
+        return real_iteration(it)
+
+    victim.iteration = ctrl_c_during
+    with pytest.raises(Interrupted) as got:
+        victim.fit()
+    victim.close()
+    assert got.value.where == "iteration 2/4" and got.value.exit_code == 130
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000001"]
+    assert [r["iteration"] for r in read_metrics(run / "metrics.jsonl")] == [0, 1]
+    assert (run / "curves.png").is_file() and not (run / "eval/summary.json").exists()
+    assert interrupted_lines(victim, got.value) == [
+        "Ctrl-C: stopped after iteration 2/4",
+        f"last checkpoint: iteration 2/4 ({run / 'checkpoints' / 'iter_000001'})",
+        f"resume with: slea train --resume {run}"]
+    summary = Trainer(cfg, run_dir=run).fit(resume=True)
+    assert summary["before"] is not None  # the untrained row, read back from eval/before.json
+    rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(tmp_path / "ref/metrics.jsonl"))
+    got_w, want = _final_weights(run), _final_weights(tmp_path / "ref")
+    assert _trained(want) and got_w.keys() == want.keys() and all(torch.equal(got_w[k], want[k]) for k in want)
+    for name in ("before", "after"):
+        a = json.loads((run / f"eval/{name}.json").read_text())
+        b = json.loads((tmp_path / f"ref/eval/{name}.json").read_text())
+        assert a["sampled"] == b["sampled"], name
+
+
+def test_the_signal_handler_asks_once_then_abandons(caplog):
+    """The first SIGINT (or SIGTERM) asks the run to stop after the step in progress and says so; the second
+    abandons that step (KeyboardInterrupt); the previous handlers are back after the block."""
+    from slea.trainer.interrupt import StopSignal
+
+    stop = StopSignal()
+    stop.doing = "iteration 3/8"
+    before = signal.getsignal(signal.SIGINT)
+    with caplog.at_level("WARNING", logger="slea"), stop.installed():
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs between bytecodes of this thread
+        assert stop.requested == "SIGTERM"
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+    assert signal.getsignal(signal.SIGINT) is before
+    assert [r.getMessage() for r in caplog.records] == [
+        "SIGTERM: stopping after iteration 3/8, which is then checkpointed (Ctrl-C again abandons it)"]
+
+
 def _trained(weights: dict[str, torch.Tensor]) -> bool:
     """LoRA's B matrices start at exactly 0: any non-zero entry means the updates changed the weights."""
     bs = [t for k, t in weights.items() if "lora_B" in k]
@@ -319,7 +381,8 @@ def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
     r = subprocess.run(_slea("train", "--resume", str(run)), env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "resumed from iter_000000" in r.stdout, r.stdout[-2000:]
+    assert "resumed after iteration 1/3 (checkpoints/iter_000000); continuing with iteration 2/3" in r.stdout, \
+        r.stdout[-2000:]
     rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl"))
     got = _final_weights(run)
     # bit-exact: the same CPU kind and thread count on both sides (case 1, module docstring)
@@ -327,3 +390,74 @@ def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
     a = json.loads((run / "eval/after.json").read_text())
     b = json.loads((ref / "eval/after.json").read_text())
     assert a["sampled"] == b["sampled"]
+
+
+@pytest.mark.slow
+def test_sigint_to_slea_train_says_how_to_resume_and_the_resumed_run_equals_uninterrupted(tmp_path, rel):
+    """Ctrl-C (SIGINT) to a real `slea train` on the smoke preset: the iteration in progress is finished and
+    checkpointed, the process says where it stopped and prints the resume command, exit code 130; `slea train
+    --resume` then gives the uninterrupted run's metrics, weights and held-out evaluation. The interrupted run also
+    reports to W&B (offline) and MLflow (a file store), and its resumed process continues the same runs. A
+    finished run met by --resume says so and stops; a larger train.iterations extends it."""
+    pytest.importorskip("textworld")
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "src"), WANDB_MODE="offline", WANDB_SILENT="true",
+               MLFLOW_TRACKING_URI=(tmp_path / "mlruns").as_uri(), MLFLOW_ALLOW_FILE_STORE="true")
+    smoke = str(ROOT / "configs/smoke.yaml")
+    over = [*SMOKE_OVERRIDES, "--set", "train.iterations=4"]
+    ref = tmp_path / "ref"
+    r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={ref}", *over), env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+
+    run = tmp_path / "run"
+    loggers = ["--set", "run.loggers=[jsonl,tensorboard,wandb,mlflow]"]
+    p = subprocess.Popen(_slea("train", smoke, "--set", f"run.dir={run}", *over, *loggers), env=env, cwd=tmp_path,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 300
+    while not read_metrics(run / "metrics.jsonl") and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.1)
+    p.send_signal(signal.SIGINT)  # iteration 2 (or, on a fast machine, 3) is in progress
+    out, errs = p.communicate(timeout=600)
+    assert p.returncode == 130, (p.returncode, errs[-3000:])
+    done = [row["iteration"] for row in read_metrics(run / "metrics.jsonl")]
+    assert 2 <= len(done) < 4 and done == list(range(len(done))), done
+    k = len(done)
+    assert f"Ctrl-C: stopping after iteration {k}/4, which is then checkpointed" in out, out[-2000:]
+    assert errs.strip().splitlines() == [
+        f"Ctrl-C: stopped after iteration {k}/4",
+        f"last checkpoint: iteration {k}/4 ({run / 'checkpoints' / f'iter_{k - 1:06d}'})",
+        f"resume with: slea train --resume {run}"], errs[-3000:]
+
+    r = subprocess.run(_slea("train", "--resume", str(run)), env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"resumed after iteration {k}/4 (checkpoints/iter_{k - 1:06d}); continuing with iteration {k + 1}/4" \
+        in r.stdout, r.stdout[-2000:]
+    rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl"))
+    got, want = _final_weights(run), _final_weights(ref)
+    assert _trained(want) and got.keys() == want.keys() and all(torch.equal(got[n], want[n]) for n in want)
+    a = json.loads((run / "eval/after.json").read_text())
+    b = json.loads((ref / "eval/after.json").read_text())
+    assert a["sampled"] == b["sampled"]
+
+    ids = json.loads((run / "loggers.json").read_text())  # one W&B run and one MLflow run across both processes
+    assert len(list((run / "wandb").glob(f"offline-run-*-{ids['wandb']}"))) == 2
+    from mlflow.tracking import MlflowClient
+
+    history = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri()).get_metric_history(ids["mlflow"],
+                                                                                          "train/success")
+    assert sorted(m.step for m in history) == [0, 1, 2, 3]
+
+    r = subprocess.run(_slea("train", "--resume", str(run)), env=env, cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600, check=False)
+    assert r.returncode == 0 and f"{run} is finished: 4 iterations trained and evaluated" in r.stdout, r.stdout
+    assert "run folder:" not in r.stdout  # nothing was loaded, nothing re-evaluated
+    r = subprocess.run(_slea("train", "--resume", str(run), "--set", "train.iterations=4"), env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 2 and "already trained 4 iterations" in r.stderr, r.stderr
+    r = subprocess.run(_slea("train", "--resume", str(run), "--set", "train.iterations=5"), env=env, cwd=tmp_path,
+                       capture_output=True, text=True, timeout=600, check=False)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "continuing with iteration 5/5" in r.stdout, r.stdout[-2000:]
+    assert [row["iteration"] for row in read_metrics(run / "metrics.jsonl")] == [0, 1, 2, 3, 4]
+    assert json.loads((run / "eval/summary.json").read_text())["iterations"] == 5

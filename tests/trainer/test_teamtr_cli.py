@@ -98,7 +98,8 @@ def test_a_sigkilled_team_run_resumed_with_slea_train_resume_equals_the_uninterr
 
     r = slea("train", "--resume", str(run))
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "resumed from iter_000000 (next: stage 1, update 2)" in r.stdout, r.stdout[-3000:]
+    assert ("resumed after stage 1/2, update 1/2 (checkpoints/iter_000000); continuing with stage 1/2, update 2/2"
+            in r.stdout), r.stdout[-3000:]
     assert _comparable(run) == _comparable(ref)
     got = load_file(str(ckpt.latest_checkpoint(run / "checkpoints") / "trainable.safetensors"))
     assert got.keys() == want.keys() and all(torch.equal(got[n], want[n]) for n in want)

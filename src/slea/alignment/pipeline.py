@@ -222,7 +222,10 @@ class AlignPipeline:
         experts = {id(t): i for i, t in enumerate(expert)}
         out = {"summary": pairing_summary(expert, samples, pairs),
                "pairs": [[experts[id(p.chosen)], index[id(p.rejected)]] for p in pairs]}
-        self.say(f"  {out['summary']}")
+        c = out["summary"]
+        self.say(f"  {c['pairs']} (expert, failure) pairs on {c['tasks_paired']} tasks; left out: "
+                 f"{c['failures_without_expert']} failures whose task has no expert episode, "
+                 f"{c['sampled_successes']} sampled episodes that succeeded")
         atomic_write_text(self.dir / "pairs.json", json.dumps(out, indent=2))
         return out
 

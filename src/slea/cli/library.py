@@ -28,18 +28,34 @@ def _library_path(run: Path) -> Path:
 
 
 @library_app.command("show")
-def library_show(run: Path, zone: str | None = None, limit: int = 30) -> None:
+def library_show(run: Path, zone: str | None = None, limit: int = 30,
+                 full: bool = typer.Option(False, "--full", help="every entry's whole text, wrapped (default: one "
+                                           "line per entry, cut at the terminal's width)")) -> None:
     """List library entries with zone, level, score, usage and linked clusters."""
     from slea.experience.inspect import list_entries
 
     rows = list_entries(_library_path(run), zone=zone, limit=limit)
+    cols = ("id", "zone", "level", "score", "used", "won", "clusters")
+    cells = [[str(r.get("id")), str(r.get("zone")), str(r.get("level")), f"{r.get('score', 0):.2f}",
+              str(r.get("usage", r.get("usage_count", ""))), str(r.get("success", r.get("success_count", ""))),
+              ",".join(map(str, list(r.get("clusters", [])))) or "-"] for r in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(cols)]
+    widths[-1] = min(widths[-1], 12)  # a long cluster list is cut ("…")
+    # the text takes what the terminal has left (each column adds 3 characters of border and padding): one line
+    # per entry, cut with "…", or all of it with --full
+    text_width = max(16, console.width - sum(widths) - 3 * (len(cols) + 1) - 1)
     t = Table(title=f"experience library ({len(rows)} shown)")
-    for col in ("id", "zone", "level", "score", "used", "succ", "clusters", "text"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(str(r.get("id")), str(r.get("zone")), str(r.get("level")), f"{r.get('score', 0):.2f}",
-                  str(r.get("usage", r.get("usage_count", ""))), str(r.get("success", r.get("success_count", ""))),
-                  ",".join(map(str, list(r.get("clusters", []))[:5])), str(r.get("text", ""))[:90])
+    for col, w in zip(cols, widths):
+        t.add_column(col, no_wrap=True, min_width=w, max_width=w, overflow="ellipsis",
+                     justify="right" if col in ("id", "score", "used", "won") else "left")
+    t.add_column("text", width=text_width, no_wrap=not full, overflow="fold" if full else "ellipsis")
+    cut = False
+    for r, row in zip(rows, cells):
+        text = " ".join(str(r.get("text", "")).split())
+        t.add_row(*row, text)
+        cut |= not full and len(text) > text_width
+    if cut:
+        t.caption = "text cut at the terminal's width: --full shows all of it"
     console.print(t)
 
 

@@ -14,6 +14,7 @@ from slea.cli.common import console, err, fail, plain, require_env, run_config
 from slea.cli.data import data_app
 from slea.cli.library import library_app
 from slea.cli.play import CHECKPOINT_HELP, agent, eval_, say_skipped, serve
+from slea.cli.runs import finished, fit_with_signals, summary_table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn agentic RL with a per-step "
                   "experience library (SLEA-RL) and the methods it is compared with.")
@@ -44,6 +45,8 @@ def train(
         if not (resume / "config.yaml").is_file():
             raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
         cfg = run_config(resume / "config.yaml", list(set_) + [f"run.dir={resume}"], saved=True)
+        if finished(resume, list(set_)):  # says so; a larger train.iterations or budget extends it instead
+            return
     else:
         cfg = run_config(config, set_)
     require_env(cfg.env.id)
@@ -100,9 +103,11 @@ def train(
         raise fail(f"config error: {exc}") from None
     except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
         raise fail(str(exc)) from None
+    except KeyboardInterrupt:
+        raise fail("Ctrl-C: stopped while the model loaded; nothing was trained", 130) from None
     plain(f"run folder: {trainer.dir}")
-    try:
-        summary = trainer.fit(resume=resume is not None)
+    try:  # Ctrl-C / SIGTERM: the step in progress is finished and checkpointed, then the resume command
+        summary = fit_with_signals(trainer, resume is not None)
     except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
         raise fail(f"run halted: {exc}", 3) from None
     finally:
@@ -143,8 +148,9 @@ def align(
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
     for split, res in results.items():
-        s, g = res["sampled"], res.get("greedy") or {}
-        plain(f"{split}: sampled success {s['success']:.3f}, greedy success {g.get('success', float('nan')):.3f}")
+        s, g = res["sampled"], res.get("greedy")
+        greedy = f"greedy success {g['success']:.3f}" if g else "greedy success — (eval.greedy is off)"
+        plain(f"{split}: sampled success {s['success']:.3f}, {greedy}")
 
 def _build_cached_model(model_cfg) -> None:
     """Build the cached ``tiny`` / ``embedded`` model folders a run names, in this process before it joins a
@@ -205,23 +211,6 @@ def _train_rank(cfg, run_dir: Path, resume: bool) -> None:
         sys.exit(3)
     if main:
         console.print(summary_table(summary))
-
-
-def summary_table(summary: dict) -> Table:
-    t = Table(title="held-out evaluation")
-    t.add_column("")
-    t.add_column("sampled success")
-    t.add_column("invalid rate")
-    t.add_column("greedy success")
-    for label in ("before", "after"):
-        res = summary.get(label)
-        if not res:
-            continue
-        g = res.get("greedy") or {}
-        t.add_row("untrained" if label == "before" else "trained", f"{res['sampled']['success']:.3f}",
-                  f"{res['sampled']['invalid_rate']:.3f}", f"{g.get('success', float('nan')):.3f}")
-    t.caption = f"episodes used: {summary['episodes']}   wall time: {summary['wall_s'] / 60:.1f} min"
-    return t
 
 
 @app.command()
@@ -333,32 +322,45 @@ def export(
 def envs() -> None:
     """List registered environments and whether their extra is installed."""
     import slea.envs as E
-
-    id_width = max(len(s.id) for s in E.registered().values())  # ids never wrap, even at 80 columns
-    t = Table(title="registered environments")
-    t.add_column("id", no_wrap=True, min_width=id_width)
-    for col in ("family", "extra", "installed", "description"):
-        t.add_column(col)
-    for spec in sorted(E.registered().values(), key=lambda s: s.id):
-        missing = spec.missing()
-        ok = "[green]yes[/]" if not missing else f"[red]no[/] (missing {', '.join(missing)})"
-        t.add_row(spec.id, spec.family, spec.extra or "-", ok, spec.description)
-    console.print(t)
     from slea.envs.status import data_status  # files and env variables only: no engine starts
 
-    d = Table(title="data found, per family")
-    d.add_column("family")
-    d.add_column("ids", no_wrap=True, min_width=id_width)
-    for col in ("extra installed", "data"):
-        d.add_column(col)
+    specs = sorted(E.registered().values(), key=lambda s: s.id)
+    id_width = max(len(s.id) for s in specs)  # ids never wrap, even at 80 columns
+    # a terminal narrower than this gets the compact layout: the description keeps >= 40 columns, never a word
+    # per line (family and extra are in the second table)
+    wide = console.width >= 120
+    t = Table(title="registered environments")
+    t.add_column("id", no_wrap=True, min_width=id_width)
+    if wide:
+        t.add_column("family", no_wrap=True)
+        t.add_column("extra", no_wrap=True)
+    t.add_column("installed", no_wrap=True)
+    t.add_column("description", ratio=1, min_width=30)
+    for spec in specs:
+        missing = spec.missing()
+        ok = "[green]yes[/]" if not missing else ("[red]no[/]" if not wide else
+                                                 f"[red]no[/] (missing {', '.join(missing)})")
+        t.add_row(spec.id, *((spec.family, spec.extra or "-") if wide else ()), ok, spec.description)
+    console.print(t)
     fams: dict[str, list] = {}
-    for spec in sorted(E.registered().values(), key=lambda s: s.id):
+    for spec in specs:
         fams.setdefault(spec.family, []).append(spec)
-    for fam, specs in sorted(fams.items()):
-        missing = sorted({m for s in specs for m in s.missing()})
-        ok = "[green]yes[/]" if not missing else f"[red]no[/] (missing {', '.join(missing)})"
-        d.add_row(fam, "\n".join(s.id for s in specs), ok, data_status(fam) or "-")
+    d = Table(title="data found, per family")
+    d.add_column("family", no_wrap=True)
+    if wide:
+        d.add_column("ids", no_wrap=True, min_width=id_width)
+    d.add_column("extra", no_wrap=True)
+    d.add_column("data", ratio=1, min_width=30)
+    for fam, group in sorted(fams.items()):
+        missing = sorted({m for s in group for m in s.missing()})
+        extra = group[0].extra
+        ok = "-" if not extra else f"{extra}: " + ("[green]yes[/]" if not missing else "[red]no[/]")
+        d.add_row(fam, *(("\n".join(s.id for s in group),) if wide else ()), ok, data_status(fam) or "-")
     console.print(d)
+    absent = sorted({s.extra for s in specs if s.extra and s.missing()})
+    if absent:
+        plain(f"not installed: pip install 'slea[{','.join(absent)}]' (missing "
+              f"{', '.join(sorted({m for s in specs for m in s.missing()}))})")
 
 
 def main() -> None:  # pragma: no cover

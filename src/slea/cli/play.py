@@ -142,8 +142,15 @@ def eval_(
         over.append(f"eval.seed={seed}")
     cfg = run_config(config_file, over, trains=False, saved=run is not None)
     if env is not None and env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
+        home = cfg.env.id
         cfg = run_config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over], trains=False,
                          saved=run is not None)
+        if run is not None and cfg.experience.mode != "off" and (run / "library.sqlite").is_file():
+            from slea.evaluation.agent import library_env_warning
+
+            warning = library_env_warning([home], cfg.env.id)  # the run's library is retrieved from on another env
+            if warning:
+                err.print(warning, markup=False, highlight=False, soft_wrap=True)
     if config_file is None and not _model_target(target) and cfg.model.generator == "hf":  # a served one: any name
         raise fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded', 'tiny' nor a YAML config")
@@ -183,10 +190,19 @@ def eval_(
     res["checkpoint"] = last.name if last else None
     name = f"eval-{split}" if env is None else f"eval-{split}-{cfg.env.id.rsplit('/', 1)[-1]}"
     saved = write_eval(out or run or Path("runs") / f"eval-{path.stem or 'model'}", name, res)
-    console.print_json(json.dumps({k: v for k, v in res.items() if k != "table"}))
     console.print(PaperTable.from_dict(res["table"]).to_rich(first=cfg.model.name_or_path if run is None
                                                               else run.name))
+    plain(_eval_summary(res))  # the table first, then one line; every number is in the JSON written here
     plain(f"wrote {saved} and {saved.with_suffix('.md')}")
+
+
+def _eval_summary(res: dict) -> str:
+    """One line of an evaluation's summary: sampled success, return, invalid rate, episodes, and greedy success
+    ("—" and why when greedy episodes were not played)."""
+    s, g = res["sampled"], res.get("greedy")
+    greedy = f"greedy success {g['success']:.3f}" if g else "greedy success — (eval.greedy is off)"
+    return (f"sampled success {s['success']:.3f}, return {s['return']:+.3f}, invalid rate {s['invalid_rate']:.3f} "
+            f"({s['episodes']:.0f} episodes on {res.get('games', '?')} games); {greedy}")
 
 
 def agent(
@@ -254,6 +270,11 @@ def agent(
     device = _run_device(cfg)
     last = _checkpoint_or_exit("agent", run, checkpoint)
     _, _, builder, generator = _played(cfg, last, device)
+    from slea.evaluation.agent import library_env_warning, library_envs
+
+    warning = library_env_warning(library_envs(lib.provenance, lib.entries), cfg.env.id) if lib.entries else None
+    if warning:  # once, with both ids: a library learnt on another env rarely retrieves anything that fits
+        err.print(warning, markup=False, highlight=False, soft_wrap=True)
     kwargs = {**cfg.env.kwargs, "split": split or "heldout", **cfg.env.eval_kwargs}
     if split is not None:
         kwargs["split"] = split

@@ -29,11 +29,26 @@ def check_snapshots(spec, env_id: str, group_size: int, workers: str = "local") 
                          f"env.workers: {workers} is not supported with it (use local)")
 
 
+def did_you_mean(word: str, options, cutoff: float = 0.6) -> str:
+    """``did you mean 'X'?`` for the option closest to ``word`` (difflib, case-insensitive), or '' when none is
+    close enough (``cutoff``: difflib's similarity ratio) or ``word`` is itself one."""
+    import difflib
+
+    low = {str(o).lower(): str(o) for o in options}
+    hit = difflib.get_close_matches(str(word).lower(), list(low), n=1, cutoff=cutoff)
+    return f"did you mean {low[hit[0]]!r}?" if hit and low[hit[0]] != word else ""
+
+
 def registered(key: str, get, value: str):
+    """``get(value)``, or a ValueError naming ``key`` that suggests the closest known name (a registry's
+    KeyError lists them after ``known:``)."""
     try:
         return get(value)
     except (KeyError, TypeError, ImportError) as exc:
-        raise ValueError(f"{key}: {exc.args[0] if exc.args else exc}") from None
+        msg = str(exc.args[0] if exc.args else exc)
+        head, sep, known = msg.partition("; known: ")
+        hint = did_you_mean(value, known.split(", ")) if sep and isinstance(value, str) else ""
+        raise ValueError(f"{key}: {head}; {hint} known: {known}" if hint else f"{key}: {msg}") from None
 
 
 # -- what the chosen algorithm reads ----------------------------------------------------------------------------

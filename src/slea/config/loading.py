@@ -5,12 +5,14 @@ line naming the key: :class:`ConfigError`), and ``model.dtype: auto`` made concr
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
+from slea.config.checks import did_you_mean
 from slea.config.schema import AlgorithmSection, ConfigError, RunConfig
 
 
@@ -19,12 +21,34 @@ def _one_line(err: ValidationError) -> str:
     key = ".".join(str(p) for p in e["loc"])
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
-        return f"{key}: unknown key"
+        known = _keys_at(e["loc"][:-1])
+        hint = did_you_mean(str(e["loc"][-1]), known) if known else ""
+        if hint:  # the whole dotted key, as it is typed: rollout.group_size
+            hint = hint.replace("'", "").replace("mean ", "mean " + "".join(f"{p}." for p in e["loc"][:-1]), 1)
+        return f"{key}: unknown key" + (f"; {hint}" if hint else "")
+    if e["type"] == "literal_error":  # one of a fixed set of values: suggest the closest
+        options = re.findall(r"'([^']*)'", str((e.get("ctx") or {}).get("expected", "")))
+        hint = did_you_mean(str(e.get("input")), options) if isinstance(e.get("input"), str) else ""
+        return f"{key}: {msg} (got {e.get('input')!r})" + (f"; {hint}" if hint else "")
     if e["type"] == "value_error" and not key:  # model-level validator already names its key
         return msg.removeprefix("Value error, ")
     if e["type"] == "value_error" and msg.startswith(f"Value error, {key}."):  # a section's validator names it
         return msg.removeprefix("Value error, ")
     return f"{key}: {msg} (got {e.get('input')!r})"
+
+
+def _keys_at(loc: tuple) -> list[str]:
+    """The keys a config section takes at ``loc`` (``()``: the sections), or [] where ``loc`` is no section."""
+    from pydantic import BaseModel
+
+    model: type[BaseModel] = RunConfig
+    for part in loc:
+        field = model.model_fields.get(str(part))
+        ann = field.annotation if field is not None else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            return []
+        model = ann
+    return list(model.model_fields)
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:

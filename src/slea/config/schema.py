@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from slea.config.checks import check_options, check_snapshots, registered, unused_settings
+from slea.config.checks import check_options, check_snapshots, did_you_mean, registered, unused_settings
 
 
 class ConfigError(ValueError):
@@ -411,8 +411,10 @@ class RunConfig(_Section):
         import slea.envs
 
         if self.env.id not in slea.envs.registered():
-            known = ", ".join(sorted(slea.envs.registered()))
-            raise ValueError(f"env.id: unknown env {self.env.id!r}; registered: {known}")
+            known = sorted(slea.envs.registered())
+            hint = did_you_mean(self.env.id, known, cutoff=0.8)  # ids share 'slea/' and '-v0': a higher bar
+            raise ValueError(f"env.id: unknown env {self.env.id!r}; {hint + ' ' if hint else ''}registered: "
+                             f"{', '.join(known)}")
         from slea.experience.extraction import get_extractor
 
         registered("experience.extractor", get_extractor, self.experience.extractor)

@@ -121,6 +121,28 @@ def next_iteration(manager) -> int:
     return max(its, default=-1) + 1
 
 
+_warned_envs: set[tuple[tuple[str, ...], str]] = set()
+
+
+def library_envs(provenance: Mapping[str, Any], entries: Sequence[Mapping[str, Any]] = ()) -> list[str]:
+    """The env ids a library was built on: its own provenance's and those of its entries (a merged library may
+    hold several), sorted; empty when none is recorded."""
+    envs = {provenance.get("env")} | {(e.get("provenance") or {}).get("env") for e in entries}
+    return sorted(e for e in envs if isinstance(e, str) and e)
+
+
+def library_env_warning(sources: Sequence[str], target: str) -> str | None:
+    """The warning for a library built on other envs than ``target`` (retrieval keys on the observation, so
+    another env's entries rarely match), once per process for each (sources, target); None when it fits or was
+    said already."""
+    key = (tuple(sources), target)
+    if not sources or target in sources or key in _warned_envs:
+        return None
+    _warned_envs.add(key)
+    return (f"warning: the library was built on {', '.join(sources)} and is used on {target}: its lessons "
+            f"describe another env's observations, so retrieval will rarely find one that fits")
+
+
 def agent_overrides(model: str | None, settings: dict[str, Any], *, games: int | None = None,
                     episodes: int | None = None, seed: int | None = None) -> list[str]:
     """Config overrides of ``slea agent`` (before the user's ``--set``): the model without LoRA when it is not

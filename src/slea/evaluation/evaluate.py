@@ -75,7 +75,7 @@ def evaluate(collector, env_cfg, env_kwargs: dict[str, Any], eval_cfg, *, iterat
 
 def _play(collector, pool, seeds: list[int], iteration: int, temperature: float, name: str) -> list[Trajectory]:
     n = len(pool)
-    with Progress(name, total=collector.max_steps) as bar:
+    with Progress(name, total=collector.max_steps, unit="turns") as bar:
         trajs, _ = collector.collect(pool, seeds, iteration=iteration, temperature=temperature, rng_salt=EVAL_SALT,
                                      progress=lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done"))
     return trajs

@@ -32,7 +32,7 @@ def evaluate_team(collector, cfg, team_task: str, path: Path) -> dict[str, Any]:
     runs = [("sampled", ev.episodes_per_game, ev.temperature)] + ([("greedy", 1, 0.0)] if ev.greedy else [])
     for key, copies, temperature in runs:
         with make_pool(cfg.env, ev.games, copies, kwargs) as pool, \
-                Progress(f"held-out eval ({key})", total=cfg.team.max_turns) as bar:
+                Progress(f"held-out eval ({key})", total=cfg.team.max_turns, unit="turns") as bar:
             episodes, _ = collector.collect(pool, seeds, rng_salt=EVAL_SALT, temperature=temperature,
                                             progress=episodes_note(bar, len(pool)))
         trajs = [e.trajectory for e in episodes]

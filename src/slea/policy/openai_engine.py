@@ -96,7 +96,8 @@ class OpenAIGenerator:
                                      f"{self.cfg.timeout_s}s") from None
             except httpx.HTTPError as exc:
                 raise GeneratorError(f"openai generator: cannot reach {url} ({type(exc).__name__}: {exc}; "
-                                     f"{self.cfg.retries} retries); is the server running?") from None
+                                     f"{self.cfg.retries} retries); is the server running? (`slea serve MODEL` "
+                                     f"starts one: docs/served_model.md)") from None
             if resp.status_code in RETRY_STATUS and attempt < self.cfg.retries:
                 time.sleep(min(0.25 * 2 ** attempt, 2.0))
                 continue

@@ -25,6 +25,7 @@ The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import random
 import shutil
@@ -57,6 +58,7 @@ from slea.trainer.distributed import DataParallel, full_weights, shard_frozen_ba
 from slea.trainer.dp_checks import PROVIDES, check_data_parallel
 from slea.trainer.episodes import EpisodeSampler
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
+from slea.trainer.interrupt import Interrupted, StopSignal
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
 from slea.trainer.sampling import Batch, merge_stats
@@ -239,6 +241,8 @@ class Trainer:
         self.rollout_count = 0
         self.bad_updates = BadUpdateGuard(cfg.train.max_bad_updates)
         self.last_checkpoint: str | None = None
+        self.saved_step: str | None = None  # what the last checkpoint holds, as the log lines say it
+        self.stop = StopSignal()  # SIGINT / SIGTERM while `slea train` runs (slea/trainer/interrupt.py)
 
     # -- one iteration ---------------------------------------------------------------------------------------
     def iteration(self, it: int) -> dict[str, float]:
@@ -341,13 +345,16 @@ class Trainer:
             return {"skipped_updates": float(cfg.train.updates_per_iter)}, {}
         upd: dict[str, float] = {}
         if est.samples:
-            with Progress(f"iteration {it + 1} update ({len(est.samples)} samples)",
-                          total=cfg.train.updates_per_iter) as bar:
+            n = len(est.samples)
+            with Progress(f"iteration {it + 1} update", total=cfg.train.updates_per_iter,
+                          unit="optimizer steps") as bar:
                 upd = ppo_update(self.model, self.optimizer, est.samples, cfg.algorithm, cfg.train,
                                  temperature=cfg.rollout.temperature, dtype=cfg.model.dtype,
                                  rng=random.Random(cfg.run.seed * 100_003 + it),
-                                 progress=lambda done, total: bar.update(done, total=total), dp=self.dp,
+                                 progress=lambda done, total: bar.update(done, f"{n} samples", total=total),
+                                 dp=self.dp,
                                  reference=self.reference, reference_needed=self.needs_reference)
+                bar.update(bar.total, f"{n} samples")  # the closing line counts every step taken
         returns = est.advantages.returns if est.advantages is not None else None
         critic = self.critic.update(returns) if self.critic is not None else {}
         return upd, critic
@@ -367,6 +374,7 @@ class Trainer:
                             f"written; the last good checkpoint is {self.last_checkpoint}")
         if not self.dp.main:  # rank 0 writes the checkpoint; every rank holds the same weights
             self.last_checkpoint = f"{ckpt.PREFIX}{it:06d}"
+            self.saved_step = f"iteration {it + 1}/{cfg.train.iterations}"
             return
         if self.experience is not None:
             self.experience.save()
@@ -382,6 +390,7 @@ class Trainer:
             keep=cfg.train.keep_checkpoints,
             library=self.dir / "library.sqlite" if self.experience is not None else None)
         self.last_checkpoint = path.name
+        self.saved_step = f"iteration {it + 1}/{cfg.train.iterations}"
 
     def resume(self) -> bool:
         """Continue from the newest intact checkpoint (damaged ones are skipped with a warning): weights,
@@ -411,7 +420,12 @@ class Trainer:
         self.bad_updates.streak = int(state.get("bad_update_streak", 0))
         self.wall_before = float(state.get("wall_s", 0.0))
         self.last_checkpoint = last.name
-        log.info("resumed from %s (next iteration %d)", last.name, self.start_iteration)
+        total = self.cfg.train.iterations
+        self.saved_step = f"iteration {it + 1}/{total}"
+        # one numbering in every line a person reads: iterations count from 1 (checkpoint folders from 0)
+        nxt = (f"continuing with iteration {it + 2}/{total}" if it + 1 < total
+               else "every iteration is done: the held-out evaluation follows")
+        log.info("resumed after iteration %d/%d (checkpoints/%s); %s", it + 1, total, last.name, nxt)
         return True
 
     # -- the loop ----------------------------------------------------------------------------------------------
@@ -424,14 +438,36 @@ class Trainer:
         self.generator.sync_weights(self.model)  # a served engine starts from the trainer's weights
         t_start = self.t_fit = time.perf_counter()
         before = None
-        if cfg.eval.before and self.start_iteration == 0:
-            with full_weights(self.model):  # every rank gathers (a collective); rank 0 alone evaluates
-                if self.dp.main:
-                    before = self.evaluate("before", 0)
-                    log.info(_eval_line("untrained", before))
+        try:
+            if cfg.eval.before and self.start_iteration == 0:
+                self.stop.doing = "the held-out evaluation before training"
+                with full_weights(self.model):  # every rank gathers (a collective); rank 0 alone evaluates
+                    if self.dp.main:
+                        before = self.evaluate("before", 0)
+                        log.info(_eval_line("untrained", before))
+            elif cfg.eval.before and self.dp.main and (self.dir / "eval" / "before.json").is_file():
+                before = json.loads((self.dir / "eval" / "before.json").read_text())  # resumed: evaluated already
+            self._train(cfg)
+            self.stop.doing = "the held-out evaluation after training"
+            with full_weights(self.model):  # every rank gathers; rank 0 alone evaluates and writes the summary
+                if not self.dp.main:
+                    return self._close_rank()
+                after = self.evaluate("after", cfg.train.iterations)
+        except (Interrupted, KeyboardInterrupt):  # what is written stays; the loggers flush, the envs close
+            self._release()
+            raise
+        log.info(_eval_line("trained", after))
+        return self._finish(before, after, t_start)
+
+    def _train(self, cfg: RunConfig) -> None:
+        """The iterations from ``start_iteration`` on, each logged and checkpointed as ``train.save_every`` says,
+        until ``train.iterations``, a budget, or a stop asked by a signal (:class:`Interrupted` after the
+        iteration in progress is logged and checkpointed)."""
         t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
         last_iter_s, last_run, last_saved = 0.0, self.start_iteration - 1, self.start_iteration - 1
         for it in range(self.start_iteration, cfg.train.iterations):
+            if self.stop.requested:  # asked before this iteration began (during the evaluation before training)
+                raise self._interrupted(last_saved)
             if self.dp.from_main(budget_spent(time.perf_counter() - t_train, last_iter_s, cfg.train.time_budget_s)):
                 log.info("time budget of %.0fs reached after %d iterations", cfg.train.time_budget_s, it)
                 break
@@ -439,6 +475,7 @@ class Trainer:
             if spent:
                 log.info("%s reached after %d iterations", spent, it)
                 break
+            self.stop.doing = f"iteration {it + 1}/{cfg.train.iterations}"
             m = self.iteration(it)
             last_run = it
             last_iter_s = m["time/iteration_s"]
@@ -449,17 +486,31 @@ class Trainer:
             check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
                              cfg.env.max_fault_rate, it, schemes.last_error(self.rollouts),
                              self.last_checkpoint)
-            if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1:
-                self.save(it)
+            if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1 or self.stop.requested:
+                self.save(it)  # a stop asked during the iteration: it is checkpointed, whatever save_every says
                 last_saved = it
+            if self.stop.requested:
+                raise self._interrupted(it)
         if last_run > last_saved:  # stopped by the budget between saves: the evaluated weights are saved too
             self.save(last_run)
-        with full_weights(self.model):  # every rank gathers; rank 0 alone evaluates and writes the summary
-            if not self.dp.main:
-                return self._close_rank()
-            after = self.evaluate("after", cfg.train.iterations)
-        log.info(_eval_line("trained", after))
-        return self._finish(before, after, t_start)
+
+    def _interrupted(self, it: int) -> Interrupted:
+        """The stop a signal asked for, after iteration ``it`` (-1: none yet in this process); ``curves.png``
+        is drawn from the rows so far."""
+        total = self.cfg.train.iterations
+        where = f"iteration {it + 1}/{total}" if it >= 0 else "no iteration"
+        if it == total - 1:
+            where += " (every iteration done: `--resume` runs the held-out evaluation)"
+        if self.dp.main:
+            plot_curves(self.log.rows(), self.dir / "curves.png")
+        return Interrupted(self.stop.requested or "SIGINT", where, self.dir, self.last_checkpoint)
+
+    def _release(self) -> None:
+        """Close what the run opened besides the generator (:meth:`close`): loggers, env pools, the library."""
+        self.log.close()
+        schemes.close(self.rollouts)
+        if self.experience is not None:
+            self.experience.close()
 
     def close(self) -> None:
         """Free the generation engine (a managed vLLM server stops); idempotent, also after :meth:`fit`."""
@@ -485,10 +536,7 @@ class Trainer:
         evals["held-out after (sampled)"] = after["sampled"]["success"]
         plot_curves(rows, self.dir / "curves.png", evals)
         self.close()
-        self.log.close()
-        schemes.close(self.rollouts)
-        if self.experience is not None:
-            self.experience.close()
+        self._release()
         summary = {"run_dir": str(self.dir), "before": before, "after": after, "episodes": self.episodes,
                    # a resumed run's wall time counts its earlier processes too, up to their last checkpoint
                    "iterations": len(rows), "wall_s": self.wall_before + time.perf_counter() - t_start,

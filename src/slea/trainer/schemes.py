@@ -65,7 +65,7 @@ def _pool(cfg, copies: int, groups: int | None = None) -> EnvPool:
 
 
 def _bar(cfg, it: int, what: str) -> Progress:
-    return Progress(f"iteration {it + 1} {what}", total=cfg.env.max_steps)
+    return Progress(f"iteration {it + 1} {what}", total=cfg.env.max_steps, unit="turns")
 
 
 def _note(bar: Progress, n: int):

@@ -53,6 +53,11 @@ class TeamCheckpoints:
                    "wall_s": self.wall_before + time.perf_counter() - self.t_fit,
                    "pending": rollouts})
         self.last_checkpoint, self.unsaved = path.name, None
+        self.saved_step = self._step_name(stage, position)
+
+    def _step_name(self, stage: int, position: int) -> str:
+        """A single-agent update as the log lines number it (from 1): ``stage 2/3, update 1/2``."""
+        return f"stage {stage + 1}/{self.cfg.train.iterations}, update {position + 1}/{len(self.task.roles)}"
 
 
     def resume(self) -> bool:
@@ -82,7 +87,9 @@ class TeamCheckpoints:
             self.pending = ([episode_from_state(e) for e in rollouts["episodes"]],
                           np.asarray(rollouts["log_ratio"], dtype=np.float64))
         self.last_checkpoint = last.name
-        nxt = (f"next: stage {self.start[0] + 1}, update {self.start[1] + 1}"
-               if self.start[0] < self.cfg.train.iterations else "every stage done")
-        log.info("resumed from %s (%s)", last.name, nxt)
+        self.saved_step = self._step_name(stage, position)
+        # one numbering in every line a person reads: stages and updates count from 1 (checkpoint folders from 0)
+        nxt = (f"continuing with {self._step_name(*self.start)}" if self.start[0] < self.cfg.train.iterations
+               else "every stage is done: the held-out evaluation follows")
+        log.info("resumed after %s (checkpoints/%s); %s", self.saved_step, last.name, nxt)
         return True

@@ -74,6 +74,7 @@ from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
 from slea.trainer import checkpoint as ckpt
 from slea.trainer.budgets import stop_reason
+from slea.trainer.interrupt import Interrupted, StopSignal
 from slea.trainer.metrics import response_metrics
 from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_everything
 from slea.trainer.runlog import RunLog, plot_curves, read_metrics
@@ -222,12 +223,14 @@ class TeamTrainer(TeamCheckpoints):
         self.pending: tuple[list[TeamEpisode], np.ndarray] | None = None  # resumed mid-stage: what it learns from
         self.last_kl: dict[str, float] = {}  # measure_kl's last measurement: both estimates and the messages
         self.last_checkpoint: str | None = None
+        self.saved_step: str | None = None  # what the last checkpoint holds, as the log lines say it
+        self.stop = StopSignal()  # SIGINT / SIGTERM while `slea train` runs (slea/trainer/interrupt.py)
 
     # -- the phases of one stage -----------------------------------------------------------------------------
     def collect(self, stage: int, draw: int, seeds: list[int]) -> list[TeamEpisode]:
         """The current (intermediate) team plays one episode per env of the pool on the stage's tasks; ``draw``
         (the collection's index in the stage) keys the sampling, so each collection is a fresh sample."""
-        with Progress(f"stage {stage + 1} rollout {draw + 1}", total=self.cfg.team.max_turns) as bar:
+        with Progress(f"stage {stage + 1} rollout {draw + 1}", total=self.cfg.team.max_turns, unit="turns") as bar:
             episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw,
                                                  progress=episodes_note(bar, len(self.pool)))
         self.episodes += len(episodes)
@@ -397,6 +400,7 @@ class TeamTrainer(TeamCheckpoints):
             self.stopped = self.budget_stop()  # budgets stop the run between single-agent updates
             if self.stopped:
                 break
+            self.stop.doing = f"stage {s + 1}/{cfg.train.iterations}, update {i + 1}/{len(order)}"
             t_row, played_before = time.perf_counter(), (self.episodes, self.env_steps)
             if episodes is None:
                 episodes = self.collect(s, 0, seeds)  # π̂^0
@@ -449,6 +453,10 @@ class TeamTrainer(TeamCheckpoints):
             self.last_update_s = time.perf_counter() - t_row
             rows.append(row)
             self.record(row, len(order), None if i == len(order) - 1 else (episodes, log_ratio))
+            if self.stop.requested:  # a signal asked to stop: this update is checkpointed, whatever save_every says
+                if self.unsaved is not None:
+                    self.save(*self.unsaved)
+                raise Interrupted(self.stop.requested, self.stop.doing, self.dir, self.last_checkpoint)
         return rows
 
     def record(self, row: dict[str, Any], n: int, pending: tuple[list[TeamEpisode], np.ndarray] | None) -> None:
@@ -487,22 +495,30 @@ class TeamTrainer(TeamCheckpoints):
             self.resume()
         t_start = self.t_fit = time.perf_counter()
         before = None
-        if cfg.eval.before and self.updates == 0:
-            before = self.evaluate("before")
-            log.info(_eval_line("untrained", before))
-        elif cfg.eval.before and (self.dir / "eval" / "before.json").is_file():  # resumed: evaluated already
-            before = json.loads((self.dir / "eval" / "before.json").read_text())
-        first_stage, first, pending = self.start[0], self.start[1], self.pending
-        self.t_train = time.perf_counter()  # the time budget covers training, not the evaluations
-        for s in range(first_stage, cfg.train.iterations):
-            self.run_stage(s, first if s == first_stage else 0, pending if s == first_stage else None)
-            if self.stopped:
-                log.info("%s reached after %d single-agent updates", self.stopped, self.updates)
-                break
-        if self.unsaved is not None:  # stopped by a budget between saves: the evaluated adapters are saved too
-            self.save(*self.unsaved)
-        self.pending = None
-        after = self.evaluate("after")
+        try:
+            if cfg.eval.before and self.updates == 0:
+                self.stop.doing = "the held-out evaluation before training"
+                before = self.evaluate("before")
+                log.info(_eval_line("untrained", before))
+            elif cfg.eval.before and (self.dir / "eval" / "before.json").is_file():  # resumed: evaluated already
+                before = json.loads((self.dir / "eval" / "before.json").read_text())
+            if self.stop.requested:  # asked during the evaluation before training: no update began
+                raise Interrupted(self.stop.requested, self.saved_step or "no update", self.dir, self.last_checkpoint)
+            first_stage, first, pending = self.start[0], self.start[1], self.pending
+            self.t_train = time.perf_counter()  # the time budget covers training, not the evaluations
+            for s in range(first_stage, cfg.train.iterations):
+                self.run_stage(s, first if s == first_stage else 0, pending if s == first_stage else None)
+                if self.stopped:
+                    log.info("%s reached after %d single-agent updates", self.stopped, self.updates)
+                    break
+            if self.unsaved is not None:  # stopped by a budget between saves: the evaluated adapters are saved too
+                self.save(*self.unsaved)
+            self.pending = None
+            self.stop.doing = "the held-out evaluation after training"
+            after = self.evaluate("after")
+        except (Interrupted, KeyboardInterrupt):  # what is written stays; the loggers flush, the envs close
+            self.close()
+            raise
         log.info(_eval_line("trained", after))
         rows = read_metrics(self.log.path)
         evals = {**({"held-out before (sampled)": before["sampled"]["success"]} if before else {}),
