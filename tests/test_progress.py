@@ -37,3 +37,25 @@ def test_lines_are_rate_limited_but_the_phase_always_ends_with_one():
         setup_logging(stream=io.StringIO())
     assert out.getvalue().count("rollout:") == 1 and "100/100" in out.getvalue()
 
+
+
+def test_a_terminal_gets_lines_that_read_at_80_columns(monkeypatch):
+    """On a terminal (rich): no time or level column eats the width, so an 80-character line is shown whole; a
+    warning says so in its first word."""
+    monkeypatch.setenv("COLUMNS", "80")
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    out = Terminal()
+    setup_logging(stream=out)
+    try:
+        line = "iter 12/40  success 0.25  return -0.30  invalid 0.50  loss -0.0123  [16s]".ljust(80, ".")
+        log.info(line)
+        log.warning("skipping damaged checkpoint iter_000002")
+    finally:
+        setup_logging(stream=io.StringIO())
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.getvalue())
+    lines = [x.rstrip() for x in text.splitlines()]
+    assert lines == [line, "warning: skipping damaged checkpoint iter_000002"]

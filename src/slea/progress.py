@@ -26,15 +26,29 @@ def setup_logging(level: int = logging.INFO, stream: IO | None = None) -> None:
         log.removeHandler(h)
     if _isatty(stream):
         from rich.console import Console
-        from rich.logging import RichHandler
 
-        handler: logging.Handler = RichHandler(console=Console(file=stream), show_path=False, markup=False,
-                                               rich_tracebacks=False)
+        handler: logging.Handler = _terminal_handler(Console(file=stream))
     else:
         handler = logging.StreamHandler(stream)
         handler.setFormatter(logging.Formatter(PLAIN_FORMAT, datefmt="%H:%M:%S"))
     log.addHandler(handler)
     log.setLevel(level)
+
+
+def _terminal_handler(console) -> logging.Handler:
+    """rich's log handler, narrow enough for 80 columns: no time and no level column (a warning or error says so
+    in its first word instead; progress bars and phase lines carry their own seconds), so a line of 80 characters
+    is shown whole. Plain lines (not a terminal) keep their timestamps."""
+    from rich.logging import RichHandler
+
+    class Handler(RichHandler):
+        def render_message(self, record, message):
+            if record.levelno >= logging.WARNING:
+                message = f"{record.levelname.lower()}: {message}"
+            return super().render_message(record, message)
+
+    return Handler(console=console, show_path=False, show_level=False, show_time=False, markup=False,
+                   rich_tracebacks=False)
 
 
 def _isatty(stream: IO) -> bool:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import math
 import random
 import shutil
 import tempfile
@@ -560,9 +561,12 @@ def _faulted(t: Trajectory) -> bool:
 
 
 def _iter_line(it: int, total: int, m: dict[str, float]) -> str:
+    """An iteration's log line, within 80 columns (each phase's seconds are in metrics.jsonl and the report); a
+    loss that was not computed (no update) is "—"."""
+    loss = m.get("update/loss")
+    loss_s = f"{loss:+.4f}" if isinstance(loss, float) and math.isfinite(loss) else "—"
     return (f"iter {it + 1}/{total}  success {m['train/success']:.2f}  return {m['train/return']:+.2f}  "
-            f"invalid {m['train/invalid_rate']:.2f}  loss {m.get('update/loss', 0.0):+.4f}  "
-            f"gen {m['time/generation_s']:.0f}s train {m['time/train_s']:.0f}s")
+            f"invalid {m['train/invalid_rate']:.2f}  loss {loss_s}  [{m['time/iteration_s']:.0f}s]")
 
 
 def _eval_line(label: str, res: dict) -> str:
