@@ -330,6 +330,30 @@ def test_a_stop_asked_mid_iteration_checkpoints_it_and_the_resumed_run_equals_un
         assert a["sampled"] == b["sampled"], name
 
 
+def test_a_stop_asked_before_the_first_iteration_says_there_is_nothing_to_resume_from(tmp_path, rel):
+    from slea.cli.runs import interrupted_lines
+    from slea.trainer.interrupt import Interrupted
+    from slea.trainer.rl import Trainer
+
+    run = tmp_path / "run"
+    tr = Trainer(rel.tiny_config(eval={"before": True}), run_dir=run)
+    real_evaluate = tr.evaluate
+
+    def ctrl_c_in(name, iteration):  # during the evaluation before training
+        tr.stop.requested = "SIGTERM"
+        return real_evaluate(name, iteration)
+
+    tr.evaluate = ctrl_c_in
+    with pytest.raises(Interrupted) as got:
+        tr.fit()
+    tr.close()
+    assert got.value.exit_code == 143 and not ckpt.list_checkpoints(run / "checkpoints")
+    assert (run / "eval/before.json").is_file() and not read_metrics(run / "metrics.jsonl")
+    assert interrupted_lines(tr, got.value) == ["SIGTERM: stopped before the first training step",
+                                                "no checkpoint yet: resuming starts the run from its beginning",
+                                                f"resume with: slea train --resume {run}"]
+
+
 def test_the_signal_handler_asks_once_then_abandons(caplog):
     """The first SIGINT (or SIGTERM) asks the run to stop after the step in progress and says so; the second
     abandons that step (KeyboardInterrupt); the previous handlers are back after the block."""

@@ -88,7 +88,7 @@ def interrupted_lines(trainer, exc=None) -> list[str]:
     sig = getattr(exc, "signal_name", None) or trainer.stop.requested or "SIGINT"
     who = "Ctrl-C" if sig == "SIGINT" else sig
     if exc is not None:
-        lines = [f"{who}: stopped after {exc.where}"]
+        lines = [f"{who}: stopped after {exc.where}" if exc.where else f"{who}: stopped before the first training step"]
     else:
         lines = [f"{who}: {trainer.stop.doing} abandoned (nothing of it is kept)"]
     if trainer.last_checkpoint:

@@ -26,12 +26,12 @@ EXIT_CODES = {"SIGINT": 130, "SIGTERM": 143}
 
 
 class Interrupted(Exception):
-    """The run stopped on a signal after a finished step: ``where`` says after what (``"iteration 5/40"``),
-    ``checkpoint`` is the last one written (None: none yet)."""
+    """The run stopped on a signal after a finished step: ``where`` says after what (``"iteration 5/40"``; '': before
+    the first one), ``checkpoint`` is the last one written (None: none yet)."""
 
     def __init__(self, signal_name: str, where: str, run_dir: Path, checkpoint: str | None):
         self.signal_name, self.where, self.run_dir, self.checkpoint = signal_name, where, Path(run_dir), checkpoint
-        super().__init__(f"{signal_name}: stopped after {where}")
+        super().__init__(f"{signal_name}: stopped after {where}" if where else f"{signal_name}: stopped before training")
 
     @property
     def exit_code(self) -> int:

@@ -499,7 +499,7 @@ class Trainer:
         """The stop a signal asked for, after iteration ``it`` (-1: none yet in this process); ``curves.png``
         is drawn from the rows so far."""
         total = self.cfg.train.iterations
-        where = f"iteration {it + 1}/{total}" if it >= 0 else "no iteration"
+        where = f"iteration {it + 1}/{total}" if it >= 0 else ""
         if it == total - 1:
             where += " (every iteration done: `--resume` runs the held-out evaluation)"
         if self.dp.main:

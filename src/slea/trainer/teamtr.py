@@ -503,7 +503,7 @@ class TeamTrainer(TeamCheckpoints):
             elif cfg.eval.before and (self.dir / "eval" / "before.json").is_file():  # resumed: evaluated already
                 before = json.loads((self.dir / "eval" / "before.json").read_text())
             if self.stop.requested:  # asked during the evaluation before training: no update began
-                raise Interrupted(self.stop.requested, self.saved_step or "no update", self.dir, self.last_checkpoint)
+                raise Interrupted(self.stop.requested, self.saved_step or "", self.dir, self.last_checkpoint)
             first_stage, first, pending = self.start[0], self.start[1], self.pending
             self.t_train = time.perf_counter()  # the time budget covers training, not the evaluations
             for s in range(first_stage, cfg.train.iterations):
