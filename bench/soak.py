@@ -10,6 +10,12 @@ library and held-out eval equal the uninterrupted run's.
 
     .venv/bin/python bench/soak.py                  # ~6 min on 2 busy cores; writes bench/results/soak.json
     .venv/bin/python bench/soak.py --iterations 8 --kills 3 --fuzz 20000   # a quicker pass
+    .venv/bin/python bench/soak.py serve --seconds 60   # `slea serve` under hostile and good requests: "serve"
+
+``serve``: a ``slea serve tiny`` process on 127.0.0.1 gets each hostile request of docs/reliability.md's serving
+table once (each followed by a normal request, timed), then ``--clients`` threads send good and hostile requests
+for ``--seconds`` (slea/testing/serve_hostile.py); the requests, errors, p50 / p99 latency of the good requests
+and the server's RSS at the start and end go to soak.json's ``serve`` field (the rest of the file is kept).
 
 The training processes run ``slea train`` through this file's ``child`` entry, which only adds the fault
 injectors (the faulty env id, the NaN loss, the garbage generator) before calling the CLI.
@@ -316,6 +322,10 @@ def main() -> None:
            "config": yaml.safe_load(config.read_text())}
     res["table"] = table(res)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    if args.out.is_file():  # the serving soak's record stays (bench/soak.py serve writes it)
+        old = json.loads(args.out.read_text())
+        if "serve" in old:
+            res["serve"] = old["serve"]
     args.out.write_text(json.dumps(res, indent=2, default=str) + "\n")
     print(res["table"])
     lost = (data["metrics_rows"]["missing"] or data["metrics_rows"]["duplicated"] or data["checkpoints"]["lost"]
@@ -323,9 +333,49 @@ def main() -> None:
     sys.exit(1 if lost or not completed else 0)
 
 
+def serve_soak(argv: list[str]) -> None:
+    """``bench/soak.py serve``: the hostile table once, then the concurrent soak; into soak.json's ``serve``."""
+    ap = argparse.ArgumentParser(prog="bench/soak.py serve", description=serve_soak.__doc__)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT / "src"))
+    from slea.testing import serve_hostile as H
+
+    served = H.start("soak-key")
+    try:
+        status, _ = H.normal(served)
+        assert status == 200, status
+        rss0, table_rows = served.rss_mb(), []
+        for row, what, send, want in H.HOSTILE:
+            got = send(served)
+            after, seconds = H.normal(served)
+            table_rows.append({"row": row, "sent": what, "answer": got, "expected": want,
+                               "normal_after": after, "normal_after_s": round(seconds, 3)})
+            print(f"row {row:>2} {what}: {got} (expected {want}); a normal request then: {after} in {seconds:.2f}s",
+                  flush=True)
+        rss1 = served.rss_mb()
+        res = H.soak(served, seconds=args.seconds, clients=args.clients, seed=args.seed)
+    finally:
+        served.stop()
+    res = {"hostile": table_rows, "hostile_rss_mb": [round(rss0, 1), round(rss1, 1)], "soak": res,
+           "python": sys.version.split()[0]}
+    print(json.dumps(res["soak"], indent=2))
+    whole = json.loads(args.out.read_text()) if args.out.is_file() else {}
+    whole["serve"] = res
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(whole, indent=2, default=str) + "\n")
+    bad = [r for r in table_rows if r["answer"] != r["expected"] or r["normal_after"] != 200]
+    sys.exit(1 if bad or res["soak"]["errors"] else 0)
+
+
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "child":
         sys.path.insert(0, str(ROOT / "src"))
         child(sys.argv[2:])
+    elif len(sys.argv) > 1 and sys.argv[1] == "serve":
+        serve_soak(sys.argv[2:])
     else:
         main()

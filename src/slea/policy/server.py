@@ -483,10 +483,11 @@ class _Gate:
 
 async def _disconnected(request) -> None:
     """Returns when the client has gone (after the body was read, the next ASGI message is the disconnect)."""
-    while True:
-        message = await request.receive()
-        if message["type"] == "http.disconnect":
-            return
+    with contextlib.suppress(Exception):  # a receive that fails: the connection is gone all the same
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
 
 
 async def _read_body(request, limit: int) -> bytes:

@@ -1,0 +1,276 @@
+"""Hostile and broken requests against a ``slea serve`` process on 127.0.0.1: the table of a bad-input audit
+(docs/reliability.md, "Serving, library imports and run folders under hostile input"), each with the answer the server must give, a normal request to time after each,
+the server's resident memory, and a concurrent soak of good and bad requests. tests/reliability/test_serve_hostile.py
+and ``bench/soak.py serve`` use it; it only ever connects to the loopback address.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+HOST = "127.0.0.1"  # never another address
+_STATUS = re.compile(rb"HTTP/1\.[01] (\d{3})")
+
+
+@dataclass
+class Served:
+    """A ``slea serve`` process: its ``proc``, ``port`` and the API key requests send."""
+
+    proc: subprocess.Popen
+    port: int
+    key: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def rss_mb(self) -> float:
+        """Resident memory of the server process (Linux /proc), MB."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        raise RuntimeError("no VmRSS in /proc")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+
+def start(key: str = "soak-key", *args: str, model: str = "tiny") -> Served:
+    """``slea serve MODEL --port 0 --dtype float32 ARGS`` with ``SLEA_API_KEY=key``, once it prints its port."""
+    src = Path(__file__).resolve().parents[2]
+    env = dict(os.environ, SLEA_API_KEY=key, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, "-m", "slea.cli", "serve", model, "--host", HOST, "--port", "0",
+                             "--dtype", "float32", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, env=env)
+    line = proc.stdout.readline()
+    if " at http://" not in line:
+        proc.kill()
+        raise RuntimeError(f"slea serve did not start: {line}{proc.stdout.read()[-2000:]}")
+    threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain its log: a full pipe would block it
+    return Served(proc, int(line.rsplit(":", 1)[1].split("/", 1)[0]), key)
+
+
+# -- raw HTTP on a socket (what a careless or hostile client sends) -----------------------------------------------
+def raw(port: int, data: bytes, wait: float = 10.0, close_after: float | None = None, responses: int = 1) -> bytes:
+    """Send ``data`` on a new connection and read until ``responses`` answers are complete, the server closes it
+    or ``wait`` seconds pass (or, with ``close_after``, hang up after that many seconds without reading: a client
+    that goes away)."""
+    with socket.create_connection((HOST, port), timeout=wait) as s:
+        try:
+            s.sendall(data)
+        except OSError:  # the server answered and closed before the whole body went (a 413 does)
+            pass
+        if close_after is not None:
+            time.sleep(close_after)
+            return b""
+        out = b""
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                chunk = s.recv(1 << 16)
+            except (TimeoutError, OSError):
+                break
+            if not chunk:
+                break
+            out += chunk
+            if _complete(out) >= responses:
+                break
+        return out
+
+
+def _complete(data: bytes) -> int:
+    """How many whole responses (headers and a Content-Length body) ``data`` holds; a response that closes the
+    connection counts only when the server closes it."""
+    n = 0
+    while True:
+        head, sep, rest = data.partition(b"\r\n\r\n")
+        m = re.search(rb"(?i)content-length: (\d+)", head)
+        if not sep or m is None or len(rest) < int(m.group(1)) or b"connection: close" in head.lower():
+            return n
+        n += 1
+        data = rest[int(m.group(1)):]
+
+
+def statuses(data: bytes) -> list[int]:
+    return [int(m) for m in _STATUS.findall(data)]
+
+
+def request(method: str, path: str, body: bytes = b"", key: str | None = None, headers: dict | None = None
+            ) -> bytes:
+    """One HTTP/1.1 request as bytes (Content-Length from ``body`` unless ``headers`` set one)."""
+    h = {"Host": f"{HOST}", "Content-Type": "application/json", **({"Authorization": f"Bearer {key}"} if key else {})}
+    h.update(headers or {})
+    if "Content-Length" not in h and "Transfer-Encoding" not in h and (body or method == "POST"):
+        h["Content-Length"] = str(len(body))
+    return (f"{method} {path} HTTP/1.1\r\n" + "".join(f"{k}: {v}\r\n" for k, v in h.items()) + "\r\n").encode() + body
+
+
+def post(served: Served, path: str, body, key: bool = True, wait: float = 30.0) -> int:
+    """POST a JSON body (a dict, or raw bytes as they are) and return the status."""
+    data = body if isinstance(body, bytes) else json.dumps(body).encode()
+    got = statuses(raw(served.port, request("POST", path, data, served.key if key else None), wait))
+    return got[0] if got else 0
+
+
+GOOD = {"prompt": "You see a coin.", "max_tokens": 4, "temperature": 0}
+
+
+def normal(served: Served) -> tuple[int, float]:
+    """A normal completion: (status, seconds)."""
+    t0 = time.perf_counter()
+    status = post(served, "/v1/completions", GOOD)
+    return status, time.perf_counter() - t0
+
+
+# -- the audit's table: (row, what is sent, the status the server must answer) ----------------------------------
+# 128 answers of 4000 tokens: 16,000 decode steps (the engine decodes 32 rows at a time), minutes on any CPU
+LONG = {"prompt": "Hi", "max_tokens": 4000, "temperature": 1.0, "seed": 5, "n": 128}
+
+
+def _long(stream: bool) -> bytes:
+    return json.dumps({**LONG, "stream": stream}).encode()
+
+
+def _chunked(served: Served) -> int:
+    body = json.dumps(GOOD).encode()
+    data = request("POST", "/v1/completions", b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n", served.key,
+                   {"Transfer-Encoding": "chunked"}) + request("GET", "/v1/models", key=served.key)
+    got = statuses(raw(served.port, data, wait=2, responses=3))  # a third answer would be a desync
+    return 200 if got == [200, 200] else (got[0] if len(got) == 1 else 0)  # two requests, exactly two answers
+
+
+def _disconnect(served: Served, stream: bool) -> int:
+    raw(served.port, request("POST", "/v1/completions", _long(stream), served.key), close_after=0.5)
+    return 499  # nobody reads an answer; the next request's latency shows the generation stopped
+
+
+def _big_body(served: Served) -> int:
+    data = request("POST", "/v1/completions", b"x" * 60_000, served.key, {"Content-Length": str(50_000_000)})
+    got = statuses(raw(served.port, data, wait=10))
+    return got[0] if got else 0
+
+
+def _long_urls(served: Served, n: int = 400) -> int:
+    codes = {statuses(raw(served.port, request("GET", "/v1/models?q=" + "a" * 60_000, key=served.key), 5) or [0])[0]
+             for _ in range(n)}
+    return codes.pop() if len(codes) == 1 else 0
+
+
+def _bad_length(value: str) -> Callable[[Served], int]:
+    def send(served: Served) -> int:
+        got = statuses(raw(served.port, request("POST", "/v1/completions", b"{}", served.key,
+                                                {"Content-Length": value}), wait=5))
+        return got[0] if got else 0
+    return send
+
+
+def _post(body, key: bool = True, path: str = "/v1/completions") -> Callable[[Served], int]:
+    return lambda served: post(served, path, body, key)
+
+
+HOSTILE: list[tuple[str, str, Callable[[Served], int], int]] = [
+    ("1", "max_tokens 10**9, temperature 0", _post({"prompt": "Hi", "max_tokens": 10**9, "temperature": 0}), 400),
+    ("1b", "n 1,000,000", _post({"prompt": "Hi", "n": 1_000_000}), 400),
+    ("2", "max_tokens 10**8, seed 1", _post({"prompt": "Hi", "max_tokens": 10**8, "seed": 1}), 400),
+    ("3", "a 200,000-character prompt", _post({"prompt": "Hello world. " * 15_385, "max_tokens": 4}), 400),
+    ("4", "no credentials", _post(GOOD, key=False), 401),
+    ("4", "load_lora_adapter of a folder outside --lora-dir",
+     _post({"lora_name": "x", "lora_path": "/etc"}, path="/v1/load_lora_adapter"), 403),
+    ("5", "Content-Length: abc", _bad_length("abc"), 400),
+    ("5", "Content-Length: -1", _bad_length("-1"), 400),
+    ("5", "a chunked body, then a second request on the connection", _chunked, 200),
+    ("6", "a 50 MB body", _big_body, 413),
+    ("6", "400 GETs with 60 KB URLs", _long_urls, 414),
+    ("7", "lone surrogate \\udcff (JSON escape)", _post(b'{"prompt": "a\\udcffb", "max_tokens": 2}'), 400),
+    ("7", "lone surrogate (raw bytes, invalid UTF-8)", _post(b'{"prompt": "a\xed\xb3\xbfb", "max_tokens": 2}'), 400),
+    ("7", "temperature NaN", _post(b'{"prompt": "ab", "temperature": NaN}'), 400),
+    ("7", "100,000-deep [", _post(b"[" * 100_000), 400),
+    ("7", "logprobs 1000", _post({"prompt": "ab", "logprobs": 1000}), 400),
+    ("7", "temperature Infinity", _post(b'{"prompt": "ab", "temperature": Infinity}'), 400),
+    ("7", "top_p NaN", _post(b'{"prompt": "ab", "top_p": NaN}'), 400),
+    ("8", "stream: true, the client disconnects", lambda s: _disconnect(s, True), 499),
+    ("8", "not streamed, the client disconnects", lambda s: _disconnect(s, False), 499),
+]
+
+
+# -- the soak: good and bad requests from several clients at once -------------------------------------------------
+def _good_kinds(served: Served) -> list[Callable[[], int]]:
+    chat = {"messages": [{"role": "user", "content": "You see a coin."}], "max_tokens": 4, "temperature": 0}
+    return [lambda: post(served, "/v1/completions", GOOD),
+            lambda: post(served, "/v1/completions", {**GOOD, "n": 2, "temperature": 1.0, "seed": 3, "logprobs": 1}),
+            lambda: post(served, "/v1/completions", {**GOOD, "stream": True}),
+            lambda: post(served, "/v1/chat/completions", chat),
+            lambda: statuses(raw(served.port, request("GET", "/v1/models", key=served.key), 10) or [0])[0]]
+
+
+def soak(served: Served, seconds: float = 30.0, clients: int = 4, bad_frac: float = 0.4, seed: int = 0) -> dict:
+    """``clients`` threads send good and hostile requests (``bad_frac`` of them hostile: the table's rows but the
+    400 long URLs) for ``seconds``. An error: a good request not answered 200, or a hostile one not answered as
+    the table says. Returns requests, errors, p50 / p99 latency of the good requests and the server's RSS at the
+    start and end (MB)."""
+    bad = [h for h in HOSTILE if h[2] is not _long_urls]
+    good = _good_kinds(served)
+    lat: list[float] = []
+    errors: list[str] = []
+    counts = {"good": 0, "bad": 0}
+    lock = threading.Lock()
+    rss_start = served.rss_mb()
+    stop = time.monotonic() + seconds
+
+    def client(i: int) -> None:
+        rng = random.Random(seed * 1000 + i)
+        while time.monotonic() < stop:
+            if rng.random() < bad_frac:
+                row, what, send, want = rng.choice(bad)
+                try:
+                    got = send(served)
+                except OSError as exc:
+                    got, what = 0, f"{what} ({exc})"
+                with lock:
+                    counts["bad"] += 1
+                    if got != want:
+                        errors.append(f"row {row} {what}: {got}, expected {want}")
+            else:
+                t0 = time.perf_counter()
+                try:
+                    got = rng.choice(good)()
+                except OSError:
+                    got = 0
+                with lock:
+                    counts["good"] += 1
+                    if got == 200:
+                        lat.append(time.perf_counter() - t0)
+                    else:
+                        errors.append(f"good request: {got}")
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    status, after = normal(served)
+    lat.sort()
+
+    def q(p: float) -> float | None:
+        return round(lat[min(len(lat) - 1, int(p * len(lat)))], 3) if lat else None
+
+    return {"seconds": seconds, "clients": clients, "requests": counts["good"] + counts["bad"], **counts,
+            "errors": len(errors), "error_examples": errors[:5], "good_latency_p50_s": q(0.50),
+            "good_latency_p99_s": q(0.99), "rss_start_mb": round(rss_start, 1), "rss_end_mb": round(served.rss_mb(), 1),
+            "normal_after": {"status": status, "seconds": round(after, 3)}}
