@@ -343,7 +343,8 @@ def serve(
     """An OpenAI-compatible server on slea's engine: /v1/models, /v1/completions (token-id or text prompts,
     log-probs), /v1/chat/completions (the model's chat template), streaming as server-sent events, and
     /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai; needs --lora-dir). Every request is
-    validated and bounded by the options below (docs/reliability.md#serving)."""
+    validated and bounded by the options below (docs/reliability.md, "Serving, library imports and run folders
+    under hostile input")."""
     if not (Path(model) / "config.yaml").is_file() and not _model_target(model):
         raise fail(f"serve: {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
