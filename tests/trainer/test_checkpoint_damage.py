@@ -141,3 +141,22 @@ def test_eval_of_a_run_whose_state_json_is_malformed_is_one_line_exit_2(run, tmp
     finally:
         (old / "state.json").write_bytes(state)
         (old / "manifest.json").write_bytes(manifest)
+
+
+def test_every_trainers_state_json_passes_the_check(tmp_path):
+    """What the trainers write is what the check accepts: the RL trainer's counters and seeds, a team run's stage
+    number and pending rollouts, an alignment run's stage name."""
+    net = Net()
+    opt = torch.optim.AdamW(net.parameters())
+    extras = [{"episodes": 8, "env_steps": 40, "rollouts": 8, "processes": 1, "critic": None, "bad_update_streak": 0,
+               "wall_s": 12.5, "next_env_seeds": [3, 9]},
+              {"stage": 2, "position": 1, "updates": 5, "episodes": 4, "messages": 9, "env_steps": 30, "betas": [0.1, 0.2],
+               "train_s": 3.0, "agents": ["a", "b"], "wall_s": 7.0, "pending": {"episodes": [], "log_ratio": []}},
+              {"stage": "sft"}]
+    for i, extra in enumerate(extras):
+        path = ckpt.save_checkpoint(tmp_path / str(i), i, net, opt, extra=extra)
+        ckpt.check_readable(path)
+        assert ckpt.load_checkpoint(path, net, opt)["iteration"] == i
+    path = ckpt.save_checkpoint(tmp_path / "bad", 0, net, opt, extra={"stage": 1.5})
+    with pytest.raises(ckpt.CheckpointError, match="state.json: stage"):
+        ckpt.check_readable(path)

@@ -359,7 +359,7 @@ def check_readable(folder: str | Path) -> None:
 
 
 # state.json's counters as the trainers write them (slea/trainer/rl.py, slea/trainer/team_checkpoint.py)
-_COUNTERS = ("episodes", "env_steps", "rollouts", "processes", "bad_update_streak", "updates", "messages", "stage",
+_COUNTERS = ("episodes", "env_steps", "rollouts", "processes", "bad_update_streak", "updates", "messages",
              "position")
 _SECONDS = ("wall_s", "train_s")
 
@@ -383,6 +383,9 @@ def check_state(state: Any, folder: str | Path, rng: bool = True) -> dict[str, A
     for key in ("iteration", *_COUNTERS):
         if key in state and not count(state[key]):
             raise bad(key, f"expected a non-negative integer, got {state[key]!r:.60}")
+    stage = state.get("stage")  # a team run's stage number, or an alignment run's "sft" / "align"
+    if "stage" in state and not (count(stage) or isinstance(stage, str)):
+        raise bad("stage", f"expected a stage number or name, got {stage!r:.60}")
     for key in _SECONDS:
         v = state.get(key)
         if key in state and not (isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
