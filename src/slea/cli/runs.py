@@ -49,8 +49,8 @@ def summary_table(summary: dict) -> Table:
 def finished(run: Path, overrides: list[str]) -> bool:
     """``slea train --resume RUN`` on a run that is finished (``eval/summary.json`` is written last): True after
     saying so, unless ``overrides`` extend it (a larger ``train.iterations`` or a budget; :data:`EXTEND_KEYS`);
-    then its old summary is moved aside, so an extension stopped midway resumes as the unfinished run it is. An
-    extension to no more iterations than were trained is one line, exit 2."""
+    then its old summary is moved aside (``summary.json.previous``), so an extension stopped midway resumes as the
+    unfinished run it is. An extension to no more iterations than were trained is one line, exit 2."""
     path = run / "eval" / "summary.json"
     if not path.is_file():
         return False
@@ -76,7 +76,7 @@ def finished(run: Path, overrides: list[str]) -> bool:
         if wanted is not None and wanted <= done:
             raise fail(f"config error: train.iterations: {run} already trained {done} iterations; give more to "
                        f"extend it (or leave --resume alone: the run is finished)")
-    path.replace(path.with_name("summary.previous.json"))
+    path.replace(path.with_name("summary.json.previous"))  # not *.json: the report reads those as evaluations
     return False
 
 
