@@ -417,7 +417,8 @@ def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
 
 
 @pytest.mark.slow
-def test_sigint_to_slea_train_says_how_to_resume_and_the_resumed_run_equals_uninterrupted(tmp_path, rel):
+def test_sigint_to_slea_train_says_how_to_resume_and_the_resumed_run_equals_uninterrupted(tmp_path, rel,
+                                                                                         monkeypatch):
     """Ctrl-C (SIGINT) to a real `slea train` on the smoke preset: the iteration in progress is finished and
     checkpointed, the process says where it stopped and prints the resume command, exit code 130; `slea train
     --resume` then gives the uninterrupted run's metrics, weights and held-out evaluation. The interrupted run also
@@ -469,6 +470,7 @@ def test_sigint_to_slea_train_says_how_to_resume_and_the_resumed_run_equals_unin
     assert len(list((run / "wandb").glob(f"offline-run-*-{ids['wandb']}"))) == 2
     from mlflow.tracking import MlflowClient
 
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")  # as the run had it (MLflow 3 asks for this opt-in)
     history = MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri()).get_metric_history(ids["mlflow"],
                                                                                           "train/success")
     assert sorted(m.step for m in history) == [0, 1, 2, 3]

@@ -73,7 +73,7 @@ def test_slea_train_runs_a_team_into_the_single_agent_run_folder_layout(ref_run,
     assert any(bool(t.abs().max() > 0) for n, t in want.items() if "lora_B" in n), "the updates changed nothing"
     out = r.stdout
     assert f"run folder: {ref}" in out
-    assert re.search(r"stage 1 rollout 1: \d+/2, 2/2 episodes done \[\d+s\]", out), out[-3000:]
+    assert re.search(r"stage 1 rollout 1: \d+/2 turns, 2/2 episodes done \[\d+s\]", out), out[-3000:]
     assert re.search(r"stage 2/2 update 2/2 \((planner|actor)\)  return [-+]\d\.\d+ -> [-+]\d\.\d+  token KL", out)
     assert "held-out (untrained): sampled success" in out and "held-out (trained): sampled success" in out
     assert "held-out evaluation" in out and "episodes used: 12" in out  # the summary table; 3 collections x 2 x 2
