@@ -197,6 +197,9 @@ def test_charts_tick_iterations_as_integers_and_never_repeat_a_label(tmp_path, d
         ys = [t.text for t in fig.find_elements(By.CSS_SELECTOR, "text.ytick")]
         assert xs == ["0", "1"], (fig.get_attribute("data-metric"), xs)
         assert len(ys) == len(set(ys)) >= 2, (fig.get_attribute("data-metric"), ys)
+    lr = next(f for f in figs if f.get_attribute("data-keys") == "update/lr")  # a constant 3e-4: its own scale
+    ticks = [float(t.text) for t in lr.find_elements(By.CSS_SELECTOR, "text.ytick")]
+    assert min(ticks) <= 3e-4 <= max(ticks) and max(ticks) - min(ticks) < 3e-4, ticks
     from selenium.webdriver.support.ui import Select
 
     Select(driver.find_element(By.CSS_SELECTOR, "#curve-pick")).select_by_value("time/iteration_s")
