@@ -328,3 +328,47 @@ def test_openai_engine_prompts_as_ids_are_exact_and_text_re_tokenization_is_coun
 def rows_in_call_order(trajs):
     """Step rows in the order the engine saw them: by turn, then by env."""
     return [r for _, r in sorted(((r.step, i), r) for i, t in enumerate(trajs) for r in t.steps)]
+
+
+# -- tool envs: the model's own tool-call syntax -----------------------------------------------------------------
+@pytest.mark.parametrize("template", ["fallback", "native"])
+def test_tool_turns_train_on_exactly_the_generated_ids(template, tiny_policy):
+    """A tool env (slea/ToolCalc-v0) played through the collector, in the fallback rendering (the tiny model's
+    template has no tools) and in a Qwen-like template's own (tools, ``tool_calls``, ``role: "tool"``): the rows
+    are the generated ids, and each prompt is the chat template's rendering of the calls and tool results so far."""
+    from slea.policy.tool_calls import parser_for
+    from slea.testing.chat_templates import QWEN_TEMPLATE, with_template
+
+    model, tok = tiny_policy
+    tok = tok if template == "fallback" else with_template(tok, QWEN_TEMPLATE)
+    pool = EnvPool("slea/ToolCalc-v0", 1, 2)
+    seeds = [3]
+    try:
+        first = pool.reset(seeds)
+        walk = [parser_for(tok).format(json.loads(a)) for a in first[1][1]["walkthrough"]]
+        engine = Recording(HFGenerator(model, tok, dtype="float32"), tok, {(seeds[0], 1): walk})
+        builder = PromptBuilder(tok, history=4)
+        col = RolloutCollector(engine, builder, RolloutSection(max_new_tokens=8), max_steps=4, keep_messages=True)
+        trajs, stats = col.collect(pool, seeds)
+    finally:
+        pool.close()
+    rows = flatten(trajs)
+    assert_token_exact(rows, engine, stats)
+    _, scripted = trajs
+    assert [s.valid for s in scripted.steps] == [False, True, True, True] and scripted.won
+    assert scripted.steps[-1].reward == 1.0 and stats.parse_kinds["tool"] == 3
+    # the prompts render the turns so far in the template's own syntax: the invalid answer and why, the calls
+    # (as the model wrote them) and their results
+    last = tok.decode(scripted.steps[-1].prompt_ids)
+    assert "Your last answer was invalid: no tool call" in last
+    assert walk[0].strip() in last and walk[1].strip() in last
+    assert "<tool_response>\n77\n</tool_response>" in last and "<tool_response>\n106\n</tool_response>" in last
+    msgs = scripted.steps[-1].info["messages"]
+    assert [m["role"] for m in msgs][-2:] == (["assistant", "tool"] if template == "native" else ["assistant", "user"])
+    assert ("tools" in msgs[0]) == (template == "native")
+    # alignment data made from these rollouts re-encodes the stored messages to the same prompt ids
+    for traj in trajs:
+        data = from_dict(json.loads(json.dumps(to_dict(sampled_trajectory(traj, "slea/ToolCalc-v0", "train",
+                                                                          builder, {})))))
+        assert [encode_turn(builder, turn) for turn in data.turns] == [(r.prompt_ids, r.response_ids)
+                                                                        for r in traj.steps]

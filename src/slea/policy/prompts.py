@@ -13,10 +13,13 @@ instructions and the example always appear whole.
 from __future__ import annotations
 
 import difflib
+import json
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from slea.envs.base import user_turn
+from slea.policy import tool_calls
 from slea.types import Instructions
 
 _LEAD = " \t\r\f\v\"'`*>-•.:"
@@ -44,13 +47,15 @@ class PromptBuilder:
     one_shot: bool = True
     summary: bool = False  # ψ = summary: the turns before the window as one line of their actions
     experience_in: str = "system"  # where retrieved experiences go: "system" (SLEA-RL Eq.8) or "user"
+    tool_parser: str | None = None  # tool envs: the tool-call syntax (None: chosen from the chat template)
 
     @classmethod
     def from_rollout(cls, tokenizer, rollout) -> PromptBuilder:
         """The builder a run's rollouts use: history window, observation clipping and the one-shot example from
         its ``rollout`` config section (every prompt of a run, rollouts and expert data, comes from here)."""
         return cls(tokenizer, history=rollout.history, obs_max_chars=rollout.obs_max_chars, one_shot=rollout.one_shot,
-                   summary=rollout.history_summary, experience_in=rollout.experience_in)
+                   summary=rollout.history_summary, experience_in=rollout.experience_in,
+                   tool_parser=getattr(rollout, "tool_parser", None))
 
     def earlier(self, past: list[tuple[str, str]]) -> str:
         """The summary ψ's line: the actions of the turns before the history window, oldest first, as many of the
@@ -90,8 +95,55 @@ class PromptBuilder:
                                                           self.earlier(past), experience if in_user else "")})
         return msgs
 
-    def encode(self, messages: list[dict[str, str]]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    def tool_syntax(self) -> tuple[tool_calls.ToolParser, bool]:
+        """A tool env's call syntax for this tokenizer: ``(parser, native)``; ``native``: the chat template renders
+        ``tools`` and ``role: "tool"`` messages itself (else the fallback rendering, :mod:`slea.policy.tool_calls`)."""
+        native = tool_calls.supports_tools(self.tokenizer)
+        return tool_calls.parser_for(self.tokenizer, self.tool_parser), native
+
+    def tool_messages(self, instructions: Instructions, goal: str, first_obs: str,
+                      turns: list[tuple[str, list[dict[str, Any]] | None, str]], schemas: list[dict[str, Any]],
+                      experience: str = "") -> list[dict[str, Any]]:
+        """Chat messages of a tool env's turn: the system message (with the experience; its ``tools`` key holds
+        the schemas that :meth:`encode` hands the template, or, in the fallback rendering, the schemas written
+        into it), the task (goal, and the first observation when it differs), then the last ``history`` turns as
+        the model's own exchanges: a valid turn is the assistant's calls and their results (``role: "tool"``,
+        or the fallback's ``<tool_response>`` user message); an invalid one is the answer as text and a user
+        message saying why. ``turns``: ``(answer, calls or None when invalid, results or why)``."""
+        parser, native = self.tool_syntax()
+        system = instructions.system if not experience else f"{instructions.system}\n\n{experience}"
+        head: dict[str, Any] = {"role": "system", "content": system}
+        if native:
+            head["tools"] = schemas
+        else:
+            head["content"] = f"{system}\n\n{tool_calls.fallback_system(schemas)}"
+        task = clip_observation(first_obs, self.obs_max_chars)
+        if goal.strip() and task.strip() != goal.strip():
+            task = f"{goal.strip()}\n{task}"
+        msgs: list[dict[str, Any]] = [head, {"role": "user", "content": task or goal.strip()}]
+        shown = turns[-self.history:] if self.history else []
+        for answer, calls, told in shown:
+            if calls is None:
+                msgs += [{"role": "assistant", "content": answer.strip()[:200]},
+                         {"role": "user", "content": f"Your last answer was invalid: {told}"}]
+                continue
+            results = [told]
+            if len(calls) > 1:
+                try:
+                    results = [str(r) for r in json.loads(told)]
+                except (ValueError, TypeError, RecursionError):
+                    results = [told]
+                results = (results + [""] * len(calls))[: len(calls)]
+            results = [clip_observation(r, self.obs_max_chars) for r in results]
+            msgs.append(tool_calls.assistant_message(calls, native, parser))
+            msgs += tool_calls.result_messages(calls, results, native)
+        return msgs
+
+    def encode(self, messages: list[dict[str, Any]]) -> list[int]:
+        """The prompt ids of chat messages (a system message with a ``tools`` key renders those tools)."""
+        tools = messages[0].get("tools") if messages else None
+        kw = {"tools": tools} if tools else {}
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False, **kw)
         return list(self.tokenizer(text, add_special_tokens=False).input_ids)
 
     def build(self, instructions: Instructions, goal: str, observation: str, admissible: list[str] | None,

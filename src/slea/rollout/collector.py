@@ -17,6 +17,9 @@ builder, the last ``history`` turns; ``history ≥ max_steps`` is the identity).
 restores boundaries into the envs of another pool and plays them on from turn ``k`` through the same per-turn
 phases; the forked turn is generated from the recorded ``c_k`` itself, not a rebuilt prompt.
 
+A tool env (``info["tools"]``, :mod:`slea.envs.tools`) is prompted and parsed in the model's own tool-call syntax
+(:meth:`PromptBuilder.tool_messages`, :mod:`slea.policy.tool_calls`); its action is the canonical JSON of the calls.
+
 An unparseable or inadmissible answer does not step the env: it is an invalid step with a penalty, and the agent
 sees the same observation again, after a line saying why (:func:`slea.rollout.view.invalid_feedback`: the env's
 own words when it gave any, such as Search-R1's format hint). What the agent sees and how a turn changes it is
@@ -39,6 +42,7 @@ the same with or without a library and this module imports nothing of ``slea.exp
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 import time
 from array import array
@@ -157,6 +161,7 @@ class Boundary:
     exp: Any
     cluster_id: int
     context: str  # ψ, in words ("last 2 turns")
+    turns: list = field(default_factory=list)  # a tool env's turns so far (AgentView.turns)
 
 
 @dataclass
@@ -173,6 +178,7 @@ class _Pending:
     logprobs: list[float] = field(default_factory=list)
     action: str | None = None
     parse: str = "invalid"
+    error: str = ""  # why an answer that never reached the env is invalid (a tool call that does not parse)
     engine: dict[str, str] = field(default_factory=dict)  # engine_record of the generation
 
 
@@ -282,7 +288,7 @@ class RolloutCollector:
             copy = i - pool.members(g).start
             key = (int(rng_salt), int(trunk.seed or 0) % 2**63, int(trunk.traj_id), b.turn, copy)
             live[i] = _Live(b.obs, dict(b.info), goal=trunk.goal, key=key, past=list(b.past), task_exp=b.task_exp,
-                            feedback=b.feedback, forked=b)
+                            feedback=b.feedback, forked=b, turns=list(b.turns))
         stats.env_s += time.perf_counter() - t0
         return _Episode(trajs, live, pool.instructions)
 
@@ -295,7 +301,7 @@ class RolloutCollector:
             st = ep.live[p.env]
             ep.trajs[p.env].boundaries.append(Boundary(
                 turn, pool.get_state(p.env), st.obs, dict(st.info), list(st.past),
-                st.feedback, st.task_exp, list(p.prompt), p.exp, p.cluster_id, context))
+                st.feedback, st.task_exp, list(p.prompt), p.exp, p.cluster_id, context, list(st.turns)))
 
     def _prompts(self, ep: _Episode, iteration: int, stats: RolloutStats) -> list[_Pending]:
         out = []
@@ -337,6 +343,11 @@ class RolloutCollector:
 
     def _parse(self, pending: list[_Pending], ep: _Episode, stats: RolloutStats) -> None:
         for p in pending:
+            if ep.live[p.env].info.get("tools"):  # a tool env: the model's own tool-call syntax -> canonical calls
+                calls, p.error = self.builder.tool_syntax()[0].parse(p.text)
+                p.action, p.parse = (json.dumps(calls), "tool") if calls else (None, "invalid")
+                stats.parse_kinds[p.parse] = stats.parse_kinds.get(p.parse, 0) + 1
+                continue
             p.action, p.parse = parse_action(p.text, ep.live[p.env].info.get("admissible_actions"),
                                              self.cfg.fuzzy_cutoff)
             stats.parse_kinds[p.parse] = stats.parse_kinds.get(p.parse, 0) + 1
@@ -353,6 +364,8 @@ class RolloutCollector:
             st, tr = ep.live[p.env], ep.trajs[p.env]
             if p.action is None:
                 obs, reward, term, trunc, info = st.obs, 0.0, False, False, dict(st.info, invalid=True)
+                if p.error:
+                    info["error"] = p.error
             else:
                 obs, reward, term, trunc, info = results[p.env]
             valid = p.action is not None and not info.get("invalid", False)

@@ -5,6 +5,7 @@ so a turn rendered from an expert's replay is the prompt a rollout in the same s
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +38,8 @@ class AgentView:
     goal: str = ""
     past: list[tuple[str, str]] = field(default_factory=list)
     feedback: str = ""
+    # tool envs (``info["tools"]``): every turn as ``(answer, calls or None when invalid, results or why)``
+    turns: list[tuple[str, list[dict[str, Any]] | None, str]] = field(default_factory=list)
 
     @classmethod
     def start(cls, obs: str, info: dict[str, Any]) -> AgentView:
@@ -49,7 +52,11 @@ class AgentView:
 
     def messages(self, builder: PromptBuilder, instructions: Instructions, experience: str = ""
                  ) -> list[dict[str, str]]:
-        """The chat messages of this turn's prompt (``builder.encode`` turns them into the prompt ids)."""
+        """The chat messages of this turn's prompt (``builder.encode`` turns them into the prompt ids); a tool
+        env's are the model's own tool exchanges (:meth:`PromptBuilder.tool_messages`)."""
+        if self.info.get("tools"):
+            first = self.past[0][0] if self.past else self.obs
+            return builder.tool_messages(instructions, self.goal, first, self.turns, self.info["tools"], experience)
         return builder.messages(instructions, self.goal, self.shown(), self.info.get("admissible_actions"),
                                 self.past, experience)
 
@@ -60,6 +67,9 @@ class AgentView:
         valid = action is not None and not info.get("invalid", False)
         self.past.append((self.obs, action if action is not None else f"{answer.strip()[:40]} (invalid)"))
         self.feedback = "" if valid else invalid_feedback(self.obs, obs if action is not None else None, info)
+        if self.info.get("tools"):
+            calls = json.loads(action) if valid and action is not None else None
+            self.turns.append((answer, [calls] if isinstance(calls, dict) else calls, obs if valid else self.feedback))
         if valid:
             self.obs, self.info = obs, {**self.info, **info}
         return valid

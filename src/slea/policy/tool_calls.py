@@ -1,0 +1,203 @@
+"""Tool-call syntax: parsing a model's answer into calls, in the format its chat template speaks.
+
+A parser turns model text into the canonical calls a :class:`slea.envs.tools.ToolEnv` steps on (a list of
+``{"name": ..., "arguments": {...}}``) and back (:meth:`ToolParser.format`, the text of an assistant turn making
+those calls). ``parse`` never raises: a truncated, malformed or hostile answer gives ``([], why)``, and ``why``
+is what the agent is told.
+
+Built in: ``hermes`` (``<tool_call>{"name": ..., "arguments": ...}</tool_call>``, one block per call: Qwen2.5/3,
+Hermes) and ``llama3_json`` (a bare JSON object ``{"name": ..., "parameters": ...}``, optionally after
+``<|python_tag|>``, several separated by ``;``: Llama-3.1/3.2/3.3). :func:`parser_for` picks the parser per
+tokenizer: the first registered parser (by name) whose ``matches(chat_template)`` is true, else ``hermes``. A user adds
+one as any other plugin: ``TOOL_PARSERS.add("mine", MyParser())`` (a :class:`ToolParser` subclass) in a module
+named in the config's ``plugins``; ``PromptBuilder(tool_parser="mine")`` forces one.
+
+Whether the template renders tools itself is :func:`supports_tools` (it reads a ``tools`` variable). Where it
+does, prompts are ``apply_chat_template(messages, tools=schemas)`` and tool results are ``role: "tool"``
+messages. Where it does not (SmolLM2's template, the tiny test model's) the *fallback rendering* is used: the
+schemas and the call syntax (:data:`FALLBACK_SYSTEM`) go at the end of the system message, the assistant's
+calls are written in ``hermes`` syntax and each tool result is a user message
+``<tool_response>\\n{result}\\n</tool_response>``; answers are parsed with ``hermes``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from slea.plugins import Registry
+
+MAX_TEXT = 8000
+Call = dict[str, Any]  # {"name": str, "arguments": dict}
+
+FALLBACK_SYSTEM = ("You can call these tools (JSON schemas):\n{tools}\n"
+                   'To call a tool, reply with <tool_call>{{"name": <tool name>, "arguments": <the arguments as a '
+                   "JSON object>}}</tool_call>.")
+
+
+class ToolParser:
+    """One tool-call syntax: ``parse`` (text -> calls, never raises), ``format`` (calls -> text) and ``matches``
+    (whether a chat template speaks it)."""
+
+    name = "base"
+
+    def matches(self, template: str) -> bool:
+        return False
+
+    def parse(self, text: str) -> tuple[list[Call], str]:
+        raise NotImplementedError
+
+    def format(self, calls: list[Call]) -> str:
+        raise NotImplementedError
+
+
+TOOL_PARSERS: Registry[ToolParser] = Registry("tool parser", ("slea.policy.tool_calls",))
+
+
+def _call(obj: Any, args_key: str) -> tuple[Call | None, str]:
+    """A decoded JSON value as a canonical call, or ``(None, why)``."""
+    if not isinstance(obj, dict) or not isinstance(obj.get("name"), str) or not obj["name"].strip():
+        return None, 'a tool call is a JSON object {"name": ..., "' + args_key + '": {...}}'
+    args = obj.get(args_key, obj.get("arguments", obj.get("parameters", {})))
+    if isinstance(args, str):
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except (ValueError, RecursionError):
+            return None, f"the arguments of {obj['name'][:40]} are not JSON"
+    if not isinstance(args, dict):
+        return None, f"the arguments of {obj['name'][:40]} must be a JSON object"
+    return {"name": obj["name"].strip(), "arguments": args}, ""
+
+
+def _loads(text: str) -> tuple[Any, str]:
+    try:
+        return json.loads(text), ""
+    except RecursionError:
+        return None, "the tool call is nested too deeply"
+    except ValueError as exc:
+        return None, f"bad JSON in the tool call ({str(exc)[:80]})"
+
+
+class HermesParser(ToolParser):
+    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one block per call (Qwen, Hermes). A last
+    block cut off before ``</tool_call>`` is read when its JSON is whole."""
+
+    name = "hermes"
+    _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+
+    def matches(self, template: str) -> bool:
+        return "<tool_call>" in template
+
+    def parse(self, text: str) -> tuple[list[Call], str]:
+        if not isinstance(text, str):
+            return [], "no tool call"
+        blocks = self._BLOCK.findall(text[:MAX_TEXT])
+        if not blocks:
+            return [], 'no tool call: call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
+        calls = []
+        for body in blocks:
+            obj, why = _loads(body.strip())
+            if why:
+                return [], why
+            call, why = _call(obj, "arguments")
+            if call is None:
+                return [], why
+            calls.append(call)
+        return calls, ""
+
+    def format(self, calls: list[Call]) -> str:
+        return "\n".join(f"<tool_call>\n{json.dumps({'name': c['name'], 'arguments': c['arguments']})}\n</tool_call>"
+                         for c in calls)
+
+
+class Llama3JsonParser(ToolParser):
+    """Llama-3.x JSON tool calls: ``{"name": ..., "parameters": {...}}`` (``arguments`` is accepted too),
+    optionally after ``<|python_tag|>``; several calls separated by ``;`` or whitespace."""
+
+    name = "llama3_json"
+
+    def matches(self, template: str) -> bool:
+        return "<|python_tag|>" in template or ("<|eot_id|>" in template and "tools" in template)
+
+    def parse(self, text: str) -> tuple[list[Call], str]:
+        if not isinstance(text, str):
+            return [], "no tool call"
+        text = text[:MAX_TEXT].replace("<|python_tag|>", " ").strip()
+        start = text.find("{")
+        if start < 0:
+            return [], 'no tool call: answer with a JSON object {"name": ..., "parameters": {...}}'
+        decoder, calls, pos = json.JSONDecoder(), [], start
+        while pos < len(text):
+            try:
+                obj, end = decoder.raw_decode(text, pos)
+            except RecursionError:
+                return [], "the tool call is nested too deeply"
+            except ValueError as exc:
+                return [], f"bad JSON in the tool call ({str(exc)[:80]})"
+            call, why = _call(obj, "parameters")
+            if call is None:
+                return [], why
+            calls.append(call)
+            rest = text[end:].lstrip(" \t\r\n;")
+            if not rest.startswith("{"):
+                break
+            pos = len(text) - len(rest)
+        return calls, ""
+
+    def format(self, calls: list[Call]) -> str:
+        return "; ".join(json.dumps({"name": c["name"], "parameters": c["arguments"]}) for c in calls)
+
+
+TOOL_PARSERS.add("hermes", HermesParser())
+TOOL_PARSERS.add("llama3_json", Llama3JsonParser())
+
+
+def _template(tokenizer: Any) -> str:
+    template = getattr(tokenizer, "chat_template", None)
+    if isinstance(template, dict):  # named templates: the default one, else the tool_use one
+        template = template.get("tool_use") or template.get("default") or ""
+    return template if isinstance(template, str) else ""
+
+
+def supports_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template renders a ``tools`` list and tool messages itself."""
+    template = _template(tokenizer)
+    return bool(re.search(r"\btools\b", template)) and "tool" in template.replace("tools", "")
+
+
+def parser_for(tokenizer: Any, name: str | None = None) -> ToolParser:
+    """The parser named ``name``, else, for a template that renders tools, the first registered one (by name)
+    that ``matches`` the tokenizer's chat template, else ``hermes`` (the fallback rendering's syntax)."""
+    if name:
+        return TOOL_PARSERS.get(name)
+    template = _template(tokenizer)
+    if supports_tools(tokenizer):
+        for key in TOOL_PARSERS.names():
+            parser = TOOL_PARSERS.get(key)
+            if parser.matches(template):
+                return parser
+    return TOOL_PARSERS.get("hermes")
+
+
+def assistant_message(calls: list[Call], native: bool, parser: ToolParser) -> dict[str, Any]:
+    """The assistant turn making ``calls``: OpenAI ``tool_calls`` for a template that renders them, else the
+    calls written in the parser's syntax."""
+    if native:
+        return {"role": "assistant", "content": "",
+                "tool_calls": [{"type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                               for c in calls]}
+    return {"role": "assistant", "content": parser.format(calls)}
+
+
+def result_messages(calls: list[Call], results: list[str], native: bool) -> list[dict[str, Any]]:
+    """The tool results of one turn: a ``role: "tool"`` message per call, else (fallback) one user message of
+    ``<tool_response>`` blocks."""
+    if native:
+        return [{"role": "tool", "name": c["name"], "content": r} for c, r in zip(calls, results)]
+    return [{"role": "user", "content": "\n".join(f"<tool_response>\n{r}\n</tool_response>" for r in results)}]
+
+
+def fallback_system(schemas: list[dict[str, Any]]) -> str:
+    """The fallback rendering's tool text, appended to the system message."""
+    return FALLBACK_SYSTEM.format(tools="\n".join(json.dumps(s) for s in schemas))
