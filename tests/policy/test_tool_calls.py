@@ -118,3 +118,11 @@ def test_fallback_rendering_for_a_template_without_tools(tiny_policy):
     assert msgs[-2] == {"role": "assistant", "content": HERMES.format(TURNS[1][1])}
     assert msgs[-1] == {"role": "user", "content": "<tool_response>\n41\n</tool_response>"}
     assert builder.tokenizer.decode(builder.encode(msgs)).endswith("<|im_start|>assistant\n")
+
+
+def test_the_config_names_the_parser(tiny_policy):
+    from slea.config import RolloutSection
+
+    _, tok = tiny_policy
+    assert PromptBuilder.from_rollout(tok, RolloutSection()).tool_syntax() == (HERMES, False)
+    assert PromptBuilder.from_rollout(tok, RolloutSection(tool_parser="llama3_json")).tool_syntax()[0] is LLAMA

@@ -194,6 +194,9 @@ class RolloutSection(_Section):
     # "user" = in the user turn, just before the answer cue (a small model reads them there: the Recall control)
     experience_in: Literal["system", "user"] = "system"
     fuzzy_cutoff: float = Field(0.75, ge=0, le=1)
+    # tool envs (slea.envs.tools): the tool-call parser (slea.policy.tool_calls.TOOL_PARSERS: hermes, llama3_json
+    # or a plugin's); None: chosen from the model's chat template
+    tool_parser: str | None = None
 
 
 class AlgorithmSection(_Section):
