@@ -22,6 +22,14 @@ from slea.alignment.objectives import (
 )
 from slea.alignment.pairs import Pair
 from slea.policy.prompts import PromptBuilder
+from slea.testing.numerics import (
+    assert_same,
+    assert_within,
+    gradient_tolerance,
+    logprob_tolerance,
+    numerics_dtype,
+    tolerance,
+)
 
 SYSTEM = "You are an agent. Reply with exactly one command copied from the list."
 
@@ -169,19 +177,31 @@ class GradRecorder(torch.optim.SGD):
 
 @pytest.mark.parametrize("method", ["tlm_dre", "dpo", "sft"])
 def test_micro_batched_gradient_equals_the_one_pass_gradient(lora_policy, method):
+    """Case 2 of slea.testing.numerics: one pass against micro-batches of 3 turns (other padding, another
+    summation order), computed in numerics_dtype() (make test-numerics also runs bf16)."""
     model, tok = lora_policy
     _perturb_adapter(model)
     batch = _pairs(tok)
     params = [p for p in model.parameters() if p.requires_grad]
     one, many = GradRecorder(params), GradRecorder(params)
-    kw = {"grad_clip": 1e9, "beta": 0.5}
+    dtype = numerics_dtype()
+    kw = {"grad_clip": 1e9, "beta": 0.5, "dtype": dtype}
     m1 = alignment_step(model, one, batch, method, micro_batch=64, **kw)
     m2 = alignment_step(model, many, batch, method, micro_batch=3, **kw)
-    assert m1["loss"] == pytest.approx(m2["loss"], rel=1e-5)
+    turns = [s for p in batch for s in p.chosen + p.rejected]
+    with torch.no_grad():
+        max_logit = max(float(model(input_ids=torch.tensor([s.prompt_ids + s.response_ids])).logits.abs().max())
+                        for s in turns)
+    # the losses are smooth functions of the turns' log-prob sums with slopes of at most 1 per nat here (β = 0.5;
+    # UKL's e^u with the small log-ratios u of a 0.05 adapter; the NLL's 1/tokens): a loss moves by at most the
+    # sum of its turns' log-prob bounds
+    tokens = sum(len(s.response_ids) for s in turns)
+    assert_within(m1["loss"], m2["loss"], tokens * logprob_tolerance(dtype, model.config, max_logit=max_logit),
+                  why=f"{method}: loss, one pass against micro-batches")
     flat1, flat2 = torch.cat([g.flatten() for g in one.grads]), torch.cat([g.flatten() for g in many.grads])
     assert flat1.norm() > 0
-    # equal up to float32 noise from the different padding of each micro-batch
-    assert float((flat1 - flat2).norm() / flat1.norm()) < 1e-5
+    assert_within(flat2, flat1, gradient_tolerance(dtype, model.config, scale=float(flat1.abs().max())),
+                  why=f"{method}: gradient, one pass against micro-batches")
 
 
 def test_tlm_dre_step_uses_the_turn_weights(lora_policy):
@@ -248,6 +268,9 @@ def test_a_non_finite_loss_skips_the_step(lora_policy):
 
 # -- π_ref and π_θ are the same computation --------------------------------------------------------------------
 START_LOSS = {"dpo": math.log(2), "turn_dpo": math.log(2), "dil": 1.0, "tlm_dre": 1.0}
+SAME_STEP = ("π_ref runs at the step as π_θ does (step_reference_logprobs): the same micro-batches, padding, shared "
+             "prefix and dtype, and each turn's sum is the same float32 reduction; at θ = θ_ref the two forwards are "
+             "the same kernels on the same inputs")
 
 
 @pytest.mark.parametrize("micro_batch", [16, 3])  # one pass; two passes (the loss is not linear in the sums)
@@ -255,7 +278,8 @@ START_LOSS = {"dpo": math.log(2), "turn_dpo": math.log(2), "dil": 1.0, "tlm_dre"
 def test_at_the_reference_every_bf16_log_ratio_is_exactly_zero(lora_policy, method, micro_batch):
     """The pipeline's setting: π_ref a frozen copy of the SFT policy (an adapter that is not a no-op), bf16
     autocast, and a reference cache filled first in another batch layout (the pivot histogram runs over the failed
-    turns alone). At θ = θ_ref the step's log-ratios are 0 to 1e-6 and the loss is its analytic value."""
+    turns alone). At θ = θ_ref the step's log-ratios are exactly 0 (case 1 of slea.testing.numerics: on every CPU
+    kind, AVX2 to AMX) and the loss is its analytic value to float32 rounding."""
     import copy
 
     model, tok = lora_policy
@@ -266,23 +290,50 @@ def test_at_the_reference_every_bf16_log_ratio_is_exactly_zero(lora_policy, meth
                             reference=reference)
     opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
     met = alignment_step(model, opt, batch, method, micro_batch=micro_batch, dtype="bfloat16", reference=reference)
-    assert met["chosen_logratio"] == pytest.approx(0.0, abs=1e-6)
-    assert met["rejected_logratio"] == pytest.approx(0.0, abs=1e-6)
-    assert met["accuracy"] == 0.0 and met["margin"] == pytest.approx(0.0, abs=1e-6)
-    assert met["loss"] == pytest.approx(START_LOSS[method], abs=1e-6)
+    for key in ("chosen_logratio", "rejected_logratio", "margin"):
+        assert_same(met[key], 0.0, why=SAME_STEP)
+    assert met["accuracy"] == 0.0
+    # case 2: the loss at u = 0 in float32 (a log-sigmoid or an exp and a few products) against its value in
+    # float64: a few float32 roundings of a quantity of the loss's size
+    assert_within(met["loss"], START_LOSS[method], tolerance("float32", scale=START_LOSS[method], stages=4),
+                  why="the analytic loss at u = 0, computed in float32")
 
 
-def test_a_bf16_reference_from_another_batch_layout_is_not_the_policys_forward(lora_policy):
-    """Why the step computes π_ref itself: in bf16 a turn's log-probs depend on its micro-batch (padding, shared
-    prefix). The same weights scored one turn at a time and in one prompt-sorted batch disagree; in fp32 they agree."""
+def test_the_step_replaces_a_reference_cached_in_another_batch_layout(lora_policy):
+    """Why the step computes π_ref itself: a turn's log-probs depend on its micro-batch (padding, shared prefix)
+    by rounding, so a cache filled in another layout is not the policy's forward. Where the CPU emulates bf16
+    (AVX2) the gap is 1e-4 to 1e-1 nats; where it computes bf16 natively (AVX-512-BF16, AMX) it may be 0; in
+    float32 it is float32 rounding. Both sit inside the case-2 bound, and the step's own reference replaces any
+    cached one: with a cache that is off by more than any layout's rounding, the log-ratios at θ = θ_ref are
+    still exactly 0."""
     model, tok = lora_policy
     _perturb_adapter(model, scale=0.5)
     turns = [s for p in _pairs(tok) for s in p.chosen + p.rejected]
-    gaps = {}
+    with torch.no_grad():
+        max_logit = max(float(model(input_ids=torch.tensor([s.prompt_ids + s.response_ids])).logits.abs().max())
+                        for s in turns)
     for dtype in ("float32", "bfloat16"):
         with torch.no_grad():
             alone = turn_logprob_sums(model, turns, micro_batch=1, dtype=dtype)
             batched = turn_logprob_sums(model, turns, micro_batch=16, dtype=dtype)
-        gaps[dtype] = float((alone - batched).abs().max())
-    assert gaps["float32"] < 1e-5
-    assert gaps["bfloat16"] > max(1e-4, 100 * gaps["float32"])
+        # case 2: another batch layout; a turn's sum adds its tokens' bounds and the float32 sum's own rounding
+        tokens = max(len(s.response_ids) for s in turns)
+        token_scale = math.log(model.config.vocab_size) + 2 * max_logit
+        bound = (tokens * logprob_tolerance(dtype, model.config, max_logit=max_logit)
+                 + tolerance("float32", scale=tokens * token_scale, n=tokens))
+        assert_within(alone, batched, bound,
+                      why=f"{dtype}: one turn per micro-batch against 16, shared prefix and padding differ")
+    # a cache filled one turn at a time and then off by 0.05 nats per token (the order of a bf16 layout gap on an
+    # AVX2 CPU, so the test means the same on a CPU whose gap is 0): the step replaces it
+    import copy
+
+    reference = copy.deepcopy(model).eval().requires_grad_(False)
+    batch = _pairs(tok)
+    cached = [s for p in batch for s in p.chosen + p.rejected]
+    turn_reference_logprobs(model, cached, micro_batch=1, dtype="bfloat16", reference=reference)
+    for s in cached:
+        s.ref_logprobs = [x + 0.05 for x in s.ref_logprobs]
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.0)
+    met = alignment_step(model, opt, batch, "dpo", micro_batch=3, dtype="bfloat16", reference=reference)
+    assert_same(met["chosen_logratio"], 0.0, why=SAME_STEP)
+    assert_same(met["rejected_logratio"], 0.0, why=SAME_STEP)

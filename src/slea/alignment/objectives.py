@@ -16,8 +16,9 @@ settings and never branches on the method's name.
 The reference π_ref is the policy with its LoRA adapter disabled (``model.disable_adapter()``), or a frozen copy
 passed as ``reference=`` (full fine-tuning). tlm-DRE's reference is the SFT policy: for LoRA that means the SFT
 adapter merged into the base weights and a fresh adapter on top before alignment starts. Reference log-probs
-are computed at every step in the policy forward's own batch layout (:func:`step_reference_logprobs`), so the two
-sides are the same computation and every log-ratio starts at exactly 0.
+are computed at every step in the policy forward's own batch layout and summed per turn as the policy's are
+(:func:`step_reference_logprobs`), so the two sides are the same computation and every log-ratio starts at exactly 0
+on every CPU kind.
 """
 
 from __future__ import annotations
@@ -111,8 +112,11 @@ class TurnStats:
         return torch.as_tensor(w, dtype=self.logp.dtype, device=self.logp.device) * self.mask
 
 
-def _side(sums: torch.Tensor, layout: list[list[int]], samples: Sequence[Sample]) -> TurnStats:
-    """Gather the flat per-turn ``sums`` into a padded side; ``layout[b]`` lists pair b's turn indices."""
+def _side(sums: torch.Tensor, layout: list[list[int]], samples: Sequence[Sample],
+          ref_sums: torch.Tensor | None = None) -> TurnStats:
+    """Gather the flat per-turn ``sums`` into a padded side; ``layout[b]`` lists pair b's turn indices.
+    ``ref_sums``: π_ref's per-turn sums as :func:`step_reference_logprobs` returns them (the same reduction as
+    ``sums``); without them, each turn's ``ref_logprobs`` summed here (0 for a turn without)."""
     b, t = len(layout), max((len(row) for row in layout), default=0) or 1
     n = len(samples)
     dev = sums.device
@@ -123,8 +127,11 @@ def _side(sums: torch.Tensor, layout: list[list[int]], samples: Sequence[Sample]
     mask = (idx < n).to(sums.dtype)
     padded = torch.cat([sums, sums.new_zeros(1)])
     has_ref = [s.ref_logprobs is not None for s in samples]
-    ref = torch.tensor([float(np.sum(s.ref_logprobs)) if ok else 0.0 for s, ok in zip(samples, has_ref)] + [0.0],
-                       dtype=sums.dtype, device=dev)
+    if ref_sums is not None:
+        ref = torch.cat([ref_sums.to(sums.dtype), sums.new_zeros(1)])
+    else:
+        ref = torch.tensor([float(np.sum(s.ref_logprobs)) if ok else 0.0 for s, ok in zip(samples, has_ref)] + [0.0],
+                           dtype=sums.dtype, device=dev)
     tokens = torch.tensor([float(len(s.response_ids)) for s in samples] + [0.0], dtype=sums.dtype, device=dev)
     refs = [np.asarray(s.ref_logprobs) for s, ok in zip(samples, has_ref) if ok]
     p = np.ones(n + 1)
@@ -244,25 +251,38 @@ def _chunks(samples: Sequence[Sample], micro_batch: int) -> Iterator[list[int]]:
         yield order[start:start + micro_batch]
 
 
-def _chunk_sums(model, samples: Sequence[Sample], idx: list[int], dtype: str, share_prefix: bool) -> torch.Tensor:
-    logp, _ = response_logprobs(model, [samples[i] for i in idx], temperature=1.0, dtype=dtype,
-                                share_prefix=share_prefix)
+def _chunk_sums(model, samples: Sequence[Sample], idx: list[int], dtype: str, share_prefix: bool,
+                keep_tokens: bool = False) -> torch.Tensor:
+    """The summed response log-probs of the turns ``idx``, one forward (``keep_tokens``: each turn's token
+    log-probs also stored in its ``ref_logprobs``)."""
+    logp, mask = response_logprobs(model, [samples[i] for i in idx], temperature=1.0, dtype=dtype,
+                                   share_prefix=share_prefix)
+    if keep_tokens:
+        for i, row, m in zip(idx, logp, mask):
+            samples[i].ref_logprobs = row[m.bool()].tolist()
     return logp.sum(-1)
+
+
+def _sums_in_chunks(model, samples: Sequence[Sample], micro_batch: int, dtype: str, share_prefix: bool,
+                    keep_tokens: bool = False) -> torch.Tensor:
+    """``(N,)``: :func:`_chunk_sums` over :func:`_chunks`, put back in input order. π_θ's sums and π_ref's
+    (:func:`step_reference_logprobs`) both come from here: the same forwards, the same reduction."""
+    dev = model_device(model)
+    out = torch.zeros(len(samples), device=dev)
+    parts, where = [], []
+    for idx in _chunks(samples, micro_batch):
+        parts.append(_chunk_sums(model, samples, idx, dtype, share_prefix, keep_tokens))
+        where += idx
+    if parts:
+        out = out.index_put((torch.tensor(where, device=dev),), torch.cat(parts))
+    return out
 
 
 def turn_logprob_sums(model, samples: Sequence[Sample], *, micro_batch: int = 8, dtype: str = "float32",
                       share_prefix: bool = True) -> torch.Tensor:
     """``(N,)``: each turn's summed action-token log-prob under ``model`` (differentiable unless called under
     ``torch.no_grad``), in micro-batches of ``micro_batch`` turns (temperature 1)."""
-    dev = model_device(model)
-    out = torch.zeros(len(samples), device=dev)
-    parts, where = [], []
-    for idx in _chunks(samples, micro_batch):
-        parts.append(_chunk_sums(model, samples, idx, dtype, share_prefix))
-        where += idx
-    if parts:
-        out = out.index_put((torch.tensor(where, device=dev),), torch.cat(parts))
-    return out
+    return _sums_in_chunks(model, samples, micro_batch, dtype, share_prefix)
 
 
 def turn_reference_logprobs(model, samples: Sequence[Sample], *, micro_batch: int = 8, dtype: str = "float32",
@@ -277,23 +297,21 @@ def turn_reference_logprobs(model, samples: Sequence[Sample], *, micro_batch: in
 
 @torch.no_grad()
 def step_reference_logprobs(model, samples: Sequence[Sample], *, micro_batch: int, dtype: str, reference=None,
-                            share_prefix: bool = True) -> None:
-    """π_ref's token log-probs of every turn into ``Sample.ref_logprobs``, computed as the policy's forward of the
-    same step runs (:func:`_chunks`: the same micro-batches, shared prefix, padding and dtype), so that at
-    θ = θ_ref every log-ratio is exactly 0 and DPO's loss exactly ln 2, in bf16 as in fp32. A cache filled in
-    another batch layout would not be: in bf16 a row's logits depend on its micro-batch (padding, shared prefix),
-    by up to about 0.1 nats per token. ``reference``: a frozen copy (the SFT policy), else ``model`` with its LoRA
-    adapters disabled."""
+                            share_prefix: bool = True) -> torch.Tensor:
+    """π_ref's token log-probs of every turn into ``Sample.ref_logprobs``, and its per-turn sums (returned,
+    ``(N,)``), computed as the policy's forward of the same step runs (:func:`_sums_in_chunks`: the same
+    micro-batches, shared prefix, padding, dtype and the same summation of a turn's tokens), so that at
+    θ = θ_ref every log-ratio is exactly 0 and DPO's loss exactly ln 2, in bf16 as in fp32, on every CPU kind.
+    A cache filled in another batch layout would not be: a row's logits depend on its micro-batch (padding,
+    shared prefix) by rounding, in bf16 up to about 0.1 nats per token where the CPU emulates bf16; and a turn's
+    sum taken another way (float64 of the token values) differs from the policy's float32 sum by its rounding.
+    ``reference``: a frozen copy (the SFT policy), else ``model`` with its LoRA adapters disabled."""
     if reference is None and not hasattr(model, "disable_adapter"):
         raise ValueError("the reference of a fully fine-tuned policy must be a frozen copy: pass reference=")
     net = model if reference is None else reference
     ctx = model.disable_adapter() if reference is None else contextlib.nullcontext()
     with ctx:
-        for idx in _chunks(samples, micro_batch):
-            logp, mask = response_logprobs(net, [samples[i] for i in idx], temperature=1.0, dtype=dtype,
-                                           share_prefix=share_prefix)
-            for i, row, m in zip(idx, logp, mask):
-                samples[i].ref_logprobs = row[m.bool()].tolist()
+        return _sums_in_chunks(net, samples, micro_batch, dtype, share_prefix, keep_tokens=True)
 
 
 # -- one step ---------------------------------------------------------------------------------------------------
@@ -330,9 +348,10 @@ def alignment_step(model, optimizer, pairs_batch: Sequence[PairTokens], method: 
     chosen = [s for p in pairs_batch for s in p.chosen]
     rejected = [s for p in pairs_batch for s in p.rejected] if spec.pairs else []
     samples = chosen + rejected
+    ref_sums = None
     if spec.reference:
-        step_reference_logprobs(model, samples, micro_batch=micro_batch, dtype=dtype, reference=reference,
-                                share_prefix=share_prefix)
+        ref_sums = step_reference_logprobs(model, samples, micro_batch=micro_batch, dtype=dtype, reference=reference,
+                                           share_prefix=share_prefix)
     layout_c, layout_r, start = [], [], 0
     for p in pairs_batch:
         layout_c.append(list(range(start, start + len(p.chosen))))
@@ -343,7 +362,7 @@ def alignment_step(model, optimizer, pairs_batch: Sequence[PairTokens], method: 
     layout_r = layout_r or [[] for _ in pairs_batch]
 
     def evaluate(sums: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-        return spec.loss(_side(sums, layout_c, samples), _side(sums, layout_r, samples), **kwargs)
+        return spec.loss(_side(sums, layout_c, samples, ref_sums), _side(sums, layout_r, samples, ref_sums), **kwargs)
 
     model.train()
     optimizer.zero_grad(set_to_none=True)

@@ -14,12 +14,17 @@ import torch
 from safetensors.torch import load_model, save_file
 
 from slea.config import AlgorithmSection, ModelSection, TrainSection
+from slea.testing.numerics import numerics_dtype
 from slea.trainer.distributed import DataParallel, shard_frozen_base
 from slea.trainer.update import Sample, ppo_update, reference_logprobs
 
 MODEL = ModelSection(name_or_path="tiny", dtype="float32", lora=True, lora_r=4, lora_alpha=8,
                      lora_targets=["q_proj", "v_proj"])
-TRAIN = TrainSection(lr=1e-2, updates_per_iter=2, micro_batch=2)
+# Plain SGD, not AdamW: its step is linear in the gradient, so the one-process and the data-parallel update (the
+# same function, summed in another order) stay within float32 rounding of each other; AdamW divides every gradient
+# element by its own size, and a near-zero element rounded differently moves its weight by up to lr
+# (slea.testing.numerics). lr 0.1 moves the weights by about 7e-3 in the fixed update.
+TRAIN = TrainSection(lr=0.1, updates_per_iter=2, micro_batch=2)
 AGGS = ("token-mean", "seq-mean-token-mean")
 
 
@@ -55,17 +60,17 @@ def trainable(model) -> dict[str, torch.Tensor]:
 def fixed_update(state: Path, agg: str, dp: DataParallel | None, micro_batch: int = TRAIN.micro_batch,
                  fsdp: bool = False, device: str | torch.device | None = None
                  ) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
-    """One ``ppo_update`` (2 AdamW steps, KL term on) from the saved weights: the trained weights and metrics
+    """One ``ppo_update`` (2 SGD steps, KL term on) from the saved weights: the trained weights and metrics
     (``fsdp``: with the base weights sharded over the group first; ``device``: the model's)."""
     torch.manual_seed(0)
     model = model_from(state, device)
     if fsdp:
         shard_frozen_base(model)
-    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=TRAIN.lr)
+    opt = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=TRAIN.lr)
     algo = AlgorithmSection(loss_agg=agg, kl_coef=0.1)
     train = TRAIN.model_copy(update={"micro_batch": micro_batch})
     met = ppo_update(model, opt, fixed_samples(model.config.vocab_size), algo, train, temperature=1.0,
-                     dtype="float32", rng=random.Random(3), dp=dp)
+                     dtype=numerics_dtype(), rng=random.Random(3), dp=dp)
     return trainable(model), met
 
 
@@ -86,7 +91,7 @@ def fixed_reference(state: Path, dp: DataParallel | None, micro_batch: int, fsdp
     if fsdp:
         shard_frozen_base(model)
     samples = fixed_samples(model.config.vocab_size)
-    reference_logprobs(model, samples, micro_batch=micro_batch, temperature=1.0, dtype="float32", dp=dp)
+    reference_logprobs(model, samples, micro_batch=micro_batch, temperature=1.0, dtype=numerics_dtype(), dp=dp)
     return [s.ref_logprobs for s in samples]
 
 

@@ -48,6 +48,7 @@ comparisons of updates across layouts use plain SGD, whose step is linear in the
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import torch
@@ -62,6 +63,7 @@ __all__ = [
     "gradient_tolerance",
     "logprob_tolerance",
     "max_abs_diff",
+    "numerics_dtype",
     "tolerance",
     "unit_roundoff",
 ]
@@ -115,6 +117,15 @@ def gradient_tolerance(dtype: str | torch.dtype, config, *, scale: float) -> flo
     return tolerance(dtype, scale=scale, stages=2 * forward_stages(config.num_hidden_layers), n=width)
 
 
+def numerics_dtype() -> str:
+    """The dtype the dtype-generic numerics tests compute in: ``SLEA_TEST_DTYPE`` (``float32`` unless set; ``make
+    test-numerics`` runs them once more with ``bfloat16``). Their bounds follow from it."""
+    dtype = os.environ.get("SLEA_TEST_DTYPE", "float32")
+    if dtype not in ("float32", "bfloat16"):
+        raise ValueError(f"SLEA_TEST_DTYPE: float32 or bfloat16, got {dtype!r}")
+    return dtype
+
+
 def exact_on(device: str | torch.device) -> bool:
     """Whether the same computation is bitwise reproducible on ``device`` without extra settings: on the CPU yes
     (at a fixed thread count); on CUDA only under ``torch.use_deterministic_algorithms`` (atomics otherwise)."""
@@ -150,6 +161,12 @@ def assert_same(actual, expected, *, why: str) -> None:
             raise AssertionError(f"keys differ: {sorted(actual)} vs {sorted(expected)} ({why})")
         for k in actual:
             assert_same(actual[k], expected[k], why=f"{why}; {k}")
+        return
+    elif isinstance(actual, (list, tuple)) and isinstance(expected, (list, tuple)):
+        if len(actual) != len(expected):
+            raise AssertionError(f"lengths differ: {len(actual)} vs {len(expected)} ({why})")
+        for i, (a, b) in enumerate(zip(actual, expected)):
+            assert_same(a, b, why=f"{why}; [{i}]")
         return
     else:
         same = actual == expected
