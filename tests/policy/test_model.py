@@ -6,6 +6,15 @@ import pytest
 
 from slea.config import ConfigError, ModelSection
 from slea.policy.model import load_policy, lora_layer_indices
+from slea.testing.numerics import (
+    assert_same,
+    assert_within,
+    exact_on,
+    forward_stages,
+    gradient_tolerance,
+    logprob_tolerance,
+    tolerance,
+)
 
 
 def test_lora_layer_indices():
@@ -94,8 +103,13 @@ def test_a_bf16_base_keeps_the_adapters_fp32_and_trains_them(device):
     ids = torch.tensor([[1, 5, 9, 14, 22, 30]], device=device)
     with torch.no_grad(), autocast("bfloat16", device):
         a, b = model(input_ids=ids).logits.float(), ref(input_ids=ids).logits.float()
-    # the same function up to bf16 storage of the base (autocast already computes the fp32 base in bf16)
-    assert (a - b).abs().max() < 0.05 * b.abs().max()
+    # case 2 of slea.testing.numerics: the same function up to bf16 storage of the base. Autocast already rounds
+    # every matmul's weights and outputs to bf16; what differs is the rest of the path (embeddings, norm weights,
+    # residual stream) rounded to bf16 at the stages of forward_stages, relative to the largest logit
+    config = model.config
+    width = max(config.hidden_size, config.intermediate_size)
+    assert_within(a, b, tolerance("bfloat16", scale=float(b.abs().max()), stages=forward_stages(config.num_hidden_layers),
+                                  n=width), why="bf16 base against an fp32 base under bf16 autocast")
     with autocast("bfloat16", device):
         model(input_ids=ids).logits.float().logsumexp(-1).sum().backward()
     assert all(p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
@@ -117,9 +131,21 @@ def test_gradient_checkpointing_gives_the_plain_forwards_gradients_and_refuses_t
     samples = _samples()
     a, ga = _grads(plain, samples, share_prefix=False)
     b, gb = _grads(ckpt, samples, share_prefix=False)
-    assert torch.allclose(a, b, atol=1e-6)
-    for n in ga:
-        torch.testing.assert_close(gb[n], ga[n], rtol=1e-5, atol=1e-7)
+    with torch.no_grad():
+        ids = torch.tensor([samples[0].prompt_ids + samples[0].response_ids], device=device)
+        max_logit = float(plain(input_ids=ids).logits.abs().max())
+    logp_bound = logprob_tolerance("float32", plain.config, max_logit=max_logit)
+    if exact_on(device):
+        # case 1: checkpointing recomputes each layer's forward with the same kernels on the same inputs, and the
+        # backward then runs on the same values (CPU kernels are deterministic at a fixed thread count)
+        why = "a checkpointed layer recomputes the very forward the plain model ran"
+        assert_same(b, a, why=why)
+        assert_same(gb, ga, why=why)
+    else:  # case 2: CUDA's attention backward may accumulate with atomics, in another order each run
+        assert_within(b, a, logp_bound, why="checkpointed against plain forward")
+        scale = max(float(g.abs().max()) for g in ga.values())
+        for n in ga:
+            assert_within(gb[n], ga[n], gradient_tolerance("float32", plain.config, scale=scale), why=n)
     # the layers drop the KV cache they are given: the prefix-shared forward would read nothing, so it refuses
     with pytest.raises(RuntimeError, match="gradient-checkpointed"):
         _grads(ckpt, samples, share_prefix=True)
@@ -129,4 +155,5 @@ def test_gradient_checkpointing_gives_the_plain_forwards_gradients_and_refuses_t
 
         ckpt.train()
         c, _ = response_logprobs(ckpt, samples, temperature=1.0, dtype="float32", share_prefix=True)
-    assert torch.allclose(c, a, atol=1e-5)
+    # case 2: the prefix-shared forward (the prefix's KV cache, then the rest) against the plain one
+    assert_within(c, a, logp_bound, why="shared-prefix forward against the plain forward")

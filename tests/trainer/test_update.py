@@ -9,6 +9,7 @@ gradient, that each row's advantage reaches its own response tokens and nothing 
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import random
 
@@ -19,10 +20,20 @@ import torch
 from slea.algorithms.batch import Advantages
 from slea.config import AlgorithmSection, ModelSection, TrainSection
 from slea.policy.model import load_policy
+from slea.testing.numerics import (
+    assert_same,
+    assert_within,
+    exact_on,
+    gradient_tolerance,
+    logprob_tolerance,
+    numerics_dtype,
+    tolerance,
+)
 from slea.trainer import update as U
 from slea.types import Step
 
 NO_CLIP = 1e9  # gradient comparisons: clip_grad_norm_ must not rescale
+DTYPE = numerics_dtype()  # the gradient comparisons' compute dtype (make test-numerics also runs them in bf16)
 
 
 @pytest.fixture
@@ -70,19 +81,29 @@ def _on_policy(model, samples) -> list[U.Sample]:
 
 def _gradient(model, samples, *, micro_batch: int, agg: str = "token-mean", kl_coef: float = 0.0,
               updates: int = 1) -> list[torch.Tensor]:
-    """The gradient ppo_update leaves on the parameters (SGD with lr 0 never moves them)."""
+    """The gradient ppo_update leaves on the parameters (SGD with lr 0 never moves them), computed in DTYPE."""
     params = [p for p in model.parameters() if p.requires_grad]
     U.ppo_update(model, torch.optim.SGD(params, lr=0.0), samples, AlgorithmSection(loss_agg=agg, kl_coef=kl_coef),
                  TrainSection(updates_per_iter=updates, micro_batch=micro_batch, grad_clip=NO_CLIP),
-                 temperature=1.0, dtype="float32", rng=random.Random(0))
+                 temperature=1.0, dtype=DTYPE, rng=random.Random(0))
     return [p.grad.detach().clone() for p in params]
 
 
-def _assert_same_gradient(a, b, rtol=1e-4):
+def _assert_same_gradient(a, b, dtype: str = DTYPE):
+    """Case 2 of slea.testing.numerics: the same gradient computed in another layout (micro-batches, mini-batch
+    split, devices): within ``dtype`` rounding of the largest gradient element through the forward and backward."""
     scale = max(float(g.abs().max()) for g in a)
     assert scale > 0
-    for ga, gb in zip(a, b):
-        torch.testing.assert_close(gb, ga, rtol=rtol, atol=rtol * scale)
+    assert_within(b, a, gradient_tolerance(dtype, _tiny_config(), scale=scale), why="the same gradient, another layout")
+
+
+@functools.cache
+def _tiny_config():
+    from transformers import AutoConfig
+
+    from slea.policy.tiny import tiny_model_dir
+
+    return AutoConfig.from_pretrained(tiny_model_dir())
 
 
 # -- direction ------------------------------------------------------------------------------------------------
@@ -138,7 +159,10 @@ def test_the_update_on_the_device_gives_the_cpu_update_s_gradient(model, device)
     moved = copy.deepcopy(model).to(device)
     got = _gradient(moved, rows(), micro_batch=4, kl_coef=0.3)
     assert {g.device.type for g in got} == {device}
-    _assert_same_gradient(want, [g.cpu() for g in got])
+    if exact_on(device):  # on the CPU both sides are one computation (case 1): the same kernels, rows and layout
+        assert_same([g.cpu() for g in got], want, why="the CPU update of a copy of the model on the same rows")
+    else:  # another device's kernels (case 2)
+        _assert_same_gradient(want, [g.cpu() for g in got])
 
 
 def test_gradient_checkpointing_leaves_the_update_s_gradient_unchanged(model):
@@ -240,7 +264,13 @@ def test_each_rows_advantage_reaches_exactly_its_response_tokens(model):
             j = k - lens[i] + t  # column j predicts the token at right-aligned position j + 1
             onehot = torch.nn.functional.one_hot(torch.tensor(tok), z.shape[-1]).float()
             expected[i, j] = adv[i] / n_tokens * (probs[i, j] - onehot)
-    torch.testing.assert_close(z.grad, expected, rtol=1e-4, atol=1e-7)
+    # case 2: autograd's log-softmax backward against the formula, in the update's dtype. Each element is
+    # A_i/N · (p − onehot), p = exp(z − logsumexp(z)): p's relative error is the log-sum-exp's absolute one (a
+    # reduction over the vocabulary of values up to ln V + 2·max|z|) plus a few roundings
+    lse_scale = math.log(z.shape[-1]) + 2 * float(z.detach().abs().max())
+    rel = tolerance(DTYPE, scale=lse_scale, stages=3, n=z.shape[-1])
+    torch.testing.assert_close(z.grad.float(), expected.float(), rtol=rel,
+                               atol=tolerance(DTYPE, scale=float(np.abs(adv).max()) / n_tokens))
     assert (z.grad[1, : k - lens[1]] == 0).all() and (z.grad[:, k] == 0).all()  # prompt / padding / past the end
 
 
@@ -291,8 +321,9 @@ def test_lora_reference_logprobs_equal_a_forward_of_the_base_model(tiny_policy):
     U.reference_logprobs(policy, samples, micro_batch=2, temperature=0.7, dtype="float32")
     base = tiny_policy[0]
     scaled = _Tempered(base, 0.7)
+    bound = logprob_tolerance("float32", base.config, max_logit=_max_logit(scaled, samples))
     for s, want in zip(samples, _logprobs(scaled, samples)):
-        np.testing.assert_allclose(s.ref_logprobs, want, rtol=1e-5, atol=1e-5)
+        assert_within(s.ref_logprobs, want, bound, why=LAYOUT)
     adapted = _logprobs(_Tempered(policy, 0.7), samples)
     assert max(abs(a - b) for s, row in zip(samples, adapted) for a, b in zip(s.ref_logprobs, row)) > 1e-3
 
@@ -306,9 +337,19 @@ def test_full_finetune_reference_logprobs_equal_a_forward_of_the_frozen_copy(mod
     with pytest.raises(ValueError, match="frozen copy"):
         U.reference_logprobs(model, samples, micro_batch=4, temperature=1.0, dtype="float32")
     U.reference_logprobs(model, samples, reference=reference, micro_batch=3, temperature=1.0, dtype="float32")
+    bound = logprob_tolerance("float32", reference.config, max_logit=_max_logit(reference, samples))
     for s, want, moved in zip(samples, _logprobs(reference, samples), _logprobs(model, samples)):
-        np.testing.assert_allclose(s.ref_logprobs, want, rtol=1e-5, atol=1e-5)
+        assert_within(s.ref_logprobs, want, bound, why=LAYOUT)
         assert max(abs(a - b) for a, b in zip(s.ref_logprobs, moved)) > 1e-4
+
+
+LAYOUT = "the update's batched, prefix-shared, left-padded forward against a plain forward per sample (case 2)"
+
+
+@torch.no_grad()
+def _max_logit(model, samples) -> float:
+    return max(float(model(input_ids=torch.tensor([s.prompt_ids + s.response_ids])).logits.abs().max())
+               for s in samples)
 
 
 class _Tempered(torch.nn.Module):
@@ -352,7 +393,9 @@ def test_recomputed_old_logprobs_start_the_first_minibatch_at_ratio_one_exactly(
         out[mode] = U.ppo_update(model, torch.optim.SGD(params, lr=0.0), fresh, AlgorithmSection(old_logprobs=mode),
                                  TrainSection(updates_per_iter=2, micro_batch=3), temperature=1.0, dtype=dtype,
                                  rng=random.Random(0))
-    assert out["recompute"]["ratio_dev_onpolicy"] == 0.0 and out["recompute"]["ratio_onpolicy_max_dev"] == 0.0
+    # case 1: π_old of the first mini-batch is that very forward's output, detached: ratio = e^(x − x) = 1 on any CPU
+    for key in ("ratio_dev_onpolicy", "ratio_onpolicy_max_dev"):
+        assert_same(out["recompute"][key], 0.0, why="π_old is the training forward's own output")
     assert out["rollout"]["ratio_dev_onpolicy"] > 0.03  # |e^±0.05 − 1| ≈ 0.05, plus bf16's own gap
     assert "mismatch_dev_mean" not in out["rollout"]
 
@@ -363,14 +406,18 @@ def test_the_logged_mismatch_is_the_rollout_versus_trainer_ratio_before_the_firs
     shifts = [0.1 * (i % 3) - 0.05 for i in range(6)]  # per row: −0.05, 0.05, 0.15, ...
     for s, d in zip(samples, shifts):
         s.old_logprobs = [lp - d for lp in s.old_logprobs]
+    max_logit = _max_logit(model, samples)  # at the weights the mismatch is taken at
     out = _update(model, samples, lr=0.5, old_logprobs="recompute")  # the weights move after the first step
     devs = [abs(math.exp(d) - 1) for s, d in zip(samples, shifts) for _ in s.response_ids]
-    assert out["mismatch_dev_mean"] == pytest.approx(np.mean(devs), rel=1e-4)
-    assert out["mismatch_max_dev"] == pytest.approx(max(devs), rel=1e-4)
+    # case 2: the trainer's log-probs (batched) against _on_policy's (a plain forward per sample): e^d moves by
+    # e^d times their gap
+    bound = math.exp(max(shifts)) * logprob_tolerance("float32", model.config, max_logit=max_logit)
+    assert_within(out["mismatch_dev_mean"], np.mean(devs), bound, why=LAYOUT)
+    assert_within(out["mismatch_max_dev"], max(devs), bound, why=LAYOUT)
     # π_old of every mini-batch is the pre-update training forward's, the rollout's is kept
     assert max(abs(a - b) for s, t in zip(samples, trainer) for a, b in zip(_logprobs(model, [s])[0], t)) > 1e-3
     for s, want in zip(samples, trainer):
-        np.testing.assert_allclose(s.trainer_logprobs, want, rtol=1e-5, atol=1e-5)
+        assert_within(s.trainer_logprobs, want, bound, why=LAYOUT)
 
 
 def test_tis_weights_by_hand():
@@ -400,9 +447,9 @@ def test_tis_gradient_equals_the_recompute_gradient_with_advantages_weighted_by_
         return [p.grad.detach().clone() for p in params]
 
     tis = grad(copy.deepcopy(samples), "tis")
-    _assert_same_gradient(tis, grad(weighted, "recompute"))
+    _assert_same_gradient(tis, grad(weighted, "recompute"), dtype="float32")
     with pytest.raises(AssertionError):  # the weights matter: plain recompute differs
-        _assert_same_gradient(tis, grad(copy.deepcopy(samples), "recompute"))
+        _assert_same_gradient(tis, grad(copy.deepcopy(samples), "recompute"), dtype="float32")
 
 
 def test_kl_to_a_fresh_lora_reference_is_exactly_zero_at_the_first_step():
@@ -415,9 +462,12 @@ def test_kl_to_a_fresh_lora_reference_is_exactly_zero_at_the_first_step():
     out = U.ppo_update(policy, torch.optim.SGD(params, lr=0.0), samples, AlgorithmSection(kl_coef=0.1),
                        TrainSection(updates_per_iter=1, micro_batch=4), temperature=1.0, dtype="bfloat16",
                        rng=random.Random(0), reference_needed=True)
-    assert out["kl"] == 0.0 and out["ratio_dev_onpolicy"] == 0.0
-    for s in samples:
-        assert s.ref_logprobs == s.trainer_logprobs
+    # case 1: π_ref's forward (adapters disabled) and π_θ's (a B = 0 adapter, which adds an exact 0 and casts back
+    # to the base layer's dtype) run the same kernels on the same micro-batches, shared prefix and dtype
+    why = "π_ref and π_θ are the same forward of the same micro-batches (a B = 0 adapter adds exactly 0)"
+    assert_same(out["kl"], 0.0, why=why)
+    assert_same(out["ratio_dev_onpolicy"], 0.0, why="π_old is the training forward's own output")
+    assert_same([s.ref_logprobs for s in samples], [s.trainer_logprobs for s in samples], why=why)
 
 
 # -- entropy: logged, and the bonus --------------------------------------------------------------------------
