@@ -16,7 +16,7 @@ PYTEST_ARGS ?= -q --durations=20
 # fixtures built once); each worker computes on one thread (tests/conftest.py). PYTEST_WORKERS=0: one process.
 PYTEST_WORKERS ?= 2
 
-.PHONY: setup train test smoke bench lint clean
+.PHONY: setup train test test-numerics smoke bench lint clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,14 @@ smoke: $(STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
+
+# The numerics tests (slea.testing.numerics' tolerance rule) once per CPU kernel path this machine can reach:
+# PyTorch's and oneDNN's ISA capped at each level up to this CPU's own (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA),
+# then in bf16 on the emulated (AVX2) and this CPU's own path; a table says which ISAs each pass reached.
+NUMERICS_TESTS ?= tests/test_numerics.py tests/alignment/test_objectives.py tests/trainer/test_update.py \
+  tests/trainer/test_distributed.py tests/policy/test_model.py tests/bench/test_trl_step.py
+test-numerics: $(STAMP)
+	$(PY) -m slea.testing.isa_matrix --workers $(PYTEST_WORKERS) $(NUMERICS_TESTS)
 
 bench: $(STAMP)
 	$(PY) bench/advantages.py

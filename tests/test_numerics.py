@@ -46,3 +46,24 @@ def test_assert_same_is_bitwise():
     with pytest.raises(AssertionError):
         assert_within(float("nan"), 0.0, 1.0, why="NaN is never within")
     assert max_abs_diff([1.0, [2.0, 3.0]], [1.0, [2.0, 3.5]]) == 0.5
+
+
+def test_the_isa_matrix_caps_each_level_this_cpu_has_and_adds_bf16_passes():
+    from slea.testing.isa_matrix import passes
+
+    avx2 = {"sse4_1", "avx2", "fma"}
+    avx512 = avx2 | {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}
+    amx = avx512 | {"avx512_bf16", "amx_tile", "amx_bf16"}
+    assert [(p.aten, p.onednn, p.dtype) for p in passes(avx2)] == [
+        ("default", "SSE41", "float32"), ("avx2", "AVX2", "float32"), ("avx2", "AVX2", "bfloat16")]
+    assert [p.name for p in passes(avx512)] == ["SSE41", "AVX2", "AVX512_CORE", "AVX512_CORE_VNNI", "AVX2 bf16",
+                                                "AVX512_CORE_VNNI bf16"]
+    assert passes(amx)[-1].onednn == "AVX512_CORE_AMX" and len(passes(amx)) == 8
+    assert passes(set()) == []
+
+
+def test_assert_same_walks_lists_of_tensors():
+    a = [torch.ones(2), torch.zeros(3)]
+    assert_same(a, [t.clone() for t in a], why="copies")
+    with pytest.raises(AssertionError, match=r"\[1\]"):
+        assert_same(a, [torch.ones(2), torch.full((3,), 1e-30)], why="the second differs")
