@@ -13,13 +13,13 @@ import pytest
 
 import slea.envs
 from slea.envs import make, registered
-from slea.envs.base import DEFAULT_INSTRUCTIONS, TextEnv, user_turn
+from slea.envs.base import DEFAULT_INSTRUCTIONS, TextEnv, env_class, user_turn
 from slea.envs.pool import EnvPool
 from slea.types import Instructions
 
 FAMILIES = {"textworld", "alfworld", "scienceworld", "webshop", "search_qa", "sokoban", "recall", "ballot", "tools"}
-# Tool envs are prompted in the model's own tool-call syntax (slea.policy.tool_calls), not with a text example.
-_TOOL_FAMILIES = {"tools"}
+# Tool envs (``tool_env``) are prompted in the model's own tool-call syntax (slea.policy.tool_calls), not with a
+# text example.
 # The ids whose constructor needs data of the user's: built with a tiny file instead, or skipped.
 _NEEDS_OFFICIAL_DATA = {"slea/ALFWorld-Official-v0"}
 
@@ -52,7 +52,7 @@ def test_every_family_is_covered():
 
 
 @pytest.mark.parametrize("env_id", sorted(i for i, s in registered().items()
-                                          if s.family != "test" and s.family not in _TOOL_FAMILIES))
+                                          if s.family != "test" and not getattr(env_class(i), "tool_env", False)))
 def test_every_registered_env_has_its_own_instructions(env_id, qa_file):
     env = _build(env_id, qa_file)
     try:

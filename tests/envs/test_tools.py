@@ -146,3 +146,43 @@ def test_the_calc_env_is_registered_and_passes_gymnasium_check_env():
         _, r, term, _, step_info = e.step(action)
     assert term and r == 1.0 and step_info["won"]
     assert make("slea/ToolCalc-v0", split="heldout").reset(seed=5)[0] != make("slea/ToolCalc-v0").reset(seed=5)[0]
+
+
+# -- Search-QA as tools ------------------------------------------------------------------------------------------
+def _qa(tmp_path) -> dict:
+    docs = [{"title": "Paris", "text": "Paris is the capital of France."},
+            {"title": "Berlin", "text": "Berlin is the capital of Germany."}]
+    qs = [{"question": "What is the capital of France?", "answers": ["Paris"]},
+          {"question": "What is the capital of Germany?", "answers": ["Berlin"]}]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in docs))
+    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(q) for q in qs))
+    return {"dataset_path": str(tmp_path / "q.jsonl"), "corpus": str(tmp_path / "corpus.jsonl"), "split": "all"}
+
+
+def test_search_qa_tools_plays_the_tag_versions_questions_with_the_same_corpus_and_metrics(tmp_path):
+    kw = _qa(tmp_path)
+    tools, tags = make("slea/SearchQA-tools-file-v0", **kw), make("slea/SearchQA-file-v0", **kw)
+    obs, info = tools.reset(seed=0)
+    tag_obs, tag_info = tags.reset(seed=0)
+    assert (obs, info["goal"]) == (tag_obs, tag_info["goal"]) == ("Question: What is the capital of France?",
+                                                                   "What is the capital of France?")
+    assert [s["function"]["name"] for s in info["tools"]] == ["search", "answer"]
+    assert registered()["slea/SearchQA-tools-file-v0"].family == registered()["slea/SearchQA-file-v0"].family
+    found, r, term, _, step = tools.step(call("search", query="capital of France"))
+    tag_obs = tags.step("<search>capital of France</search>")[0]
+    assert not step["invalid"] and r == 0.0 and not term and found in tag_obs and "Paris is the capital" in found
+    assert step["num_searches"] == 1 and step["retrieved"][0] == "Paris"
+    bad = tools.step(call("search", q="x"))[4]
+    assert bad["invalid"] and "wrong arguments" in bad["error"]
+    assert tools.step(call("search", query="  "))[4]["invalid"]
+    obs, r, term, _, step = tools.step(call("answer", text="paris"))
+    tag_r = tags.step("<answer>paris</answer>")[1]  # the same metric
+    assert term and r == 1.0 == tag_r and step["won"] and step["em"] == 1.0 and step["prediction"] == "paris"
+    # several calls in one turn run in order, up to the answer; snapshots are the tag version's (exact)
+    tools.reset(seed=1)
+    state = tools.get_state()
+    obs, r, term, _, step = tools.step(json.dumps([call_dict("search", query="Germany"),
+                                                   call_dict("answer", text="Munich")]))
+    assert term and r == 0.0 and json.loads(obs)[1] == "Answer submitted: Munich" and step["f1"] == 0.0
+    tools.set_state(state)
+    assert tools.step(json.dumps(json.loads(tools.reset(seed=1)[1]["walkthrough"][1])))[1] == 1.0

@@ -372,3 +372,25 @@ def test_tool_turns_train_on_exactly_the_generated_ids(template, tiny_policy):
                                                                           builder, {})))))
         assert [encode_turn(builder, turn) for turn in data.turns] == [(r.prompt_ids, r.response_ids)
                                                                         for r in traj.steps]
+
+
+def test_search_qa_tool_turns_train_on_exactly_the_generated_ids(tiny_policy, tmp_path):
+    """Search-QA as tools (slea/SearchQA-tools-file-v0) in the fallback rendering: search results come back as
+    tool responses, and the rows are the generated ids."""
+    from slea.policy.tool_calls import parser_for
+
+    model, tok = tiny_policy
+    pool = EnvPool("slea/SearchQA-tools-file-v0", 1, 2, _qa_files(tmp_path))
+    seeds = [0]
+    try:
+        first = pool.reset(seeds)
+        walk = [parser_for(tok).format(json.loads(a)) for a in first[1][1]["walkthrough"]]
+        engine = Recording(HFGenerator(model, tok, dtype="float32"), tok, {(seeds[0], 1): walk})
+        col = RolloutCollector(engine, PromptBuilder(tok, history=4), RolloutSection(max_new_tokens=8), max_steps=4)
+        trajs, stats = col.collect(pool, seeds)
+    finally:
+        pool.close()
+    assert_token_exact(flatten(trajs), engine, stats)
+    _, scripted = trajs
+    assert [s.valid for s in scripted.steps] == [False, True, True] and scripted.won
+    assert "<tool_response>\nDoc 1(Title: Paris) Paris is the capital" in tok.decode(scripted.steps[-1].prompt_ids)

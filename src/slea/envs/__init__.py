@@ -8,7 +8,8 @@ import importlib
 from slea.envs.base import EnvSpec, MissingExtraError, TextEnv, make, register, registered
 
 # One module per family; each calls ``register`` at import time and imports its engine lazily.
-_FAMILIES = ("textworld", "sokoban", "scienceworld", "alfworld", "webshop", "search_qa", "recall", "ballot", "tools")
+_FAMILIES = ("textworld", "sokoban", "scienceworld", "alfworld", "webshop", "search_qa", "recall", "ballot", "tools",
+             "search_qa_tools")
 
 for _name in _FAMILIES:
     try:

@@ -77,50 +77,14 @@ def _type_ok(value: Any, spec: dict[str, Any]) -> bool:
     return False
 
 
-class ToolEnv(TextEnv):
-    """A tool environment from functions (module docstring). ``tools``: the callables; ``tasks``: a list of
-    task dicts, or ``tasks(split)``; ``reward(task, calls) -> float``; ``final_tools``: the tools that end the
-    episode; ``timeout_s``: a tool running longer is a fault."""
+class ToolSet:
+    """Callables, their generated schemas, and the check of an action's calls against them."""
 
-    instructions: ClassVar[Instructions] = TOOL_INSTRUCTIONS
-    task_type = "tools"
-    snapshots: ClassVar = "none"  # a user's tools may have side effects; a deterministic subclass sets "replay"
-
-    def __init__(self, tools: Sequence[Callable[..., Any]], tasks: Sequence[dict[str, Any]] | Callable[[str], Any],
-                 reward: Callable[[dict[str, Any], list[dict[str, Any]]], float], *,
-                 final_tools: Sequence[str] = ("answer",), win_at: float = 1.0, timeout_s: float = 10.0,
-                 split: str = "train") -> None:
-        super().__init__()
+    def __init__(self, tools: Sequence[Callable[..., Any]]) -> None:
         self.tools = {fn.__name__: fn for fn in tools}
         self.schemas = [tool_schema(fn) for fn in tools]
         self._params = {s["function"]["name"]: s["function"].get("parameters", {}) for s in self.schemas}
-        self.tasks = list(tasks(split) if callable(tasks) else tasks)
-        if not self.tasks:
-            raise ValueError("ToolEnv: no tasks")
-        self.reward_fn = reward
-        self.final_tools = tuple(final_tools)
-        self.win_at = float(win_at)
-        self.timeout_s = float(timeout_s)
-        self.split = split
-        self._task: dict[str, Any] = {}
-        self._calls: list[dict[str, Any]] = []
-        self._done = True
 
-    def _info_defaults(self) -> dict[str, Any]:
-        return {"tools": self.schemas}
-
-    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        self._task = dict(self.tasks[self._pick(len(self.tasks), seed, options, "task")])
-        self._goal = str(self._task.get("goal", ""))
-        self._admissible = None
-        self._calls = []
-        self._done = False
-        info: dict[str, Any] = {}
-        if "walkthrough" in self._task:
-            info["walkthrough"] = list(self._task["walkthrough"])
-        return str(self._task.get("observation", self._goal)), info
-
-    # -- a step: check every call, then run them --------------------------------------------------------
     def check(self, action: str) -> tuple[list[dict[str, Any]], str]:
         """The calls of an action, or ``([], why)`` when it is not a valid list of calls to these tools."""
         try:
@@ -163,6 +127,54 @@ class ToolEnv(TextEnv):
             if key in props and not _type_ok(value, props[key]):
                 return f"wrong arguments for {name}: {key} must be {props[key].get('type')}"
         return ""
+
+
+class ToolEnv(TextEnv):
+    """A tool environment from functions (module docstring). ``tools``: the callables; ``tasks``: a list of
+    task dicts, or ``tasks(split)``; ``reward(task, calls) -> float``; ``final_tools``: the tools that end the
+    episode; ``timeout_s``: a tool running longer is a fault."""
+
+    instructions: ClassVar[Instructions] = TOOL_INSTRUCTIONS
+    tool_env: ClassVar[bool] = True  # prompted in the model's own tool syntax, not with the text example
+    task_type = "tools"
+    snapshots: ClassVar = "none"  # a user's tools may have side effects; a deterministic subclass sets "replay"
+
+    def __init__(self, tools: Sequence[Callable[..., Any]], tasks: Sequence[dict[str, Any]] | Callable[[str], Any],
+                 reward: Callable[[dict[str, Any], list[dict[str, Any]]], float], *,
+                 final_tools: Sequence[str] = ("answer",), win_at: float = 1.0, timeout_s: float = 10.0,
+                 split: str = "train") -> None:
+        super().__init__()
+        self.toolset = ToolSet(tools)
+        self.tools, self.schemas = self.toolset.tools, self.toolset.schemas
+        self.tasks = list(tasks(split) if callable(tasks) else tasks)
+        if not self.tasks:
+            raise ValueError("ToolEnv: no tasks")
+        self.reward_fn = reward
+        self.final_tools = tuple(final_tools)
+        self.win_at = float(win_at)
+        self.timeout_s = float(timeout_s)
+        self.split = split
+        self._task: dict[str, Any] = {}
+        self._calls: list[dict[str, Any]] = []
+        self._done = True
+
+    def _info_defaults(self) -> dict[str, Any]:
+        return {"tools": self.schemas}
+
+    def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        self._task = dict(self.tasks[self._pick(len(self.tasks), seed, options, "task")])
+        self._goal = str(self._task.get("goal", ""))
+        self._admissible = None
+        self._calls = []
+        self._done = False
+        info: dict[str, Any] = {}
+        if "walkthrough" in self._task:
+            info["walkthrough"] = list(self._task["walkthrough"])
+        return str(self._task.get("observation", self._goal)), info
+
+    # -- a step: check every call (ToolSet.check), then run them -------------------------------------------
+    def check(self, action: str) -> tuple[list[dict[str, Any]], str]:
+        return self.toolset.check(action)
 
     def _run(self, name: str, args: dict[str, Any]) -> Any:
         pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)

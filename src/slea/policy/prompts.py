@@ -118,7 +118,7 @@ class PromptBuilder:
         else:
             head["content"] = f"{system}\n\n{tool_calls.fallback_system(schemas)}"
         task = clip_observation(first_obs, self.obs_max_chars)
-        if goal.strip() and task.strip() != goal.strip():
+        if goal.strip() and goal.strip() not in task:
             task = f"{goal.strip()}\n{task}"
         msgs: list[dict[str, Any]] = [head, {"role": "user", "content": task or goal.strip()}]
         shown = turns[-self.history:] if self.history else []
