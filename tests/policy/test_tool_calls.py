@@ -126,3 +126,17 @@ def test_the_config_names_the_parser(tiny_policy):
     _, tok = tiny_policy
     assert PromptBuilder.from_rollout(tok, RolloutSection()).tool_syntax() == (HERMES, False)
     assert PromptBuilder.from_rollout(tok, RolloutSection(tool_parser="llama3_json")).tool_syntax()[0] is LLAMA
+
+
+def test_a_template_with_one_call_per_turn_gets_each_call_as_its_own_exchange(tiny_policy):
+    _, tok = tiny_policy
+    builder = PromptBuilder(with_template(tok, LLAMA_TEMPLATE), history=4)
+    calls = [{"name": "add", "arguments": {"a": 1}}, {"name": "add", "arguments": {"a": 2}}]
+    msgs = builder.tool_messages(Instructions(system="Solve it."), "Add.", "Add.", [("x", calls, '["1", "2"]')],
+                                 SCHEMAS)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    assert [m["content"] for m in msgs if m["role"] == "tool"] == ["1", "2"]
+    assert builder.encode(msgs)
+    qwen = PromptBuilder(with_template(tok, QWEN_TEMPLATE), history=4)
+    msgs = qwen.tool_messages(Instructions(system="Solve it."), "Add.", "Add.", [("x", calls, '["1", "2"]')], SCHEMAS)
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "tool", "tool"]

@@ -135,6 +135,11 @@ class PromptBuilder:
                     results = [told]
                 results = (results + [""] * len(calls))[: len(calls)]
             results = [clip_observation(r, self.obs_max_chars) for r in results]
+            if native and not parser.multi_call:  # Llama-3.x's template takes one call per assistant turn
+                for call, result in zip(calls, results):
+                    msgs.append(tool_calls.assistant_message([call], native, parser))
+                    msgs += tool_calls.result_messages([call], [result], native)
+                continue
             msgs.append(tool_calls.assistant_message(calls, native, parser))
             msgs += tool_calls.result_messages(calls, results, native)
         return msgs

@@ -41,6 +41,8 @@ class ToolParser:
     (whether a chat template speaks it)."""
 
     name = "base"
+    # whether the template renders several calls in one assistant turn (else each call is its own turn)
+    multi_call = True
 
     def matches(self, template: str) -> bool:
         return False
@@ -116,6 +118,7 @@ class Llama3JsonParser(ToolParser):
     optionally after ``<|python_tag|>``; several calls separated by ``;`` or whitespace."""
 
     name = "llama3_json"
+    multi_call = False  # Llama-3.1's template raises on an assistant turn with several tool calls
 
     def matches(self, template: str) -> bool:
         return "<|python_tag|>" in template or ("<|eot_id|>" in template and "tools" in template)
