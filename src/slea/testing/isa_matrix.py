@@ -14,6 +14,9 @@ pass reports the ISAs its process reached (what torch and oneDNN say, not what w
 
 A cap above what the CPU has is ignored by both libraries, so passes above this machine's level are not run: an
 AMX machine runs one pass more than an AVX-512-BF16 one, an AVX2 machine two fewer.
+
+On a 2-core AMD EPYC with AVX-512-BF16 and no AMX every pass reached what it asked (torch DEFAULT,
+AVX2, AVX512; oneDNN SSE4.1, AVX2, AVX-512, AVX-512 with DL Boost, AVX-512 with bf16): 7 passes, all passed, 236 s.
 """
 
 from __future__ import annotations
