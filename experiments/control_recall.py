@@ -393,8 +393,11 @@ def compare_table(folder: Path | None = None) -> str:
     tab["baseline"] = BASELINE if BASELINE in arms else arms[0]
     held = {(r.algorithm, r.seed): _sampled(r.dir / "eval" / "summary.json").get("success") for r in runs}
     vs = {c.a: c for c in pairs if c.b == BASELINE}
+    saved = folder / "compare.json"  # the --set every sub-run of the folder shared (the last run's spec)
+    overrides = json.loads(saved.read_text()).get("overrides", []) if saved.is_file() else []
     lines = [compare.table_markdown({**tab, "pairs": [], "spec": {"config": "configs/control_recall.yaml",
-                                                                   "seeds": sorted({r.seed for r in runs})}}).rstrip(),
+                                                                   "seeds": sorted({r.seed for r in runs}),
+                                                                   "overrides": overrides}}).rstrip(),
              "", (f"| arm | seeds | held-out success (64 per seed) | − {BASELINE}, paired by seed (p, 95% CI) | "
                   "held-out with retrieval off | steps that retrieved, held-out | library entries (strategies / "
                   "warnings) |"),
