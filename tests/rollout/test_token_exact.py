@@ -133,21 +133,34 @@ def _pool(family: str, groups: int, copies: int, tmp_path) -> tuple[str, dict, E
     return env_id, kwargs, EnvPool(env_id, groups, copies, kwargs)
 
 
+def _play_scripted(model, tok, pool, script, *, history: int, seed: int = 3):
+    """One task group of two copies: copy 0 the tiny model, copy 1 answering ``script(walkthrough)`` of the game
+    seed ``seed`` resets to; the pool is closed after. Returns ``(trajectories, stats, recording engine, builder)``."""
+    builder = PromptBuilder(tok, history=history)
+    try:
+        first = pool.reset([seed])
+        walks = {(seed, 1): script(first[1][1]["walkthrough"])}
+        engine = Recording(HFGenerator(model, tok, dtype="float32"), tok, walks)
+        col = RolloutCollector(engine, builder, RolloutSection(max_new_tokens=8), max_steps=4, keep_messages=True)
+        trajs, stats = col.collect(pool, [seed])
+    finally:
+        pool.close()
+    return trajs, stats, engine, builder
+
+
+def _tool_script(tok):
+    """A tool env's walkthrough (JSON calls) written in the tokenizer's own tool-call syntax."""
+    from slea.policy.tool_calls import parser_for
+
+    return lambda walk: [parser_for(tok).format(json.loads(a)) for a in walk]
+
+
 @pytest.mark.parametrize("family", [
     "textworld", "alfworld", pytest.param("scienceworld", marks=pytest.mark.slow), "searchqa", "webshop", "sokoban"])
 def test_every_family_trains_on_exactly_the_generated_ids(family, tiny_policy, tmp_path):
     model, tok = tiny_policy
     env_id, kwargs, pool = _pool(family, 1, 2, tmp_path)
-    seeds = [3]
-    try:
-        first = pool.reset(seeds)  # the copy-1 script: the walkthrough of the game these seeds reset to
-        walks = {(seeds[0], 1): list(first[1][1]["walkthrough"])}
-        engine = Recording(HFGenerator(model, tok, dtype="float32"), tok, walks)
-        builder = PromptBuilder(tok, history=2)
-        col = RolloutCollector(engine, builder, RolloutSection(max_new_tokens=8), max_steps=4, keep_messages=True)
-        trajs, stats = col.collect(pool, seeds)
-    finally:
-        pool.close()
+    trajs, stats, engine, builder = _play_scripted(model, tok, pool, list, history=2)
     rows = flatten(trajs)
     assert_token_exact(rows, engine, stats)
     model_traj, scripted = trajs
@@ -336,22 +349,12 @@ def test_tool_turns_train_on_exactly_the_generated_ids(template, tiny_policy):
     """A tool env (slea/ToolCalc-v0) played through the collector, in the fallback rendering (the tiny model's
     template has no tools) and in a Qwen-like template's own (tools, ``tool_calls``, ``role: "tool"``): the rows
     are the generated ids, and each prompt is the chat template's rendering of the calls and tool results so far."""
-    from slea.policy.tool_calls import parser_for
     from slea.testing.chat_templates import QWEN_TEMPLATE, with_template
 
     model, tok = tiny_policy
     tok = tok if template == "fallback" else with_template(tok, QWEN_TEMPLATE)
     pool = EnvPool("slea/ToolCalc-v0", 1, 2)
-    seeds = [3]
-    try:
-        first = pool.reset(seeds)
-        walk = [parser_for(tok).format(json.loads(a)) for a in first[1][1]["walkthrough"]]
-        engine = Recording(HFGenerator(model, tok, dtype="float32"), tok, {(seeds[0], 1): walk})
-        builder = PromptBuilder(tok, history=4)
-        col = RolloutCollector(engine, builder, RolloutSection(max_new_tokens=8), max_steps=4, keep_messages=True)
-        trajs, stats = col.collect(pool, seeds)
-    finally:
-        pool.close()
+    trajs, stats, engine, builder = _play_scripted(model, tok, pool, _tool_script(tok), history=4)
     rows = flatten(trajs)
     assert_token_exact(rows, engine, stats)
     _, scripted = trajs
@@ -361,6 +364,7 @@ def test_tool_turns_train_on_exactly_the_generated_ids(template, tiny_policy):
     # (as the model wrote them) and their results
     last = tok.decode(scripted.steps[-1].prompt_ids)
     assert "Your last answer was invalid: no tool call" in last
+    walk = engine.walks[(3, 1)]  # the scripted calls, in the template's syntax
     assert walk[0].strip() in last and walk[1].strip() in last
     assert "<tool_response>\n77\n</tool_response>" in last and "<tool_response>\n106\n</tool_response>" in last
     msgs = scripted.steps[-1].info["messages"]
@@ -377,19 +381,10 @@ def test_tool_turns_train_on_exactly_the_generated_ids(template, tiny_policy):
 def test_search_qa_tool_turns_train_on_exactly_the_generated_ids(tiny_policy, tmp_path):
     """Search-QA as tools (slea/SearchQA-tools-file-v0) in the fallback rendering: search results come back as
     tool responses, and the rows are the generated ids."""
-    from slea.policy.tool_calls import parser_for
 
     model, tok = tiny_policy
     pool = EnvPool("slea/SearchQA-tools-file-v0", 1, 2, _qa_files(tmp_path))
-    seeds = [0]
-    try:
-        first = pool.reset(seeds)
-        walk = [parser_for(tok).format(json.loads(a)) for a in first[1][1]["walkthrough"]]
-        engine = Recording(HFGenerator(model, tok, dtype="float32"), tok, {(seeds[0], 1): walk})
-        col = RolloutCollector(engine, PromptBuilder(tok, history=4), RolloutSection(max_new_tokens=8), max_steps=4)
-        trajs, stats = col.collect(pool, seeds)
-    finally:
-        pool.close()
+    trajs, stats, engine, _ = _play_scripted(model, tok, pool, _tool_script(tok), history=4, seed=0)
     assert_token_exact(flatten(trajs), engine, stats)
     _, scripted = trajs
     assert [s.valid for s in scripted.steps] == [False, True, True] and scripted.won
