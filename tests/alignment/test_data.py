@@ -165,6 +165,49 @@ def test_search_qa_gold_answer_searches_then_answers():
         assert "<information>" in t.turns[1].messages[-1]["content"]  # the retrieval result is in the prompt
 
 
+def _qa_files(tmp_path) -> dict:
+    docs = [{"title": "Paris", "text": "Paris is the capital of France."},
+            {"title": "Berlin", "text": "Berlin is the capital of Germany."}]
+    qs = [{"question": "What is the capital of France?", "answers": ["Paris"]},
+          {"question": "What is the capital of Germany?", "answers": ["Berlin"]}]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in docs))
+    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(q) for q in qs))
+    return {"dataset_path": str(tmp_path / "q.jsonl"), "corpus": str(tmp_path / "corpus.jsonl"), "split": "all"}
+
+
+def test_search_qa_tools_expert_answers_in_the_models_tool_syntax_token_equal_to_a_rollout(tiny_policy, tmp_path):
+    """The tools version's expert (search the question, answer the gold answer) is written as the rollout's own
+    tool calls (the tiny model's template renders no tools: the fallback's <tool_call> blocks): a rollout whose
+    model answers that text has the expert turns' prompt and response ids, step for step."""
+    env_id, kw = "slea/SearchQA-tools-file-v0", _qa_files(tmp_path)
+    _, tok = tiny_policy
+    rollout = RolloutSection(history=1, max_new_tokens=64)
+    builder = PromptBuilder.from_rollout(tok, rollout)
+    assert expert_source(env_id) == "gold_answer"
+    expert, dropped = expert_trajectories(env_id, kw, [0, 1], builder, max_steps=4)
+    assert not dropped and len(expert) == 2
+    for t in expert:
+        assert t.success and t.skipped == 0 and t.final_info["em"] == 1.0 and len(t.turns) == 2
+        search, answer = (json.loads(x.action.split("\n")[1]) for x in t.turns)
+        assert t.turns[0].action.startswith("<tool_call>\n") and t.turns[0].action.endswith("\n</tool_call>")
+        assert search == {"name": "search", "arguments": {"query": t.goal}}
+        assert answer["name"] == "answer" and answer["arguments"]["text"] in ("Paris", "Berlin")
+        assert "<tool_response>" in t.turns[1].messages[-1]["content"]  # the search result is in the prompt
+    with EnvPool(env_id, 2, 1, kw) as pool:
+        walks = {s: [t.action for t in e.turns] for s, e in zip([0, 1], expert)}
+        rollouts, _ = RolloutCollector(ExpertGenerator(tok, walks), builder, rollout, max_steps=4).collect(pool,
+                                                                                                           [0, 1])
+    for roll, exp in zip(rollouts, expert):
+        assert roll.won and len(roll.steps) == len(exp.turns)
+        for step, turn in zip(roll.steps, exp.turns):
+            assert step.valid and step.response_text == turn.action
+            assert encode_turn(builder, turn) == (step.prompt_ids, step.response_ids)
+    # without a tokenizer (slea data expert, slea align's expert stage) the messages are the same
+    plain, _ = expert_trajectories(env_id, kw, [0, 1], PromptBuilder.from_rollout(None, rollout), max_steps=4)
+    assert [[(x.messages, x.action) for x in t.turns] for t in plain] == \
+        [[(x.messages, x.action) for x in t.turns] for t in expert]
+
+
 def test_replays_that_do_not_fit_are_dropped_and_counted():
     env = make("slea/WebShop-v0", split="train")
     traj, why = replay_expert(env, "slea/WebShop-v0", 0, PromptBuilder(None), max_steps=2)

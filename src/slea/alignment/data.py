@@ -11,7 +11,8 @@ walkthrough   TextWorld         the game's walkthrough
 gold_path     ScienceWorld      the engine's gold action sequence
 expert_plan   ALFWorld          the stored expert run (generated games: the hand-coded expert's win)
 goal_product  WebShop (offline) search, open the goal's product, choose its options, buy
-gold_answer   Search-QA         ``<search>question</search>`` (a retrieval step), then the gold answer
+gold_answer   Search-QA         ``<search>question</search>`` (a retrieval step), then the gold answer (the
+                                tools version: the same as ``search`` and ``answer`` calls)
 solver        Sokoban           a shortest solution (BFS)
 sampled       (any)             a trajectory sampled from a policy (the failures the pairs are built from)
 ============  ================  ====================================================================
@@ -201,7 +202,13 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
     that the rollout's parser would not play as written (not in the valid-command list: a fuzzy match would
     step *another* command) or that the env refuses (``invalid``: no effect) is left out and counted in
     ``Trajectory.skipped``; ScienceWorld's gold paths hold such no-ops ("open door to kitchen" when it is
-    open). The replay must still end in a win."""
+    open). The replay must still end in a win.
+
+    A tool env's expert steps are canonical calls (JSON); each turn's answer is those calls in the model's
+    tool-call syntax (:func:`tool_answer`), so the turn's response is what a rollout making them generates. The
+    syntax is ``builder``'s: with no tokenizer (``slea data expert``, the ``expert`` stage of ``slea align``)
+    the fallback rendering's ``<tool_call>`` blocks: a rollout's own prompts for a template without tools (the
+    embedded SmolLM2's), not for one that renders tools (Qwen's), whose rollouts it does not match."""
     source = getattr(env, "expert_source", None)
     obs, info = env.reset(seed=seed)
     view = AgentView.start(obs, info)
@@ -210,9 +217,13 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
         return None, "no expert actions"
     turns: list[Turn] = []
     ret, done, skipped = 0.0, False, 0
-    for text in actions:
-        action, kind = parse_action(text, view.info.get("admissible_actions"), fuzzy_cutoff)
-        if action is None or kind not in ("exact", "free"):
+    for step_action in actions:
+        if view.info.get("tools"):
+            text, action = tool_answer(step_action, builder)
+        else:  # the command as the rollout's parser reads it (the answer is that command)
+            action, kind = parse_action(step_action, view.info.get("admissible_actions"), fuzzy_cutoff)
+            text = action = action if kind in ("exact", "free") else None
+        if action is None:
             skipped += 1
             continue
         if max_steps is not None and len(turns) >= max_steps:
@@ -223,8 +234,8 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
             skipped += 1
             continue
         info = step_info
-        view.advance(action, action, obs, info)
-        turns.append(Turn(messages, action))
+        view.advance(text, action, obs, info)
+        turns.append(Turn(messages, text))
         ret += float(reward)
         if terminated or truncated:
             done = True
@@ -235,6 +246,24 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
                       success=True, ret=ret, turns=turns, goal=view.goal, task_type=str(info.get("task_type", "")),
                       skipped=skipped, env_kwargs=dict(env_kwargs or {}), prompt=prompt_settings(builder),
                       final_info=final_info(info)), ""
+
+
+def tool_answer(calls_json: str, builder: PromptBuilder) -> tuple[str, str | None]:
+    """A tool env's expert step (the canonical calls as JSON, :mod:`slea.envs.tools`) as the model would answer
+    it: ``(text, action)``, ``text`` the calls written in the builder's tool-call syntax (what a rollout shows
+    of a past call: :meth:`~slea.policy.tool_calls.ToolParser.format`) and ``action`` what the rollout's parser
+    reads back from that text (the canonical JSON the env steps on; None when it reads no call)."""
+    try:
+        calls = json.loads(calls_json)
+    except ValueError:
+        return calls_json, None
+    calls = [calls] if isinstance(calls, dict) else calls
+    if not isinstance(calls, list) or not calls:
+        return calls_json, None
+    parser = builder.tool_syntax()[0]
+    text = parser.format(calls)
+    parsed, _ = parser.parse(text)
+    return text, json.dumps(parsed) if parsed else None
 
 
 def prompt_settings(builder: PromptBuilder) -> dict[str, Any]:

@@ -7,7 +7,8 @@ documents (``Doc 1(Title: t) text ...``), an ``answer`` call ends the episode wi
 ``reward`` chosen) and ``info["em"]``/``["f1"]``/``["recall"]`` as there. The action is the canonical calls of
 :mod:`slea.envs.tools` (the rollout parses them from the model's own tool syntax); a bad call is an invalid step
 with the reason, never the tag version's format hint. Several calls in one turn run in order, up to the first
-``answer``; their results are a JSON array.
+``answer``; their results are a JSON array. The expert (``slea data expert``, ``slea align``) is the tag
+version's: ``search`` for the question, then ``answer`` the first gold answer.
 
 ``slea/SearchQA-tools-v0`` (FanOutQA sub-questions over wiki-offline, as ``slea/SearchQA-v0``) and
 ``slea/SearchQA-tools-file-v0`` (your file, as ``slea/SearchQA-file-v0``).
@@ -57,7 +58,9 @@ class SearchQAToolsEnv(SearchQAEnv):
 
     instructions: ClassVar[Instructions] = TOOLS_INSTRUCTIONS
     tool_env: ClassVar[bool] = True
-    expert_source = None  # the tag version's expert speaks tags
+    # info["walkthrough"]: the tag version's expert as calls (search for the question, answer the first gold
+    # answer); slea.alignment.data writes them in the model's tool-call syntax
+    expert_source = "gold_answer"
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
