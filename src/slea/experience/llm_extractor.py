@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from importlib import resources
 from string import Template
 
+from slea.experience.calls import describe_call, is_tool_trajectory, step_error
 from slea.experience.extraction import Candidate, GenerateText, register_extractor, step_clusters
 from slea.experience.library import LEVELS, content_tokens, jaccard, sanitize
 from slea.experience.rule_extractor import Names, RuleExtractor, summarize_goal, summarize_observation
@@ -43,13 +44,32 @@ def render_trajectory(t: Trajectory, max_steps: int = 10, obs_chars: int = 140) 
     return "\n".join(lines)
 
 
+def _tool_turn(t: Trajectory, i: int) -> str:
+    """Step ``i`` of a tool episode as a call with its result (the next step's observation) or why it was
+    rejected: ``multiply(a=8, b=8) → 64``, ``divide(a=1, b=2) (invalid: unknown tool 'divide'...)``."""
+    s = t.steps[i]
+    call = describe_call(s.action, 80)
+    if not s.valid:
+        why = step_error(s, 60)
+        said = call or f"'{_short(s.response_text or '', 30)}'"
+        return f"{said} (invalid{': ' + why if why else ''})"
+    if call is None:
+        return s.action
+    return f"{call} → {_short(t.steps[i + 1].anchor, 40)}" if i + 1 < len(t.steps) else call
+
+
 def render_compact(t: Trajectory, max_steps: int = 12, obs_chars: int = 100) -> str:
     """An episode in three lines (where it started, the commands typed, how it ended): the LLM extractor's
-    ``$trajectory``. Short, and unlike a numbered step list it gives a small model no list to continue."""
+    ``$trajectory``. Short, and unlike a numbered step list it gives a small model no list to continue. A tool
+    episode's middle line is its calls, each with its result (``Tool calls: multiply(a=8, b=8) → 64; ...``)."""
     start = summarize_observation(t.steps[0].anchor, obs_chars) if t.steps else "(no observation)"
+    tools = is_tool_trajectory(t)
     acts = []
-    for s in t.steps:
-        a = s.action if s.valid and s.action else f"'{_short(s.response_text or '', 30)}' (invalid)"
+    for i, s in enumerate(t.steps):
+        if tools:
+            a = _tool_turn(t, i)
+        else:
+            a = s.action if s.valid and s.action else f"'{_short(s.response_text or '', 30)}' (invalid)"
         if s.reward > 0:
             a += f" (reward {s.reward:g})"
         elif s.reward < 0 and s.valid:
@@ -57,8 +77,9 @@ def render_compact(t: Trajectory, max_steps: int = 12, obs_chars: int = 100) -> 
         acts.append(a)
     if len(acts) > max_steps:
         acts = acts[:4] + [f"… {len(acts) - max_steps + 1} more …"] + acts[-(max_steps - 5):]
-    end = "won" if t.won else ("ran out of steps" if t.truncated else "the game ended without success")
-    return f"Start: {start}\nCommands typed: {'; '.join(acts) or '(none)'}\nEnd: {end}."
+    end = "won" if t.won else ("ran out of steps" if t.truncated else
+                               f"the {'task' if tools else 'game'} ended without success")
+    return f"Start: {start}\n{'Tool calls' if tools else 'Commands typed'}: {'; '.join(acts) or '(none)'}\nEnd: {end}."
 
 
 _THINK = re.compile(r"<think>.*?(?:</think>|$)", re.DOTALL | re.IGNORECASE)
@@ -72,7 +93,7 @@ _JUNK = re.compile(r"^(?:here (?:are|is)|sure\b|okay\b|as an ai|i (?:cannot|can'
                    r"in summary|to summarize|overall,? the agent|the agent (?:succeeded|failed)\b)", re.IGNORECASE)
 # Lines that restate the episode or the prompt's own headings ("2. saw: ...", "did: take coin", "Goal: ...").
 _META = re.compile(r"^(?:saw|did|reward|goal|episode|outcome|return|type of game|task type|step \d+|start|end|"
-                   r"commands typed)\b\s*[:=]|=-|-=|^(?:you are (?:in|now)|you see|there is|there are|you find|"
+                   r"commands typed|tool calls)\b\s*[:=]|=-|-=|^(?:you are (?:in|now)|you see|there is|there are|you find|"
                    r"you arrive|you've entered|you're now|you take|you open|the agent (?:saw|did|typed|failed|"
                    r"succeeded))\b|\bthe agent (?:failed|succeeded)\b", re.IGNORECASE)
 _NORM = re.compile(r"[^a-z0-9<>]+")
@@ -81,7 +102,7 @@ _ADVICE = re.compile(
     r"\b(?:when|whenever|if|before|after|until|once|as soon as|always|never|avoid|don't|do not|should|must|need to|"
     r"try|instead|first|only|rather than|make sure|remember|prefer)\b|^(?:go|take|open|unlock|close|drop|put|"
     r"insert|eat|examine|look|check|read|use|explore|keep|pick|copy|choose|follow|find|move|stay|plan|head|"
-    r"answer|reply|type|stop|repeat|leave|return|enter|search|get)\b", re.IGNORECASE)
+    r"answer|reply|type|stop|repeat|leave|return|enter|search|get|call)\b", re.IGNORECASE)
 # A sentence never ends on these words: the token budget cut the line ("If you are stuck, try the")
 _CUT = re.compile(r"\b(?:the|a|an|to|and|or|of|with|for|in|on|at|from|by|is|are|your|if|then|that|before|"
                   r"after|than|into|not)\W*$", re.IGNORECASE)
@@ -196,19 +217,29 @@ class LLMExtractor:
         self.min_words = min_words
         self.prefill = prefill
         self.system = load_template("extract_system.txt").strip()
+        self.system_tools = load_template("extract_system_tools.txt").strip()
         self.templates = {"pos": Template(load_template("extract_strategies.txt")),
                           "neg": Template(load_template("extract_warnings.txt"))}
         self.stats: Counter = Counter()
 
+    def system_for(self, t: Trajectory) -> str:
+        """The system message: ``extract_system_tools.txt`` for a tool episode (lessons name calls), else
+        ``extract_system.txt``."""
+        return self.system_tools if is_tool_trajectory(t) else self.system
+
     def prompt(self, t: Trajectory, zone: str) -> str:
-        """The user message for trajectory ``t`` (``zone``: ``pos`` strategies, ``neg`` warnings)."""
+        """The user message for trajectory ``t`` (``zone``: ``pos`` strategies, ``neg`` warnings); a tool episode
+        is a "task", not a "game"."""
+        tools = is_tool_trajectory(t)
         return self.templates[zone].safe_substitute(
-            goal=_short(summarize_goal(t.goal or "(no goal given)", 200), 200), task_type=t.task_type or "text game",
+            kind="task" if tools else "game",
+            goal=_short(summarize_goal(t.goal or "(no goal given)", 200), 200),
+            task_type=t.task_type or ("tool task" if tools else "text game"),
             outcome="success" if t.won else "failure", ret=f"{t.episode_return:g}", steps=len(t.steps),
             trajectory=render_compact(t), k=self.max_items).strip()
 
     def messages(self, t: Trajectory, zone: str) -> list[dict[str, str]]:
-        msgs = [{"role": "system", "content": self.system}, {"role": "user", "content": self.prompt(t, zone)}]
+        msgs = [{"role": "system", "content": self.system_for(t)}, {"role": "user", "content": self.prompt(t, zone)}]
         if self.prefill:
             msgs.append({"role": "assistant", "content": self.prefill})
         return msgs
@@ -219,7 +250,7 @@ class LLMExtractor:
             return []
         names = Names(t)
         items = parse_llm_list(self.prefill + answer, self.max_items * 3, "principle",
-                               echo=f"{self.system}\n{self.prompt(t, zone)}", stats=self.stats,
+                               echo=f"{self.system_for(t)}\n{self.prompt(t, zone)}", stats=self.stats,
                                max_chars=self.max_chars, min_words=self.min_words)
         out, seen = [], set()
         for level, text in items:

@@ -15,6 +15,14 @@ from collections import Counter
 from collections.abc import Sequence
 from itertools import pairwise
 
+from slea.experience.calls import (
+    call_names,
+    describe_call,
+    is_tool_step,
+    is_tool_trajectory,
+    step_error,
+    tool_names,
+)
 from slea.experience.extraction import Candidate, GenerateText, register_extractor, step_clusters
 from slea.experience.library import sanitize
 from slea.types import Trajectory
@@ -175,6 +183,8 @@ class Names:
     def __init__(self, t: Trajectory) -> None:
         found: dict[str, str] = {}
         for s in t.steps:
+            if is_tool_step(s):  # a tool call names no object or room (its lessons are calls)
+                continue
             said = s.action if s.valid and s.action else (s.response_text or "").strip()
             for name, role in (command_shape(said)[2] if len(said.split()) <= 4 else {}).items():
                 found.setdefault(name, role)
@@ -195,16 +205,22 @@ class Names:
         return self._pattern.sub(lambda m: self.names.get(m.group(1).lower(), "<object>"), text)
 
 
-def _runs(shapes: list[tuple[str, str]]) -> list[str]:
-    """A plan as runs of one verb: ``'go …' ×2 → 'take <object>'``."""
+def _runs(shapes: list[tuple[str, str]], *, calls: bool = False) -> list[str]:
+    """A plan as runs of one verb: ``'go …' ×2 → 'take <object>'``; with ``calls`` (a tool episode's, the shapes
+    are :func:`describe_call` calls, the verbs tool names) runs of one tool, unquoted: ``search(…) ×2``."""
     out: list[tuple[str, str, int]] = []
     for verb, shape in shapes:
         if out and out[-1][0] == verb:
             v, s, n = out[-1]
-            out[-1] = (v, s if s == shape else f"{verb} …", n + 1)
+            out[-1] = (v, s if s == shape else (f"{verb}(…)" if calls else f"{verb} …"), n + 1)
         else:
             out.append((verb, shape, 1))
-    return [f"'{s}'" if n == 1 else f"'{s}' ×{n}" for _, s, n in out]
+    quote = "" if calls else "'"
+    return [f"{quote}{s}{quote}" if n == 1 else f"{quote}{s}{quote} ×{n}" for _, s, n in out]
+
+
+def _plan(runs: list[str]) -> list[str]:
+    return runs[:2] + ["…"] + runs[-3:] if len(runs) > 6 else runs
 
 
 def _rooms_path(t: Trajectory) -> list[str]:
@@ -225,6 +241,24 @@ def _back_and_forth(t: Trajectory) -> int:
     undo = sum(1 for a, b in pairwise(moves)
                if len(a) == 2 and len(b) == 2 and a[0] == b[0] == "go" and _OPPOSITE.get(a[1]) == b[1])
     return max(bounces, undo)
+
+
+def _taught(t: Trajectory):
+    """The valid steps a T+ trajectory teaches: all of a won one's, else those up to its last rewarded step."""
+    valid = [s for s in t.steps if s.valid and s.action]
+    if not t.won:
+        last = max((i for i, s in enumerate(valid) if s.reward > 0), default=-1)
+        valid = valid[:last + 1]
+    return valid
+
+
+def _call(action: str, max_chars: int = 120) -> str:
+    """A tool step's action as a call (:func:`describe_call`), or the raw text cut short when it is none."""
+    return describe_call(action, max_chars) or " ".join(str(action).split())[:max_chars]
+
+
+def _tool(action: str) -> str:
+    return "; ".join(call_names(action)) or "?"
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -254,13 +288,13 @@ class RuleExtractor:
     def strategies(self, t: Trajectory) -> list[Candidate]:
         """Lessons from a T+ trajectory. One that did not win (above η without winning) teaches only the part
         that earned reward: its steps up to its last rewarded one (a pattern "A plan that earned reward"),
-        never the move that lost it; with no rewarded step it teaches nothing."""
-        valid = [s for s in t.steps if s.valid and s.action]
-        if not t.won:
-            last = max((i for i, s in enumerate(valid) if s.reward > 0), default=-1)
-            valid = valid[:last + 1]
+        never the move that lost it; with no rewarded step it teaches nothing. A tool episode's lessons name its
+        calls (:meth:`tool_strategies`)."""
+        valid = _taught(t)
         if not valid:
             return []
+        if is_tool_trajectory(t):
+            return self.tool_strategies(t, valid)
         names = Names(t)
         base = {"zone": "pos", "score": t.episode_return, "task_type": t.task_type, "sources": [t.traj_id]}
         goal = summarize_goal(t.goal or "the task")
@@ -281,9 +315,7 @@ class RuleExtractor:
         played = t.steps[:next(i for i, s in enumerate(t.steps) if s is valid[-1]) + 1]  # up to the plan's end
         clean = all(s.valid for s in played) and not any(n >= 2 for n in Counter(s.action for s in valid).values())
         if len(valid) >= 2:
-            plan = _runs([(v, sh) for v, sh, _ in shapes])
-            if len(plan) > 6:
-                plan = plan[:2] + ["…"] + plan[-3:]
+            plan = _plan(_runs([(v, sh) for v, sh, _ in shapes]))
             head = "A winning plan" if t.won else "A plan that earned reward"
             out.append(Candidate(f"{head}: {' → '.join(plan)} ({_steps(len(valid))}"
                                  f"{', no step wasted' if clean else ''}).", level="pattern",
@@ -313,6 +345,10 @@ class RuleExtractor:
         return out
 
     def warnings(self, t: Trajectory) -> list[Candidate]:
+        """Lessons from a T− trajectory (class docstring); a tool episode's name its calls
+        (:meth:`tool_warnings`)."""
+        if is_tool_trajectory(t):
+            return self.tool_warnings(t)
         base = {"zone": "neg", "score": t.episode_return, "task_type": t.task_type, "sources": [t.traj_id]}
         goal = summarize_goal(t.goal or "the task")
         out: list[Candidate] = []
@@ -375,6 +411,94 @@ class RuleExtractor:
                 out.append(Candidate(f"'{command_shape(last.action)[1]}' ended the episode in failure: check that a "
                                      f"move is what the goal asks before making it.", level="example",
                                      context=summarize_observation(last.anchor), clusters=step_clusters([last]), **base))
+        return out
+
+
+    # -- tool episodes: the same lessons, written as the calls made -------------------------------------------
+    def tool_strategies(self, t: Trajectory, valid=None) -> list[Candidate]:
+        """A T+ tool episode's lessons: the call that earned the reward (an example, linked to the cluster of
+        the tool result it was made after), the plan as calls (runs of one tool merged), the tools that did the
+        work in their order. Calls keep their arguments (``answer(value=66)``, ``search(query="...")``)."""
+        valid = _taught(t) if valid is None else valid
+        if not valid:
+            return []
+        base = {"zone": "pos", "score": t.episode_return, "task_type": t.task_type, "sources": [t.traj_id]}
+        out: list[Candidate] = []
+        for s in [s for s in valid if s.reward > 0] or [valid[-1]]:
+            out.append(Candidate(f"Calling {_call(s.action)} earned the reward on this kind of task.",
+                                 level="example", context=summarize_observation(s.anchor),
+                                 clusters=step_clusters([s]), **base))
+        played = t.steps[:next(i for i, s in enumerate(t.steps) if s is valid[-1]) + 1]
+        clean = all(s.valid for s in played) and not any(n >= 2 for n in Counter(s.action for s in valid).values())
+        if len(valid) >= 2:
+            plan = _plan(_runs([(_tool(s.action), _call(s.action, 60)) for s in valid], calls=True))
+            head = "A winning plan" if t.won else "A plan that earned reward"
+            out.append(Candidate(f"{head}: call {' → '.join(plan)} ({_steps(len(valid))}"
+                                 f"{', no step wasted' if clean else ''}).", level="pattern",
+                                 context=summarize_observation(valid[0].anchor), clusters=step_clusters(valid[:1]),
+                                 **base))
+        order = list(dict.fromkeys(n for s in valid for n in call_names(s.action)))
+        if order:
+            out.append(Candidate(f"On this kind of task the work is done by calling {', then '.join(order[:4])}"
+                                 f"{'; no call was wasted' if clean else ''}.", level="principle",
+                                 context=summarize_goal(t.goal or "the task"), clusters=step_clusters(valid[:1]),
+                                 **base))
+        return out
+
+    def tool_warnings(self, t: Trajectory) -> list[Candidate]:
+        """A T− tool episode's lessons: rejected calls with what was wrong (an unknown tool, bad arguments, no
+        call at all: the env's or the parser's reason, ``Step.info["error"]``), invalid steps wasted, penalised
+        calls, a call repeated without progress, running out of steps, the call that lost the task."""
+        base = {"zone": "neg", "score": t.episode_return, "task_type": t.task_type, "sources": [t.traj_id]}
+        goal = summarize_goal(t.goal or "the task")
+        out: list[Candidate] = []
+        n = len(t.steps)
+        tools = ", ".join(tool_names(t.steps)[:8])
+        given = f"the tools given ({tools})" if tools else "the tools given"
+        invalid = [s for s in t.steps if not s.valid]
+        seen: set[str] = set()
+        for s in invalid:
+            why, call = step_error(s), describe_call(s.action)
+            if call is None:
+                key = "no call"
+                text = (f"An answer without a valid tool call is rejected{f' ({why})' if why else ''}: reply with "
+                        f"a call to one of {given}.")
+            else:
+                key = why.split(";")[0].split(":")[0] if why else _tool(s.action)
+                text = (f"The call {call} was rejected: {why}." if why else
+                        f"The call {call} was rejected: call only {given}, with the arguments they take.")
+            if key in seen or len(seen) >= self.max_examples:
+                continue
+            seen.add(key)
+            out.append(Candidate(text, level="example", context=summarize_observation(s.anchor),
+                                 clusters=step_clusters([s]), **base))
+        if len(invalid) >= 2:
+            out.append(Candidate(f"Invalid tool calls wasted {len(invalid)} of {_steps(n)}: call only {given}, "
+                                 f"with exactly the arguments each one takes.", level="principle", context=goal,
+                                 clusters=step_clusters(invalid), **base))
+        valid = [s for s in t.steps if s.valid and s.action]
+        for s in [s for s in valid if s.reward < 0][: self.max_examples]:
+            out.append(Candidate(f"The call {_call(s.action)} was penalised: avoid it in this situation.",
+                                 level="example", context=summarize_observation(s.anchor),
+                                 clusters=step_clusters([s]), **base))
+        for act, k in Counter(s.action for s in valid).most_common(1):
+            steps = [s for s in valid if s.action == act]
+            if k >= 3 and not any(s.reward > 0 for s in steps):
+                out.append(Candidate(f"Repeating the call {_call(act)} ({k} times) brought nothing new: the same "
+                                     f"call gives the same result, so use it and make the next call.",
+                                     level="pattern", context=summarize_observation(steps[0].anchor),
+                                     clusters=step_clusters(steps), **base))
+        if t.steps and not t.won:
+            last = t.steps[-1]
+            if t.truncated:
+                out.append(Candidate(f"Running out of steps ({n}) is how this task is lost: make the final call as "
+                                     f"soon as the tool results hold what the goal asks.", level="principle",
+                                     context=goal, clusters=step_clusters(t.steps[-1:]), **base))
+            elif last.valid and last.action and last.done:
+                out.append(Candidate(f"The call {_call(last.action)} ended the episode in failure: check it against "
+                                     f"the tool results and the goal before making it.", level="example",
+                                     context=summarize_observation(last.anchor), clusters=step_clusters([last]),
+                                     **base))
         return out
 
 

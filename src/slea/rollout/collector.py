@@ -19,6 +19,8 @@ phases; the forked turn is generated from the recorded ``c_k`` itself, not a reb
 
 A tool env (``info["tools"]``, :mod:`slea.envs.tools`) is prompted and parsed in the model's own tool-call syntax
 (:meth:`PromptBuilder.tool_messages`, :mod:`slea.policy.tool_calls`); its action is the canonical JSON of the calls.
+Its rows record the env's tool names (``Step.info["tools"]``) and an invalid row why it was rejected
+(``Step.info["error"]``), from which the library writes its lessons as calls (:mod:`slea.experience.calls`).
 
 An unparseable or inadmissible answer does not step the env: it is an invalid step with a penalty, and the agent
 sees the same observation again, after a line saying why (:func:`slea.rollout.view.invalid_feedback`: the env's
@@ -57,6 +59,12 @@ from slea.types import Instructions, Step, Trajectory
 # rng_salt of the two purposes: training rollouts and held-out evaluation draw from disjoint streams
 TRAIN_SALT = 0
 EVAL_SALT = 1
+
+
+def _tool_names(schemas: Any) -> list[str]:
+    """The names in a tool env's schemas (OpenAI ``tools`` format: ``{"type": "function", "function": {...}}``)."""
+    fns = [s.get("function", s) for s in schemas if isinstance(s, dict)] if isinstance(schemas, list) else []
+    return [str(f["name"]) for f in fns if isinstance(f, dict) and f.get("name")]
 
 
 def final_info(info: dict[str, Any], max_chars: int = 200) -> dict[str, Any]:
@@ -391,6 +399,10 @@ class RolloutCollector:
         out: dict[str, Any] = {"parse": p.parse}
         if "fault" in info:
             out["fault"] = info["fault"]
+        if info.get("invalid") and info.get("error"):  # why it was rejected: the library's warnings name it
+            out["error"] = str(info["error"])[:300]
+        if info.get("tools"):  # a tool env's step: its tool names (the library writes its lessons as calls)
+            out["tools"] = _tool_names(info["tools"])
         if p.messages is not None:
             out["messages"] = p.messages
         out[ENGINE_IDS] = p.engine
