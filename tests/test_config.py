@@ -22,6 +22,7 @@ def test_defaults_and_overrides():
     ("plugins=[no_such_module_xyz]", "plugins: cannot import plugin module 'no_such_module_xyz'"),
     ("algorithm.name=no_such_module_xyz:f", "algorithm.name: cannot import plugin module"),
     ("algorithm.policy_loss=nope", "algorithm.policy_loss: unknown"),
+    ("rollout.tool_parser=nope", "rollout.tool_parser: unknown tool parser 'nope'; known: hermes, llama3_json"),
     ("model.dtype=float16", "model.dtype:"),
     ("nokey", "nokey: expected key=value"),
 ])
@@ -37,6 +38,8 @@ TYPOS = [
     ("rollout.gruop_size=2", "rollout.gruop_size: unknown key; did you mean rollout.group_size?"),
     ("algorithm.name=gpro", "algorithm.name: unknown algorithm 'gpro'; did you mean 'grpo'? known: gigpo, grpo"),
     ("algorithm.policy_loss=ppoclip", "algorithm.policy_loss: unknown policy loss 'ppoclip'; did you mean 'ppo_clip'?"),
+    ("rollout.tool_parser=hermez",
+     "rollout.tool_parser: unknown tool parser 'hermez'; did you mean 'hermes'? known: hermes, llama3_json"),
     ("env.id=slea/TextWorld-v9",
      "env.id: unknown env 'slea/TextWorld-v9'; did you mean 'slea/TextWorld-v0'? registered: slea/ALFWorld-Gen-v0"),
     ("model.generator=opneai",
@@ -53,11 +56,27 @@ def test_a_typo_gets_the_closest_valid_key_or_name(override, says):
     assert str(info.value).startswith(says), str(info.value)
 
 
-@pytest.mark.parametrize("override", ["rollout.zzz=1", "algorithm.name=nope", "env.id=slea/Nope-v0"])
+@pytest.mark.parametrize("override", ["rollout.zzz=1", "algorithm.name=nope", "env.id=slea/Nope-v0",
+                                      "rollout.tool_parser=nope"])
 def test_nothing_close_suggests_nothing(override):
     with pytest.raises(ConfigError) as info:
         build_config({}, [override])
     assert "did you mean" not in str(info.value)
+
+
+def test_rollout_tool_parser_names_a_registered_parser():
+    """Checked when the config is built, before any model loads: a built-in or a plugin's parser passes."""
+    from slea.policy.tool_calls import TOOL_PARSERS, HermesParser
+
+    assert build_config({}, ["rollout.tool_parser=llama3_json"]).rollout.tool_parser == "llama3_json"
+    assert build_config({}).rollout.tool_parser is None  # chosen from the chat template
+    TOOL_PARSERS.add("test_mine", HermesParser())
+    try:
+        assert build_config({}, ["rollout.tool_parser=test_mine"]).rollout.tool_parser == "test_mine"
+    finally:
+        TOOL_PARSERS.remove("test_mine")
+    with pytest.raises(ConfigError, match="unknown tool parser 'test_mine'"):
+        build_config({}, ["rollout.tool_parser=test_mine"])
 
 
 def test_yaml_round_trip(tmp_path):

@@ -421,6 +421,10 @@ class RunConfig(_Section):
         from slea.experience.extraction import get_extractor
 
         registered("experience.extractor", get_extractor, self.experience.extractor)
+        if self.rollout.tool_parser is not None:
+            from slea.policy.tool_calls import TOOL_PARSERS
+
+            registered("rollout.tool_parser", TOOL_PARSERS.get, self.rollout.tool_parser)
         from slea.team import get_router, get_team_task
 
         registered("team.task", get_team_task, self.team.task)
