@@ -116,10 +116,13 @@ def test_streaming_is_served_as_events_that_join_to_the_answer(client):
 
 
 def test_refusals_have_the_openai_error_shape(client):
-    tool = {"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}
+    nameless = {"type": "function", "function": {"parameters": {"type": "object", "properties": {}}}}
     with pytest.raises(openai.BadRequestError) as e:
-        client.chat.completions.create(model="tiny", messages=HELLO, tools=[tool])
+        client.chat.completions.create(model="tiny", messages=HELLO, tools=[nameless])
     assert set(e.value.body) == {"message", "type", "param", "code"} and e.value.body["param"] == "tools"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.chat.completions.create(model="tiny", messages=HELLO, functions=[{"name": "f"}])
+    assert e.value.body["param"] == "functions"  # the legacy function calling: tools instead
     with pytest.raises(openai.BadRequestError) as e:
         client.chat.completions.create(model="tiny", messages=HELLO, logprobs=True, top_logprobs=3)
     assert e.value.body["param"] == "top_logprobs"
@@ -131,3 +134,21 @@ def test_refusals_have_the_openai_error_shape(client):
     assert e.value.body["type"] == "invalid_request_error" and e.value.body["param"] == "model"
     # a refused request leaves the connection usable (its body was read)
     assert client.completions.create(model="tiny", prompt="x", max_tokens=1, temperature=0).choices
+
+
+def test_tools_are_rendered_into_the_prompt_and_a_text_answer_is_content(client, tok):
+    """With ``tools`` the tiny template (no tools of its own) gets the fallback rendering, the trainer's: the
+    prompt grows by the schemas; the random model makes no call, so its text is the content (finish stop or
+    length, no ``tool_calls``). ``tool_choice: none`` shows no tools: the prompt and answer of a request without
+    them."""
+    add = {"type": "function", "function": {"name": "add", "description": "Add two integers.", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"]}}}
+    plain = client.chat.completions.create(model="tiny", messages=HELLO, max_tokens=6, temperature=0)
+    offered = client.chat.completions.create(model="tiny", messages=HELLO, tools=[add], max_tokens=6, temperature=0)
+    c = offered.choices[0]
+    assert c.message.tool_calls is None and c.finish_reason in ("stop", "length") and c.message.content is not None
+    assert offered.usage.prompt_tokens > plain.usage.prompt_tokens + 20  # the schemas are in the prompt
+    none = client.chat.completions.create(model="tiny", messages=HELLO, tools=[add], tool_choice="none", max_tokens=6,
+                                          temperature=0)
+    assert none.usage.prompt_tokens == plain.usage.prompt_tokens
+    assert none.choices[0].message.content == plain.choices[0].message.content

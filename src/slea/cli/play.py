@@ -339,6 +339,10 @@ def serve(
                                                                              "beyond)"),
     request_timeout: float = typer.Option(300.0, "--request-timeout", min=0.1, help="seconds from a request's "
                                           "arrival to its answer; past it generation stops (504)"),
+    max_tools: int = typer.Option(128, "--max-tools", min=1, help="tools in one chat request at most"),
+    tool_parser: str | None = typer.Option(None, "--tool-parser", help="the tool-call syntax chat answers are "
+                                           "parsed in: hermes | llama3_json (default: the one the chat template "
+                                           "speaks, else hermes)"),
 ) -> None:
     """An OpenAI-compatible server on slea's engine: /v1/models, /v1/completions (token-id or text prompts,
     log-probs), /v1/chat/completions (the model's chat template), streaming as server-sent events, and
@@ -355,6 +359,14 @@ def serve(
     run = Path(model) if (Path(model) / "config.yaml").is_file() else None
     if checkpoint is not None and run is None:
         raise fail("serve: --checkpoint needs a run folder")
+    if tool_parser is not None:
+        from slea.policy.tool_calls import TOOL_PARSERS
+
+        try:
+            TOOL_PARSERS.get(tool_parser)
+        except (KeyError, TypeError):
+            raise fail(f"serve: --tool-parser {tool_parser!r}: no such tool parser (known: "
+                       f"{', '.join(TOOL_PARSERS.names())})") from None
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401
@@ -369,7 +381,8 @@ def serve(
                              max_prompt_tokens=max_prompt_tokens, max_n=max_n, max_rows=max_rows,
                              max_logprobs=max_logprobs, max_stops=max_stops, max_stop_chars=max_stop_chars,
                              max_body_bytes=int(max_body_mb * 1e6), max_queue=max_queue,
-                             max_connections=max_connections, request_timeout_s=request_timeout)
+                             max_connections=max_connections, request_timeout_s=request_timeout,
+                             max_tools=max_tools, tool_parser=tool_parser)
     torch.set_num_threads(threads)
     try:
         engine = load_engine(model, dtype=dtype, settings=settings, checkpoint=checkpoint,

@@ -32,6 +32,7 @@ must read the folder: ``model.openai.sync_dir`` on a shared file system when it 
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -235,12 +236,33 @@ class OpenAIGenerator:
                     body["rng_keys"] = [[int(k) for k in rng_keys[i]]]
             bodies.append(body)
         answers = self._each(bodies)
-        return [self._frozen(c.get("token_ids"), (c.get("message") or {}).get("content")) for c in answers]
+        return [self._chat_answer(c, getattr(p, "tool_parser", None)) for c, p in zip(answers, prompts)]
+
+    def _chat_answer(self, choice: dict, parser) -> Generation:
+        """A chat choice as a :class:`Generation`. Its ``tool_calls`` (a tool env's prompt: ``parser`` is its tool
+        syntax) become the text the rollout parses: the generated text itself when it reads as those calls in
+        ``parser``'s syntax, else the calls written in it (an argument that is not a JSON object stays as sent and
+        makes the step invalid, with the reason). The ids are the server's (``return_token_ids``: every generated
+        token, the calls' included), else the local tokenizer's encoding of that text."""
+        message = choice.get("message") or {}
+        calls = [_call(tc) for tc in message.get("tool_calls") or []]
+        if not calls or parser is None:
+            return self._frozen(choice.get("token_ids"), message.get("content"))
+        ids, written = choice.get("token_ids"), parser.format(calls)
+        if ids is not None and self.tok is not None:
+            said = self.tok.decode([int(t) for t in ids], skip_special_tokens=True)
+            if parser.parse(said)[0] == calls:
+                written = said
+        if ids is None and self.tok is not None:
+            ids = self.tok(written, add_special_tokens=False).input_ids
+        return Generation([int(t) for t in ids or []], [], written)
 
     def _chat_body(self, messages, max_tokens: int, temperature: float, top_p: float = 1.0) -> dict:
-        msgs = [dict(m) for m in messages]
+        msgs, tools = wire_messages(messages)
         body = {"model": self.served_model(), "messages": msgs, "max_tokens": max_tokens,
                 "temperature": temperature, "top_p": top_p, "n": 1}
+        if tools:
+            body["tools"] = tools
         if msgs and msgs[-1].get("role") == "assistant":  # a prefill the answer continues (vLLM's field)
             if self.cfg.extensions:
                 body.update(continue_final_message=True, add_generation_prompt=False)
@@ -401,3 +423,50 @@ def render_chat(tok, messages: list[dict]) -> str:
     if getattr(tok, "chat_template", None):
         return tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False) + prefill
     return "\n\n".join(m["content"] for m in msgs) + "\n\n" + prefill
+
+
+def wire_messages(messages: list[dict]) -> tuple[list[dict], list[dict] | None]:
+    """Chat messages in transformers' tool format (what :meth:`slea.policy.prompts.PromptBuilder.tool_messages`
+    builds: the system message's ``tools``, an assistant's ``tool_calls`` with object arguments, ``role: "tool"``
+    results in call order) as the OpenAI API takes them: ``(messages, tools)``, each call with an id
+    (``call_N``) and its arguments as a JSON string, each result with the ``tool_call_id`` of the call it answers."""
+    out: list[dict] = []
+    tools = None
+    pending: list[str] = []  # the ids of the last assistant's calls not answered yet
+    n = 0
+    for m in messages:
+        m = dict(m)
+        if "tools" in m:
+            tools = m.pop("tools") or None
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = []
+            for tc in m["tool_calls"]:
+                fn = tc.get("function", tc)
+                n += 1
+                args = fn.get("arguments", {})
+                calls.append({"id": tc.get("id") or f"call_{n}", "type": "function",
+                              "function": {"name": fn.get("name", ""),
+                                           "arguments": args if isinstance(args, str) else json.dumps(args)}})
+            m["tool_calls"] = calls
+            m["content"] = m.get("content") or None
+            pending = [c["id"] for c in calls]
+        elif m.get("role") == "tool":
+            m = {"role": "tool", "content": m.get("content") or "",
+                 "tool_call_id": m.get("tool_call_id") or (pending.pop(0) if pending else "")}
+        out.append(m)
+    return out, tools
+
+
+def _call(tool_call: dict) -> dict:
+    """An OpenAI ``tool_calls`` entry as a canonical call ``{"name", "arguments"}`` (the arguments decoded when
+    they are a JSON object, else left as sent)."""
+    fn = tool_call.get("function") if isinstance(tool_call, dict) else None
+    fn = fn if isinstance(fn, dict) else {}
+    args = fn.get("arguments")
+    if isinstance(args, str):
+        try:
+            decoded = json.loads(args) if args.strip() else {}
+        except (ValueError, RecursionError):
+            decoded = None
+        args = decoded if isinstance(decoded, dict) else args
+    return {"name": str(fn.get("name") or ""), "arguments": args if args is not None else {}}

@@ -6,6 +6,7 @@ at its stop strings, chat messages read, errors and server-sent events shaped. T
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
@@ -17,14 +18,17 @@ UNSUPPORTED = {
     "suffix": "suffix (insertion) is not supported",
     "best_of": "best_of is not supported",
     "logit_bias": "logit_bias is not supported",
-    "tools": "tools (function calling) are not supported",
-    "tool_choice": "tool_choice (function calling) is not supported",
-    "functions": "functions (function calling) are not supported",
-    "function_call": "function_call (function calling) is not supported",
+    "tools": "tools (function calling) are served by /v1/chat/completions only",
+    "tool_choice": "tool_choice (function calling) is served by /v1/chat/completions only",
+    "functions": "functions (the legacy function calling) are not supported: send tools",
+    "function_call": "function_call (the legacy function calling) is not supported: send tool_choice",
     "audio": "audio output is not supported",
     "prediction": "predicted outputs are not supported",
 }
 MAX_STOPS = 4  # as the OpenAI API
+MAX_TOOL_CALLS = 128  # tool calls in one assistant message of a request's history
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # the OpenAI API's rule for a function's name
+TOOL_CHOICES = ("none", "auto", "required")
 
 
 class RequestError(Exception):
@@ -91,6 +95,9 @@ class ChatRequest(_Request):
     top_logprobs: int | None = Field(None, ge=0)
     continue_final_message: bool | None = None
     add_generation_prompt: bool | None = None
+    tools: list[Any] | None = None  # checked by tool_request
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
 
 class AdapterRequest(BaseModel):
@@ -133,11 +140,12 @@ def error_body(status: int, message: str, param: str | None = None, code: str | 
     return {"error": {"message": message, "type": kind, "param": param, "code": code}}
 
 
-def refuse_unsupported(body: dict) -> None:
-    """A 400 for the first field of :data:`UNSUPPORTED` that is set, or a penalty / echo / non-text response
-    format (settings that would change the answer)."""
+def refuse_unsupported(body: dict, allow: Sequence[str] = ()) -> None:
+    """A 400 for the first field of :data:`UNSUPPORTED` that is set (but those in ``allow``: the chat endpoint's
+    ``tools`` and ``tool_choice``), or a penalty / echo / non-text response format (settings that would change the
+    answer)."""
     for key, why in UNSUPPORTED.items():
-        if body.get(key) not in (None, [], {}):
+        if key not in allow and body.get(key) not in (None, [], {}):
             raise RequestError(400, why, param=key)
     for key in ("presence_penalty", "frequency_penalty"):
         if body.get(key) not in (None, 0, 0.0):
@@ -232,15 +240,20 @@ def deltas(decode: Callable[[list[int]], str], ids: Sequence[int], text: str) ->
     return out
 
 
-def chat_messages(raw: object) -> list[dict[str, str]]:
+def chat_messages(raw: object) -> list[dict[str, Any]]:
     """``messages`` as ``[{"role", "content"}]`` with text content (a list of ``{"type": "text"}`` parts is
-    joined); other content (images, audio) and unknown roles are a 400."""
+    joined), in transformers' tool format where they carry tool calls: an assistant message's ``tool_calls`` as
+    ``[{"id", "type": "function", "function": {"name", "arguments": {...}}}]`` (the OpenAI API's arguments are a
+    JSON string; here the object it holds), a ``role: "tool"`` message as ``{"role", "content",
+    "tool_call_id", "name"}`` (the name of the call it answers). Other content (images, audio), unknown roles,
+    and tool calls that are not functions with a name and JSON-object arguments are a 400."""
     if not isinstance(raw, list) or not raw:
         raise RequestError(400, "messages: expected a non-empty list of {role, content}", param="messages")
-    out = []
+    out: list[dict[str, Any]] = []
+    names: dict[str, str] = {}  # tool call id -> function name, for the tool messages that answer them
     for i, m in enumerate(raw):
-        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant"):
-            raise RequestError(400, f"messages[{i}]: expected role system, developer, user or assistant",
+        if not isinstance(m, dict) or m.get("role") not in ("system", "developer", "user", "assistant", "tool"):
+            raise RequestError(400, f"messages[{i}]: expected role system, developer, user, assistant or tool",
                                param="messages")
         content = m.get("content")
         if isinstance(content, list):
@@ -253,8 +266,104 @@ def chat_messages(raw: object) -> list[dict[str, str]]:
         if not isinstance(content, str):
             raise RequestError(400, f"messages[{i}].content: expected text", param="messages")
         text(content, "messages")
-        out.append({"role": "system" if m["role"] == "developer" else m["role"], "content": content})
+        msg: dict[str, Any] = {"role": "system" if m["role"] == "developer" else m["role"], "content": content}
+        if m["role"] == "assistant" and m.get("tool_calls") not in (None, []):
+            msg["tool_calls"] = _history_calls(m["tool_calls"], i)
+            names.update((c["id"], c["function"]["name"]) for c in msg["tool_calls"] if c["id"])
+        elif m["role"] == "tool":
+            cid = m.get("tool_call_id")
+            if cid is not None and not isinstance(cid, str):
+                raise RequestError(400, f"messages[{i}].tool_call_id: expected a string", param="messages")
+            name = names.get(cid or "", m.get("name"))
+            msg.update(tool_call_id=text(cid or "", "messages"),
+                       name=text(name, "messages") if isinstance(name, str) else "")
+        out.append(msg)
     return out
+
+
+def _history_calls(raw: object, i: int) -> list[dict[str, Any]]:
+    """An assistant message's ``tool_calls`` (OpenAI's shape) as transformers' (arguments as an object)."""
+    where = f"messages[{i}].tool_calls"
+    if not isinstance(raw, list) or len(raw) > MAX_TOOL_CALLS:
+        raise RequestError(400, f"{where}: expected a list of at most {MAX_TOOL_CALLS} tool calls", param="messages")
+    calls = []
+    for k, tc in enumerate(raw):
+        fn = tc.get("function") if isinstance(tc, dict) else None
+        if not isinstance(fn, dict) or tc.get("type", "function") != "function" or \
+                not isinstance(fn.get("name"), str) or not fn["name"]:
+            raise RequestError(400, f"{where}[{k}]: expected {{\"type\": \"function\", \"function\": {{\"name\", "
+                                    f"\"arguments\"}}}}", param="messages")
+        cid, args = tc.get("id", ""), fn.get("arguments", "{}")
+        if not isinstance(cid, str):
+            raise RequestError(400, f"{where}[{k}].id: expected a string", param="messages")
+        if isinstance(args, str):
+            try:
+                args = json.loads(text(args, "messages")) if args.strip() else {}
+            except (ValueError, RecursionError):
+                raise RequestError(400, f"{where}[{k}].function.arguments: not JSON", param="messages") from None
+        if not isinstance(args, dict):
+            raise RequestError(400, f"{where}[{k}].function.arguments: expected a JSON object", param="messages")
+        calls.append({"id": text(cid, "messages"), "type": "function",
+                      "function": {"name": text(fn["name"], "messages"), "arguments": args}})
+    return calls
+
+
+def tool_request(tools: object, choice: object, max_tools: int) -> tuple[list[dict[str, Any]] | None, str | None]:
+    """A chat request's ``tools`` and ``tool_choice`` checked: ``(tools or None, choice)`` where ``choice`` is
+    ``"none"``, ``"auto"``, ``"required"`` or the name of the function a named choice asks for (``tool_choice``
+    defaults to ``"auto"`` with tools, ``"none"`` without). Each tool is ``{"type": "function", "function":
+    {"name", "description"?, "parameters"?, "strict"?}}`` as sent: a name of 1-64 letters, digits, ``_`` or ``-``
+    (the OpenAI API's rule), unique; ``parameters`` a JSON-Schema object. At most ``max_tools``. Anything else is
+    a 400 naming ``tools`` or ``tool_choice``."""
+    if tools is not None and not isinstance(tools, list):
+        raise RequestError(400, "tools: expected a list of {\"type\": \"function\", \"function\": {...}}",
+                           param="tools")
+    schemas = list(tools or []) or None
+    if schemas is not None and len(schemas) > max_tools:
+        raise RequestError(400, f"tools: {len(schemas)} tools, more than this server takes ({max_tools}: "
+                                f"--max-tools)", param="tools")
+    names: set[str] = set()
+    for k, tool in enumerate(schemas or []):
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or tool.get("type", "function") != "function":
+            raise RequestError(400, f"tools[{k}]: expected {{\"type\": \"function\", \"function\": {{\"name\", "
+                                    f"\"description\", \"parameters\"}}}}", param="tools")
+        name = fn.get("name")
+        if not isinstance(name, str) or not TOOL_NAME.match(name):
+            raise RequestError(400, f"tools[{k}].function.name: expected 1 to 64 letters, digits, _ or -",
+                               param="tools")
+        if name in names:
+            raise RequestError(400, f"tools[{k}].function.name: {name!r} is named twice", param="tools")
+        names.add(name)
+        if fn.get("description") is not None and not isinstance(fn["description"], str):
+            raise RequestError(400, f"tools[{k}].function.description: expected a string", param="tools")
+        params = fn.get("parameters")
+        if params is not None and (not isinstance(params, dict) or params.get("type", "object") != "object"):
+            raise RequestError(400, f"tools[{k}].function.parameters: expected a JSON Schema object "
+                                    f"({{\"type\": \"object\", \"properties\": {{...}}}})", param="tools")
+        if fn.get("strict") is not None and not isinstance(fn["strict"], bool):
+            raise RequestError(400, f"tools[{k}].function.strict: expected true or false", param="tools")
+        try:
+            json.dumps(tool, allow_nan=False, ensure_ascii=False).encode("utf-8")
+        except (ValueError, TypeError, RecursionError, UnicodeEncodeError):
+            raise RequestError(400, f"tools[{k}]: not JSON text (a lone surrogate, NaN, or nesting too deep)",
+                               param="tools") from None
+    if choice is None:
+        return schemas, "auto" if schemas else "none"
+    if isinstance(choice, str):
+        if choice not in TOOL_CHOICES:
+            raise RequestError(400, f"tool_choice: expected none, auto, required or {{\"type\": \"function\", "
+                                    f"\"function\": {{\"name\"}}}}, got {choice[:40]!r}", param="tool_choice")
+        if choice == "required" and not schemas:
+            raise RequestError(400, "tool_choice: required needs tools", param="tool_choice")
+        return schemas, choice
+    fn = choice.get("function") if isinstance(choice, dict) else None
+    if not isinstance(fn, dict) or choice.get("type") != "function" or not isinstance(fn.get("name"), str):
+        raise RequestError(400, "tool_choice: expected none, auto, required or {\"type\": \"function\", "
+                                "\"function\": {\"name\"}}", param="tool_choice")
+    if fn["name"] not in names:
+        raise RequestError(400, f"tool_choice: no tool named {fn['name'][:64]!r} in tools", param="tool_choice")
+    return schemas, fn["name"]
 
 
 def sse(chunks: Sequence[dict]) -> bytes:

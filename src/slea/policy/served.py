@@ -9,7 +9,10 @@ agent``, ``slea eval``): what is loaded locally, how prompts travel, and who wri
   training. With ``api: chat`` each prompt is the same chat messages :class:`slea.policy.prompts.PromptBuilder`
   builds (the env's instructions, the retrieved experiences in the system message, the turn history, the
   observation) and the server applies its own chat template: :class:`ChatPromptBuilder` hands the engine a
-  :class:`ChatPrompt`, the prompt ids (empty without a tokenizer) carrying the messages.
+  :class:`ChatPrompt`, the prompt ids (empty without a tokenizer) carrying the messages. A tool env's turn goes
+  as OpenAI tool calling: its schemas as the request's ``tools``, the past calls and results as assistant
+  ``tool_calls`` and ``role: "tool"`` messages; the answer's ``tool_calls`` come back as the text the rollout
+  parses (``OpenAIGenerator`` with ``api: chat``).
 - Lessons: ``experience.extractor: llm`` asks the served model (:func:`served_text`) when no local weights
   answer it: a frozen served policy, or a second served model named by ``model.openai.extractor_model`` /
   ``extractor_base_url``. The rule extractor stays the fallback for every answer that yields no lesson.
@@ -20,7 +23,9 @@ from __future__ import annotations
 import logging
 import zlib
 from collections.abc import Sequence
+from typing import Any
 
+from slea.policy import tool_calls
 from slea.policy.prompts import PromptBuilder
 
 log = logging.getLogger(__name__)
@@ -28,20 +33,37 @@ SERVED = ("openai", "vllm")
 
 
 class ChatPrompt(list):
-    """Prompt token ids (a list, as every engine takes) that also carry the chat ``messages`` they render."""
+    """Prompt token ids (a list, as every engine takes) that also carry the chat ``messages`` they render and, for
+    a tool env, the ``tool_parser`` its answers are read in (the served answer's ``tool_calls`` are written back
+    in it)."""
 
-    def __init__(self, ids: Sequence[int], messages: list[dict[str, str]]):
+    def __init__(self, ids: Sequence[int], messages: list[dict[str, Any]], tool_parser=None):
         super().__init__(ids)
         self.messages = messages
+        self.tool_parser = tool_parser
 
 
 class ChatPromptBuilder(PromptBuilder):
     """The rollout prompt builder whose prompts keep their chat messages (``model.openai.api: chat``); without a
-    tokenizer the ids are empty and only the messages travel."""
+    tokenizer the ids are empty and only the messages travel. A tool env's messages are always in the tools
+    format (the schemas, assistant ``tool_calls``, ``role: "tool"`` results): they travel as the request's
+    ``tools`` and the server renders them (its template's tools rendering, or ``slea serve``'s fallback); the
+    local ids are the same rendering (:func:`slea.policy.tool_calls.render`)."""
 
-    def encode(self, messages: list[dict[str, str]]) -> list[int]:
-        ids = super().encode(messages) if self.tokenizer is not None else []
-        return ChatPrompt(ids, [dict(m) for m in messages])
+    def tool_syntax(self):
+        return tool_calls.parser_for(self.tokenizer, self.tool_parser), True
+
+    def encode(self, messages: list[dict[str, Any]]) -> list[int]:
+        schemas = messages[0].get("tools") if messages else None
+        parser = self.tool_syntax()[0] if schemas else None
+        if self.tokenizer is None:
+            ids: list[int] = []
+        elif schemas:
+            text = tool_calls.render(self.tokenizer, messages, schemas, parser)
+            ids = list(self.tokenizer(text, add_special_tokens=False).input_ids)
+        else:
+            ids = super().encode(messages)
+        return ChatPrompt(ids, [dict(m) for m in messages], parser)
 
 
 def chat_api(model_cfg) -> bool:

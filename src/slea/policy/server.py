@@ -55,6 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hmac
+import json
 import logging
 import os
 import socket
@@ -82,6 +83,7 @@ from slea.policy.openai_protocol import (
     sse,
     stop_list,
     text,
+    tool_request,
 )
 
 try:  # the serve extra; FastAPI resolves the routes' (string) annotations in this module's namespace
@@ -116,16 +118,25 @@ class ServeSettings:
     max_connections: int = 64  # open connections; more: 503 (uvicorn's limit_concurrency)
     request_timeout_s: float = 300.0  # from arrival to the last token; past it: generation stops, 504
     max_log: int = 1024  # Engine.calls keeps the latest this many requests
+    max_tools: int = 128  # tools in one chat request
+    tool_parser: str | None = None  # the tool-call syntax answers are parsed in; None: the tokenizer's own
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if f.name in ("api_key", "lora_dir") or v is None:
+            if f.name in ("api_key", "lora_dir", "tool_parser") or v is None:
                 continue
             if not (v >= 0 if f.name == "max_logprobs" else v > 0):
                 raise ValueError(f"{f.name} must be positive, got {v!r}")
         if self.api_key is not None and not self.api_key:
             raise ValueError("api_key must not be empty")
+        if self.tool_parser is not None:
+            from slea.policy.tool_calls import TOOL_PARSERS
+
+            try:
+                TOOL_PARSERS.get(self.tool_parser)
+            except (KeyError, TypeError) as exc:
+                raise ValueError(f"tool_parser: {exc.args[0] if exc.args else exc}") from None
 
 
 @dataclass
@@ -135,6 +146,16 @@ class Answer:
     ids: list[int]
     logprobs: list[float]
     text: str
+    finish: str
+
+
+@dataclass
+class Reply:
+    """A chat choice's message: its text (``None`` when the answer is only tool calls), its ``tool_calls`` in the
+    OpenAI shape, and why it ended (``tool_calls`` when it makes calls)."""
+
+    content: str | None
+    calls: list[dict]
     finish: str
 
 
@@ -170,7 +191,10 @@ class Engine:
         if settings.max_model_len is not None and model_len is not None and settings.max_model_len > model_len:
             raise ValueError(f"max_model_len {settings.max_model_len} exceeds the model's context ({model_len} "
                              f"tokens, max_position_embeddings)")
+        from slea.policy.tool_calls import parser_for
+
         self.settings = settings
+        self.parser = parser_for(self.tok, settings.tool_parser)  # tool calls: the template's syntax, or the named
         self.context = settings.max_model_len or model_len or 4096
         self.max_prompt = min(settings.max_prompt_tokens or self.context - 1, self.context - 1)
         self.calls = deque(self.calls, maxlen=settings.max_log)
@@ -338,13 +362,16 @@ class Engine:
         return {**head, "choices": [self._choice(i, a, body) for i, a in enumerate(answers)], "usage": usage}
 
     def chat(self, body: dict | bytes, cancel=None) -> dict | Events:
-        """``/v1/chat/completions``: the messages through the model's chat template, then as completions."""
+        """``/v1/chat/completions``: the messages through the model's chat template (with ``tools``: the
+        template's own tools rendering, else the fallback one, as the trainer's prompts), then as completions;
+        an answer making tool calls in the parser's syntax returns them as ``tool_calls``."""
         body = parse_request(ChatRequest, body)
         name = self._model(body)
-        refuse_unsupported(body)
+        refuse_unsupported(body, allow=("tools", "tool_choice"))
         if integer(body, "top_logprobs", 0, lo=0):
             raise RequestError(400, "top_logprobs is not supported (logprobs: true gives the sampled token's)",
                                param="top_logprobs")
+        tools, choice = tool_request(body.get("tools"), body.get("tool_choice"), self.settings.max_tools)
         msgs = chat_messages(body.get("messages"))
         if not getattr(self.tok, "chat_template", None):
             raise RequestError(400, f"the model {self.base_id} has no chat template: use /v1/completions",
@@ -353,24 +380,57 @@ class Engine:
         if cont and msgs[-1]["role"] != "assistant":
             raise RequestError(400, "continue_final_message: the last message must be the assistant's",
                                param="continue_final_message")
-        rendered = self.tok.apply_chat_template(msgs, tokenize=False, continue_final_message=cont,
-                                            add_generation_prompt=not cont and body.get("add_generation_prompt",
-                                                                                        True) is not False)
-        prompt = self.tok(rendered, add_special_tokens=False).input_ids
+        offered = tools if choice != "none" else None  # tool_choice none: no tools shown, none parsed
+        prompt = self._render(msgs, offered, cont, body.get("add_generation_prompt", True) is not False)
         n = self._count(body, 1)
         answers = self._answers(name, [prompt] * n, body, CHAT_MAX_TOKENS, cancel, param="messages")
+        replies = [self._reply(a, offered is not None, body.get("parallel_tool_calls") is not False)
+                   for a in answers]
         head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": name}
         usage = _usage(len(prompt), answers)
         if body.get("stream"):
-            return Events(self._chat_chunks(head, answers, body, usage))
+            return Events(self._chat_chunks(head, answers, replies, body, usage))
         choices = []
-        for i, a in enumerate(answers):
-            c = {"index": i, "message": {"role": "assistant", "content": a.text}, "finish_reason": a.finish,
+        for i, (a, r) in enumerate(zip(answers, replies)):
+            message = {"role": "assistant", "content": r.content}
+            if r.calls:
+                message["tool_calls"] = r.calls
+            c = {"index": i, "message": message, "finish_reason": r.finish,
                  "logprobs": {"content": self._token_logprobs(a)} if body.get("logprobs") else None}
             if body.get("return_token_ids"):
                 c["token_ids"] = a.ids
             choices.append(c)
-        return {**head, "object": "chat.completion", "choices": choices, "usage": usage}
+        out = {**head, "object": "chat.completion", "choices": choices, "usage": usage}
+        if body.get("return_token_ids"):
+            out["prompt_token_ids"] = prompt
+        return out
+
+    def _render(self, msgs: list[dict], tools: list[dict] | None, cont: bool, generation_prompt: bool) -> list[int]:
+        """The prompt ids of chat messages, ``tools`` offered: the trainer's rendering
+        (:func:`slea.policy.tool_calls.render`); a template that refuses the messages is a 400."""
+        from jinja2 import TemplateError
+
+        from slea.policy.tool_calls import render
+
+        try:
+            rendered = render(self.tok, msgs, tools, self.parser, continue_final_message=cont,
+                              add_generation_prompt=not cont and generation_prompt)
+        except (TemplateError, TypeError, ValueError, KeyError, IndexError) as exc:
+            raise RequestError(400, f"messages: the model's chat template cannot render them ({type(exc).__name__}: "
+                                    f"{str(exc)[:200]})", param="messages") from None
+        return self.tok(rendered, add_special_tokens=False).input_ids
+
+    def _reply(self, a: Answer, parse: bool, parallel: bool) -> Reply:
+        """A chat answer as a message: the calls its text makes in the parser's syntax (when tools are offered;
+        only the first unless ``parallel``), else its text."""
+        calls = self.parser.parse(a.text)[0] if parse else []
+        if not calls:
+            return Reply(a.text, [], a.finish)
+        calls = calls if parallel else calls[:1]
+        return Reply(self.parser.content(a.text) or None,
+                     [{"id": f"call_{uuid.uuid4().hex[:24]}", "type": "function",
+                       "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
+                      for c in calls], "tool_calls")
 
     def _prompts(self, prompt) -> list[list[int]]:
         if isinstance(prompt, str):
@@ -447,19 +507,27 @@ class Engine:
             chunks.append({**head, "choices": [], "usage": usage})
         return chunks
 
-    def _chat_chunks(self, head: dict, answers: list[Answer], body: dict, usage: dict) -> list[dict]:
+    def _chat_chunks(self, head: dict, answers: list[Answer], replies: list[Reply], body: dict,
+                     usage: dict) -> list[dict]:
         head = {**head, "object": "chat.completion.chunk"}
         chunks = []
-        for i, a in enumerate(answers):
+        for i, (a, r) in enumerate(zip(answers, replies)):
             chunks.append({**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
                                                 "logprobs": None, "finish_reason": None}]})
             entries = self._token_logprobs(a) if body.get("logprobs") else []
-            for k, piece in enumerate(self._stream_pieces(a, body)):
-                lp = {"content": entries[k:k + 1]} if entries else None
-                chunks.append({**head, "choices": [{"index": i, "delta": {"content": piece}, "logprobs": lp,
-                                                    "finish_reason": None}]})
-            chunks.append({**head, "choices": [{"index": i, "delta": {}, "logprobs": None,
-                                                "finish_reason": a.finish}]})
+            if r.calls:  # the answer is whole: its text outside the calls, then each call in one chunk
+                pieces = [{"content": r.content}] if r.content else []
+                pieces += [{"tool_calls": [{"index": k, **call}]} for k, call in enumerate(r.calls)]
+                for k, delta in enumerate(pieces):
+                    lp = {"content": entries} if k == 0 and entries else None
+                    chunks.append({**head, "choices": [{"index": i, "delta": delta, "logprobs": lp,
+                                                        "finish_reason": None}]})
+            else:
+                for k, piece in enumerate(self._stream_pieces(a, body)):
+                    lp = {"content": entries[k:k + 1]} if entries else None
+                    chunks.append({**head, "choices": [{"index": i, "delta": {"content": piece}, "logprobs": lp,
+                                                        "finish_reason": None}]})
+            chunks.append({**head, "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": r.finish}]})
         if (body.get("stream_options") or {}).get("include_usage"):
             chunks.append({**head, "choices": [], "usage": usage})
         return chunks

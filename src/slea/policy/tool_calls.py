@@ -53,6 +53,11 @@ class ToolParser:
     def format(self, calls: list[Call]) -> str:
         raise NotImplementedError
 
+    def content(self, text: str) -> str:
+        """The text of an answer outside its calls (what a served answer returns as ``content`` beside its
+        ``tool_calls``); ``""`` unless the parser says otherwise."""
+        return ""
+
 
 TOOL_PARSERS: Registry[ToolParser] = Registry("tool parser", ("slea.policy.tool_calls",))
 
@@ -108,6 +113,9 @@ class HermesParser(ToolParser):
             calls.append(call)
         return calls, ""
 
+    def content(self, text: str) -> str:
+        return self._BLOCK.sub("", text[:MAX_TEXT]).strip() if isinstance(text, str) else ""
+
     def format(self, calls: list[Call]) -> str:
         return "\n".join(f"<tool_call>\n{json.dumps({'name': c['name'], 'arguments': c['arguments']})}\n</tool_call>"
                          for c in calls)
@@ -147,6 +155,12 @@ class Llama3JsonParser(ToolParser):
                 break
             pos = len(text) - len(rest)
         return calls, ""
+
+    def content(self, text: str) -> str:
+        if not isinstance(text, str):
+            return ""
+        head = text[:MAX_TEXT].split("{", 1)[0]  # what comes before the first call
+        return head.replace("<|python_tag|>", " ").strip()
 
     def format(self, calls: list[Call]) -> str:
         return "; ".join(json.dumps({"name": c["name"], "parameters": c["arguments"]}) for c in calls)
@@ -204,3 +218,54 @@ def result_messages(calls: list[Call], results: list[str], native: bool) -> list
 def fallback_system(schemas: list[dict[str, Any]]) -> str:
     """The fallback rendering's tool text, appended to the system message."""
     return FALLBACK_SYSTEM.format(tools="\n".join(json.dumps(s) for s in schemas))
+
+
+def fallback_messages(messages: list[dict[str, Any]], schemas: list[dict[str, Any]] | None,
+                      parser: ToolParser) -> list[dict[str, Any]]:
+    """Chat messages in transformers' tool format (an assistant message's ``tool_calls``, ``role: "tool"``
+    results: what a template that renders tools takes) in the fallback rendering, for a template that does not:
+    the schemas (when given) and the call syntax appended to the system message (one is added when there is
+    none), each assistant's calls written in ``parser``'s syntax after its text, and each run of tool results one
+    user message of ``<tool_response>`` blocks. :meth:`slea.policy.prompts.PromptBuilder.tool_messages` writes
+    the same rendering (``slea serve`` renders a client's history with this; a test checks they agree)."""
+    out: list[dict[str, Any]] = []
+    results: list[str] = []
+
+    def flush() -> None:
+        if results:
+            out.extend(result_messages([], results, native=False))
+            results.clear()
+
+    for m in messages:
+        if m.get("role") == "tool":
+            results.append(str(m.get("content") or ""))
+            continue
+        flush()
+        content = m.get("content") or ""
+        if m.get("role") == "assistant" and m.get("tool_calls"):
+            calls = [{"name": tc.get("function", tc).get("name", ""), "arguments": tc.get("function", tc).get(
+                "arguments", {})} for tc in m["tool_calls"]]
+            written = assistant_message(calls, False, parser)["content"]
+            content = f"{content}\n{written}" if content else written
+        out.append({"role": m.get("role"), "content": content})
+    flush()
+    if schemas:
+        text = fallback_system(schemas)
+        if out and out[0]["role"] == "system":
+            out[0] = {"role": "system", "content": f"{out[0]['content']}\n\n{text}"}
+        else:
+            out.insert(0, {"role": "system", "content": text})
+    return out
+
+
+def render(tokenizer: Any, messages: list[dict[str, Any]], schemas: list[dict[str, Any]] | None, parser: ToolParser,
+           *, add_generation_prompt: bool = True, continue_final_message: bool = False) -> str:
+    """The prompt text of chat messages in transformers' tool format, ``schemas`` offered (None: no tools): the
+    chat template's own tools rendering where it has one (:func:`supports_tools`), else the fallback rendering
+    (:func:`fallback_messages`). Without tools or tool messages, the template's plain rendering of the messages."""
+    if supports_tools(tokenizer):
+        kw: dict[str, Any] = {"tools": schemas} if schemas else {}
+    else:
+        messages, kw = fallback_messages(messages, schemas, parser), {}
+    return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=add_generation_prompt,
+                                         continue_final_message=continue_final_message, **kw)
