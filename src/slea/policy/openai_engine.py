@@ -20,9 +20,16 @@ per-row streams as the in-process engine); other servers ignore it and sample wi
 Nothing trains (``trains=False``: ``slea agent``, ``slea eval``): log-probs are neither asked for nor required,
 and ``api: chat`` sends each prompt's chat messages (:class:`slea.policy.served.ChatPrompt`) for the server's own
 chat template to render; the answer's token ids come from the server when it returns them (``return_token_ids``),
-else from the local tokenizer, else stay empty. :meth:`OpenAIGenerator.check` asks the server, once, for what the
-chosen mode needs and fails in one line when it lacks it. :meth:`OpenAIGenerator.answer_texts` answers chat
-prompts in free text (the LLM experience extractor's lessons).
+else from the local tokenizer, else stay empty. A tool env's turn (its prompt carries the schemas,
+:class:`slea.policy.served.ChatPromptBuilder`) is sent as OpenAI tool calling: ``tools``, the past calls as
+assistant ``tool_calls`` (ids ``call_N``, JSON-string arguments) and their results as ``role: "tool"`` messages
+(:func:`wire_messages`); the answer's ``tool_calls`` come back as the text the rollout parses in its tool syntax
+(the generated text when it reads as those calls, else the calls written in that syntax), with the server's
+token ids when it returns them. With ``api: completions`` (training) nothing changes for tool envs: the local
+template renders the tools into the prompt ids and the rollout parses the generated text, as in-process.
+:meth:`OpenAIGenerator.check` asks the server, once, for what the chosen mode needs and fails in one line when it
+lacks it. :meth:`OpenAIGenerator.answer_texts` answers chat prompts in free text (the LLM experience extractor's
+lessons).
 
 Weights: :meth:`OpenAIGenerator.sync_weights` saves the policy's LoRA adapter (slea/policy/adapters.py) and
 ``POST``s ``/v1/load_lora_adapter`` (vLLM's dynamic LoRA loading: start vLLM with ``--enable-lora`` and

@@ -19,7 +19,23 @@ RL rollouts need):
   added; vLLM's ``continue_final_message`` continues a last assistant message instead), then as completions:
   ``n``, ``max_tokens`` / ``max_completion_tokens`` (default 256, or what the context leaves), ``temperature``,
   ``top_p``, ``seed``, ``stop``, ``logprobs: true`` (the sampled token's log-prob per token; ``top_logprobs`` > 0
-  is refused), ``stream`` and the same extensions.
+  is refused), ``stream`` and the same extensions (``return_token_ids`` also adds the rendered prompt's
+  ``prompt_token_ids``).
+- Tool calling on ``/v1/chat/completions``: ``tools`` (OpenAI function tools: a unique name of 1-64 letters,
+  digits, ``_`` or ``-``, a JSON-Schema object as ``parameters``; at most ``max_tools``), ``tool_choice`` and
+  ``parallel_tool_calls``; the history may hold assistant ``tool_calls`` and ``role: "tool"`` results. The prompt
+  is rendered as the trainer's (:func:`slea.policy.tool_calls.render`): the chat template's own tools rendering
+  where it has one, else the fallback rendering (the schemas in the system message, calls as ``<tool_call>``
+  blocks, results as a user message of ``<tool_response>`` blocks). Each answer is read with the tokenizer's tool
+  parser (``--tool-parser`` names another); one that makes calls returns ``message.tool_calls`` (``call_...`` ids,
+  ``type: "function"``, ``function: {name, arguments: <JSON string>}``), ``content`` the text outside the calls
+  or null, ``finish_reason: "tool_calls"`` (streamed: the calls come as ``tool_calls`` deltas after the answer is
+  whole); an answer without a valid call is its text (finish ``stop`` or ``length``). ``parallel_tool_calls:
+  false`` keeps the first call. ``tool_choice``: ``auto`` (the default with tools); ``none`` shows no tools and
+  parses no call (as vLLM's ``--exclude-tools-when-tool-choice-none``); ``required`` and a named function are
+  accepted but not enforced (no constrained decoding): the prompt and the parse are ``auto``'s, so an answer
+  without a call comes back as text with finish ``stop``, and a call to another tool is returned as made. A call
+  is returned whatever its name: the client checks it against its tools.
 - ``stream: true`` is served as server-sent events (one chunk per token, then ``data: [DONE]``;
   ``stream_options.include_usage`` adds the usage chunk). The answer is generated whole first, then sent.
 - ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}``: a LoRA adapter folder (slea/policy/adapters.py:
@@ -36,9 +52,11 @@ Input is hostile until checked (docs/reliability.md, "Serving"): a body is read 
 beyond), parsed and validated against typed models of the OpenAI schema (slea/policy/openai_protocol.py:
 strict types, finite numbers, no lone surrogates, bounded nesting); prompt + ``max_tokens`` must fit the model's
 context (``max_model_len``), and ``n``, the rows of a request, ``logprobs``, the prompt's tokens and the stop
-strings are capped (:class:`ServeSettings`, ``slea serve --help``). A field that would change the answer and that
-the server cannot honour (tools, logit_bias, penalties, suffix, best_of, echo, a JSON response format) is a 400
-naming it; every error has the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``.
+strings are capped (:class:`ServeSettings`, ``slea serve --help``); with tools the prompt counted is the rendered
+one. A field that would change the answer and that the server cannot honour (tools on ``/v1/completions``, the
+legacy functions / function_call, logit_bias, penalties, suffix, best_of, echo, a JSON response format) is a 400
+naming it, and so are malformed tools, tool choices and tool-call histories, and messages the chat template
+refuses; every error has the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``.
 
 One generation at a time (the engine batches the answers of one request); up to ``max_queue`` requests wait or
 run, more are a 429, connections beyond ``max_connections`` a 503. A request that has not finished within
