@@ -345,8 +345,8 @@ def serve(
                                            "speaks, else hermes)"),
 ) -> None:
     """An OpenAI-compatible server on slea's engine: /v1/models, /v1/completions (token-id or text prompts,
-    log-probs), /v1/chat/completions (the model's chat template), streaming as server-sent events, and
-    /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai; needs --lora-dir). Every request is
+    log-probs), /v1/chat/completions (the model's chat template; tools in, tool_calls out), streaming as
+    server-sent events, and /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai; needs --lora-dir). Every request is
     validated and bounded by the options below (docs/reliability.md, "Serving, library imports and run folders
     under hostile input")."""
     if not (Path(model) / "config.yaml").is_file() and not _model_target(model):
