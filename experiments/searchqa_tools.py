@@ -1,0 +1,369 @@
+"""Search-QA with tags against Search-QA as tools, trained the same way: is the tool protocol learnable by the
+embedded model, and how does it compare with the tag version (docs/results/searchqa_tools.md)?
+
+Two arms (:data:`ARMS`): ``tags`` plays ``slea/SearchQA-v0`` (``<search>…</search>`` / ``<answer>…</answer>``),
+``tools`` plays ``slea/SearchQA-tools-v0`` (``search(query)`` / ``answer(text)`` calls in the model's tool-call
+syntax): the same questions (the answerable subset, ``env.kwargs.answerable=answer``: 71 train, 18 held-out), the
+same corpus, retriever and EM/F1, the same preset (``configs/align_searchqa.yaml``) with the same overrides
+(:data:`COMMON`: every held-out question once, and one response budget, ``rollout.max_new_tokens=64``, that a
+tool call fits), so the arms differ only in ``env.id``. Per arm and seed the pipeline is the ``sft_grpo`` route
+of experiments/align_table.py, the one that lifted the tag version's held-out EM from 0:
+
+1. ``slea align --method sft``: the env's expert (search for the question, then answer the gold answer; the tools
+   version writes it as tool calls) on 32 train questions, 3 epochs of SFT, then the held-out evaluation of the
+   SFT policy, in ``RESULTS/sft/<arm>-s<seed>/``;
+2. ``slea train`` from that policy (``model.init_from``): GRPO, 6 iterations x 8 groups x 4 episodes, then the
+   held-out evaluation (greedy, 18 questions), in ``RESULTS/runs/<arm>-s<seed>/``.
+
+For a given seed both arms train on the same question groups in every iteration and are scored on the same 18
+held-out questions. A finished stage is reused, an interrupted one resumed (``--resume``); a folder made with
+other settings is refused with the keys that differ. ``timing.json`` in the run folder records each stage's
+seconds as this script ran it.
+
+``table`` writes ``RESULTS/table.md`` and ``table.json``: per arm and seed the held-out EM and F1 (after GRPO,
+and after SFT alone), the invalid-step rate and episode length of the held-out episodes, the final train
+success, the wall time; mean ± std over seeds; and tools − tags paired by seed, each with its exact sign-flip p
+and bootstrap CI (:mod:`slea.evaluation.stats`).
+
+    python experiments/searchqa_tools.py run --arm tags --seed 0
+    python experiments/searchqa_tools.py run --arm tools --seed 0
+    python experiments/searchqa_tools.py table
+
+``--set KEY=VALUE`` (repeatable) overrides the config of both stages; ``$SLEA_SEARCHQA_TOOLS_DIR`` puts the results
+elsewhere.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from slea.evaluation import stats
+from slea.trainer import compare
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = Path(
+    os.environ.get("SLEA_SEARCHQA_TOOLS_DIR") or ROOT / "experiments" / "results" / "searchqa_tools"
+)
+CONFIG = ROOT / "configs" / "align_searchqa.yaml"
+ARMS = {"tags": "slea/SearchQA-v0", "tools": "slea/SearchQA-tools-v0"}
+BASELINE = "tags"
+# what both arms share beyond the preset: the answerable questions, every held-out question once (18), and one
+# response budget (a search call with the question as its query is up to 44 tokens, EOS included)
+COMMON = ("env.kwargs.answerable=answer", "eval.games=18", "rollout.max_new_tokens=64")
+SFT_WEIGHTS = Path("checkpoints") / "iter_000001" / "trainable.safetensors"
+# config keys that may differ from a saved config.yaml without refusing the folder
+FREE = (("run", "dir"), ("run", "name"), ("align", "method"), ("model", "init_from"))
+SEEDS_TO_CLAIM = 8  # the seeds a claim that one arm beats the other needs
+
+
+def slea(*args: str) -> list[str]:
+    return [sys.executable, "-m", "slea.cli", *args]
+
+
+def sft_dir(arm: str, seed: int, root: Path | None = None) -> Path:
+    return (root or RESULTS) / "sft" / compare.run_name(arm, seed)
+
+
+def run_dir(arm: str, seed: int, root: Path | None = None) -> Path:
+    return (root or RESULTS) / "runs" / compare.run_name(arm, seed)
+
+
+def overrides(arm: str, seed: int, extra: list[str] | None = None) -> list[str]:
+    """Both stages' settings beyond the preset: :data:`COMMON`, the arm's env, ``--set``, the seed."""
+    if arm not in ARMS:
+        raise ValueError(f"unknown arm {arm!r}; known: {', '.join(ARMS)}")
+    return [*COMMON, f"env.id={ARMS[arm]}", *(extra or []), f"run.seed={seed}"]
+
+
+def _sets(over: list[str]) -> list[str]:
+    return [x for o in over for x in ("--set", o)]
+
+
+def _refuse_other_config(d: Path, over: list[str]) -> None:
+    from slea.config import load_config
+
+    if not (d / "config.yaml").is_file():
+        return
+    diff = compare.config_diff(d / "config.yaml", load_config(CONFIG, over, check_unused=False), FREE)
+    if diff:
+        raise SystemExit(
+            f"{d} was made with other settings ({', '.join(diff)}): remove it or use $SLEA_SEARCHQA_TOOLS_DIR"
+        )
+
+
+def commands(
+    arm: str, seed: int, extra: list[str] | None = None, root: Path | None = None
+) -> list[tuple[str, list[str]]]:
+    """What :func:`run` still has to do for (arm, seed), as ``(stage, command)`` pairs: the SFT stage (start,
+    resume, or redo it where the evaluated SFT run's weights are not in this checkout), then GRPO (start or
+    resume); nothing for a finished run. A started folder made with other settings ends the program."""
+    over = overrides(arm, seed, extra)
+    sft, grpo = sft_dir(arm, seed, root), run_dir(arm, seed, root)
+    if (grpo / "eval" / "summary.json").is_file():
+        return []
+    _refuse_other_config(sft, [*over, f"run.dir={sft}"])
+    _refuse_other_config(grpo, [*over, f"run.dir={grpo}"])
+    out = []
+    if not (sft / "eval" / "eval-heldout.json").is_file() or not (sft / SFT_WEIGHTS).is_file():
+        if (sft / "config.yaml").is_file():
+            out.append(("sft", slea("align", "--resume", str(sft))))
+        else:
+            out.append(
+                ("sft", slea("align", str(CONFIG), "--method", "sft", *_sets([*over, f"run.dir={sft}"])))
+            )
+    if (grpo / "config.yaml").is_file():
+        out.append(("grpo", slea("train", "--resume", str(grpo))))
+    else:
+        out.append(
+            ("grpo", slea("train", str(CONFIG), *_sets([*over, f"model.init_from={sft}", f"run.dir={grpo}"])))
+        )
+    return out
+
+
+def run(
+    arm: str,
+    seed: int,
+    extra: list[str] | None = None,
+    root: Path | None = None,
+    execute: Callable[..., Any] = subprocess.run,
+) -> None:
+    """Both stages of (arm, seed) that are not done (:func:`commands`), each timed into the run folder's
+    ``timing.json``."""
+    root = root or RESULTS
+    todo = commands(arm, seed, extra, root)
+    sft, grpo = sft_dir(arm, seed, root), run_dir(arm, seed, root)
+    if not todo:
+        print(f"{grpo}: finished, reused")
+    for stage, cmd in todo:
+        if stage == "sft" and (sft / "sft.json").is_file() and not (sft / SFT_WEIGHTS).is_file():
+            # evaluated, but its weights are not in this checkout: the SFT stage is trained again
+            (sft / "sft.json").unlink()
+        print("$ slea " + " ".join(cmd[3:]), flush=True)
+        t0 = time.perf_counter()
+        execute(cmd, check=True)
+        grpo.mkdir(parents=True, exist_ok=True)
+        f = grpo / "timing.json"
+        timing = json.loads(f.read_text()) if f.is_file() else {}
+        timing[f"{stage}_s"] = round(timing.get(f"{stage}_s", 0.0) + time.perf_counter() - t0, 1)
+        f.write_text(json.dumps(timing, indent=2) + "\n")
+    compare.relativize(root)  # committed results name no machine's folder
+
+
+# -- the table -------------------------------------------------------------------------------------------------
+def em_f1(result: dict[str, Any] | None) -> tuple[float | None, float | None]:
+    """EM and F1 (%) of an evaluation result (``eval/summary.json``'s ``after``, ``eval-heldout.json``)."""
+    row = (((result or {}).get("table") or {}).get("rows") or [{}])[0].get("values") or {}
+    em = row.get("Avg EM", next((v for k, v in row.items() if k.endswith(" EM")), None))
+    f1 = row.get("Avg F1", next((v for k, v in row.items() if k.endswith(" F1")), None))
+    return em, f1
+
+
+def _games(result: dict[str, Any] | None) -> list[float] | None:
+    """Each held-out question's exact answer (0 or 100): the EM of that question."""
+    games = stats.per_game_success(result)
+    return None if games is None else [100.0 * g for g in games]
+
+
+def _json(path: Path) -> dict[str, Any] | None:
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def load(r: compare.SubRun, root: Path) -> dict[str, Any]:
+    """One finished run's numbers: held-out EM / F1 / invalid-step rate / episode length after GRPO, EM and F1
+    after SFT alone, the final train success and invalid rate, the per-question EM (for the paired CI), seconds."""
+    after = (_json(r.dir / "eval" / "summary.json") or {}).get("after") or {}
+    sft = _json(sft_dir(r.algorithm, r.seed, root) / "eval" / "eval-heldout.json")
+    sampled = after.get("sampled") or {}
+    em, f1 = em_f1(after)
+    sft_em, sft_f1 = em_f1(sft)
+    rows = (
+        [json.loads(x) for x in (r.dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        if (r.dir / "metrics.jsonl").is_file()
+        else []
+    )
+    timing = _json(r.dir / "timing.json") or {}
+    wall = sum(timing.values()) if timing else None
+    return {
+        "em": em,
+        "f1": f1,
+        "games": _games(after),
+        "exact": sum(after.get("per_game_wins") or []) or 0,
+        "questions": after.get("games"),
+        "invalid_rate": sampled.get("invalid_rate"),
+        "episode_len": sampled.get("episode_len"),
+        "sft_em": sft_em,
+        "sft_f1": sft_f1,
+        "sft_games": _games(sft),
+        "train_success": rows[-1].get("train/success") if rows else None,
+        "train_invalid_rate": rows[-1].get("train/invalid_rate") if rows else None,
+        "wall_s": wall,
+        "timing": timing,
+    }
+
+
+METRICS = (
+    ("em", "held-out EM"),
+    ("f1", "held-out F1"),
+    ("invalid_rate", "held-out invalid-step rate"),
+    ("episode_len", "held-out episode length"),
+    ("sft_em", "held-out EM after SFT only"),
+)
+
+
+def comparisons(
+    loaded: dict[tuple[str, int], dict[str, Any]], a: str = "tools", b: str = BASELINE
+) -> list[stats.PairedComparison]:
+    """``a − b`` paired by seed on each of :data:`METRICS`: the per-seed differences, the exact sign-flip p and
+    the bootstrap CI (over seeds and then the held-out questions for EM, where both runs hold each question's
+    result; over seeds for the rest)."""
+    out = []
+    for key, label in METRICS:
+        va = {s: d[key] for (arm, s), d in loaded.items() if arm == a}
+        vb = {s: d[key] for (arm, s), d in loaded.items() if arm == b}
+        games = {"em": "games", "sft_em": "sft_games"}.get(key)
+        ga = {s: d[games] for (arm, s), d in loaded.items() if arm == a} if games else None
+        gb = {s: d[games] for (arm, s), d in loaded.items() if arm == b} if games else None
+        c = stats.paired_comparison(va, vb, a_games=ga, b_games=gb, names=(a, b), metric=label)
+        if c.n:
+            out.append(c)
+    return out
+
+
+def _ms(xs: list[Any], digits: int = 1) -> str:
+    v = [float(x) for x in xs if x is not None and math.isfinite(float(x))]
+    if not v:
+        return "–"
+    return f"{np.mean(v):.{digits}f} ± {np.std(v, ddof=1):.{digits}f}" if len(v) > 1 else f"{v[0]:.{digits}f}"
+
+
+def _settings(runs: list[compare.SubRun]) -> str:
+    import yaml
+
+    f = next((r.dir / "config.yaml" for r in runs if (r.dir / "config.yaml").is_file()), None)
+    if f is None:
+        return ""
+    c = yaml.safe_load(f.read_text())
+    ro, tr, ev = c.get("rollout", {}), c.get("train", {}), c.get("eval", {})
+    decoding = "greedy" if ev.get("temperature") == 0 else f"T = {ev.get('temperature')}"
+    return (
+        f"Settings (the first run's config.yaml): env.kwargs {c.get('env', {}).get('kwargs')}, "
+        f"rollout.max_new_tokens {ro.get('max_new_tokens')}, GRPO {tr.get('iterations')} iterations x "
+        f"{ro.get('groups')} groups x {ro.get('group_size')} episodes, env.max_steps "
+        f"{c.get('env', {}).get('max_steps')}; held-out: {ev.get('games')} questions x "
+        f"{ev.get('episodes_per_game')} episode, {decoding}."
+    )
+
+
+def table(root: Path | None = None) -> dict[str, Any]:
+    """``RESULTS/table.md`` and ``table.json`` from the finished runs under ``root`` (arms read from the run
+    folders' names); SystemExit when none has finished."""
+    root = root or RESULTS
+    runs = compare.finished_runs(root, tuple(ARMS))
+    if not runs:
+        raise SystemExit(f"no finished run under {root / 'runs'}")
+    loaded = {(r.algorithm, r.seed): load(r, root) for r in runs}
+    arms = list(dict.fromkeys(r.algorithm for r in runs))
+    pairs = comparisons(loaded) if {"tools", BASELINE} <= set(arms) else []
+    tab: dict[str, Any] = {
+        "config": "configs/align_searchqa.yaml",
+        "common": list(COMMON),
+        "arms": {},
+        "pairs": [c.to_dict() for c in pairs],
+    }
+    settings = _settings(runs)
+    lines = [
+        "**Search-QA (answerable questions): tags against tools, SFT then GRPO**",
+        "",
+        *([settings, ""] if settings else []),
+        (
+            "| arm | env | seeds | held-out EM | held-out F1 | exact answers per seed | held-out invalid-step rate "
+            "| held-out episode length | EM after SFT only | final train success | wall (min, SFT + GRPO) |"
+        ),
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for arm in arms:
+        mine = sorted((r for r in runs if r.algorithm == arm), key=lambda r: r.seed)
+        ds = [loaded[(arm, r.seed)] for r in mine]
+        per = ", ".join(f"s{r.seed} {d['exact']}/{d['questions']}" for r, d in zip(mine, ds))
+        wall = [d["wall_s"] / 60 if d["wall_s"] else None for d in ds]
+        tab["arms"][arm] = {
+            "env": ARMS.get(arm),
+            "seeds": [r.seed for r in mine],
+            **{
+                k: compare.stat([d[k] for d in ds])
+                for k in (
+                    "em",
+                    "f1",
+                    "invalid_rate",
+                    "episode_len",
+                    "sft_em",
+                    "sft_f1",
+                    "train_success",
+                    "train_invalid_rate",
+                    "wall_s",
+                )
+            },
+            "per_seed": {
+                str(r.seed): {k: v for k, v in d.items() if k not in ("games", "sft_games")}
+                for r, d in zip(mine, ds)
+            },
+        }
+        lines.append(
+            f"| {arm} | `{ARMS.get(arm, '?')}` | {len(mine)} | {_ms([d['em'] for d in ds])} | "
+            f"{_ms([d['f1'] for d in ds])} | {per} | {_ms([d['invalid_rate'] for d in ds], 3)} | "
+            f"{_ms([d['episode_len'] for d in ds], 2)} | {_ms([d['sft_em'] for d in ds])} | "
+            f"{_ms([d['train_success'] for d in ds], 3)} | {_ms(wall)} |"
+        )
+    lines += ["", "EM and F1 in %, mean ± std over seeds (sample std; one seed: the value)."]
+    if pairs:
+        n = max(c.n for c in pairs)
+        lines += [
+            "",
+            "tools − tags, paired by seed (EM, F1 in points):",
+            "",
+            stats.markdown_table(pairs, digits=2).rstrip(),
+        ]
+        if n < SEEDS_TO_CLAIM:
+            lines += [
+                "",
+                (
+                    f"{n} seeds: the smallest reachable p is {stats.format_p(stats.min_sign_flip_pvalue(n))}, "
+                    f"so the arms are not separated whatever the data; a claim that one beats the other needs "
+                    f"the {SEEDS_TO_CLAIM}-seed standard."
+                ),
+            ]
+    md = "\n".join(lines) + "\n"
+    (root / "table.json").write_text(json.dumps(tab, indent=2) + "\n")
+    (root / "table.md").write_text(md)
+    print(md)
+    return tab
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--arm", choices=list(ARMS), required=True)
+    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--set", dest="extra", action="append", default=[])
+    sub.add_parser("table")
+    args = ap.parse_args(argv)
+    if args.cmd == "run":
+        run(args.arm, args.seed, args.extra)
+    else:
+        table()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,164 @@
+"""experiments/searchqa_tools.py's commands and table on hand-made run folders (no model is loaded, nothing is
+trained)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from slea.config import dump_config, load_config
+from slea.testing.bench import load_experiment
+
+S = load_experiment("searchqa_tools")
+
+
+def _result(wins: list[int], f1: float, invalid: float = 0.0, length: float = 2.0) -> dict:
+    em = 100.0 * sum(wins) / len(wins)
+    return {
+        "games": len(wins),
+        "per_game_wins": wins,
+        "sampled": {
+            "success": em / 100,
+            "episodes": float(len(wins)),
+            "invalid_rate": invalid,
+            "episode_len": length,
+        },
+        "table": {
+            "rows": [{"label": "sampled T=0", "values": {"fanoutqa-single EM": em, "fanoutqa-single F1": f1}}]
+        },
+    }
+
+
+def _finished(
+    root: Path,
+    arm: str,
+    seed: int,
+    wins: list[int],
+    f1: float,
+    invalid: float = 0.0,
+    sft_wins: list[int] | None = None,
+) -> None:
+    d = S.run_dir(arm, seed, root)
+    (d / "eval").mkdir(parents=True)
+    (d / "eval" / "summary.json").write_text(json.dumps({"after": _result(wins, f1, invalid), "wall_s": 1.0}))
+    (d / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "train/success": 0.25}) + "\n")
+    (d / "timing.json").write_text(json.dumps({"sft_s": 240.0, "grpo_s": 180.0}))
+    sft = S.sft_dir(arm, seed, root)
+    (sft / "eval").mkdir(parents=True)
+    (sft / "eval" / "eval-heldout.json").write_text(json.dumps(_result(sft_wins or [0] * len(wins), 0.0)))
+
+
+def test_table_pairs_tools_with_tags_by_seed(tmp_path):
+    q = 4  # held-out questions
+    for seed in range(3):
+        # tags answers question 0 on every seed; tools answers questions 0 and 1 on seeds 0 and 1, only 0 on seed 2
+        _finished(tmp_path, "tags", seed, [1, 0, 0, 0], 30.0, invalid=0.0)
+        _finished(
+            tmp_path,
+            "tools",
+            seed,
+            [1, 1, 0, 0] if seed < 2 else [1, 0, 0, 0],
+            40.0 + seed,
+            invalid=0.25,
+            sft_wins=[0, 1, 0, 0],
+        )
+    (S.run_dir("tools", 3, tmp_path) / "eval").mkdir(parents=True)  # started, not finished: left out
+    tab = S.table(tmp_path)
+    pairs = {p["metric"]: p for p in tab["pairs"]}
+    em = pairs["held-out EM"]
+    assert (em["a"], em["b"]) == ("tools", "tags") and em["seeds"] == [0, 1, 2]
+    assert em["diffs"] == pytest.approx([100 / q, 100 / q, 0.0])
+    assert em["p"] == pytest.approx(0.5) and em["p_min"] == 0.25 and em["verdict"] == "not separated"
+    assert em["ci_method"] == "seeds, then games" and em["games"] == q
+    assert 0.0 <= em["ci"][0] <= em["mean"] <= em["ci"][1]
+    assert pairs["held-out F1"]["diffs"] == pytest.approx([10.0, 11.0, 12.0])
+    assert pairs["held-out F1"]["p"] == 0.25 and pairs["held-out F1"]["ci_method"] == "seeds"
+    assert pairs["held-out invalid-step rate"]["diffs"] == pytest.approx([0.25] * 3)
+    assert pairs["held-out EM after SFT only"]["diffs"] == pytest.approx([100 / q] * 3)
+    assert tab["arms"]["tools"]["seeds"] == [0, 1, 2] and tab["arms"]["tags"]["em"]["mean"] == pytest.approx(
+        25.0
+    )
+    md = (tmp_path / "table.md").read_text()
+    assert "| tags | `slea/SearchQA-v0` | 3 | 25.0 ± 0.0 | 30.0 ± 0.0 | s0 1/4, s1 1/4, s2 1/4 |" in md
+    assert (
+        "| tools | `slea/SearchQA-tools-v0` | 3 | 41.7 ± 14.4 | 41.0 ± 1.0 | s0 2/4, s1 2/4, s2 1/4 |" in md
+    )
+    assert "| 7.0 ± 0.0 |" in md  # SFT 4 min + GRPO 3 min
+    assert (
+        "| tools − tags, held-out EM | 3 | s0 +25.00, s1 +25.00, s2 +0.00 | +16.67 ± 14.43 | 0.500 | 0.250 |"
+        in md
+    )
+    assert "3 seeds: the smallest reachable p is 0.250" in md and "needs the 8-seed standard" in md
+    assert json.loads((tmp_path / "table.json").read_text())["pairs"] == tab["pairs"]
+
+
+def test_no_finished_run_is_an_error(tmp_path):
+    with pytest.raises(SystemExit, match="no finished run"):
+        S.table(tmp_path)
+
+
+def _argv(cmd: list[str]) -> list[str]:
+    assert cmd[:3] == [sys.executable, "-m", "slea.cli"]
+    return cmd[3:]
+
+
+def _sets(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--set"]
+
+
+def test_the_arms_run_the_same_pipeline_and_differ_only_in_the_env(tmp_path):
+    runs = {
+        arm: [(stage, _argv(c)) for stage, c in S.commands(arm, 0, ["train.iterations=1"], tmp_path)]
+        for arm in S.ARMS
+    }
+    for arm, cmds in runs.items():
+        (_, sft), (_, grpo) = cmds
+        assert [s for s, _ in cmds] == ["sft", "grpo"]
+        assert sft[:4] == ["align", str(S.CONFIG), "--method", "sft"] and grpo[:2] == ["train", str(S.CONFIG)]
+        assert f"env.id={S.ARMS[arm]}" in _sets(
+            sft
+        ) and f"model.init_from={S.sft_dir(arm, 0, tmp_path)}" in _sets(grpo)
+        assert {*S.COMMON, "train.iterations=1", "run.seed=0"} <= set(_sets(sft)) & set(_sets(grpo))
+    strip = ("env.id=", "run.dir=", "model.init_from=")
+    same = [[s for s in _sets(c) if not s.startswith(strip)] for arm in S.ARMS for _, c in runs[arm]]
+    assert same[0] == same[2] and same[1] == same[3]  # tags' SFT = tools' SFT; tags' GRPO = tools' GRPO
+
+
+def _saved(d: Path, over: list[str]) -> None:
+    d.mkdir(parents=True, exist_ok=True)
+    (d / "config.yaml").write_text(
+        dump_config(load_config(S.CONFIG, [*over, f"run.dir={d}"], check_unused=False))
+    )
+
+
+def test_started_stages_resume_finished_runs_are_reused_and_other_settings_are_refused(tmp_path):
+    over = S.overrides("tools", 1)
+    sft, grpo = S.sft_dir("tools", 1, tmp_path), S.run_dir("tools", 1, tmp_path)
+    _saved(sft, [*over, "align.method=sft"])
+    (stage, cmd), (then, _) = S.commands("tools", 1, root=tmp_path)
+    assert (stage, _argv(cmd), then) == ("sft", ["align", "--resume", str(sft)], "grpo")
+    # the SFT run is evaluated and has its weights: only GRPO; a started GRPO run resumes
+    (sft / "eval").mkdir()
+    (sft / "eval" / "eval-heldout.json").write_text("{}")
+    (sft / S.SFT_WEIGHTS).parent.mkdir(parents=True)
+    (sft / S.SFT_WEIGHTS).write_bytes(b"w")
+    _saved(grpo, [*over, f"model.init_from={sft}"])
+    assert [_argv(c) for _, c in S.commands("tools", 1, root=tmp_path)] == [["train", "--resume", str(grpo)]]
+    with pytest.raises(SystemExit, match="train.iterations"):  # made with other settings
+        S.commands("tools", 1, ["train.iterations=2"], tmp_path)
+    # a fresh checkout: the evaluated SFT run has no weights, so its SFT stage is trained again first
+    (sft / "sft.json").write_text("{}")
+    (sft / S.SFT_WEIGHTS).unlink()
+    done = []
+    S.run("tools", 1, root=tmp_path, execute=lambda cmd, check: done.append(_argv(cmd)))
+    assert done == [["align", "--resume", str(sft)], ["train", "--resume", str(grpo)]]
+    assert not (sft / "sft.json").exists() and set(json.loads((grpo / "timing.json").read_text())) == {
+        "sft_s",
+        "grpo_s",
+    }
+    (grpo / "eval").mkdir()
+    (grpo / "eval" / "summary.json").write_text("{}")
+    assert S.commands("tools", 1, root=tmp_path) == []
