@@ -116,8 +116,8 @@ def ws(tmp_path_factory):
     w.close()
 
 
-def test_the_page_has_the_six_jobs_and_each_has_commands():
-    assert list(JOBS) == ["Your own environment", "Your own Hugging Face model", "Compare algorithms",
+def test_the_page_has_the_seven_jobs_and_each_has_commands():
+    assert list(JOBS) == ["Your own environment", "Your own tools", "Your own Hugging Face model", "Compare algorithms",
                           "Read a run and its report", "The library with a served model, no training", "Scale out"]
     assert all(JOBS[j] for j in JOBS), {j: len(c) for j, c in JOBS.items()}
 
@@ -136,6 +136,26 @@ def test_your_own_environment(ws):
     assert [m["iteration"] for m in rows] == [0, 1] and any(m.get("update/trained_samples", 0) > 0 for m in rows)
     summary = json.loads((run / "eval/summary.json").read_text())
     assert summary["after"]["env"] == "howto/Doors-v0" and summary["after"]["sampled"]["episodes"] == 4
+
+
+def test_your_own_tools(ws):
+    r = ws.run("Your own tools")
+    played = r[0].stdout  # play_tools.py's checks passed: a bad call is an invalid step with the reason, then a win
+    assert "error: unknown tool 'find_city'" in played and "won: True" in played
+    assert '"name": "find_office", "description": "Find the office of a person."' in played  # generated schema
+    shown = (ROOT / "docs/howto.md").read_text()
+    assert all(line in shown for line in played.splitlines()), "the page shows play_tools.py's output as it is"
+    run = ws.path / "runs/howto-tools"
+    cfg = (run / "config.yaml").read_text()
+    assert "howto/Office-v0" in cfg and "docs.howto.my_tools" in cfg and "max_new_tokens: 64" in cfg
+    rows = _metrics(run)
+    assert [m["iteration"] for m in rows] == [0, 1] and rows[1]["train/retrieval_hit_rate"] > 0
+    from slea.experience.library import ExperienceLibrary
+
+    lib = ExperienceLibrary(run / "library.sqlite")  # lessons about tool calls, naming the env's tools
+    texts = [e.text for e in lib.entries()]
+    lib.close()
+    assert any("find_office, office_city, answer" in t for t in texts), texts
 
 
 def test_your_own_hugging_face_model(ws):
