@@ -351,30 +351,25 @@ class RuleExtractor:
             return self.tool_warnings(t)
         base = {"zone": "neg", "score": t.episode_return, "task_type": t.task_type, "sources": [t.traj_id]}
         goal = summarize_goal(t.goal or "the task")
-        out: list[Candidate] = []
         n = len(t.steps)
         invalid = [s for s in t.steps if not s.valid]
-        seen: set[str] = set()
         known = GAME_VERBS | {command_shape(s.action)[0] for s in t.steps if s.valid and s.action}
-        for s in invalid:
+
+        def why(s) -> tuple[str, str]:
             said = (s.action or s.response_text or "").strip()
             verb, shape, _ = command_shape(said.splitlines()[0] if said else "")
             if not shape:
-                key, text = "", "An empty answer is an invalid step: always reply with one command from the list."
-            elif shape.endswith("…"):
-                key, text = "…", ("A free-form sentence instead of a command is rejected: reply with one command "
-                                  "copied exactly from the list of valid commands.")
-            elif verb not in known:
-                key, text = "?", ("A made-up command whose verb is not in the list of valid commands is rejected: "
-                                  "use only the commands listed.")
-            else:
-                key, text = shape, (f"'{shape}' was rejected: it was not in the list of valid commands at that "
-                                    f"point, so check the list before acting.")
-            if key in seen or len(seen) >= self.max_examples:
-                continue
-            seen.add(key)
-            out.append(Candidate(text, level="example", context=summarize_observation(s.anchor),
-                                 clusters=step_clusters([s]), **base))
+                return "", "An empty answer is an invalid step: always reply with one command from the list."
+            if shape.endswith("…"):
+                return "…", ("A free-form sentence instead of a command is rejected: reply with one command "
+                             "copied exactly from the list of valid commands.")
+            if verb not in known:
+                return "?", ("A made-up command whose verb is not in the list of valid commands is rejected: "
+                             "use only the commands listed.")
+            return shape, (f"'{shape}' was rejected: it was not in the list of valid commands at that point, so "
+                           f"check the list before acting.")
+
+        out = self._invalid_examples(invalid, why, base)
         if len(invalid) >= 2:
             out.append(Candidate(f"Invalid answers wasted {len(invalid)} of {_steps(n)}: answer with exactly one "
                                  f"command copied from the list of valid commands, nothing else.", level="principle",
@@ -414,6 +409,20 @@ class RuleExtractor:
         return out
 
 
+    def _invalid_examples(self, invalid, describe, base) -> list[Candidate]:
+        """An example lesson per kind of invalid step, at most ``max_examples`` kinds (``describe(step) -> (kind,
+        text)``), linked to the step's cluster."""
+        out: list[Candidate] = []
+        seen: set[str] = set()
+        for s in invalid:
+            key, text = describe(s)
+            if key in seen or len(seen) >= self.max_examples:
+                continue
+            seen.add(key)
+            out.append(Candidate(text, level="example", context=summarize_observation(s.anchor),
+                                 clusters=step_clusters([s]), **base))
+        return out
+
     # -- tool episodes: the same lessons, written as the calls made -------------------------------------------
     def tool_strategies(self, t: Trajectory, valid=None) -> list[Candidate]:
         """A T+ tool episode's lessons: the call that earned the reward (an example, linked to the cluster of
@@ -451,27 +460,21 @@ class RuleExtractor:
         calls, a call repeated without progress, running out of steps, the call that lost the task."""
         base = {"zone": "neg", "score": t.episode_return, "task_type": t.task_type, "sources": [t.traj_id]}
         goal = summarize_goal(t.goal or "the task")
-        out: list[Candidate] = []
         n = len(t.steps)
         tools = ", ".join(tool_names(t.steps)[:8])
         given = f"the tools given ({tools})" if tools else "the tools given"
         invalid = [s for s in t.steps if not s.valid]
-        seen: set[str] = set()
-        for s in invalid:
+
+        def rejected(s) -> tuple[str, str]:  # (kind, lesson): the reason's head is the kind
             why, call = step_error(s), describe_call(s.action)
             if call is None:
-                key = "no call"
-                text = (f"An answer without a valid tool call is rejected{f' ({why})' if why else ''}: reply with "
-                        f"a call to one of {given}.")
-            else:
-                key = why.split(";")[0].split(":")[0] if why else _tool(s.action)
-                text = (f"The call {call} was rejected: {why}." if why else
-                        f"The call {call} was rejected: call only {given}, with the arguments they take.")
-            if key in seen or len(seen) >= self.max_examples:
-                continue
-            seen.add(key)
-            out.append(Candidate(text, level="example", context=summarize_observation(s.anchor),
-                                 clusters=step_clusters([s]), **base))
+                return "no call", (f"An answer without a valid tool call is rejected{f' ({why})' if why else ''}: "
+                                   f"reply with a call to one of {given}.")
+            if why:
+                return why.split(";")[0].split(":")[0], f"The call {call} was rejected: {why}."
+            return _tool(s.action), f"The call {call} was rejected: call only {given}, with the arguments they take."
+
+        out = self._invalid_examples(invalid, rejected, base)
         if len(invalid) >= 2:
             out.append(Candidate(f"Invalid tool calls wasted {len(invalid)} of {_steps(n)}: call only {given}, "
                                  f"with exactly the arguments each one takes.", level="principle", context=goal,
