@@ -6,6 +6,7 @@ one; a later episode retrieves them at the tool result they were distilled at.""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -113,6 +114,8 @@ def test_toolcalc_clusters_form_over_tool_results_and_lessons_name_the_calls(tin
     assert "Invalid tool calls wasted 3 of 7 steps: call only the tools given (add, multiply, answer)" in texts
     assert f"Repeating the call multiply(a={a}, b={b}) (3 times)" in texts
     assert f"The call answer(value={result + 1}) ended the episode in failure" in texts
+    shown = (Path(__file__).resolve().parents[2] / "docs/envs/tools.md").read_text()
+    assert all(f"| {t} |" in shown for t in entries), "docs/envs/tools.md shows these lessons as they are"
 
     # the next episode retrieves the lesson at the tool result it was distilled at (Eq.1, no fallback)
     (again, _), gen = play(tok, m, "slea/ToolCalc-v0", {}, 3, lambda walk: [walk, walk], iteration=1)
