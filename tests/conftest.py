@@ -66,6 +66,21 @@ def tiny_policy():
 
 
 @pytest.fixture
+def qa_files(tmp_path) -> dict:
+    """Env kwargs of ``slea/SearchQA-file-v0`` / ``slea/SearchQA-tools-file-v0`` over a two-document corpus and
+    two questions (Paris, Berlin) written under ``tmp_path``, every question in the played split."""
+    import json
+
+    docs = [{"title": "Paris", "text": "Paris is the capital of France."},
+            {"title": "Berlin", "text": "Berlin is the capital of Germany."}]
+    qs = [{"question": "What is the capital of France?", "answers": ["Paris"]},
+          {"question": "What is the capital of Germany?", "answers": ["Berlin"]}]
+    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in docs))
+    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(q) for q in qs))
+    return {"dataset_path": str(tmp_path / "q.jsonl"), "corpus": str(tmp_path / "corpus.jsonl"), "split": "all"}
+
+
+@pytest.fixture
 def slea_cli(monkeypatch):
     """``slea ARGS`` run in this process (typer's CliRunner) instead of a fresh interpreter, which spends 1-2 s
     importing before it reads its first argument: for error paths and cheap commands. Returns a

@@ -165,21 +165,11 @@ def test_search_qa_gold_answer_searches_then_answers():
         assert "<information>" in t.turns[1].messages[-1]["content"]  # the retrieval result is in the prompt
 
 
-def _qa_files(tmp_path) -> dict:
-    docs = [{"title": "Paris", "text": "Paris is the capital of France."},
-            {"title": "Berlin", "text": "Berlin is the capital of Germany."}]
-    qs = [{"question": "What is the capital of France?", "answers": ["Paris"]},
-          {"question": "What is the capital of Germany?", "answers": ["Berlin"]}]
-    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in docs))
-    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(q) for q in qs))
-    return {"dataset_path": str(tmp_path / "q.jsonl"), "corpus": str(tmp_path / "corpus.jsonl"), "split": "all"}
-
-
-def test_search_qa_tools_expert_answers_in_the_models_tool_syntax_token_equal_to_a_rollout(tiny_policy, tmp_path):
+def test_search_qa_tools_expert_answers_in_the_models_tool_syntax_token_equal_to_a_rollout(tiny_policy, qa_files):
     """The tools version's expert (search the question, answer the gold answer) is written as the rollout's own
     tool calls (the tiny model's template renders no tools: the fallback's <tool_call> blocks): a rollout whose
     model answers that text has the expert turns' prompt and response ids, step for step."""
-    env_id, kw = "slea/SearchQA-tools-file-v0", _qa_files(tmp_path)
+    env_id, kw = "slea/SearchQA-tools-file-v0", qa_files
     _, tok = tiny_policy
     rollout = RolloutSection(history=1, max_new_tokens=64)
     builder = PromptBuilder.from_rollout(tok, rollout)

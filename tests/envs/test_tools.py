@@ -149,18 +149,10 @@ def test_the_calc_env_is_registered_and_passes_gymnasium_check_env():
 
 
 # -- Search-QA as tools ------------------------------------------------------------------------------------------
-def _qa(tmp_path) -> dict:
-    docs = [{"title": "Paris", "text": "Paris is the capital of France."},
-            {"title": "Berlin", "text": "Berlin is the capital of Germany."}]
-    qs = [{"question": "What is the capital of France?", "answers": ["Paris"]},
-          {"question": "What is the capital of Germany?", "answers": ["Berlin"]}]
-    (tmp_path / "corpus.jsonl").write_text("\n".join(json.dumps(d) for d in docs))
-    (tmp_path / "q.jsonl").write_text("\n".join(json.dumps(q) for q in qs))
-    return {"dataset_path": str(tmp_path / "q.jsonl"), "corpus": str(tmp_path / "corpus.jsonl"), "split": "all"}
 
 
-def test_search_qa_tools_plays_the_tag_versions_questions_with_the_same_corpus_and_metrics(tmp_path):
-    kw = _qa(tmp_path)
+def test_search_qa_tools_plays_the_tag_versions_questions_with_the_same_corpus_and_metrics(qa_files):
+    kw = qa_files
     tools, tags = make("slea/SearchQA-tools-file-v0", **kw), make("slea/SearchQA-file-v0", **kw)
     obs, info = tools.reset(seed=0)
     tag_obs, tag_info = tags.reset(seed=0)
