@@ -413,10 +413,6 @@ class ObservationIndex:
         PRIMARY KEY (task_type, observation));
     """
 
-    @classmethod
-    def create_tables(cls, conn: sqlite3.Connection) -> None:
-        conn.executescript(cls._SCHEMA)
-
     def save_sqlite(self, conn: sqlite3.Connection) -> None:
         """Write what changed since the last save/load. The caller owns the transaction (commit)."""
         for stmt in self._SCHEMA.split(";"):

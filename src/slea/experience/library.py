@@ -24,7 +24,6 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from itertools import chain
 from pathlib import Path
 from typing import Any
 
@@ -524,13 +523,6 @@ class ExperienceLibrary:
                               (e.usage, e.success, e.last_used_iter, eid))
             self.version += 1
 
-    def set_score(self, eid: int, score: float) -> None:
-        e = self._entries[eid]
-        with self.transaction():
-            e.score = float(score)
-            self.conn.execute("UPDATE entries SET score = ? WHERE id = ?", (e.score, eid))
-            self.version += 1
-
     # -- JSONL -----------------------------------------------------------------------------------------------
     def export_jsonl(self, out: str | Path) -> int:
         out = Path(out)
@@ -582,6 +574,3 @@ class ExperienceLibrary:
 
     def __iter__(self) -> Iterator[Entry]:
         return iter(list(self._entries.values()))
-
-    def all_tokens(self) -> Iterator[str]:
-        return iter(chain.from_iterable(self._tokens.values()))

@@ -32,18 +32,6 @@ def _short(text: str, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 1].rstrip() + "…"
 
 
-
-def render_trajectory(t: Trajectory, max_steps: int = 10, obs_chars: int = 140) -> str:
-    steps = t.steps if len(t.steps) <= max_steps else t.steps[:4] + t.steps[-(max_steps - 4):]
-    lines = []
-    for s in steps:
-        act = s.action if s.valid and s.action else f"{_short(s.response_text or s.action, 40)} (invalid)"
-        lines.append(f"{s.step + 1}. saw: {_short(s.anchor, obs_chars)}\n   did: {act}   reward: {s.reward:g}")
-    if len(steps) < len(t.steps):
-        lines.insert(4, f"   … ({len(t.steps) - len(steps)} steps omitted) …")
-    return "\n".join(lines)
-
-
 def _tool_turn(t: Trajectory, i: int) -> str:
     """Step ``i`` of a tool episode as a call with its result (the next step's observation) or why it was
     rejected: ``multiply(a=8, b=8) → 64``, ``divide(a=1, b=2) (invalid: unknown tool 'divide'...)``."""
