@@ -1,10 +1,14 @@
 """The documents cannot drift from the code: every repository path that README.md and docs/ name exists, every
 `slea ...` command they show parses (its subcommand, its options, and its ``--set`` keys are real config keys),
-the README's config-error demo prints what it shows, the README stays a front door (at most 200 lines), and no
-document points outside the repository or carries a date, a machine load or a commit hash in its prose."""
+every function and class name docs/architecture.md cites is defined in src/slea, the README's config-error demo
+prints what it shows, the README stays a front door (at most 200 lines), and no document points outside the
+repository or carries a date, a machine load or a commit hash in its prose."""
 
 from __future__ import annotations
 
+import ast
+import builtins
+import functools
 import importlib
 import importlib.util
 import itertools
@@ -19,7 +23,7 @@ import pytest
 import typer
 
 from slea.cli.main import app
-from slea.config import ConfigError, build_config
+from slea.config import ConfigError, RunConfig, build_config
 
 # the click that typer builds its commands with (typer vendors its own copy; its usage errors are that copy's)
 _click = "typer._click" if importlib.util.find_spec("typer._click") else "click"
@@ -131,6 +135,110 @@ def test_the_path_reader_finds_paths_and_flags_missing_ones():
                                 "slea/policy/model.py", "tests/"}
     assert not resolve("docs/nope.md").exists() and resolve("slea/policy/model.py").exists()
     assert slug("Sharded base weights: `train.fsdp`") == "sharded-base-weights-trainfsdp"
+
+
+# -- code names a page cites ------------------------------------------------------------------------------------
+CODE_NAMED = [ROOT / "docs" / "architecture.md"]  # the pages that cite functions and classes by name
+SRC = ROOT / "src" / "slea"
+# Names a page writes as code that are values, not definitions: each with what it is.
+NOT_CODE = {
+    "low_var_kl": "a value of algorithm.kl_estimator (verl's name for k3)",
+    "offline_data": "a value of AlgorithmSpec.needs (a string in NEEDS)",
+    "admissible_actions": "a key of an env's info dict",
+}
+FILE_SUFFIXES = {"yaml", "yml", "json", "jsonl", "png", "sqlite", "md", "py", "html", "txt", "toml", "safetensors"}
+CODE_SPAN = re.compile(r"`([^`]+)`")  # inline code, which may wrap onto the next line
+DOTTED = re.compile(r"\.?([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")  # a span that is a (dotted) name and nothing else
+CALLED = re.compile(r"(?<![\w.])([A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)\(")  # every name(...) inside a span
+
+
+def defined_names(src: Path = SRC) -> tuple[set[str], set[str]]:
+    """(what src defines, the outside top-level modules it imports), read with ``ast``, nothing imported.
+
+    Defined: every module and package name, function, method and class; every name an assignment binds at any
+    level (module constants, dataclass and pydantic fields, ``self.x = ...`` attributes); every keyword-only
+    parameter (an estimator's or a loss's settings, which the docs cite by name)."""
+    names: set[str] = set()
+    outside: set[str] = set()
+    for path in src.rglob("*.py"):
+        names.update(part.removesuffix(".py") for part in path.relative_to(src).parts)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+                if not isinstance(node, ast.ClassDef):
+                    names.update(a.arg for a in node.args.kwonlyargs)
+            elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+                for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                    for n in ast.walk(target):
+                        if isinstance(n, ast.Name):
+                            names.add(n.id)
+                        elif isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name) \
+                                and n.value.id in ("self", "cls"):
+                            names.add(n.attr)
+            elif isinstance(node, ast.Import):
+                outside.update(a.name.split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                outside.add(node.module.split(".")[0])
+    outside.discard("slea")
+    return names, outside
+
+
+def looks_like_code(part: str) -> bool:
+    """With an underscore (``load_config``, ``_parse``, ``TRAIN_SALT``) or CamelCase (``TextEnv``, ``Critic``)."""
+    return re.search(r"\w_|_\w", part) is not None or re.match(r"^[A-Z][a-z]", part) is not None
+
+
+def cited_names(text: str) -> set[str]:
+    """The function and class names a page's inline code cites: a span that is a (dotted) name that looks like
+    code (``Trainer.fit``, ``config.load_config``, ``fill_old_and_reference``), and every ``name(`` in a span
+    (``estimate(spec, batch, ...)``). Skipped: a config key (``algorithm.old_logprobs``: its first part is a
+    config section), a metric name or path (a slash), a file (``config.yaml``), an outside library's name
+    (``torch.multinomial``: its first part is a module slea imports) and a Python builtin (``OSError``)."""
+    sections = set(RunConfig.model_fields)
+    _, outside = _defined()
+    found = set()
+    for span in CODE_SPAN.findall(FENCE.sub("", text)):
+        span = " ".join(span.split())
+        if "/" in span:
+            continue
+        whole = DOTTED.fullmatch(span.strip())
+        candidates = {(whole.group(1), False)} if whole else set()
+        candidates |= {(name, True) for name in CALLED.findall(span)}
+        for name, called in candidates:
+            parts = name.split(".")
+            if len(parts) > 1 and (parts[0] in sections or parts[-1] in FILE_SUFFIXES) or parts[0] in outside \
+                    or hasattr(builtins, parts[0]):
+                continue
+            if called or any(looks_like_code(p) for p in parts):
+                found.add(name)
+    return found
+
+
+@functools.cache
+def _defined() -> tuple[set[str], set[str]]:
+    return defined_names()
+
+
+def undefined_names(text: str) -> list[str]:
+    """The cited names whose last part src/slea does not define (``Trainer.fit``: ``fit``)."""
+    names, _ = _defined()
+    return sorted(n for n in cited_names(text) if n.split(".")[-1] not in names and n not in NOT_CODE)
+
+
+@pytest.mark.parametrize("doc", CODE_NAMED, ids=ids(CODE_NAMED))
+def test_every_function_and_class_a_page_names_is_defined_in_src(doc):
+    missing = undefined_names(doc.read_text())
+    assert not missing, f"{rel(doc)} names code that src/slea does not define: {missing}"
+
+
+def test_the_name_checker_catches_a_made_up_name():
+    text = ("`Trainer.fit` → `fill_old_and_reference` → `made_up_logprobs(model)`, `NoSuchTrainer`, "
+            "`config.load_config`, `algorithm.old_logprobs`, `rollout/entropy`, `config.yaml`, `torch.multinomial`, "
+            "`OSError`, `low_var_kl`, a `grpo` step")
+    assert cited_names(text) == {"Trainer.fit", "fill_old_and_reference", "made_up_logprobs", "NoSuchTrainer",
+                                 "config.load_config", "low_var_kl"}
+    assert undefined_names(text) == ["NoSuchTrainer", "made_up_logprobs"]
+    assert undefined_names("`_check_options` checks `algorithm.options`") == ["_check_options"]
 
 
 # -- slea commands -------------------------------------------------------------------------------------------------
