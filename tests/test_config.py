@@ -1,6 +1,10 @@
+from pathlib import Path
+
 import pytest
 
-from slea.config import ConfigError, build_config, dump_config, load_config
+from slea.config import ConfigError, build_config, dump_config, load_config, unused_settings
+
+RUNS = sorted((Path(__file__).resolve().parents[1] / "experiments" / "results").glob("**/runs/*/config.yaml"))
 
 
 def test_defaults_and_overrides():
@@ -132,6 +136,16 @@ def test_a_saved_config_loads_back_unchanged(tmp_path):
     cfg = build_config({}, ["algorithm.name=slea", "algorithm.step_weight=0.5"])
     (tmp_path / "c.yaml").write_text(dump_config(cfg))
     assert load_config(tmp_path / "c.yaml") == cfg
+
+
+def test_every_saved_run_config_loads():
+    """The run folders kept in the repository load as resume, eval and agent load them (a saved config lists every
+    key, so the unused-settings refusal is off), and none of their algorithm settings is one its algorithm, loss or
+    trainer does not read (their team sections hold defaults of their day, which the refusal would name)."""
+    assert len(RUNS) > 100
+    for path in RUNS:
+        cfg = load_config(path, check_unused=False)
+        assert [k for k in unused_settings(cfg) if k.startswith("algorithm.")] == [], path
 
 
 def test_algorithm_defaults_fill_only_what_the_user_left_unset():

@@ -4,7 +4,9 @@ An algorithm is its advantage estimator plus a spec (:class:`AlgorithmSpec`): th
 at (``token``, ``turn``, ``trajectory``), what the trainer must *provide* for it (a learned critic, observation
 clusters, a reference model, env snapshots, a team of agents, offline data), and config values it implies unless
 the user sets them. Its *settings* are the estimator's keyword-only parameters, read from ``algorithm.<name>``
-(or ``algorithm.options``). The trainer reads the spec, never the name::
+(or ``algorithm.options``); a policy loss's are its own keyword-only parameters. The config check reads the same
+signatures (slea.config.checks), so a new parameter is a setting with no table to edit. The trainer reads the
+spec, never the name::
 
     @register_algorithm("my_estimator", level="trajectory")
     def my_estimator(batch: StepBatch, *, eps: float) -> np.ndarray:   # one advantage per step row

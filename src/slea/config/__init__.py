@@ -7,7 +7,9 @@ module registers its algorithms, losses, envs, extractors), the algorithm's decl
 the user did not set (``slea`` → ``experience.mode: step``), ``algorithm.name``, ``algorithm.policy_loss`` and
 ``env.id`` must be registered, ``algorithm.options`` must be settings of the chosen estimator or loss, and a
 setting the chosen algorithm, loss or trainer path never reads is refused when it differs from its default
-(:func:`unused_settings`): a value that would be silently ignored is an error, not a surprise.
+(:func:`unused_settings`): a value that would be silently ignored is an error, not a surprise. An algorithm's and a
+loss's settings are their functions' keyword-only parameters, read from the registry; the trainer's own are
+listed once, with the module that reads each (:data:`TRAINER_SETTINGS`).
 
 The package: :mod:`slea.config.schema` (the sections), :mod:`slea.config.checks` (the checks beyond types) and
 :mod:`slea.config.loading` (YAML, overrides, one-line errors).
@@ -16,8 +18,8 @@ The package: :mod:`slea.config.schema` (the sections), :mod:`slea.config.checks`
 from __future__ import annotations
 
 from slea.config.checks import (
-    CRITIC_SETTINGS,
     LOSS_SETTINGS,
+    TRAINER_SETTINGS,
     estimator_settings,
     loss_settings,
     unused_settings,
@@ -42,8 +44,8 @@ from slea.config.schema import (
 )
 
 __all__ = [
-    "CRITIC_SETTINGS",
     "LOSS_SETTINGS",
+    "TRAINER_SETTINGS",
     "AlgorithmSection",
     "AlignSection",
     "ConfigError",

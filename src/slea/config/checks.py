@@ -1,11 +1,14 @@
 """The checks a run config gets beyond its types: names looked up in the registries they name, an algorithm's
 options, snapshots for algorithms that fork, and the settings nothing on the chosen path reads
-(:func:`unused_settings`). Pure functions over the sections (slea.config.schema calls them from its validator);
+(:func:`unused_settings`: an estimator's and a loss's settings are their keyword-only parameters, found in the
+registry; the trainer's are :data:`TRAINER_SETTINGS`). Pure functions over the sections (slea.config.schema calls them from its validator);
 this module imports nothing of the schema.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel
@@ -51,23 +54,91 @@ def registered(key: str, get, value: str):
         raise ValueError(f"{key}: {head}; {hint} known: {known}" if hint else f"{key}: {msg}") from None
 
 
-# -- what the chosen algorithm reads ----------------------------------------------------------------------------
-# config key -> the keyword names a policy loss takes it as (verl's names)
+# -- who reads a setting ----------------------------------------------------------------------------------------
+# An algorithm reads its estimator's keyword-only parameters (AlgorithmSpec.settings) and a policy loss its own
+# keyword-only parameters: the registry knows both from the signatures. A loss's parameters carry verl's names;
+# this binds the config's keys to them (config key -> the keyword names a policy loss takes it as).
 LOSS_SETTINGS: dict[str, tuple[str, ...]] = {
     "clip_eps": ("clip_ratio", "clip_ratio_low"),
     "clip_eps_high": ("clip_ratio_high",),
     "dual_clip_c": ("clip_ratio_c",),
     "loss_agg": ("loss_agg_mode",),
 }
-# keys that configure the learned critic: read only when the algorithm needs one
-CRITIC_SETTINGS = (("algorithm", "value_clip"), ("algorithm", "vf_coef"), ("train", "critic_lr"),
-                   ("train", "critic_updates"))
 
 
-def _loss_params(loss) -> set[str]:
+@dataclass(frozen=True)
+class Reader:
+    """Trainer code that reads a setting: ``by``, its module under ``slea/`` (which names the setting; a test
+    checks it); ``when(cfg, spec)``, whether the chosen path reads it (None: every path); ``why``, the refusal
+    otherwise (``{name}``: the algorithm, ``{generator}``: model.generator)."""
+
+    by: str
+    when: Callable[[Any, Any], bool] | None = None
+    why: str = ""
+
+
+def _need(need: str, by: str, why: str) -> Reader:
+    return Reader(by, lambda cfg, spec: need in spec.needs, f"algorithm {{name}} {why}")
+
+
+# The settings the trainer reads whatever the estimator and the loss, and when: every algorithm.* key that no
+# estimator or loss takes as a parameter is here (a key that names a section stands for each of its keys).
+TRAINER_SETTINGS: dict[str, Reader] = {
+    "algorithm.name": Reader("trainer/select.py"),
+    "algorithm.policy_loss": Reader("trainer/update.py"),
+    "algorithm.options": Reader("config/checks.py"),  # the estimator's and loss's own settings (check_options)
+    "algorithm.loss_agg": Reader("trainer/update.py"),  # weighs the micro-batches too, whatever the loss
+    "algorithm.kl_coef": Reader("trainer/update.py"),
+    "algorithm.kl_estimator": Reader("trainer/update.py", lambda cfg, spec: cfg.algorithm.kl_coef > 0
+                                     or "reference" in spec.needs, "algorithm.kl_coef is 0"),
+    "algorithm.entropy_coef": Reader("trainer/update.py", lambda cfg, spec: "team" not in spec.needs,
+                                     "algorithm {name}'s update takes no entropy bonus"),
+    "algorithm.skip_zero_advantage": Reader("trainer/rl.py"),
+    "algorithm.old_logprobs": Reader("trainer/update.py"),
+    "algorithm.tis_cap": Reader("trainer/update.py", lambda cfg, spec: cfg.algorithm.old_logprobs == "tis",
+                                "algorithm.old_logprobs is not tis"),
+    "algorithm.dynamic_sampling": Reader("trainer/schemes.py", lambda cfg, spec: "snapshots" not in spec.needs,
+                                         "algorithm {name} forks from trunk boundaries"),
+    "algorithm.max_refill_rounds": Reader("trainer/schemes.py", lambda cfg, spec: cfg.algorithm.dynamic_sampling,
+                                          "algorithm.dynamic_sampling is off"),
+    "rollout.max_batch": Reader("trainer/rl.py", lambda cfg, spec: cfg.model.generator == "hf",
+                                "model.generator {generator} sends model.openai.batch_size prompts per request"),
+    # what the trainer provides for an algorithm's needs (registry.NEEDS) is configured by these
+    "algorithm.value_clip": _need("critic", "trainer/critic.py", "has no critic"),
+    "algorithm.vf_coef": _need("critic", "trainer/critic.py", "has no critic"),
+    "train.critic_lr": _need("critic", "trainer/critic.py", "has no critic"),
+    "train.critic_updates": _need("critic", "trainer/critic.py", "has no critic"),
+    "rollout.trunks": _need("snapshots", "trainer/schemes.py", "plays no trunks (it forks no siblings)"),
+    "team": _need("team", "trainer/teamtr.py", "trains no team"),
+}
+
+
+def _keyword_params(fn) -> set[str]:
     import inspect
 
-    return {p.name for p in inspect.signature(loss).parameters.values() if p.kind is p.KEYWORD_ONLY}
+    return {p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
+
+
+class _Takers:
+    """Every registered algorithm's settings and policy loss's keyword parameters (plugins included)."""
+
+    def __init__(self) -> None:
+        from slea.algorithms import registry
+
+        self.algorithms = {n: set(registry.get_algorithm(n).settings) for n in registry.algorithm_names()}
+        self.losses = {n: _keyword_params(registry.get_policy_loss(n)) for n in registry.policy_loss_names()}
+
+    def of(self, key: str, *, option: bool = False) -> tuple[list[str], list[str]]:
+        """The algorithms and the losses that take ``algorithm.<key>`` (``option``: ``algorithm.options.<key>``,
+        which a loss takes under its own name rather than through :data:`LOSS_SETTINGS`)."""
+        names = {key} if option else set(LOSS_SETTINGS.get(key, ()))
+        return ([n for n, s in self.algorithms.items() if key in s],
+                [n for n, p in self.losses.items() if names & p])
+
+
+def _read_by(algorithms: list[str], losses: list[str]) -> str:
+    parts = [f"{kind} {', '.join(who)}" for kind, who in (("algorithm", algorithms), ("policy_loss", losses)) if who]
+    return f"; read by {' and '.join(parts)}" if parts else ""
 
 
 def estimator_settings(algo: BaseModel, spec) -> dict[str, Any]:
@@ -81,7 +152,7 @@ def estimator_settings(algo: BaseModel, spec) -> dict[str, Any]:
 def loss_settings(algo: BaseModel, loss) -> dict[str, Any]:
     """Keyword arguments of the policy loss ``loss``: the config's clip settings under verl's names
     (:data:`LOSS_SETTINGS`), and its own extras from ``algorithm.options``."""
-    params = _loss_params(loss)
+    params = _keyword_params(loss)
     out: dict[str, Any] = {}
     for key, names in LOSS_SETTINGS.items():
         value = getattr(algo, key)
@@ -93,61 +164,64 @@ def loss_settings(algo: BaseModel, loss) -> dict[str, Any]:
 
 def check_options(algo: BaseModel, spec, loss) -> None:
     fields = type(algo).model_fields
-    params = _loss_params(loss)
+    params = _keyword_params(loss)
     for key in algo.options:
         if key in fields:
             raise ValueError(f"algorithm.options.{key}: set algorithm.{key} instead")
         if key not in spec.settings and key not in params:
             own = [k for k in spec.settings if k not in fields] or ["none"]
             raise ValueError(f"algorithm.options.{key}: not a setting of algorithm {spec.name} (its options: "
-                             f"{', '.join(own)}) nor of policy_loss {algo.policy_loss}")
+                             f"{', '.join(own)}) nor of policy_loss {algo.policy_loss}"
+                             + _read_by(*_Takers().of(key, option=True)))
     for key in spec.required:
         if key not in fields and key not in algo.options:
             raise ValueError(f"algorithm.options.{key}: required by algorithm {spec.name}")
 
 
+def _changed(cfg: BaseModel, dotted: str) -> list[str]:
+    """``[dotted]`` when that setting differs from its default, or a section's keys that do; else []."""
+    *path, leaf = dotted.split(".")
+    parent = cfg
+    for part in path:
+        parent = getattr(parent, part)
+    value = getattr(parent, leaf)
+    default = type(parent).model_fields[leaf].get_default(call_default_factory=True)
+    if isinstance(value, BaseModel):
+        return [f"{dotted}.{k}" for k in type(value).model_fields if getattr(value, k) != getattr(default, k)]
+    return [dotted] if value != default else []
+
+
 def unused_settings(cfg: BaseModel) -> dict[str, str]:
     """Settings that differ from their default although nothing on the chosen path reads them: ``key -> why``.
 
-    Estimator settings are the chosen algorithm's keyword parameters; clip settings are read when the policy
-    loss takes them (:data:`LOSS_SETTINGS`); critic settings when the algorithm needs a critic; the KL estimator
-    when ``kl_coef`` > 0; ``max_refill_rounds`` with dynamic sampling. A value equal to its default changes
-    nothing and passes (so a run's saved config.yaml, which lists every key, loads back)."""
+    ``algorithm.<key>`` is read when the chosen algorithm's estimator takes ``key`` as a keyword-only parameter,
+    when the chosen policy loss takes it (under verl's name, :data:`LOSS_SETTINGS`), or when the trainer reads it
+    on this path (:data:`TRAINER_SETTINGS`, which also says when the other sections' keys are read); the refusal
+    of an estimator's or loss's setting names the registered ones that read it. A value equal to its default
+    changes nothing and passes (so a run's saved config.yaml, which lists every key, loads back)."""
     from slea.algorithms.registry import get_algorithm, get_policy_loss
 
     a = cfg.algorithm
     spec = get_algorithm(a.name)
-    loss = get_policy_loss(a.policy_loss)
-    params = _loss_params(loss)
-    critic = "critic" in spec.needs
-    estimator_reads = f"not a setting of algorithm {spec.name} (it reads: {', '.join(spec.settings) or 'none'})"
-    loss_reads = sorted(k for k, names in LOSS_SETTINGS.items() if params & set(names))
-    loss_why = f"not read by policy_loss {a.policy_loss} (it reads: {', '.join(loss_reads) or 'none'})"
-    reads: dict[str, tuple[bool, str]] = {}
-    for key in ("gamma", "step_weight", "std_norm", "eps", "gae_gamma", "gae_lambda", "turn_gamma", "turn_lambda",
-                "adv_whiten"):
-        reads[f"algorithm.{key}"] = (key in spec.settings, estimator_reads)
-    for key, names in LOSS_SETTINGS.items():
-        if key != "loss_agg":  # loss_agg also weighs micro-batches: always read
-            reads[f"algorithm.{key}"] = (bool(params & set(names)), loss_why)
-    for sec, key in CRITIC_SETTINGS:
-        reads[f"{sec}.{key}"] = (critic, f"algorithm {spec.name} has no critic")
-    no_bonus = f"algorithm {spec.name}'s update takes no entropy bonus"
-    reads["algorithm.entropy_coef"] = ("team" not in spec.needs, no_bonus)
-    reads["algorithm.kl_estimator"] = (a.kl_coef > 0 or "reference" in spec.needs, "algorithm.kl_coef is 0")
-    reads["algorithm.max_refill_rounds"] = (a.dynamic_sampling, "algorithm.dynamic_sampling is off")
-    forks = "snapshots" in spec.needs
-    reads["algorithm.dynamic_sampling"] = (not forks, f"algorithm {spec.name} forks from trunk boundaries")
-    reads["rollout.trunks"] = (forks, f"algorithm {spec.name} plays no trunks (it forks no siblings)")
-    reads["rollout.max_batch"] = (cfg.model.generator == "hf", (f"model.generator {cfg.model.generator} sends "
-                                                                 f"model.openai.batch_size prompts per request"))
-    out = {}
-    for dotted, (read, why) in reads.items():
-        sec, key = dotted.split(".")
-        section = getattr(cfg, sec)
-        if not read and getattr(section, key) != type(section).model_fields[key].default:
-            out[dotted] = why
-    if "team" not in spec.needs:
-        changed = [k for k, v in cfg.team.model_dump().items() if v != type(cfg.team)().model_dump()[k]]
-        out.update({f"team.{k}": f"algorithm {spec.name} trains no team" for k in changed})
+    params = _keyword_params(get_policy_loss(a.policy_loss))
+    loss_reads = ", ".join(sorted(k for k, names in LOSS_SETTINGS.items() if params & set(names))) or "none"
+    takers = _Takers()
+    fields = [f"algorithm.{k}" for k in type(a).model_fields]
+    out: dict[str, str] = {}
+    for dotted in [*fields, *(k for k in TRAINER_SETTINGS if k not in fields)]:
+        key = dotted.removeprefix("algorithm.") if dotted in fields else ""
+        algorithms, losses = takers.of(key) if key else ([], [])
+        trainer = TRAINER_SETTINGS.get(dotted)
+        if (key in spec.settings or params & set(LOSS_SETTINGS.get(key, ()))
+                or (trainer is not None and (trainer.when is None or trainer.when(cfg, spec)))):
+            continue
+        if algorithms:
+            why = f"not a setting of algorithm {spec.name} (it reads: {', '.join(spec.settings) or 'none'})"
+        elif losses:
+            why = f"not read by policy_loss {a.policy_loss} (it reads: {loss_reads})"
+        elif trainer is not None:
+            why = trainer.why.format(name=spec.name, generator=cfg.model.generator)
+        else:
+            continue  # nothing declares it (tests/algorithms/test_settings.py: every algorithm.* key has a reader)
+        out.update(dict.fromkeys(_changed(cfg, dotted), why + _read_by(algorithms, losses)))
     return out
