@@ -112,6 +112,7 @@ def test_bad_files(tmp_path):
     (["train.critic_lr=0.1"], "train.critic_lr: algorithm grpo has no critic"),
     (["algorithm.kl_estimator=k1"], "algorithm.kl_estimator: algorithm.kl_coef is 0"),
     (["algorithm.max_refill_rounds=5"], "algorithm.max_refill_rounds: algorithm.dynamic_sampling is off"),
+    (["algorithm.tis_cap=3"], "algorithm.tis_cap: algorithm.old_logprobs is not tis"),
     (["algorithm.options={typo: 1}"], "algorithm.options.typo: not a setting of algorithm grpo"),
     (["algorithm.options={gamma: 1}"], "algorithm.options.gamma: set algorithm.gamma instead"),
 ])
@@ -127,6 +128,7 @@ def test_settings_the_algorithm_reads_pass():
     build_config({}, ["algorithm.name=gigpo", "algorithm.step_weight=0.5", "algorithm.options={cross_step_stats: true}"])
     build_config({}, ["algorithm.name=ppo", "algorithm.vf_coef=0.5", "train.critic_lr=0.1", "algorithm.gae_lambda=0.9"])
     build_config({}, ["algorithm.kl_coef=0.01", "algorithm.kl_estimator=k1"])
+    build_config({}, ["algorithm.old_logprobs=tis", "algorithm.tis_cap=3"])
     build_config({}, ["algorithm.dual_clip_c=3.0"])  # equal to its default: changes nothing, passes
     # compare checks against all its algorithms instead
     assert build_config({}, ["algorithm.step_weight=0.5"], check_unused=False).algorithm.step_weight == 0.5
