@@ -38,7 +38,8 @@ from slea.experience.extraction import select
 from slea.experience.llm_extractor import LLMExtractor
 from slea.experience.manager import ExperienceManager
 from slea.experience.rule_extractor import RuleExtractor
-from slea.trainer.rl import Trainer, _faulted, iteration_seeds
+from slea.trainer.guards import faulted
+from slea.trainer.rl import Trainer, iteration_seeds
 from slea.types import Trajectory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,7 +118,7 @@ def collect(trainer: Trainer, batches: int) -> tuple[list[list[Trajectory]], lis
         t0 = time.perf_counter()
         seeds = iteration_seeds(trainer.cfg.run.seed, it, trainer.cfg.rollout.groups)
         batch = next(trainer.rollouts.rounds(it, seeds))
-        clean = [t for t in batch.collected if not _faulted(t)]
+        clean = [t for t in batch.collected if not faulted(t)]
         sec = time.perf_counter() - t0
         out.append(clean)
         info.append({"iteration": it, "episodes": len(batch.collected), "clean": len(clean), "rollout_s": sec,

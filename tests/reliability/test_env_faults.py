@@ -104,12 +104,12 @@ def test_an_engine_exception_inside_the_env_is_a_fault_not_an_invalid_action():
 
 def test_the_rollout_does_not_penalise_or_learn_from_an_engine_fault(tiny_policy):
     """Through the collector: the faulted step is valid (no invalid penalty), ends the episode truncated, carries
-    ``fault``, so the trainer drops the episode (rl._faulted)."""
+    ``fault``, so the trainer drops the episode (slea.trainer.guards.faulted)."""
     from slea.config import RolloutSection
     from slea.policy.generation import Generation
     from slea.policy.prompts import PromptBuilder
     from slea.rollout.collector import RolloutCollector
-    from slea.trainer.rl import _faulted
+    from slea.trainer.guards import faulted
 
     class Up:
         def generate(self, prompts, **kw):
@@ -121,7 +121,7 @@ def test_the_rollout_does_not_penalise_or_learn_from_an_engine_fault(tiny_policy
     for t in trajs:
         (step,) = t.steps
         assert step.valid and step.penalty == 0.0 and step.reward == 0.0 and step.info["fault"] == "error"
-        assert t.truncated and _faulted(t)
+        assert t.truncated and faulted(t)
     assert pool.take_fault_stats()["env_errors"] == 2
 
 
@@ -183,3 +183,19 @@ def test_too_many_faults_stop_the_run_with_a_clear_message(tmp_path, rel):
         trainer.fit()
     assert [r["iteration"] for r in trainer.log.rows()] == [0]  # the row that tripped the guard is kept
     assert not (tmp_path / "checkpoints").exists() or not list((tmp_path / "checkpoints").iterdir())
+
+
+def test_one_definition_of_a_faulted_episode():
+    """Both trainers drop the same episodes: one whose step faulted, and one that never began (its reset or a
+    fork's restore faulted: truncated, no step); an episode truncated by the turn limit is learned from."""
+    from slea.trainer.guards import faulted
+    from slea.types import Step, Trajectory
+
+    def step(**info):
+        return Step(group_id=0, traj_id=0, step=0, anchor="", prompt_ids=[1], response_ids=[2], old_logprobs=[-0.1],
+                    info=info)
+
+    assert faulted(Trajectory(0, 0, steps=[step(), step(fault="timeout")], truncated=True))
+    assert faulted(Trajectory(0, 0, truncated=True))
+    assert not faulted(Trajectory(0, 0, steps=[step()], truncated=True))
+    assert not faulted(Trajectory(0, 0, steps=[step()]))

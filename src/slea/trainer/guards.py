@@ -5,7 +5,8 @@
   iterations in a row whose update hit a non-finite value and stops the run after ``train.max_bad_updates``
   of them — before that iteration's checkpoint is written, so the last checkpoint is the last good one.
 * Env fault guard: :func:`check_fault_rate` stops the run when, in one iteration, more than
-  ``env.max_fault_rate`` of the env calls faulted (raised, hung, or could not be rebuilt).
+  ``env.max_fault_rate`` of the env calls faulted (raised, hung, or could not be rebuilt). An episode a fault
+  ended (:func:`faulted`) is reported but never learned from, by either trainer.
 * :func:`finite_weights` keeps a checkpoint of non-finite weights from ever being written.
 
 Stopping raises :class:`RunHalted`; the CLI prints its message and exits with code 3.
@@ -19,6 +20,8 @@ from collections.abc import Iterable, Mapping
 import numpy as np
 import torch
 
+from slea.types import Trajectory
+
 
 class RunHalted(RuntimeError):
     """A reliability guard stopped the run; the message says why and which checkpoint is the last good one."""
@@ -27,6 +30,13 @@ class RunHalted(RuntimeError):
 def nonfinite_count(values: np.ndarray | Iterable[float]) -> int:
     arr = np.asarray(values, dtype=np.float64)
     return int(arr.size - np.isfinite(arr).sum())
+
+
+def faulted(t: Trajectory) -> bool:
+    """Whether an env fault ended the episode: a step raised or hung (its row's ``info`` has ``fault``), or the
+    episode never began (truncated with no step: its reset, or a fork's restore, faulted). Such an episode says
+    nothing about the policy, so no trainer learns from it (docs/reliability.md, "Env faults")."""
+    return (t.truncated and not t.steps) or any("fault" in s.info for s in t.steps)
 
 
 def finite_weights(model) -> bool:

@@ -58,7 +58,14 @@ from slea.trainer.critic import Critic
 from slea.trainer.distributed import DataParallel, full_weights, shard_frozen_base
 from slea.trainer.dp_checks import PROVIDES, check_data_parallel
 from slea.trainer.episodes import EpisodeSampler
-from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, finite_weights, nonfinite_count
+from slea.trainer.guards import (
+    BadUpdateGuard,
+    RunHalted,
+    check_fault_rate,
+    faulted,
+    finite_weights,
+    nonfinite_count,
+)
 from slea.trainer.interrupt import Interrupted, StopSignal
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
@@ -272,8 +279,8 @@ class Trainer:
 
     def train_round(self, batch: Batch, it: int) -> Round:
         """Advantages → library → update on one round of rollouts."""
-        train_set = [t for t in batch.trajs if not _faulted(t)]  # an env fault says nothing about the policy
-        clean = [t for t in batch.collected if not _faulted(t)]
+        train_set = [t for t in batch.trajs if not faulted(t)]  # an env fault says nothing about the policy
+        clean = [t for t in batch.collected if not faulted(t)]
         t_adv = time.perf_counter()
         est = self.advantages(train_set)
         t_lib = time.perf_counter()
@@ -553,11 +560,6 @@ class Trainer:
 def _frozen_dtype(model) -> torch.dtype:
     """The storage dtype of the model's frozen (base) weights (fp32 for a fully fine-tuned model)."""
     return next((p.dtype for p in model.parameters() if not p.requires_grad), torch.float32)
-
-
-def _faulted(t: Trajectory) -> bool:
-    """An episode ended by an env fault (a step or its reset raised or hung)."""
-    return (t.truncated and not t.steps) or any("fault" in s.info for s in t.steps)
 
 
 def _iter_line(it: int, total: int, m: dict[str, float]) -> str:

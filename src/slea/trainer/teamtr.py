@@ -74,6 +74,7 @@ from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
 from slea.trainer import checkpoint as ckpt
 from slea.trainer.budgets import stop_reason
+from slea.trainer.guards import faulted
 from slea.trainer.interrupt import Interrupted, StopSignal
 from slea.trainer.metrics import response_metrics
 from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_everything
@@ -113,10 +114,10 @@ def agent_samples(episodes: list[TeamEpisode], agent: int, spec, settings: dict[
 
     The estimator sees every message of the collection (so every rollout's team return counts in its group's
     statistics); then only the agent's rows are kept. ``weights`` (one per episode) multiply the advantages of
-    each episode's rows (the ``stale_iw`` baseline). Episodes ended by an env fault are left out (a fault says
-    nothing about the team); non-finite advantages give no sample at all (a warning)."""
+    each episode's rows (the ``stale_iw`` baseline). Episodes ended by an env fault are left out
+    (:func:`slea.trainer.guards.faulted`: a fault says nothing about the team); non-finite advantages give no sample at all (a warning)."""
     weights = [1.0] * len(episodes) if weights is None else list(weights)
-    kept = [(e, w) for e, w in zip(episodes, weights) if not any("fault" in s.info for s in e.trajectory.steps)]
+    kept = [(e, w) for e, w in zip(episodes, weights) if not faulted(e.trajectory)]
     episodes = [e for e, _ in kept]
     rows = [s for e in episodes for s in e.trajectory.steps]
     row_weight = np.asarray([w for e, w in kept for _ in e.trajectory.steps], dtype=np.float64)
