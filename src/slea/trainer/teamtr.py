@@ -329,7 +329,8 @@ class TeamTrainer(TeamCheckpoints):
         them: micro-batches weighted by their trained messages) plus ``β·d̂`` over all of ``samples`` (Eq.11's
         ``M_j``: micro-batches weighted by their messages). A loss with a ``beta`` keyword (``teamtr``) gets 0
         there, so the penalty is counted once. Metrics: the loss's (over the trained messages), ``loss`` (the
-        whole objective) and ``penalty_kl`` (the penalty's d̂, at the weights before this step)."""
+        whole objective) and ``penalty_kl`` (the penalty's d̂, at the weights before this step); a ``*_max_dev``
+        metric is the maximum over the micro-batches, as in the single-agent update."""
         opt = self.optimizers[agent]
         opt.zero_grad(set_to_none=True)
         totals: dict[str, float] = {}
@@ -349,11 +350,11 @@ class TeamTrainer(TeamCheckpoints):
                                                 **extra)
                 share = len(rows) / n_trained
                 loss = loss + policy_loss * share
-                met = {k: float(v) * share for k, v in met.items()}
+                met = {k: float(v) if k.endswith("_max_dev") else float(v) * share for k, v in met.items()}
             loss.backward()
             for key, v in {**met, "loss": float(loss.detach()),
                            "penalty_kl": float(kl.detach()) * len(chunk) / len(samples)}.items():
-                totals[key] = totals.get(key, 0.0) + v
+                totals[key] = max(totals.get(key, 0.0), v) if key.endswith("_max_dev") else totals.get(key, 0.0) + v
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.team.parameters(agent), self.cfg.train.grad_clip))
         if math.isfinite(grad_norm) and all(math.isfinite(v) for v in totals.values()):
             opt.step()
