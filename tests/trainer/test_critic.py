@@ -8,7 +8,7 @@ import torch
 from slea.algorithms import StepBatch, compute_advantages, estimate, get_algorithm
 from slea.config import build_config, estimator_settings
 from slea.trainer.critic import Critic
-from slea.trainer.update import _right_aligned, to_samples
+from slea.trainer.update import right_aligned, to_samples
 from slea.types import Step
 
 
@@ -64,7 +64,7 @@ def test_ppo_token_level_hand_case():
     # what ppo_update consumes: right-aligned per-token advantages, one layout for every algorithm
     samples = to_samples(rows, adv.per_token([1, 2, 2]), skip_zero=True)
     k = 3
-    np.testing.assert_allclose(_right_aligned([samples[2].advantages, [0.7, 0.7]], k).numpy(),
+    np.testing.assert_allclose(right_aligned([samples[2].advantages, [0.7, 0.7]], k).numpy(),
                                [[0, 0.24875, 0.375], [0, 0.7, 0.7]], atol=1e-7)
 
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import math
 import time
 from pathlib import Path
 from typing import Any
@@ -81,7 +80,7 @@ from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_every
 from slea.trainer.runlog import RunLog, plot_curves, read_metrics
 from slea.trainer.team_checkpoint import TeamCheckpoints
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
-from slea.trainer.update import Sample, _right_aligned, response_logprobs, to_samples
+from slea.trainer.update import Sample, accumulated_step, response_logprobs, right_aligned, to_samples
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +320,7 @@ class TeamTrainer(TeamCheckpoints):
         logp, mask = response_logprobs(self.team.model, chunk, temperature=self.cfg.rollout.temperature,
                                        dtype=self.cfg.model.dtype)
         k = mask.shape[1]
-        return logp, mask, _right_aligned([s.old_logprobs for s in chunk], k, logp.device), _right_aligned(
+        return logp, mask, right_aligned([s.old_logprobs for s in chunk], k, logp.device), right_aligned(
             [s.advantages for s in chunk], k, logp.device)
 
     def _step(self, agent: int, samples: list[Sample], trained: list[bool], beta: float) -> dict[str, float]:
@@ -331,35 +330,31 @@ class TeamTrainer(TeamCheckpoints):
         there, so the penalty is counted once. Metrics: the loss's (over the trained messages), ``loss`` (the
         whole objective) and ``penalty_kl`` (the penalty's d̂, at the weights before this step); a ``*_max_dev``
         metric is the maximum over the micro-batches, as in the single-agent update."""
-        opt = self.optimizers[agent]
-        opt.zero_grad(set_to_none=True)
-        totals: dict[str, float] = {}
         n_trained = max(sum(trained), 1)
-        start = 0
-        for chunk in self._chunks(samples):
-            logp, mask, old, adv = self._forward(chunk)
-            rows = [k for k, t in enumerate(trained[start:start + len(chunk)]) if t]
-            start += len(chunk)
-            kl = token_kl(old, logp, mask, self.kl_estimator)
-            loss = beta * kl * (len(chunk) / len(samples))
-            met: dict[str, float] = {}
-            if rows:
-                idx = torch.tensor(rows, dtype=torch.long, device=logp.device)
-                extra = {"beta": 0.0} if self.loss_takes_beta else {}
-                policy_loss, met = self.loss_fn(logp[idx], old[idx], adv[idx], mask[idx], **self.loss_kwargs,
-                                                **extra)
-                share = len(rows) / n_trained
-                loss = loss + policy_loss * share
-                met = {k: float(v) if k.endswith("_max_dev") else float(v) * share for k, v in met.items()}
-            loss.backward()
-            for key, v in {**met, "loss": float(loss.detach()),
-                           "penalty_kl": float(kl.detach()) * len(chunk) / len(samples)}.items():
-                totals[key] = max(totals.get(key, 0.0), v) if key.endswith("_max_dev") else totals.get(key, 0.0) + v
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.team.parameters(agent), self.cfg.train.grad_clip))
-        if math.isfinite(grad_norm) and all(math.isfinite(v) for v in totals.values()):
-            opt.step()
-        else:  # numerical guard: skip the step, keep the weights
-            opt.zero_grad(set_to_none=True)
+
+        def passes():
+            start = 0
+            for chunk in self._chunks(samples):
+                logp, mask, old, adv = self._forward(chunk)
+                rows = [k for k, t in enumerate(trained[start:start + len(chunk)]) if t]
+                start += len(chunk)
+                kl = token_kl(old, logp, mask, self.kl_estimator)
+                loss = beta * kl * (len(chunk) / len(samples))
+                met: dict[str, float] = {}
+                if rows:
+                    idx = torch.tensor(rows, dtype=torch.long, device=logp.device)
+                    extra = {"beta": 0.0} if self.loss_takes_beta else {}
+                    policy_loss, met = self.loss_fn(logp[idx], old[idx], adv[idx], mask[idx], **self.loss_kwargs,
+                                                    **extra)
+                    share = len(rows) / n_trained
+                    loss = loss + policy_loss * share
+                    met = {k: float(v) if k.endswith("_max_dev") else float(v) * share for k, v in met.items()}
+                yield loss, {**met, "loss": float(loss.detach()),
+                             "penalty_kl": float(kl.detach()) * len(chunk) / len(samples)}
+
+        totals, grad_norm, stepped = accumulated_step(self.optimizers[agent], self.team.parameters(agent),
+                                                      self.cfg.train.grad_clip, passes())
+        if not stepped:  # numerical guard: the step was skipped, the weights kept
             totals["skipped"] = 1.0
         totals["grad_norm"] = grad_norm
         return totals

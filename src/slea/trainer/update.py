@@ -12,6 +12,7 @@ import contextlib
 import math
 import random
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,7 +106,7 @@ def response_logprobs_entropy(model, samples: list[Sample], *, temperature: floa
     return logp * mask, mask, ent
 
 
-def _right_aligned(rows: list[list[float]], k: int, device: str | torch.device | None = None) -> torch.Tensor:
+def right_aligned(rows: list[list[float]], k: int, device: str | torch.device | None = None) -> torch.Tensor:
     """``(len(rows), k)`` float32, each row's values at its right end (zeros before), built on the host and
     moved to ``device`` in one copy."""
     out = torch.zeros(len(rows), k, device="cpu")  # host: filled row by row, then moved once
@@ -261,6 +262,34 @@ def rollout_mismatch(samples: list[Sample]) -> dict[str, float]:
     return {"mismatch_dev_sum": dev_sum, "mismatch_max_dev": dev_max, "mismatch_tokens": float(tokens)}
 
 
+def accumulated_step(optimizer, params: Sequence[torch.nn.Parameter], grad_clip: float,
+                     passes: Iterable[tuple[torch.Tensor | None, Mapping[str, float]]], *,
+                     dp: DataParallel | None = None) -> tuple[dict[str, float], float, bool]:
+    """One optimizer step on gradients accumulated over micro-batches, as both trainers take it (the single-agent
+    :func:`ppo_update`, the team's ``TeamTrainer._step``). ``passes`` yields, micro-batch by micro-batch, its loss
+    already weighted by the micro-batch's share of the batch (so the summed gradient is one pass over the whole
+    batch; ``None``: a pass that did its own backward) and its metrics: weighted shares, summed, and ``*_max_dev``
+    values, whose maximum is kept. With ``dp`` the ranks' gradients and metrics are summed first. The gradient of
+    ``params`` is clipped to norm ``grad_clip``; a non-finite norm or metric skips the step (numerical guard: the
+    gradient is dropped, the weights kept). Returns the metrics, the gradient norm and whether the step was taken."""
+    optimizer.zero_grad(set_to_none=True)
+    acc: dict[str, float] = {}
+    for loss, metrics in passes:
+        if loss is not None:
+            loss.backward()
+        for key, v in metrics.items():
+            acc[key] = max(acc.get(key, 0.0), v) if key.endswith("_max_dev") else acc.get(key, 0.0) + v
+    if dp is not None:  # sum the ranks' gradients and metrics: every rank then takes the same step
+        dp.all_reduce_grads(params)
+        acc = dp.combine_metrics(acc)
+    grad_norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+    if not math.isfinite(grad_norm) or any(not math.isfinite(v) for v in acc.values()):
+        optimizer.zero_grad(set_to_none=True)
+        return acc, grad_norm, False
+    optimizer.step()
+    return acc, grad_norm, True
+
+
 def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, temperature: float,
                dtype: str, rng: random.Random, progress=None, dp: DataParallel | None = None,
                reference=None, reference_needed: bool | None = None) -> dict[str, float]:
@@ -305,26 +334,25 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
     totals: dict[str, float] = {"old_logprobs_s": time.perf_counter() - t0}
     skipped = 0
     model.train()
-    for done, mb in enumerate(plan):
-        if progress is not None:
-            progress(done, n_mini)
+
+    def passes(done: int, mb: MiniBatch):
+        """Each micro-batch of mini-batch ``mb``: its loss weighted by its share of the mini-batch, and metrics."""
         rows = mb.rows
         mini_tokens = max(sum(len(s.response_ids) for s in rows), 1)
         # Every micro-batch is padded to the mini-batch's response length, so a divisor that depends on it
         # (seq-mean-token-sum-norm's T) is the one-large-batch value whatever the micro-batch size.
         k = max(len(s.response_ids) for s in rows)
-        optimizer.zero_grad(set_to_none=True)
-        metrics_acc: dict[str, float] = {}
         for chunk in mb.chunks:
             if not chunk:
                 idle_pass(model, rows[0], temperature=temperature, dtype=dtype)
+                yield None, {}
                 continue
             logp, mask, ent = response_logprobs_entropy(model, chunk, temperature=temperature, dtype=dtype,
                                                         share_prefix=share_prefix_for(model, sharded),
                                                         entropy_grad=algo_cfg.entropy_coef > 0)
             pad = (k - mask.shape[1], 0)
             logp, mask, ent = (torch.nn.functional.pad(x, pad) for x in (logp, mask, ent))
-            rollout_old = _right_aligned([s.old_logprobs for s in chunk], k, logp.device)
+            rollout_old = right_aligned([s.old_logprobs for s in chunk], k, logp.device)
             if not recompute:
                 old = rollout_old
             elif done == 0:  # on-policy: π_old is this very forward, detached (ratio exactly 1)
@@ -332,8 +360,8 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
                 for s, row, m in zip(chunk, old, mask):
                     s.trainer_logprobs = row[m.bool()].tolist()
             else:
-                old = _right_aligned([s.trainer_logprobs for s in chunk], k, logp.device)
-            adv = _right_aligned([s.advantages for s in chunk], k, logp.device)
+                old = right_aligned([s.trainer_logprobs for s in chunk], k, logp.device)
+            adv = right_aligned([s.advantages for s in chunk], k, logp.device)
             if mode == "tis":
                 adv = adv * tis_weights(old, rollout_old, algo_cfg.tis_cap) * mask
             loss, met = loss_fn(logp, old, adv, mask, **kwargs)
@@ -350,26 +378,21 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
             if algo_cfg.kl_coef > 0 and chunk[0].ref_logprobs is not None:
                 # β · token-mean(KL) over the mini-batch, whatever the policy loss's aggregation: this chunk's
                 # share is its KL sum over the mini-batch's response tokens.
-                ref = _right_aligned([s.ref_logprobs or [] for s in chunk], k, logp.device)
+                ref = right_aligned([s.ref_logprobs or [] for s in chunk], k, logp.device)
                 kl_share = (kl_penalty(logp, ref, algo_cfg.kl_estimator) * mask).sum() / mini_tokens
                 total = total + algo_cfg.kl_coef * kl_share
                 shares["kl"] = float(kl_share.detach())
                 shares["loss"] += algo_cfg.kl_coef * shares["kl"]
-            total.backward()
-            for key, v in met.items():
-                if key.endswith("_max_dev"):  # a max stays a max across micro-batches
-                    metrics_acc[key] = max(metrics_acc.get(key, 0.0), float(v))
-            for key, v in shares.items():
-                metrics_acc[key] = metrics_acc.get(key, 0.0) + v
-        if dp is not None:  # sum the ranks' gradients and metrics: every rank then takes the same step
-            dp.all_reduce_grads(params)
-            metrics_acc = dp.combine_metrics(metrics_acc)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(params, train_cfg.grad_clip))
-        if not math.isfinite(grad_norm) or any(not math.isfinite(v) for v in metrics_acc.values()):
-            optimizer.zero_grad(set_to_none=True)  # numerical guard: skip this step, keep the weights
+            yield total, {**{key: float(v) for key, v in met.items() if key.endswith("_max_dev")}, **shares}
+
+    for done, mb in enumerate(plan):
+        if progress is not None:
+            progress(done, n_mini)
+        metrics_acc, grad_norm, stepped = accumulated_step(optimizer, params, train_cfg.grad_clip, passes(done, mb),
+                                                           dp=dp)
+        if not stepped:
             skipped += 1
             continue
-        optimizer.step()
         metrics_acc["grad_norm"] = grad_norm
         if "ratio_dev_onpolicy" not in totals and "ratio_dev_mean" in metrics_acc:
             # The first mini-batch is on-policy: its |ratio − 1| is 0 with a recomputed π_old, and the
