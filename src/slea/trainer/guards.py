@@ -7,7 +7,8 @@
 * Env fault guard: :func:`check_fault_rate` stops the run when, in one iteration, more than
   ``env.max_fault_rate`` of the env calls faulted (raised, hung, or could not be rebuilt). An episode a fault
   ended (:func:`faulted`) is reported but never learned from, by either trainer.
-* :func:`finite_weights` keeps a checkpoint of non-finite weights from ever being written.
+* The save guard, :func:`slea.trainer.lifecycle.check_saveable`, keeps a checkpoint of non-finite weights from
+  ever being written.
 
 Stopping raises :class:`RunHalted`; the CLI prints its message and exits with code 3.
 """
@@ -18,7 +19,6 @@ import math
 from collections.abc import Iterable, Mapping
 
 import numpy as np
-import torch
 
 from slea.types import Trajectory
 
@@ -37,11 +37,6 @@ def faulted(t: Trajectory) -> bool:
     episode never began (truncated with no step: its reset, or a fork's restore, faulted). Such an episode says
     nothing about the policy, so no trainer learns from it (docs/reliability.md, "Env faults")."""
     return (t.truncated and not t.steps) or any("fault" in s.info for s in t.steps)
-
-
-def finite_weights(model) -> bool:
-    """Whether every trainable parameter is finite."""
-    return all(bool(torch.isfinite(p).all()) for p in model.parameters() if p.requires_grad)
 
 
 class BadUpdateGuard:

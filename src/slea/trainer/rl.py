@@ -60,15 +60,14 @@ from slea.trainer.dp_checks import PROVIDES, check_data_parallel
 from slea.trainer.episodes import EpisodeSampler
 from slea.trainer.guards import (
     BadUpdateGuard,
-    RunHalted,
     check_fault_rate,
     faulted,
-    finite_weights,
     nonfinite_count,
 )
 from slea.trainer.interrupt import Interrupted, StopSignal
+from slea.trainer.lifecycle import announce_resume, check_saveable, eval_line, load_resume_point
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
-from slea.trainer.runlog import RunLog, plot_curves, truncate_metrics
+from slea.trainer.runlog import RunLog, plot_curves
 from slea.trainer.sampling import Batch, merge_stats
 from slea.trainer.update import Sample, ppo_update, to_samples
 from slea.types import Trajectory, flatten
@@ -377,9 +376,8 @@ class Trainer:
     def save(self, it: int) -> None:
         """Checkpoint iteration ``it`` (never weights that hold NaN/inf)."""
         cfg = self.cfg
-        if not finite_weights(self.model):
-            raise RunHalted(f"stopped at iteration {it}: the weights hold NaN/inf, so no checkpoint was "
-                            f"written; the last good checkpoint is {self.last_checkpoint}")
+        check_saveable((p for p in self.model.parameters() if p.requires_grad), f"iteration {it}",
+                       self.last_checkpoint)
         if not self.dp.main:  # rank 0 writes the checkpoint; every rank holds the same weights
             self.last_checkpoint = f"{ckpt.PREFIX}{it:06d}"
             self.saved_step = f"iteration {it + 1}/{cfg.train.iterations}"
@@ -404,19 +402,13 @@ class Trainer:
         """Continue from the newest intact checkpoint (damaged ones are skipped with a warning): weights,
         optimizer, RNGs, counters, and the experience library as of that checkpoint; metrics rows logged after
         it are dropped (the iterations are redone). Without a checkpoint the run restarts from scratch."""
-        last, state = ckpt.load_latest(self.dir / "checkpoints", self.model, self.optimizer)
-        if state is None and ckpt.list_checkpoints(self.dir / "checkpoints"):  # never wipe a run over it
-            raise RunHalted(f"--resume: no checkpoint in {self.dir / 'checkpoints'} loads (see the warnings); "
-                            f"nothing was changed. Move that folder away to start the run over.")
-        it = int(state["iteration"]) if state is not None else -1
+        last, state, it = load_resume_point(self.dir / "checkpoints", self.model, self.optimizer, self.log)
         if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
             self.experience.close()
             ckpt.restore_library(last, self.out / "library.sqlite")
             self.experience = experience_manager(self.cfg, self.spec, self.out, self.generator)
             self.collector.experience = self.experience
-        truncate_metrics(self.log.path, it)
         self.samples.truncate(it)
-        self.log.purge_after(it)
         if state is None:
             return False
         self.start_iteration = it + 1
@@ -431,9 +423,8 @@ class Trainer:
         total = self.cfg.train.iterations
         self.saved_step = f"iteration {it + 1}/{total}"
         # one numbering in every line a person reads: iterations count from 1 (checkpoint folders from 0)
-        nxt = (f"continuing with iteration {it + 2}/{total}" if it + 1 < total
-               else "every iteration is done: the held-out evaluation follows")
-        log.info("resumed after iteration %d/%d (checkpoints/%s); %s", it + 1, total, last.name, nxt)
+        announce_resume(log, f"iteration {it + 1}/{total}", last.name,
+                        f"iteration {it + 2}/{total}" if it + 1 < total else None, "every iteration is done")
         return True
 
     # -- the loop ----------------------------------------------------------------------------------------------
@@ -452,7 +443,7 @@ class Trainer:
                 with full_weights(self.model):  # every rank gathers (a collective); rank 0 alone evaluates
                     if self.dp.main:
                         before = self.evaluate("before", 0)
-                        log.info(_eval_line("untrained", before))
+                        log.info(eval_line("untrained", before))
             elif cfg.eval.before and self.dp.main and (self.dir / "eval" / "before.json").is_file():
                 before = json.loads((self.dir / "eval" / "before.json").read_text())  # resumed: evaluated already
             self._train(cfg)
@@ -464,7 +455,7 @@ class Trainer:
         except (Interrupted, KeyboardInterrupt):  # what is written stays; the loggers flush, the envs close
             self._release()
             raise
-        log.info(_eval_line("trained", after))
+        log.info(eval_line("trained", after))
         return self._finish(before, after, t_start)
 
     def _train(self, cfg: RunConfig) -> None:
@@ -570,10 +561,3 @@ def _iter_line(it: int, total: int, m: dict[str, float]) -> str:
     return (f"iter {it + 1}/{total}  success {m['train/success']:.2f}  return {m['train/return']:+.2f}  "
             f"invalid {m['train/invalid_rate']:.2f}  loss {loss_s}  [{m['time/iteration_s']:.0f}s]")
 
-
-def _eval_line(label: str, res: dict) -> str:
-    s = res["sampled"]
-    g = res.get("greedy")
-    greedy = f", greedy {g['success']:.2f}" if g else ""
-    return (f"held-out ({label}): sampled success {s['success']:.2f} (invalid {s['invalid_rate']:.2f})"
-            f"{greedy}  [{res['wall_s']:.0f}s]")

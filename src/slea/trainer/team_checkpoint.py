@@ -21,12 +21,10 @@ import logging
 import time
 
 import numpy as np
-import torch
 
 from slea.team.rollout import TeamEpisode, episode_from_state, episode_state
 from slea.trainer import checkpoint as ckpt
-from slea.trainer.guards import RunHalted
-from slea.trainer.runlog import truncate_metrics
+from slea.trainer.lifecycle import announce_resume, check_saveable, load_resume_point
 
 log = logging.getLogger("slea.trainer.teamtr")  # the team trainer's log lines, wherever they are written from
 
@@ -40,9 +38,7 @@ class TeamCheckpoints:
         the stage's next update learns from; ``None`` after a stage's last update). Weights that hold NaN/inf are
         never written (:class:`RunHalted`)."""
         u = self.updates - 1
-        if not all(bool(torch.isfinite(p).all()) for p in self.weights.values()):
-            raise RunHalted(f"stopped at update {u}: the adapters hold NaN/inf, so no checkpoint was written; the "
-                            f"last good checkpoint is {self.last_checkpoint}")
+        check_saveable(self.weights.values(), f"update {u}", self.last_checkpoint)
         rollouts = None if pending is None else {"episodes": [episode_state(e) for e in pending[0]],
                                                  "log_ratio": [float(x) for x in pending[1]]}
         path = ckpt.save_checkpoint(
@@ -65,14 +61,7 @@ class TeamCheckpoints:
         trainer does: adapters, optimizers, RNGs, β, counters and the position in the stage; rows logged after it are
         dropped (those updates are redone). Without a checkpoint the run starts over (``False``); with only damaged
         ones it stops (:class:`RunHalted`) and changes nothing."""
-        root = self.dir / "checkpoints"
-        last, state = ckpt.load_latest(root, self.weights, self.optimizer_set)
-        if state is None and ckpt.list_checkpoints(root):
-            raise RunHalted(f"--resume: no checkpoint in {root} loads (see the warnings); nothing was changed. "
-                            f"Move that folder away to start the run over.")
-        u = int(state["iteration"]) if state is not None else -1
-        truncate_metrics(self.log.path, u)
-        self.log.purge_after(u)
+        last, state, _ = load_resume_point(self.dir / "checkpoints", self.weights, self.optimizer_set, self.log)
         if state is None:
             return False
         self.updates, self.episodes, self.messages = (int(state[k]) for k in ("updates", "episodes", "messages"))
@@ -89,7 +78,7 @@ class TeamCheckpoints:
         self.last_checkpoint = last.name
         self.saved_step = self._step_name(stage, position)
         # one numbering in every line a person reads: stages and updates count from 1 (checkpoint folders from 0)
-        nxt = (f"continuing with {self._step_name(*self.start)}" if self.start[0] < self.cfg.train.iterations
-               else "every stage is done: the held-out evaluation follows")
-        log.info("resumed after %s (checkpoints/%s); %s", self.saved_step, last.name, nxt)
+        announce_resume(log, self.saved_step, last.name,
+                        self._step_name(*self.start) if self.start[0] < self.cfg.train.iterations else None,
+                        "every stage is done")
         return True

@@ -75,8 +75,9 @@ from slea.trainer import checkpoint as ckpt
 from slea.trainer.budgets import stop_reason
 from slea.trainer.guards import faulted
 from slea.trainer.interrupt import Interrupted, StopSignal
+from slea.trainer.lifecycle import eval_line
 from slea.trainer.metrics import response_metrics
-from slea.trainer.rl import _eval_line, iteration_seeds, run_dir_for, seed_everything
+from slea.trainer.rl import iteration_seeds, run_dir_for, seed_everything
 from slea.trainer.runlog import RunLog, plot_curves, read_metrics
 from slea.trainer.team_checkpoint import TeamCheckpoints
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
@@ -496,7 +497,7 @@ class TeamTrainer(TeamCheckpoints):
             if cfg.eval.before and self.updates == 0:
                 self.stop.doing = "the held-out evaluation before training"
                 before = self.evaluate("before")
-                log.info(_eval_line("untrained", before))
+                log.info(eval_line("untrained", before))
             elif cfg.eval.before and (self.dir / "eval" / "before.json").is_file():  # resumed: evaluated already
                 before = json.loads((self.dir / "eval" / "before.json").read_text())
             if self.stop.requested:  # asked during the evaluation before training: no update began
@@ -516,7 +517,7 @@ class TeamTrainer(TeamCheckpoints):
         except (Interrupted, KeyboardInterrupt):  # what is written stays; the loggers flush, the envs close
             self.close()
             raise
-        log.info(_eval_line("trained", after))
+        log.info(eval_line("trained", after))
         rows = read_metrics(self.log.path)
         evals = {**({"held-out before (sampled)": before["sampled"]["success"]} if before else {}),
                  "held-out after (sampled)": after["sampled"]["success"]}
