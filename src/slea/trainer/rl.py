@@ -25,7 +25,6 @@ The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import random
@@ -42,8 +41,7 @@ import torch
 
 from slea.algorithms.batch import Advantages, StepBatch, estimate
 from slea.algorithms.registry import NEEDS, get_algorithm
-from slea.atomic import atomic_write_text
-from slea.config import ConfigError, RunConfig, dump_config, estimator_settings
+from slea.config import ConfigError, RunConfig, estimator_settings
 from slea.device import model_device, run_device
 from slea.evaluation.evaluate import evaluate, write_eval
 from slea.policy.engines import close_generator, make_generator, sleep_generator, start_server
@@ -65,7 +63,17 @@ from slea.trainer.guards import (
     nonfinite_count,
 )
 from slea.trainer.interrupt import Interrupted, StopSignal
-from slea.trainer.lifecycle import announce_resume, check_saveable, eval_line, load_resume_point
+from slea.trainer.lifecycle import (
+    WallClock,
+    announce_resume,
+    check_saveable,
+    eval_line,
+    evaluation_before,
+    held_out_marks,
+    load_resume_point,
+    write_config,
+    write_summary,
+)
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
 from slea.trainer.runlog import RunLog, plot_curves
 from slea.trainer.sampling import Batch, merge_stats
@@ -241,8 +249,7 @@ class Trainer:
                           project=cfg.run.project, config=cfg.model_dump(mode="json"))
         self.samples = EpisodeSampler(self.out, cfg.run.episode_samples, cfg.run.episode_samples_bytes)
         self.start_iteration = 0
-        self.wall_before = 0.0  # wall seconds of the earlier processes of a resumed run, up to their last checkpoint
-        self.t_fit = time.perf_counter()  # when this process's fit started (fit resets it)
+        self.clock = WallClock()  # the run's wall seconds, earlier processes of a resumed run included
         self.episodes = 0
         self.env_steps = 0
         self.rollout_count = 0
@@ -391,7 +398,7 @@ class Trainer:
                    "processes": self.dp.world,  # `slea train --resume` restarts as many (checkpoint.py)
                    "critic": critic_meta,
                    "bad_update_streak": self.bad_updates.streak,
-                   "wall_s": self.wall_before + time.perf_counter() - self.t_fit,
+                   "wall_s": self.clock.seconds(),
                    "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
             keep=cfg.train.keep_checkpoints,
             library=self.dir / "library.sqlite" if self.experience is not None else None)
@@ -418,7 +425,7 @@ class Trainer:
         if self.critic is not None:
             self.critic.restore(last, state)
         self.bad_updates.streak = int(state.get("bad_update_streak", 0))
-        self.wall_before = float(state.get("wall_s", 0.0))
+        self.clock.before = float(state.get("wall_s", 0.0))
         self.last_checkpoint = last.name
         total = self.cfg.train.iterations
         self.saved_step = f"iteration {it + 1}/{total}"
@@ -431,21 +438,13 @@ class Trainer:
     def fit(self, resume: bool = False) -> dict[str, Any]:
         cfg = self.cfg
         if self.dp.main:
-            atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
+            write_config(self.dir, cfg)
         if resume:
             self.resume()
         self.generator.sync_weights(self.model)  # a served engine starts from the trainer's weights
-        t_start = self.t_fit = time.perf_counter()
-        before = None
+        self.clock.restart()
         try:
-            if cfg.eval.before and self.start_iteration == 0:
-                self.stop.doing = "the held-out evaluation before training"
-                with full_weights(self.model):  # every rank gathers (a collective); rank 0 alone evaluates
-                    if self.dp.main:
-                        before = self.evaluate("before", 0)
-                        log.info(eval_line("untrained", before))
-            elif cfg.eval.before and self.dp.main and (self.dir / "eval" / "before.json").is_file():
-                before = json.loads((self.dir / "eval" / "before.json").read_text())  # resumed: evaluated already
+            before = evaluation_before(cfg, self.dir, self.start_iteration == 0, self._evaluate_before, self.stop)
             self._train(cfg)
             self.stop.doing = "the held-out evaluation after training"
             with full_weights(self.model):  # every rank gathers; rank 0 alone evaluates and writes the summary
@@ -456,7 +455,13 @@ class Trainer:
             self._release()
             raise
         log.info(eval_line("trained", after))
-        return self._finish(before, after, t_start)
+        return self._finish(before, after)
+
+    def _evaluate_before(self) -> dict | None:
+        """The held-out evaluation before training: every rank gathers the weights (a collective), rank 0 alone
+        evaluates (the others get ``None``)."""
+        with full_weights(self.model):
+            return self.evaluate("before", 0) if self.dp.main else None
 
     def _train(self, cfg: RunConfig) -> None:
         """The iterations from ``start_iteration`` on, each logged and checkpointed as ``train.save_every`` says,
@@ -526,26 +531,17 @@ class Trainer:
         shutil.rmtree(self.out, ignore_errors=True)
         return {"rank": self.dp.rank, "iterations": iterations}
 
-    def _finish(self, before: dict | None, after: dict, t_start: float) -> dict[str, Any]:
+    def _finish(self, before: dict | None, after: dict) -> dict[str, Any]:
         cfg = self.cfg
         rows = self.log.rows()
-        evals = {}
-        if before is not None:
-            evals["held-out before (sampled)"] = before["sampled"]["success"]
-        evals["held-out after (sampled)"] = after["sampled"]["success"]
-        plot_curves(rows, self.dir / "curves.png", evals)
+        plot_curves(rows, self.dir / "curves.png", held_out_marks(before, after))
         self.close()
         self._release()
-        summary = {"run_dir": str(self.dir), "before": before, "after": after, "episodes": self.episodes,
-                   # a resumed run's wall time counts its earlier processes too, up to their last checkpoint
-                   "iterations": len(rows), "wall_s": self.wall_before + time.perf_counter() - t_start,
-                   "checkpoint": self.last_checkpoint,
-                   # log-probs are recorded at generation and recomputed in training, both under this precision
-                   "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype,
-                                 "base_weights": str(_frozen_dtype(self.model)).removeprefix("torch.")},
-                   "device": str(self.device)}
-        write_eval(self.dir, "summary", summary)
-        return summary
+        # log-probs are recorded at generation and recomputed in training, both under this precision
+        return write_summary(self.dir, {"episodes": self.episodes, "iterations": len(rows)}, before=before,
+                             after=after, clock=self.clock, checkpoint=self.last_checkpoint, device=self.device,
+                             precision={"generation": cfg.model.dtype, "training": cfg.model.dtype,
+                                        "base_weights": str(_frozen_dtype(self.model)).removeprefix("torch.")})
 
 
 def _frozen_dtype(model) -> torch.dtype:

@@ -46,7 +46,7 @@ class TeamCheckpoints:
             extra={"stage": stage, "position": position, "updates": self.updates, "episodes": self.episodes,
                    "messages": self.messages, "env_steps": self.env_steps, "betas": list(self.betas),
                    "train_s": self.train_s + time.perf_counter() - self.t_train, "agents": list(self.task.agents),
-                   "wall_s": self.wall_before + time.perf_counter() - self.t_fit,
+                   "wall_s": self.clock.seconds(),
                    "pending": rollouts})
         self.last_checkpoint, self.unsaved = path.name, None
         self.saved_step = self._step_name(stage, position)
@@ -66,7 +66,7 @@ class TeamCheckpoints:
             return False
         self.updates, self.episodes, self.messages = (int(state[k]) for k in ("updates", "episodes", "messages"))
         self.env_steps, self.train_s = int(state.get("env_steps", 0)), float(state.get("train_s", 0.0))
-        self.wall_before = float(state.get("wall_s", 0.0))
+        self.clock.before = float(state.get("wall_s", 0.0))
         self.betas = [float(b) for b in state["betas"]]
         stage, position, rollouts = int(state["stage"]), int(state["position"]), state.get("pending")
         if rollouts is None:  # the checkpoint closed its stage

@@ -46,7 +46,6 @@ newest intact one, bit for bit (:mod:`slea.trainer.team_checkpoint`). After ever
 from __future__ import annotations
 
 import inspect
-import json
 import logging
 import time
 from pathlib import Path
@@ -58,8 +57,7 @@ import torch
 from slea.algorithms.batch import StepBatch, estimate
 from slea.algorithms.registry import get_algorithm, get_policy_loss
 from slea.algorithms.teamtr import KL_ESTIMATORS, token_kl
-from slea.atomic import atomic_write_text
-from slea.config import ConfigError, RunConfig, dump_config, estimator_settings, loss_settings
+from slea.config import ConfigError, RunConfig, estimator_settings, loss_settings
 from slea.device import run_device
 from slea.envs.factory import make_pool
 from slea.evaluation.evaluate import summarize
@@ -75,7 +73,14 @@ from slea.trainer import checkpoint as ckpt
 from slea.trainer.budgets import stop_reason
 from slea.trainer.guards import faulted
 from slea.trainer.interrupt import Interrupted, StopSignal
-from slea.trainer.lifecycle import eval_line
+from slea.trainer.lifecycle import (
+    WallClock,
+    eval_line,
+    evaluation_before,
+    held_out_marks,
+    write_config,
+    write_summary,
+)
 from slea.trainer.metrics import response_metrics
 from slea.trainer.rl import iteration_seeds, run_dir_for, seed_everything
 from slea.trainer.runlog import RunLog, plot_curves, read_metrics
@@ -212,8 +217,7 @@ class TeamTrainer(TeamCheckpoints):
         self.env_steps = 0  # env steps of those episodes (the acting agent's moves; a planner's message is none)
         self.train_s = 0.0  # training seconds before this process (a resumed run's budget already spent)
         self.t_train = time.perf_counter()  # when this process's training started (fit resets it)
-        self.wall_before = 0.0  # wall seconds of the earlier processes of a resumed run, up to their last checkpoint
-        self.t_fit = time.perf_counter()  # when this process's fit started (fit resets it)
+        self.clock = WallClock()  # the run's wall seconds, earlier processes of a resumed run included
         self.last_update_s = 0.0  # the last single-agent update's seconds, its collections included
         self.stopped = ""  # the budget that stopped the run ('' while none did)
         self.unsaved: tuple[int, int, Any] | None = None  # the last update logged but not checkpointed
@@ -488,18 +492,12 @@ class TeamTrainer(TeamCheckpoints):
         the run folder's newest checkpoint (:meth:`resume`). ``eval/summary.json`` is written last, so its
         presence marks a finished run."""
         cfg = self.cfg
-        atomic_write_text(self.dir / "config.yaml", dump_config(cfg))  # a kill here must not cost the config
+        write_config(self.dir, cfg)
         if resume:
             self.resume()
-        t_start = self.t_fit = time.perf_counter()
-        before = None
+        self.clock.restart()
         try:
-            if cfg.eval.before and self.updates == 0:
-                self.stop.doing = "the held-out evaluation before training"
-                before = self.evaluate("before")
-                log.info(eval_line("untrained", before))
-            elif cfg.eval.before and (self.dir / "eval" / "before.json").is_file():  # resumed: evaluated already
-                before = json.loads((self.dir / "eval" / "before.json").read_text())
+            before = evaluation_before(cfg, self.dir, self.updates == 0, lambda: self.evaluate("before"), self.stop)
             if self.stop.requested:  # asked during the evaluation before training: no update began
                 raise Interrupted(self.stop.requested, self.saved_step or "", self.dir, self.last_checkpoint)
             first_stage, first, pending = self.start[0], self.start[1], self.pending
@@ -519,20 +517,16 @@ class TeamTrainer(TeamCheckpoints):
             raise
         log.info(eval_line("trained", after))
         rows = read_metrics(self.log.path)
-        evals = {**({"held-out before (sampled)": before["sampled"]["success"]} if before else {}),
-                 "held-out after (sampled)": after["sampled"]["success"]}
-        plot_curves(rows, self.dir / "curves.png", evals, panels=PANELS, xlabel="single-agent update")
+        plot_curves(rows, self.dir / "curves.png", held_out_marks(before, after), panels=PANELS,
+                    xlabel="single-agent update")
         self.close()
-        summary = {"run_dir": str(self.dir), "team_task": self.task.name, "agents": self.task.agents,
-                   "rollouts": cfg.team.rollouts, "stages": cfg.train.iterations, "updates": self.updates,
-                   "iterations": len(rows), "episodes": self.episodes, "messages": self.messages,
-                   "env_steps": self.env_steps, "stopped_by": self.stopped or None,
-                   "before": before, "after": after, "wall_s": self.wall_before + time.perf_counter() - t_start,
-                   "checkpoint": self.last_checkpoint,
-                   "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype},
-                   "device": str(self.device)}
-        atomic_write_text(self.dir / "eval" / "summary.json", json.dumps(summary, indent=2))
-        return summary
+        own = {"team_task": self.task.name, "agents": self.task.agents, "rollouts": cfg.team.rollouts,
+               "stages": cfg.train.iterations, "updates": self.updates, "iterations": len(rows),
+               "episodes": self.episodes, "messages": self.messages, "env_steps": self.env_steps,
+               "stopped_by": self.stopped or None}
+        return write_summary(self.dir, own, before=before, after=after, clock=self.clock,
+                             checkpoint=self.last_checkpoint, device=self.device,
+                             precision={"generation": cfg.model.dtype, "training": cfg.model.dtype})
 
     def close(self) -> None:
         self.log.close()
