@@ -2,9 +2,10 @@
 
 At θ = θ_ref every log-ratio u = Σ log π_θ − Σ log π_ref is 0 by construction, yet the committed bf16 alignment
 runs logged up to 0.76 nats per trajectory at their first step. This script replays that first step's
-computation on a run's committed pairs (its ``expert.jsonl``, ``samples.jsonl``, ``pairs.json``) with the embedded
-model and a LoRA adapter moved off the identity (the run's SFT checkpoint is not committed; any adapter shows the
-effect), π_ref a frozen copy of that policy, as the pipeline does:
+computation on a run's pairs (its ``expert.jsonl``, ``samples.jsonl``, ``pairs.json``; git keeps those of
+searchqa_answer's DPO seed 0, which ``python experiments/align_table.py restore --env searchqa_answer`` copies into
+its folder) with the embedded model and a LoRA adapter moved off the identity (the run's SFT checkpoint is not
+committed; any adapter shows the effect), π_ref a frozen copy of that policy, as the pipeline does:
 
 * ``before``: π_ref as the pipeline computed it before the fix (the failed turns alone, for the pivot histogram,
   then the chosen turns in input order; ``reference_logprobs``), π_θ in the step's prompt-sorted micro-batches;
@@ -13,7 +14,7 @@ effect), π_ref a frozen copy of that policy, as the pipeline does:
 It reports, per dtype, the mean and max |u| per trajectory over the first batch of pairs, and DPO's loss there
 (ln 2 = 0.6931 when every u is 0)::
 
-    heavy .venv/bin/python experiments/reference_layout.py --run experiments/results/align/alfworld/runs/tlm_dre-s0 \
+    heavy .venv/bin/python experiments/reference_layout.py --run experiments/results/align/searchqa_answer/runs/dpo-s0 \
         --out experiments/results/reference_layout.json
 """
 

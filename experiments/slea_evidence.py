@@ -72,7 +72,7 @@ VARIANTS = {
     "slea_tt": ("slea", ["experience.empty_fallback=task_type"]),
 }
 LIBRARY_VARIANTS = ("slea", "slea_task", "slea_w0", "slea_tt")
-EPISODES_MAX_BYTES = 200_000  # a committed run's episodes.jsonl: its first records up to this size
+EPISODES_MAX_BYTES = 200_000  # a run's episodes.jsonl: its first records up to this size (git keeps none)
 
 
 def variant_dir(job: str, variant: str) -> Path:

@@ -1,5 +1,5 @@
-"""Shared fixtures: a tiny random model with a locally trained tokenizer (built once, cached), and the
-``device`` a numerics test runs on (``cpu``, and ``cuda`` under the ``gpu`` marker, skipped without CUDA).
+"""Shared fixtures: a tiny random model with a locally trained tokenizer (built once, cached), a tiny SLEA-RL run
+folder with a library (trained once per test process), and the ``device`` a numerics test runs on (``cpu``, and ``cuda`` under the ``gpu`` marker, skipped without CUDA).
 
 Under pytest-xdist (``make test`` runs two worker processes) every worker computes on one thread, so the workers
 do not oversubscribe the cores: ``OMP_NUM_THREADS`` (and MKL's, OpenBLAS's) default to 1 in the worker and in the
@@ -63,6 +63,24 @@ def tiny_policy():
     torch.manual_seed(0)
     model, tok = load_policy(ModelSection(name_or_path="tiny", lora=False, dtype="float32"))
     return model, tok
+
+
+@pytest.fixture(scope="session")
+def tiny_run(tmp_path_factory):
+    """A two-iteration SLEA-RL run of the tiny model on Sokoban (``slea.testing.tiny_run``) whose library holds
+    entries: what the library, agent and serve tests read as "a saved run". Trained once per test process, in a
+    child interpreter (the training's thread count, random states and logging stay out of this one); read it,
+    never write into it. The folder is named ``tiny-run`` (the run's name in its library's provenance)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    run = tmp_path_factory.mktemp("saved") / "tiny-run"
+    code = f"from slea.testing.tiny_run import tiny_slea_run; tiny_slea_run({str(run)!r})"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=300,
+                       env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1] / "src")))
+    assert r.returncode == 0, r.stderr[-3000:]
+    return run
 
 
 @pytest.fixture

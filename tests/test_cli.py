@@ -352,16 +352,16 @@ def test_rtpo_trains_end_to_end_and_is_refused_without_snapshots(tmp_path):
     assert re.search(r"iteration 1 turn 0 siblings: \d+/2", r.stdout), r.stdout[-3000:]
     assert (run / "eval/summary.json").is_file()
 
-def test_library_export_import_merge_diff(tmp_path, slea_cli):
+def test_library_export_import_merge_diff(tmp_path, slea_cli, tiny_run):
     """The portable-library commands on a real saved run's library, and their one-line errors (exit code 2)."""
-    run = ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"
+    run = tiny_run
     out = tmp_path / "s0.jsonl"
     r = slea("library", "export", str(run), str(out))
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "run slea-s0, model embedded, env slea/TextWorld-v0" in " ".join(r.stdout.split())
+    assert "run tiny-run, model tiny, env slea/Sokoban-v0" in " ".join(r.stdout.split())
     header, *rest = [json.loads(x) for x in out.read_text().splitlines()]
     n_entries = sum(x["kind"] == "entry" for x in rest)
-    assert header["provenance"]["run"] == "slea-s0" and n_entries > 0
+    assert header["provenance"]["run"] == "tiny-run" and n_entries > 0
     # the rest in this process (slea_cli): an interpreter each saved
     r = slea_cli("library", "import", str(out), str(tmp_path / "copy.sqlite"))
     assert r.returncode == 0, r.stderr[-2000:]
@@ -389,31 +389,30 @@ def test_library_export_import_merge_diff(tmp_path, slea_cli):
 
 
 @pytest.mark.slow
-def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path):
+def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path, tiny_run):
     """`slea agent` end to end: the tiny model on Sokoban steered by a JSONL export, evolving."""
-    run = ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"
     lib = tmp_path / "s0.jsonl"
-    assert slea("library", "export", str(run), str(lib)).returncode == 0
+    assert slea("library", "export", str(tiny_run), str(lib)).returncode == 0
+    n_entries = sum(json.loads(x)["kind"] == "entry" for x in lib.read_text().splitlines())
     small = ["--games", "2", "--episodes", "1", "--set", "env.max_steps=2", "--set", "rollout.max_new_tokens=4",
              "--set", "eval.greedy=false"]
     r = slea("agent", "--model", "tiny", "--library", str(lib), "--env", "slea/Sokoban-v0", "--evolve",
              "--out", str(tmp_path / "out"), *small)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path / "out/agent.json").read_text())
-    assert res["library_provenance"]["run"] == "slea-s0" and res["evolve"] is True
+    assert res["library_provenance"]["run"] == "tiny-run" and res["evolve"] is True
     assert set(res["difference"]["sampled"]) >= {"success", "return", "retrieval_hit_rate"}
     assert res["without"]["sampled"]["episodes"] == res["with"]["sampled"]["episodes"] == 2
-    assert res["library"]["before"]["size"] == 19 and len(res["library"]["rounds"]) == 2
+    assert res["library"]["before"]["size"] == n_entries > 0 and len(res["library"]["rounds"]) == 2
     assert (tmp_path / "out/library.sqlite").is_file()  # the evolved library, kept
     assert "sampled success" in r.stdout and "difference" in r.stdout
 
 
-def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path, slea_cli):
+def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path, slea_cli, tiny_run):
     """Checked before any model loads."""
     lib = tmp_path / "s0.jsonl"
     # all but the last in this process (slea_cli): an interpreter each saved
-    assert slea_cli("library", "export", str(ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"),
-                    str(lib)).returncode == 0
+    assert slea_cli("library", "export", str(tiny_run), str(lib)).returncode == 0
     one_line_exit_2(slea_cli("agent", "--model", "tiny", "--library", str(tmp_path / "none.jsonl"), "--env",
                              "slea/Sokoban-v0"), "agent: --library: no such file")
     one_line_exit_2(slea_cli("agent", "--model", str(tmp_path / "no-model"), "--library", str(lib), "--env",
@@ -423,7 +422,7 @@ def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path, slea_cli):
 
 
 @pytest.mark.slow
-def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weights(tmp_path):
+def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weights(tmp_path, tiny_run):
     """MODEL = a run folder: its config and last checkpoint's LoRA weights (made here, not trained); --library
     the same run; --evolve with the LLM extractor (the trainer's generate_text: LoRA disabled for the call)."""
     import torch
@@ -443,7 +442,7 @@ def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weight
             p.add_(0.01)  # a non-zero adapter: the checkpoint is not the base model
     run.mkdir()
     (run / "config.yaml").write_text(dump_config(cfg))
-    working_copy(ROOT / "experiments/results/evidence/default/slea/runs/slea-s0", run / "library.sqlite")
+    working_copy(tiny_run, run / "library.sqlite")
     save_checkpoint(run / "checkpoints", 1, model, torch.optim.AdamW([p for p in model.parameters()
                                                                       if p.requires_grad]))
     r = slea("agent", "--model", str(run), "--library", str(run), "--env", "slea/Sokoban-v0", "--evolve",

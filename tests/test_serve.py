@@ -150,29 +150,29 @@ def test_eval_with_the_openai_generator(server, tmp_path):
     assert [m["id"] for m in httpx.get(f"{server}/models", timeout=10).json()["data"]] == before  # no upload
 
 
-AGENT = ["--library", str(ROOT / "experiments/results/evidence/default/slea/runs/slea-s0"), "--env", "slea/Sokoban-v0",
-         "--games", "2", "--episodes", "2", "--set", "env.max_steps=2", "--set", "rollout.max_new_tokens=4"]
+AGENT = ["--env", "slea/Sokoban-v0", "--games", "2", "--episodes", "2", "--set", "env.max_steps=2", "--set",
+         "rollout.max_new_tokens=4"]
 
 
-def _agent(tmp_path: Path, name: str, *extra: str, model: str = "tiny", library: str | None = None
+def _agent(tmp_path: Path, name: str, *extra: str, library: Path, model: str = "tiny"
            ) -> tuple[subprocess.CompletedProcess, Path]:
     out = tmp_path / name
-    args = list(AGENT) if library is None else ["--library", library, *AGENT[2:]]
-    r = subprocess.run([sys.executable, "-m", "slea.cli", "agent", "--model", model, *args, "--out", str(out),
-                        *extra], check=False, capture_output=True, text=True, env=ENV, timeout=300)
+    r = subprocess.run([sys.executable, "-m", "slea.cli", "agent", "--model", model, "--library", str(library), *AGENT,
+                        "--out", str(out), *extra], check=False, capture_output=True, text=True, env=ENV, timeout=300)
     return r, out
 
 
 @pytest.mark.slow
-def test_a_frozen_served_agent_plays_what_the_in_process_engine_plays(server, tmp_path, slea_cli):
+def test_a_frozen_served_agent_plays_what_the_in_process_engine_plays(server, tmp_path, slea_cli, tiny_run):
     """The issue's command: a frozen model on the server, no LoRA, no weight sync; its numbers are the in-process
     engine's exactly (fp32 on both sides, the same keyed sampling streams)."""
     listed_before = _model_ids(server)  # the module's server may hold adapters other tests uploaded
     served, out = _agent(tmp_path, "served", "--set", "model.generator=openai", "--set",
-                         f"model.openai.base_url={server}", "--set", "model.lora=false")
+                         f"model.openai.base_url={server}", "--set", "model.lora=false", library=tiny_run)
     assert served.returncode == 0, served.stdout[-2000:] + served.stderr[-3000:]
     out_hf = tmp_path / "hf"  # the in-process engine's run, in this process too (slea_cli): an interpreter saved
-    local = slea_cli("agent", "--model", "tiny", *AGENT, "--out", out_hf, "--set", "model.dtype=float32")
+    local = slea_cli("agent", "--model", "tiny", "--library", tiny_run, *AGENT, "--out", out_hf, "--set",
+                     "model.dtype=float32")
     assert local.returncode == 0, local.stderr[-3000:]
     a = json.loads((out / "agent.json").read_text())
     b = json.loads((out_hf / "agent.json").read_text())
@@ -194,7 +194,7 @@ def test_a_served_agent_in_chat_mode_evolves_its_library_with_lessons_from_the_s
     r, out = _agent(tmp_path, "chat", "--evolve", "--set", "model.generator=openai", "--set",
                     f"model.openai.base_url={server}", "--set", "model.openai.api=chat",
                     "--set", "experience.extractor=llm", "--set", "experience.extract_max_new_tokens=16",
-                    model="only-the-server-has-it", library=str(new))
+                    model="only-the-server-has-it", library=new)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert f"new empty library {new}" in r.stdout and "no local tokenizer for only-the-server-has-it" in r.stdout
     res = json.loads((out / "agent.json").read_text())
@@ -243,11 +243,11 @@ def _completions_only_server():
     return srv, f"http://127.0.0.1:{srv.server_address[1]}/v1"
 
 
-def test_the_agent_refuses_in_one_line_what_the_server_lacks(tmp_path):
+def test_the_agent_refuses_in_one_line_what_the_server_lacks(tmp_path, tiny_run):
     srv, url = _completions_only_server()
     try:
         r, _ = _agent(tmp_path, "x", "--set", "model.generator=openai", "--set", f"model.openai.base_url={url}",
-                      "--set", "model.openai.api=chat")
+                      "--set", "model.openai.api=chat", library=tiny_run)
         assert r.returncode == 2, r.stderr[-2000:]
         line = r.stderr.strip()
         assert "\n" not in line and "Traceback" not in r.stderr

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import torch
 
-from slea.testing.bench import load_bench
+from slea.testing.bench import load_script
 
-C = load_bench("cost_growth")
+C = load_script(Path(__file__).resolve().parents[2] / "bench" / "cost_growth.py")
 
 
 def test_slope():

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from slea.testing.bench import load_bench
+from slea.testing.bench import load_script
 
-G = load_bench("generation")
+G = load_script(Path(__file__).resolve().parents[2] / "bench" / "generation.py")
 VLLM_PYTHON = Path(os.environ.get("SLEA_VLLM_PYTHON") or "/nonexistent/vllm-python")  # opt-in: 3.4 GB venv
 ROW_KEYS = {"wall_s", "times_s", "rows", "new_tokens", "new_tok_s", "prompt_plus_new_tok_s", "rows_stopped",
             "speedup_vs_hf_generate", "sample"}

@@ -6,13 +6,14 @@ sharded update equals the unsharded one)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from slea.testing.bench import load_bench
+from slea.testing.bench import load_script
 
-G = load_bench("gpu_check")
+G = load_script(Path(__file__).resolve().parents[2] / "bench" / "gpu_check.py")
 
 
 def test_the_flop_count_s_weights_by_hand():

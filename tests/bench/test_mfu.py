@@ -4,13 +4,14 @@ executed-FLOPs count equal to torch's FlopCounterMode on a real training step of
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 
-from slea.testing.bench import load_bench
+from slea.testing.bench import load_script
 
-M = load_bench("mfu")
+M = load_script(Path(__file__).resolve().parents[2] / "bench" / "mfu.py")
 
 # 2 layers, d 4, f 8, 2 query heads + 1 kv head of width 2, vocabulary 10; LoRA r1 on q and v of layer 1 only
 TOY = M.Arch(layers=2, hidden=4, intermediate=8, heads=2, kv_heads=1, head_dim=2, vocab=10, rank=1,

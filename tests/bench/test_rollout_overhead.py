@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
-from slea.testing.bench import load_bench
+from slea.testing.bench import load_script
 
 pytest.importorskip("textworld")
 
-R = load_bench("rollout_overhead")
+R = load_script(Path(__file__).resolve().parents[2] / "bench" / "rollout_overhead.py")
 SMALL = ["rollout.groups=2", "rollout.group_size=2", "rollout.max_new_tokens=4", "env.max_steps=3",
          "run.threads=1", "env.kwargs={tasks: [coin_collector:1], num_games: 2}"]
 

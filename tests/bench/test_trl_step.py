@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig
 
-from slea.testing.bench import load_bench
+from slea.testing.bench import load_script
 from slea.testing.numerics import assert_within, gradient_tolerance, tolerance
 
 pytest.importorskip("trl", reason="trl is not installed (the bench extra: pip install -e '.[bench]')")
@@ -17,7 +17,7 @@ pytest.importorskip("trl", reason="trl is not installed (the bench extra: pip in
 ROOT = Path(__file__).resolve().parents[2]
 
 
-T = load_bench("trl_step")
+T = load_script(ROOT / "bench" / "trl_step.py")
 
 
 def test_batches_have_the_two_shapes():

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from slea.config import load_config
-from slea.testing.bench import load_experiment
+from slea.testing.bench import load_script
 
-S = load_experiment("agent_served")
+S = load_script(Path(__file__).resolve().parents[2] / "experiments" / "agent_served.py")
 
 
 def _sets(args: list[str]) -> list[str]:

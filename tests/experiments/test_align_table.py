@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from slea.config import dump_config
-from slea.testing.bench import load_experiment
+from slea.testing.bench import load_script
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-A = load_experiment("align_table")
+A = load_script(ROOT / "experiments" / "align_table.py")
 ENV = "tiny"
 
 

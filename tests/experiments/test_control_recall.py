@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from slea.envs.recall import generate_game
-from slea.testing.bench import load_experiment
+from pathlib import Path
 
-S = load_experiment("control_recall")
+from slea.envs.recall import generate_game
+from slea.testing.bench import load_script
+
+S = load_script(Path(__file__).resolve().parents[2] / "experiments" / "control_recall.py")
 
 # held-out game 0: garden (right: whistle; listed kneel, whistle, bow, clap), forge (whistle; listed kneel first),
 # library (bow; listed whistle first)

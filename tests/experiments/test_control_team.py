@@ -4,12 +4,13 @@ the regressions counted from them, and the test that compares two variants' regr
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
-from slea.testing.bench import load_experiment
+from slea.testing.bench import load_script
 
-S = load_experiment("control_team")
+S = load_script(Path(__file__).resolve().parents[2] / "experiments" / "control_team.py")
 
 
 def _row(stage, position, before, after=None, probe=None):

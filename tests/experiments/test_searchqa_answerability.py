@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from slea.testing.bench import load_experiment
+from slea.testing.bench import load_script
 
-S = load_experiment("searchqa_answerability")
+S = load_script(Path(__file__).resolve().parents[2] / "experiments" / "searchqa_answerability.py")
 
 
 def test_an_answer_counts_only_as_whole_normalised_words():

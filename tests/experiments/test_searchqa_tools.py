@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from slea.config import dump_config, load_config
-from slea.testing.bench import load_experiment
+from slea.testing.bench import load_script
 
-S = load_experiment("searchqa_tools")
+S = load_script(Path(__file__).resolve().parents[2] / "experiments" / "searchqa_tools.py")
 
 
 def _result(wins: list[int], f1: float, invalid: float = 0.0, length: float = 2.0) -> dict:

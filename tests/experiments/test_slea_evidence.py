@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from slea.testing.bench import load_experiment
+from slea.testing.bench import load_script
 
-E = load_experiment("slea_evidence")
-C = load_experiment("control_recall")
+E = load_script(Path(__file__).resolve().parents[2] / "experiments" / "slea_evidence.py")
+C = load_script(Path(__file__).resolve().parents[2] / "experiments" / "control_recall.py")
 
 
 def _result(success: float) -> str:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from slea.testing.bench import load_experiment
+from slea.testing.bench import load_script
 
 pytest.importorskip("textworld")
 
@@ -25,7 +25,7 @@ TINY = ["train.iterations=2", "rollout.groups=1", "team.max_turns=2", "eval.game
 
 @pytest.fixture
 def bench(tmp_path, monkeypatch):
-    mod = load_experiment("teamtr_evidence")
+    mod = load_script(ROOT / "experiments" / "teamtr_evidence.py")
     monkeypatch.setattr(mod, "RESULTS", tmp_path / "teamtr")
     return mod
 

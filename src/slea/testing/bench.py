@@ -1,6 +1,6 @@
 """Helpers of the repository's ``bench/`` and ``experiments/`` scripts and their tests (folders of scripts, not
-packages): importing a script as a module, the rollout-shaped prompts the generation benches share, and the
-``transformers.generate`` baseline they time."""
+packages): importing a script, given its path, as a module, the rollout-shaped prompts the generation benches
+share, and the ``transformers.generate`` baseline they time."""
 
 from __future__ import annotations
 
@@ -10,26 +10,22 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-ROOT = Path(__file__).resolve().parents[3]
 # the admissible actions of every bench prompt (a TextWorld-like coin hunt)
 ROLLOUT_ACTIONS = ["go east", "go west", "go north", "take coin", "open door", "take key", "unlock door with key"]
 _ROOMS = ["a dark cellar", "a bright kitchen", "a dusty attic", "a small garden", "a long corridor"]
 _THINGS = ["coin", "key", "apple"]  # what tasks 0-4, 5-9, 10-14 look for
 
 
-def load_bench(name: str, folder: str = "bench") -> ModuleType:
-    """``<folder>/<name>.py`` (``bench/``, or ``experiments/`` for a study's script) as the module ``name``
-    (registered in ``sys.modules``, so its dataclasses and pickled worker entry points resolve)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / folder / f"{name}.py")
+def load_script(path: str | Path) -> ModuleType:
+    """The script at ``path`` (a ``bench/`` or ``experiments/`` script, which are folders of scripts, not packages)
+    as the module named for its file (registered in ``sys.modules``, so its dataclasses and pickled worker entry
+    points resolve). The caller names the file: the installed package knows nothing of a repository's layout."""
+    path = Path(path)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod
+    sys.modules[path.stem] = mod
     spec.loader.exec_module(mod)
     return mod
-
-
-def load_experiment(name: str) -> ModuleType:
-    """``experiments/<name>.py``, a study's script, as the module ``name`` (see :func:`load_bench`)."""
-    return load_bench(name, "experiments")
 
 
 def rollout_prompts(builder, rng: random.Random, tasks: int, copies: int, later: bool, turns: int = 2,
