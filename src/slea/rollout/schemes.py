@@ -6,7 +6,7 @@ played with the latest weights. The scheme is chosen by what the algorithm *need
 :func:`scheme_for`), never by its name:
 
 * :class:`OnPolicyRollouts` (the default): one round, N task groups × G copies play one episode each (DAPO
-  dynamic sampling refills groups without signal, slea/trainer/sampling.py);
+  dynamic sampling refills groups without signal, slea/rollout/sampling.py);
 * :class:`SiblingRollouts` (need ``snapshots``; RTPO, Li et al. 2026 Alg.1): per task group ``rollout.trunks``
   trunk episodes record every turn boundary (no gradient); then for ``k = K−1 … 0`` one round each: G−1
   siblings fork from every trunk's boundary ``k`` (env snapshot and exact prompt ``c_k``), play on to the end
@@ -25,10 +25,10 @@ from typing import Protocol
 
 from slea.envs.factory import make_pool
 from slea.envs.pool import EnvPool
+from slea.parallel.distributed import DataParallel
 from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector
-from slea.trainer.distributed import DataParallel
-from slea.trainer.sampling import Batch, collect_batch, merge_shards, merge_stats
+from slea.rollout.sampling import Batch, collect_batch, merge_shards, merge_stats
 
 __all__ = ["OnPolicyRollouts", "RolloutScheme", "SiblingRollouts", "close", "last_error", "scheme_for",
            "take_fault_stats"]

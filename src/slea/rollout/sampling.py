@@ -23,12 +23,12 @@ import numpy as np
 from slea.rollout.collector import RolloutStats
 from slea.types import Trajectory
 
-__all__ = ["Batch", "collect_batch", "merge_shards", "merge_stats", "refill_seeds", "zero_variance_groups"]
+__all__ = ["Batch", "collect_batch", "iteration_seeds", "merge_shards", "merge_stats", "refill_seeds", "zero_variance_groups"]
 
 
 @dataclass
 class Batch:
-    """One training round's rollouts (slea/trainer/schemes.py)."""
+    """One training round's rollouts (slea/rollout/schemes.py)."""
 
     trajs: list[Trajectory]  # what the advantage estimator and the update see
     collected: list[Trajectory]  # every whole episode played (train metrics, env steps, library)
@@ -50,8 +50,15 @@ class Batch:
         return len(self.collected) + sum(1 for t in self.continuations if t.steps)
 
 
+def iteration_seeds(run_seed: int, iteration: int, groups: int) -> list[int]:
+    """Env seeds of an iteration's task groups: a pure function of (run seed, iteration), so a resumed run
+    and a compared algorithm see the same tasks."""
+    rng = np.random.default_rng([run_seed, iteration])
+    return [int(s) for s in rng.integers(0, 2**31 - 1, size=groups)]
+
+
 def refill_seeds(run_seed: int, iteration: int, round_: int, groups: int) -> list[int]:
-    """Env seeds of refill round ``round_ ≥ 1`` of an iteration (round 0 is ``rl.iteration_seeds``)."""
+    """Env seeds of refill round ``round_ ≥ 1`` of an iteration (round 0 is :func:`iteration_seeds`)."""
     if round_ < 1:
         raise ValueError("refill rounds count from 1")
     rng = np.random.default_rng([run_seed, iteration, round_])
