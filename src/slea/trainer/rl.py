@@ -51,7 +51,7 @@ from slea.policy.prompts import PromptBuilder
 from slea.progress import Progress
 from slea.rollout import schemes
 from slea.rollout.collector import RolloutCollector, RolloutStats
-from slea.rollout.sampling import Batch, iteration_seeds, merge_stats
+from slea.rollout.sampling import RoundRollouts, iteration_seeds, merge_stats
 from slea.runs import checkpoint as ckpt
 from slea.runs.episodes import EpisodeSampler
 from slea.runs.runlog import RunLog, plot_curves
@@ -118,7 +118,7 @@ class Estimate:
 class Round:
     """One training round's rollouts and what each phase made of them."""
 
-    batch: Batch
+    batch: RoundRollouts
     clean: int  # its whole episodes not ended by an env fault
     est: Estimate
     library: dict[str, float]
@@ -256,7 +256,7 @@ class Trainer:
     def _gathered(self, rounds):
         """The rollout scheme's rounds, each played with the whole weights on every rank (under ``train.fsdp``
         a rank's generation runs its own number of forwards, which sharded layers cannot: distributed.py), each
-        with the seconds it took to play (``Batch.seconds``)."""
+        with the seconds it took to play (``RoundRollouts.seconds``)."""
         while True:
             t0 = time.perf_counter()
             with full_weights(self.model):
@@ -266,7 +266,7 @@ class Trainer:
             batch.seconds = time.perf_counter() - t0
             yield batch
 
-    def train_round(self, batch: Batch, it: int) -> Round:
+    def train_round(self, batch: RoundRollouts, it: int) -> Round:
         """Advantages → library → update on one round of rollouts."""
         train_set = [t for t in batch.trajs if not faulted(t)]  # an env fault says nothing about the policy
         clean = [t for t in batch.collected if not faulted(t)]
