@@ -56,7 +56,7 @@ test: $(STAMP)
 # PyTorch's and oneDNN's ISA capped at each level up to this CPU's own (ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA),
 # then in bf16 on the emulated (AVX2) and this CPU's own path; a table says which ISAs each pass reached.
 NUMERICS_TESTS ?= tests/test_numerics.py tests/alignment/test_objectives.py tests/trainer/test_update.py \
-  tests/trainer/test_distributed.py tests/policy/test_model.py tests/bench/test_trl_step.py
+  tests/parallel/test_distributed.py tests/policy/test_model.py tests/bench/test_trl_step.py
 test-numerics: $(STAMP)
 	$(PY) -m slea.testing.isa_matrix --workers $(PYTEST_WORKERS) $(NUMERICS_TESTS)
 

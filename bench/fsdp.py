@@ -5,7 +5,7 @@ measured in one invocation, every figure also as a ratio against the first:
 - ``dp``: ``slea train --nproc 2`` data parallelism, base weights replicated, ``--threads / 2`` threads each;
 - ``fsdp``: the same with ``train.fsdp`` (FSDP2 shards of the frozen base weights, LoRA whole on every rank).
 
-Each set-up runs in fresh processes (``slea.trainer.distributed.launch``: 1 or 2 spawned ranks in a gloo group),
+Each set-up runs in fresh processes (``slea.parallel.distributed.launch``: 1 or 2 spawned ranks in a gloo group),
 so memory figures do not carry over. Per rank: the policy of configs/default.yaml (its ``model`` section: the
 embedded SmolLM2-135M-Instruct, LoRA r16 on the top 15 of 30 layers, bf16 autocast over fp32 weights) is loaded
 and, for ``fsdp``, sharded; the fixed batch is 32 rollout-shaped rows (``slea.testing.bench.rollout_prompts``:
@@ -133,7 +133,7 @@ def cpu_s() -> float:
 
 def timed_gathers(model, reps: int) -> float:
     """Median seconds of one whole-model all-gather and release (``full_weights``) of a sharded model."""
-    from slea.trainer.distributed import full_weights
+    from slea.parallel.distributed import full_weights
 
     times = []
     for _ in range(reps):
@@ -148,8 +148,8 @@ def timed_gathers(model, reps: int) -> float:
 def rank_main(setup: str, model_name: str, threads: int, warmup: int, reps: int, out: Path) -> None:
     """One rank of ``setup`` (the entry point ``launch`` spawns): load (and shard), time the updates, then (when
     sharded) the whole-model gathers; writes ``<setup>-rank<r>.json`` into ``out``."""
+    from slea.parallel.distributed import DataParallel, shard_frozen_base
     from slea.policy.model import load_policy
-    from slea.trainer.distributed import DataParallel, shard_frozen_base
     from slea.trainer.update import ppo_update
 
     torch.set_num_threads(threads)
@@ -197,7 +197,7 @@ def rank_main(setup: str, model_name: str, threads: int, warmup: int, reps: int,
 
 def measure(setup: str, args, scratch: Path) -> dict:
     """Run ``setup`` in fresh processes; its per-rank figures and the summary over its ranks."""
-    from slea.trainer.distributed import launch
+    from slea.parallel.distributed import launch
 
     nproc = SETUPS[setup][0]
     threads = max(1, args.threads // nproc)

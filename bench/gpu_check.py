@@ -25,7 +25,7 @@ every step, so a run cut short keeps what it measured):
 5. ``memory_7b`` — a Qwen2.5-7B-shaped model, random weights: peak memory and seconds of one LoRA update pass
    (forward + backward of a micro-batch of 8 × (700 + 150) tokens) with (a) fp32 base under bf16 autocast,
    (b) bf16 base, (c) bf16 base + gradient checkpointing.
-6. ``fsdp_smoke`` — one spawned rank (``slea.trainer.distributed.launch``): its process group (``cpu:gloo,cuda:nccl``
+6. ``fsdp_smoke`` — one spawned rank (``slea.parallel.distributed.launch``): its process group (``cpu:gloo,cuda:nccl``
    on a GPU), FSDP2 on its device mesh, the fixed update of slea/testing/ddp.py sharded vs unsharded
    (max |Δw|), where the LoRA weights and base shards live, an object gathered over the gloo group.
 
@@ -164,7 +164,7 @@ def env_step(device: str) -> dict:
 
 def gpu_tests(device: str) -> dict:
     files = ["tests/policy/test_generation.py", "tests/policy/test_model.py", "tests/trainer/test_update.py",
-             "tests/trainer/test_critic.py", "tests/trainer/test_checkpoint.py"]
+             "tests/trainer/test_critic.py", "tests/runs/test_checkpoint.py"]
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "junit.xml"
         proc = subprocess.run([sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider",
@@ -309,9 +309,9 @@ def memory_step(device: str) -> dict:
 def fsdp_step(device: str) -> dict:
     from safetensors.torch import save_model
 
+    from slea.parallel.distributed import launch
     from slea.policy.model import load_policy
     from slea.testing.ddp import MODEL, smoke_rank_main
-    from slea.trainer.distributed import launch
 
     with tempfile.TemporaryDirectory() as tmp:
         torch.manual_seed(0)

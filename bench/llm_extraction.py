@@ -38,8 +38,9 @@ from slea.experience.extraction import select
 from slea.experience.llm_extractor import LLMExtractor
 from slea.experience.manager import ExperienceManager
 from slea.experience.rule_extractor import RuleExtractor
+from slea.rollout.sampling import iteration_seeds
 from slea.trainer.guards import faulted
-from slea.trainer.rl import Trainer, iteration_seeds
+from slea.trainer.rl import Trainer
 from slea.types import Trajectory
 
 ROOT = Path(__file__).resolve().parent.parent

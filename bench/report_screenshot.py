@@ -50,7 +50,7 @@ def screenshot(page: Path, out: Path, episode: int | None = None, width: int = 1
 def showcase(run: Path) -> int | None:
     """The recorded episode to show: the first one of several steps that retrieved experiences, else the first
     of several steps."""
-    from slea.trainer.episodes import FILENAME, read_episodes
+    from slea.runs.episodes import FILENAME, read_episodes
 
     eps = read_episodes(run / FILENAME)
     long = [i for i, e in enumerate(eps) if len(e.get("steps", [])) > 1]

@@ -2,7 +2,7 @@
 default job's rollout (configs/default.yaml: groups x group_size TextWorld episodes), each against a baseline
 measured in the same run.
 
-Per iteration ``it`` (env seeds ``rl.iteration_seeds(run.seed, it, groups)``, as the trainer's):
+Per iteration ``it`` (env seeds ``rollout.sampling.iteration_seeds(run.seed, it, groups)``, as the trainer's):
 
 1. **collector**: slea's :class:`~slea.rollout.collector.RolloutCollector` plays one episode on every env of
    the pool, through a timing proxy of the generator (:class:`TimedGenerator`: it records each batched call's
@@ -51,8 +51,9 @@ from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder, parse_action
 from slea.rollout.collector import TRAIN_SALT, RolloutCollector, clean_text
+from slea.rollout.sampling import iteration_seeds
 from slea.rollout.view import AgentView
-from slea.trainer.rl import iteration_seeds, seed_everything
+from slea.trainer.lifecycle import seed_everything
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "rollout_overhead.json"

@@ -36,7 +36,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from slea.trainer.runlog import read_metrics
+from slea.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results" / "soak.json"
@@ -184,7 +184,7 @@ def compare(run: Path, ref: Path, iterations: int) -> dict:
     import torch
     from safetensors.torch import load_file
 
-    from slea.trainer import checkpoint as ckpt
+    from slea.runs import checkpoint as ckpt
 
     got, want = read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl")
     its = [r["iteration"] for r in got]

@@ -53,8 +53,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from slea import compare
 from slea.evaluation import stats
-from slea.trainer import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_ALIGN_DIR") or ROOT / "experiments" / "results" / "align")

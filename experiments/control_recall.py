@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from slea import compare
 from slea.evaluation import stats
-from slea.trainer import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_CONTROL_RECALL_DIR") or ROOT / "experiments" / "results" / "control_recall")
@@ -363,7 +363,7 @@ def comparisons(runs: list[compare.SubRun]) -> list[stats.PairedComparison]:
     """Every arm against :data:`BASELINE`; slea against each of its own variants (``slea_*``: the pass criterion's
     slea − slea_task); and (c), slea's policies with retrieval against the same policies with retrieval off at
     evaluation. Each paired by seed, with the exact sign-flip p and the bootstrap CI over seeds and held-out games
-    (:func:`slea.trainer.compare.paired`)."""
+    (:func:`slea.compare.paired`)."""
     arms = list(dict.fromkeys(r.algorithm for r in runs))
     pairs = [(a, BASELINE) for a in arms if a != BASELINE] if BASELINE in arms else []
     pairs += [("slea", a) for a in arms if a.startswith("slea_")] if "slea" in arms else []

@@ -35,12 +35,12 @@ from typing import Any
 
 import numpy as np
 
+from slea import compare
 from slea.config import RunConfig
 from slea.evaluation import stats
-from slea.trainer import checkpoint as ckpt
-from slea.trainer import compare
-from slea.trainer.rl import iteration_seeds
-from slea.trainer.runlog import read_metrics
+from slea.rollout.sampling import iteration_seeds
+from slea.runs import checkpoint as ckpt
+from slea.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_CONTROL_TEAM_DIR") or ROOT / "experiments" / "results" / "control_team")

@@ -48,8 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from slea import compare
 from slea.evaluation import stats
-from slea.trainer import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import numpy as np
 
+from slea import compare
 from slea.evaluation import stats
-from slea.trainer import compare
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_EVIDENCE_DIR") or ROOT / "experiments" / "results" / "evidence")

@@ -1,9 +1,9 @@
 """TeamTR's comparison: TeamTR vs naive sequential training vs a single agent, 2+ seeds.
 
-The runs are ``slea compare`` sub-runs (:mod:`slea.trainer.compare`): three variants of ``configs/teamtr.yaml`` (a
+The runs are ``slea compare`` sub-runs (:mod:`slea.compare`): three variants of ``configs/teamtr.yaml`` (a
 planner + actor team on TextWorld, the embedded model), each trained by the team trainer ``slea train`` picks,
 under ``experiments/results/teamtr/runs/<variant>-s<seed>/``. The variants share the config and, per seed, the tasks of
-every stage (:func:`slea.trainer.rl.iteration_seeds`) and the held-out games (``eval.seed + g``, keyed sampling):
+every stage (:func:`slea.rollout.sampling.iteration_seeds`) and the held-out games (``eval.seed + g``, keyed sampling):
 
 * ``teamtr`` — ``team.rollouts: fresh``: the intermediate team plays again before every single-agent update;
 * ``naive`` — ``team.rollouts: stale``: naive sequential training, every update of a stage learns from the stage's
@@ -23,7 +23,7 @@ each can wait for its turn behind other heavy jobs, and each finished run can be
 team's own statistics per stage and of its trust region (``stages.md``,
 ``stages.json``, ``stages.png``: coordination regressions, the return after each stage). A finished run
 (``eval/summary.json``) is reused, an unfinished one resumed from its newest checkpoint, a run folder trained with
-another config refused (:func:`slea.trainer.compare.train_sub_run`, :func:`slea.trainer.compare.plan`)::
+another config refused (:func:`slea.compare.train_sub_run`, :func:`slea.compare.plan`)::
 
     python experiments/teamtr_evidence.py run --variant teamtr --seed 0
     python experiments/teamtr_evidence.py run --variant naive --seed 0
@@ -46,10 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from slea import compare
 from slea.config import RunConfig, load_config
 from slea.evaluation import stats
-from slea.trainer import compare
-from slea.trainer.runlog import read_metrics
+from slea.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_TEAMTR_DIR") or ROOT / "experiments" / "results" / "teamtr")
@@ -190,7 +190,7 @@ STATS = ("heldout_success", "heldout_return", "heldout_greedy_success", "heldout
 
 def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
     """From every finished run: ``slea compare``'s ``table.md``, ``table.json`` and ``curves.png``
-    (:func:`slea.trainer.compare.write_outputs`), then the team's per-stage statistics, ``stages.md``,
+    (:func:`slea.compare.write_outputs`), then the team's per-stage statistics, ``stages.md``,
     ``stages.json`` and ``stages.png``; returns the latter."""
     compare.relativize(RESULTS)  # any bench/ or experiments/results/<folder>/ (SLEA_TEAMTR_DIR), configs/
     runs = finished()
@@ -236,7 +236,7 @@ def gain(runs: list[compare.SubRun], variant: str) -> dict[str, Any]:
 
 
 def comparisons(runs: list[compare.SubRun]) -> list[dict[str, Any]]:
-    """Every variant against teamtr on held-out success after training (:func:`slea.trainer.compare.paired`),
+    """Every variant against teamtr on held-out success after training (:func:`slea.compare.paired`),
     then each variant's gain, after against before; each paired by seed with the exact sign-flip p and the
     bootstrap CI over seeds and held-out games."""
     variants = list(dict.fromkeys(r.algorithm for r in runs))

@@ -430,7 +430,7 @@ def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weight
     from slea.config import dump_config, load_config
     from slea.experience.portable import working_copy
     from slea.policy.model import load_policy
-    from slea.trainer.checkpoint import save_checkpoint
+    from slea.runs.checkpoint import save_checkpoint
 
     run = tmp_path / "run"
     cfg = load_config(ROOT / "configs/smoke.yaml", [f"run.dir={run}"])

@@ -22,8 +22,8 @@ def run(tmp_path_factory) -> Path:
     """A one-iteration tiny run whose LoRA weights are made clearly non-zero (a merge then changes the base)."""
     from safetensors.torch import load_file, save_file
 
+    from slea.runs.checkpoint import run_checkpoint, verify_checkpoint
     from slea.testing.tiny_run import tiny_slea_run
-    from slea.trainer.checkpoint import run_checkpoint, verify_checkpoint
 
     folder = tiny_slea_run(tmp_path_factory.mktemp("export") / "run", iterations=1)
     last = run_checkpoint(folder)
@@ -47,7 +47,7 @@ def test_the_exported_folder_loads_in_transformers_with_the_policys_logits(run, 
 
     from slea.config import load_config
     from slea.policy.model import load_policy
-    from slea.trainer.checkpoint import run_checkpoint
+    from slea.runs.checkpoint import run_checkpoint
 
     out = export_run(run, tmp_path / "hf")
     names = {p.name for p in out.iterdir()}

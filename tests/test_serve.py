@@ -119,7 +119,7 @@ def _served_equals_the_checkpoint(url: str, adapter: str, run: Path):
     from slea.config import load_config
     from slea.policy.engines import make_generator
     from slea.policy.model import load_policy
-    from slea.trainer.checkpoint import latest_checkpoint
+    from slea.runs.checkpoint import latest_checkpoint
     from slea.trainer.update import Sample, response_logprobs
 
     cfg = load_config(run / "config.yaml", [f"model.openai.model={adapter}"])

@@ -39,7 +39,7 @@ def merged_policy(run: str | Path, checkpoint: str | None = None, say=None):
     from slea.algorithms.registry import get_algorithm
     from slea.config import load_config
     from slea.policy.model import load_policy
-    from slea.trainer.checkpoint import run_checkpoint
+    from slea.runs.checkpoint import run_checkpoint
 
     run = Path(run)
     if not (run / "config.yaml").is_file():

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from slea.alignment.data import (
-    Trajectory,
+    EpisodeRecord,
     Turn,
     action_ids,
     encode_turn,
@@ -103,7 +103,7 @@ def _traj(**kw):
     turns = [Turn([{"role": "system", "content": "s"}, {"role": "user", "content": "Observation: é ✓"}], "take coin")]
     base = {"env": "slea/TextWorld-v0", "task": "train:3", "split": "train", "seed": 3, "goal": "find the coin",
             "source": "walkthrough", "success": True, "ret": 1.0, "turns": turns}
-    return Trajectory(**{**base, **kw})
+    return EpisodeRecord(**{**base, **kw})
 
 
 def test_jsonl_round_trip(tmp_path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from slea.alignment.data import Trajectory, Turn
+from slea.alignment.data import EpisodeRecord, Turn
 from slea.alignment.objectives import (
     PairTokens,
     alignment_method_names,
@@ -34,10 +34,10 @@ from slea.testing.numerics import (
 SYSTEM = "You are an agent. Reply with exactly one command copied from the list."
 
 
-def _traj(observations, actions, *, source: str = "expert", success: bool = True, ret: float = 1.0) -> Trajectory:
+def _traj(observations, actions, *, source: str = "expert", success: bool = True, ret: float = 1.0) -> EpisodeRecord:
     turns = [Turn([{"role": "system", "content": SYSTEM}, {"role": "user", "content": f"Your task: take the key. {o}"}],
                   a) for o, a in zip(observations, actions)]
-    return Trajectory("slea/TextWorld-v0", "t1", "train", 0, source, success, ret, turns)
+    return EpisodeRecord("slea/TextWorld-v0", "t1", "train", 0, source, success, ret, turns)
 
 
 @pytest.fixture(scope="module")

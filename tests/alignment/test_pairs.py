@@ -6,15 +6,15 @@ import random
 
 import pytest
 
-from slea.alignment.data import Trajectory, Turn
+from slea.alignment.data import EpisodeRecord, Turn
 from slea.alignment.pairs import build_pairs, pairing_summary
 
 
 def Traj(env: str, task: str, seed: int, source: str, success: bool, n_turns: int = 2, ret: float = 0.0,
-         split: str = "train") -> Trajectory:
+         split: str = "train") -> EpisodeRecord:
     """A trajectory of ``n_turns`` placeholder turns."""
     turns = [Turn([{"role": "user", "content": f"obs {i}"}], f"act {i}") for i in range(n_turns)]
-    return Trajectory(env, task, split, seed, source, success, ret, turns)
+    return EpisodeRecord(env, task, split, seed, source, success, ret, turns)
 
 
 A, B = "slea/ALFWorld-v0", "slea/ScienceWorld-v0"

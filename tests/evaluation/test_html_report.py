@@ -9,7 +9,7 @@ import pytest
 
 from slea.evaluation.html_report import ReportError, clean, embed, gather, kind_of, render, write_report
 from slea.experience.library import ExperienceLibrary
-from slea.trainer.episodes import EpisodeSampler
+from slea.runs.episodes import EpisodeSampler
 from slea.types import Step, Trajectory
 
 

@@ -41,7 +41,7 @@ def test_extra_evaluations_are_read_where_slea_eval_wrote_them(tmp_path):
 
 
 def test_paired_differences_use_the_extra_evaluation(tmp_path):
-    from slea.trainer.compare import SubRun
+    from slea.compare import SubRun
 
     runs = []
     for algo, seed, wide in (("grpo", 0, 0.5), ("slea", 0, 0.75), ("grpo", 1, 0.25), ("slea", 1, 0.0)):
@@ -59,7 +59,7 @@ def test_paired_differences_use_the_extra_evaluation(tmp_path):
 
 
 def test_comparisons_pair_games_and_the_library_off_evaluation(tmp_path):
-    from slea.trainer.compare import SubRun
+    from slea.compare import SubRun
 
     def result(wins):
         return {"games": 2, "per_game_wins": wins, "sampled": {"success": sum(wins) / 8, "episodes": 8.0}}
@@ -86,7 +86,7 @@ def test_comparisons_pair_games_and_the_library_off_evaluation(tmp_path):
 def test_cap_keeps_the_first_whole_records_and_says_how_to_get_the_rest(tmp_path):
     import hashlib
 
-    from slea.trainer.episodes import read_episodes
+    from slea.runs.episodes import read_episodes
 
     d = tmp_path / "runs" / "slea-s0"
     d.mkdir(parents=True)

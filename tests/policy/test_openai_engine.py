@@ -190,8 +190,8 @@ def test_generator_config_refusals():
 
 
 def test_trainers_that_cannot_use_a_served_engine_refuse_it():
-    from slea.trainer.distributed import DataParallel
-    from slea.trainer.dp_checks import check_data_parallel
+    from slea.parallel.checks import check_data_parallel
+    from slea.parallel.distributed import DataParallel
     from slea.trainer.teamtr import check_team_config
 
     cfg = build_config({"model": {"generator": "openai"}})

@@ -104,8 +104,8 @@ def test_server_flags_and_environment_per_backend_and_rank(monkeypatch):
 
 
 def test_vllm_is_allowed_with_several_processes_and_openai_is_not():
-    from slea.trainer.distributed import DataParallel
-    from slea.trainer.dp_checks import check_data_parallel
+    from slea.parallel.checks import check_data_parallel
+    from slea.parallel.distributed import DataParallel
 
     cfg = build_config({"rollout": {"groups": 4}})
     check_data_parallel(cfg.model_copy(update={"model": cfg.model.model_copy(update={"generator": "vllm"})}),

@@ -21,10 +21,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from slea.parallel.distributed import launch
+from slea.runs import checkpoint as ckpt
+from slea.runs.runlog import read_metrics
 from slea.testing.dp_resume import KILL_AT, resume_rank_main
-from slea.trainer import checkpoint as ckpt
-from slea.trainer.distributed import launch
-from slea.trainer.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -11,8 +11,8 @@ import torch
 
 import slea.testing.faulty_env  # noqa: F401
 from slea.config import AlgorithmSection, TrainSection
+from slea.runs import checkpoint as ckpt
 from slea.testing.faulty_env import FAULTY_ID
-from slea.trainer import checkpoint as ckpt
 from slea.trainer import update as U
 from slea.trainer.guards import BadUpdateGuard, RunHalted, check_fault_rate, nonfinite_count
 

@@ -30,8 +30,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from slea.trainer import checkpoint as ckpt
-from slea.trainer.runlog import read_metrics, truncate_metrics
+from slea.runs import checkpoint as ckpt
+from slea.runs.runlog import read_metrics, truncate_metrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

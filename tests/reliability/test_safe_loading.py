@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from slea.trainer import checkpoint as ckpt
+from slea.runs import checkpoint as ckpt
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "slea"
 

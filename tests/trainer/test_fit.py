@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from slea.config import load_config
-from slea.trainer import checkpoint as ckpt
+from slea.runs import checkpoint as ckpt
 
 SMOKE = str(Path(__file__).resolve().parents[2] / "configs" / "smoke.yaml")
 

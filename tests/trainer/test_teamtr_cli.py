@@ -20,8 +20,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from slea.trainer import checkpoint as ckpt
-from slea.trainer.runlog import read_metrics
+from slea.runs import checkpoint as ckpt
+from slea.runs.runlog import read_metrics
 
 pytest.importorskip("textworld")
 

@@ -17,10 +17,10 @@ import torch
 from safetensors.torch import load_file
 
 from slea.config import load_config
+from slea.runs import checkpoint as ckpt
+from slea.runs.runlog import read_metrics
 from slea.testing.team_signal import signal_algorithm
-from slea.trainer import checkpoint as ckpt
 from slea.trainer.guards import RunHalted
-from slea.trainer.runlog import read_metrics
 from slea.trainer.teamtr import TeamTrainer
 
 pytest.importorskip("textworld")

@@ -3,7 +3,7 @@
 RTPO trains an episode's turns in reverse order. A trunk trajectory records every turn boundary (the env
 snapshot and the exact prompt ``c_k = ψ(S_k)``); for ``k = K−1 … 0``, ``G−1`` siblings fork from boundary ``k``
 with the latest weights, play on to the end, and only their turn-``k`` tokens are updated (the trunk is not
-trained). The rollout side lives in :mod:`slea.trainer.schemes` (``SiblingRollouts``); this module holds the
+trained). The rollout side lives in :mod:`slea.rollout.schemes` (``SiblingRollouts``); this module holds the
 equations, each a pure function, and the registered estimator.
 
 A step batch of one reverse step holds the siblings' rows from their fork turn on: a trajectory's first row

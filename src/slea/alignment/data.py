@@ -63,7 +63,7 @@ class Turn:
 
 
 @dataclass
-class Trajectory:
+class EpisodeRecord:
     """One episode of alignment data, with its provenance.
 
     ``task`` names the task instance, :func:`task_id` of split and env seed (``"train:3"``): what expert and
@@ -96,7 +96,7 @@ def task_id(split: str, seed: int) -> str:
 
 
 # -- files ------------------------------------------------------------------------------------------------------
-def to_dict(traj: Trajectory) -> dict[str, Any]:
+def to_dict(traj: EpisodeRecord) -> dict[str, Any]:
     out = dataclasses.asdict(traj)
     for t in out["turns"]:
         if t["response_ids"] is None:
@@ -104,15 +104,15 @@ def to_dict(traj: Trajectory) -> dict[str, Any]:
     return out
 
 
-def from_dict(row: dict[str, Any]) -> Trajectory:
+def from_dict(row: dict[str, Any]) -> EpisodeRecord:
     """A trajectory from its JSON object; a missing, unknown or mistyped field raises ``ValueError`` (``TypeError``) naming it."""
     if not isinstance(row, dict):
         raise TypeError(f"expected a JSON object, got {type(row).__name__}")
-    names = {f.name for f in dataclasses.fields(Trajectory)}
+    names = {f.name for f in dataclasses.fields(EpisodeRecord)}
     unknown = sorted(set(row) - names)
     if unknown:
         raise ValueError(f"unknown field {unknown[0]!r}")
-    required = [f.name for f in dataclasses.fields(Trajectory)
+    required = [f.name for f in dataclasses.fields(EpisodeRecord)
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
     missing = [k for k in required if k not in row]
     if missing:
@@ -122,7 +122,7 @@ def from_dict(row: dict[str, Any]) -> Trajectory:
     if not isinstance(row["turns"], list):
         raise TypeError("turns: expected a list")
     turns = [_turn(t, k) for k, t in enumerate(row["turns"])]
-    return Trajectory(**{**row, "turns": turns, "seed": int(row["seed"]), "ret": float(row["ret"]),
+    return EpisodeRecord(**{**row, "turns": turns, "seed": int(row["seed"]), "ret": float(row["ret"]),
                          "success": bool(row["success"])})
 
 
@@ -139,7 +139,7 @@ def _turn(row: Any, k: int) -> Turn:
     return Turn(messages=row["messages"], action=row["action"], response_ids=ids)
 
 
-def save_jsonl(path: str | Path, trajectories: list[Trajectory]) -> Path:
+def save_jsonl(path: str | Path, trajectories: list[EpisodeRecord]) -> Path:
     """Write one trajectory per line, atomically (a killed write leaves the old file or none)."""
     with atomic_open(path) as fh:
         for traj in trajectories:
@@ -147,7 +147,7 @@ def save_jsonl(path: str | Path, trajectories: list[Trajectory]) -> Path:
     return Path(path)
 
 
-def load_jsonl(path: str | Path) -> list[Trajectory]:
+def load_jsonl(path: str | Path) -> list[EpisodeRecord]:
     """Read a file written by :func:`save_jsonl`; a malformed line raises ``ValueError`` naming file and line."""
     path = Path(path)
     out = []
@@ -178,7 +178,7 @@ def encode_turn(builder: PromptBuilder, turn: Turn) -> tuple[list[int], list[int
     return prompt, response
 
 
-def turns_over_budget(trajectories: list[Trajectory], tokenizer, max_new_tokens: int) -> int:
+def turns_over_budget(trajectories: list[EpisodeRecord], tokenizer, max_new_tokens: int) -> int:
     """How many expert turns need more response tokens (EOS included) than ``max_new_tokens``: a rollout with
     that budget would cut them (raise ``rollout.max_new_tokens``)."""
     return sum(len(action_ids(tokenizer, t.action)) > max_new_tokens
@@ -193,7 +193,7 @@ def expert_source(env_id: str) -> str | None:
 
 def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split: str = "",
                   max_steps: int | None = None, fuzzy_cutoff: float = 0.75,
-                  env_kwargs: dict[str, Any] | None = None) -> tuple[Trajectory | None, str]:
+                  env_kwargs: dict[str, Any] | None = None) -> tuple[EpisodeRecord | None, str]:
     """Play the expert's actions on ``env`` reset with ``seed``; ``(trajectory, "")``, or ``(None, why)`` when
     the replay is not a win within the step budget (``why``: ``no expert actions``, ``too many steps``,
     ``not won``).
@@ -201,7 +201,7 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
     Each turn's prompt is rendered from the state the rollout would be in (:class:`AgentView`). An expert action
     that the rollout's parser would not play as written (not in the valid-command list: a fuzzy match would
     step *another* command) or that the env refuses (``invalid``: no effect) is left out and counted in
-    ``Trajectory.skipped``; ScienceWorld's gold paths hold such no-ops ("open door to kitchen" when it is
+    ``EpisodeRecord.skipped``; ScienceWorld's gold paths hold such no-ops ("open door to kitchen" when it is
     open). The replay must still end in a win.
 
     A tool env's expert steps are canonical calls (JSON); each turn's answer is those calls in the model's
@@ -242,7 +242,7 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
             break
     if not (done and info.get("won")):
         return None, "not won"
-    return Trajectory(env=env_id, task=task_id(split, seed), split=split, seed=int(seed), source=source,
+    return EpisodeRecord(env=env_id, task=task_id(split, seed), split=split, seed=int(seed), source=source,
                       success=True, ret=ret, turns=turns, goal=view.goal, task_type=str(info.get("task_type", "")),
                       skipped=skipped, env_kwargs=dict(env_kwargs or {}), prompt=prompt_settings(builder),
                       final_info=final_info(info)), ""
@@ -272,7 +272,7 @@ def prompt_settings(builder: PromptBuilder) -> dict[str, Any]:
 
 
 def sampled_trajectory(traj, env_id: str, split: str, builder: PromptBuilder,
-                       env_kwargs: dict[str, Any] | None = None) -> Trajectory:
+                       env_kwargs: dict[str, Any] | None = None) -> EpisodeRecord:
     """A rollout's trajectory (``slea.types.Trajectory`` from a collector made with ``keep_messages=True``) as
     alignment data, source ``sampled``: each turn keeps its prompt messages, the model's text and its exact
     response ids."""
@@ -281,7 +281,7 @@ def sampled_trajectory(traj, env_id: str, split: str, builder: PromptBuilder,
         if "messages" not in step.info:
             raise ValueError("sampled trajectories need the prompt messages: RolloutCollector(keep_messages=True)")
         turns.append(Turn(step.info["messages"], step.response_text, response_ids=list(step.response_ids)))
-    return Trajectory(env=env_id, task=task_id(split, traj.seed), split=split, seed=int(traj.seed),
+    return EpisodeRecord(env=env_id, task=task_id(split, traj.seed), split=split, seed=int(traj.seed),
                       source="sampled", success=bool(traj.won), ret=float(traj.episode_return), turns=turns,
                       goal=traj.goal, task_type=traj.task_type, env_kwargs=dict(env_kwargs or {}),
                       prompt=prompt_settings(builder), final_info=dict(traj.final_info))
@@ -289,13 +289,13 @@ def sampled_trajectory(traj, env_id: str, split: str, builder: PromptBuilder,
 
 def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], seeds: list[int], builder: PromptBuilder, *,
                         max_steps: int | None = None, fuzzy_cutoff: float = 0.75
-                        ) -> tuple[list[Trajectory], Counter[str]]:
+                        ) -> tuple[list[EpisodeRecord], Counter[str]]:
     """Expert trajectories of the tasks ``seeds`` (one env, reset with each seed in turn) and the count of
     dropped replays by reason. ``env_kwargs`` (``split`` included) build the env; the trajectories record the
     env's own name of its split (``env.split``: ``dev`` for ScienceWorld's ``seen``)."""
     if expert_source(env_id) is None:
         raise ValueError(f"{env_id} has no expert source")
-    kept: list[Trajectory] = []
+    kept: list[EpisodeRecord] = []
     dropped: Counter[str] = Counter()
     env = make(env_id, **env_kwargs)
     try:

@@ -1,6 +1,6 @@
 """ETO-style preference pairs: each failed trajectory paired with the expert trajectory of the same task.
 
-Trajectories are :class:`slea.alignment.data.Trajectory` records (or any object with their attributes); nothing
+Episodes are :class:`slea.alignment.data.EpisodeRecord` records (or any object with their attributes); nothing
 here reads files or tokenizes.
 """
 
@@ -12,15 +12,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from slea.alignment.data import Trajectory as TrajectoryLike  # any record with its attributes
+    from slea.alignment.data import EpisodeRecord as RecordLike  # any record with its attributes
 
 
 @dataclass(frozen=True)
 class Pair:
     """A preference pair: the expert trajectory ``chosen`` (y_w) and a failed one ``rejected`` (y_l) of one task."""
 
-    chosen: TrajectoryLike
-    rejected: TrajectoryLike
+    chosen: RecordLike
+    rejected: RecordLike
 
     @property
     def env(self) -> str:
@@ -31,20 +31,20 @@ class Pair:
         return self.chosen.task
 
 
-def task_key(traj: TrajectoryLike) -> tuple[str, str]:
+def task_key(traj: RecordLike) -> tuple[str, str]:
     """What "the same task" means: the same environment id and task id (the split is not part of it)."""
     return traj.env, traj.task
 
 
-def _expert_order(traj: TrajectoryLike) -> tuple:
+def _expert_order(traj: RecordLike) -> tuple:
     return len(traj.turns), traj.seed, traj.source
 
 
-def _failure_order(traj: TrajectoryLike) -> tuple:
+def _failure_order(traj: RecordLike) -> tuple:
     return traj.env, traj.task, traj.seed, traj.source, traj.ret, len(traj.turns)
 
 
-def build_pairs(expert: Iterable[TrajectoryLike], failures: Iterable[TrajectoryLike], *,
+def build_pairs(expert: Iterable[RecordLike], failures: Iterable[RecordLike], *,
                 max_per_task: int | None = None) -> list[Pair]:
     """One :class:`Pair` per failed trajectory whose task has an expert trajectory (ETO, Song et al. 2024).
 
@@ -58,14 +58,14 @@ def build_pairs(expert: Iterable[TrajectoryLike], failures: Iterable[TrajectoryL
     """
     if max_per_task is not None and max_per_task < 1:
         raise ValueError(f"max_per_task must be >= 1 or None, got {max_per_task}")
-    best: dict[tuple[str, str], TrajectoryLike] = {}
+    best: dict[tuple[str, str], RecordLike] = {}
     for traj in expert:
         if not traj.success or not traj.turns:
             continue
         key = task_key(traj)
         if key not in best or _expert_order(traj) < _expert_order(best[key]):
             best[key] = traj
-    kept: dict[tuple[str, str], list[TrajectoryLike]] = defaultdict(list)
+    kept: dict[tuple[str, str], list[RecordLike]] = defaultdict(list)
     for traj in sorted((f for f in failures if not f.success and f.turns), key=_failure_order):
         key = task_key(traj)
         if key in best and (max_per_task is None or len(kept[key]) < max_per_task):
@@ -73,7 +73,7 @@ def build_pairs(expert: Iterable[TrajectoryLike], failures: Iterable[TrajectoryL
     return [Pair(best[key], traj) for key in sorted(kept) for traj in kept[key]]
 
 
-def pairing_summary(expert: Sequence[TrajectoryLike], failures: Sequence[TrajectoryLike],
+def pairing_summary(expert: Sequence[RecordLike], failures: Sequence[RecordLike],
                     pairs: Sequence[Pair]) -> dict[str, int]:
     """Counts for a run log: pairs made, tasks paired, failures left out because their task has no expert, and
     sampled trajectories that succeeded (not failures)."""

@@ -54,7 +54,7 @@ from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.rollout.collector import TRAIN_SALT, RolloutCollector
-from slea.trainer.checkpoint import latest_checkpoint, load_trainable, save_checkpoint
+from slea.runs.checkpoint import latest_checkpoint, load_trainable, save_checkpoint
 
 log = logging.getLogger(__name__)
 

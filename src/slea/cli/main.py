@@ -52,23 +52,23 @@ def train(
     require_env(cfg.env.id)
     from slea.algorithms.registry import get_algorithm
     from slea.config import ConfigError
-    from slea.trainer.dp_checks import check_data_parallel
+    from slea.parallel.checks import check_data_parallel
     from slea.trainer.guards import RunHalted
-    from slea.trainer.rl import run_dir_for
+    from slea.trainer.lifecycle import run_dir_for
     from slea.trainer.select import build_trainer, trainer_kind
 
     try:  # the trainer is chosen by what the algorithm declares it needs (slea/trainer/select.py)
         trainer_kind(get_algorithm(cfg.algorithm.name))
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
-    from slea.trainer.checkpoint import trained_processes
-    from slea.trainer.distributed import DataParallel, init_from_torchrun, is_torchrun
+    from slea.parallel.distributed import DataParallel, init_from_torchrun, is_torchrun
+    from slea.runs.checkpoint import trained_processes
 
     if nproc is None:  # a resumed --nproc run (train.fsdp needs it) restarts with its own count; torchrun sets its own
         nproc = trained_processes(resume) if resume is not None and not is_torchrun() else 1
     import os
 
-    from slea.trainer.dp_checks import check_rank_devices
+    from slea.parallel.checks import check_rank_devices
 
     try:  # run.device names a device this machine has, for every process: before any model loads
         check_rank_devices(cfg.run.device, nproc if nproc > 1 else int(os.environ.get("WORLD_SIZE", "1")))
@@ -136,7 +136,7 @@ def align(
     require_env(cfg.env.id)
     from slea.alignment.pipeline import AlignPipeline
     from slea.config import ConfigError
-    from slea.trainer.rl import run_dir_for
+    from slea.trainer.lifecycle import run_dir_for
 
     run_dir = run_dir_for(cfg)
     if resume is None and (run_dir / "config.yaml").is_file():
@@ -162,15 +162,15 @@ def _build_cached_model(model_cfg) -> None:
 
 
 def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
-    """``slea train --nproc N``: N spawned ranks in one group (slea/trainer/distributed.py; gloo on CPU, NCCL
+    """``slea train --nproc N``: N spawned ranks in one group (slea/parallel/distributed.py; gloo on CPU, NCCL
     with one GPU per rank). (Under
     ``torchrun --nproc-per-node N -m slea.cli train ...`` each process joins torchrun's group instead.)"""
     import torch.multiprocessing as mp
 
     from slea.config import ConfigError
-    from slea.trainer.distributed import DataParallel, launch
-    from slea.trainer.dp_checks import check_data_parallel
-    from slea.trainer.rl import run_dir_for
+    from slea.parallel.checks import check_data_parallel
+    from slea.parallel.distributed import DataParallel, launch
+    from slea.trainer.lifecycle import run_dir_for
 
     try:
         check_data_parallel(cfg, DataParallel(0, nproc))
@@ -188,9 +188,9 @@ def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
 def _train_rank(cfg, run_dir: Path, resume: bool) -> None:
     """One rank of ``slea train --nproc``: rank 0 logs, writes the run folder and prints the summary."""
     from slea.config import ConfigError
+    from slea.parallel.distributed import DataParallel
     from slea.plugins import import_plugin
     from slea.progress import setup_logging
-    from slea.trainer.distributed import DataParallel
     from slea.trainer.guards import RunHalted
     from slea.trainer.rl import Trainer
 
@@ -231,8 +231,8 @@ def compare(
     """Train several algorithms (or variants: --variant LABEL:KEY=VALUE,...) × seeds with identical env seeds and
     budget; writes table.md/json and curves.png, with every arm against the baseline paired by seed (differences,
     exact sign-flip p, bootstrap CI). Finished sub-runs are reused, unfinished ones resumed."""
+    from slea import compare as cmp
     from slea.config import ConfigError
-    from slea.trainer import compare as cmp
 
     if table_only:
         if out is None:
@@ -286,7 +286,7 @@ def report(
 def _damaged_checkpoints(run: Path) -> None:
     """``slea report`` reads a run's logs, not its weights; it still says, in one line each, which of the run's
     newest checkpoints are damaged (those ``slea eval`` / ``serve`` / ``export`` would skip)."""
-    from slea.trainer.checkpoint import latest_checkpoint
+    from slea.runs.checkpoint import latest_checkpoint
 
     if (run / "checkpoints").is_dir():
         latest_checkpoint(run / "checkpoints", say_skipped("report"))
@@ -309,7 +309,7 @@ def export(
     template) that transformers and vLLM load as it is."""
     from slea.config import ConfigError
     from slea.export import export_run
-    from slea.trainer.checkpoint import CheckpointError
+    from slea.runs.checkpoint import CheckpointError
 
     try:
         folder = export_run(run, out, dtype=dtype, checkpoint=checkpoint, say=say_skipped("export"))

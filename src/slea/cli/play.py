@@ -46,7 +46,7 @@ def _played(cfg, last: Path | None, device):
     from slea.config import ConfigError
     from slea.policy.openai_engine import GeneratorError
     from slea.policy.served import played_policy
-    from slea.trainer.checkpoint import CheckpointError
+    from slea.runs.checkpoint import CheckpointError
 
     try:
         return played_policy(cfg, last, device=device)
@@ -75,7 +75,7 @@ def _checkpoint_or_exit(what: str, run: Path | None, name: str | None = None) ->
         if name is not None:
             raise fail(f"{what}: --checkpoint needs a run folder")
         return None
-    from slea.trainer.checkpoint import CheckpointError, run_checkpoint
+    from slea.runs.checkpoint import CheckpointError, run_checkpoint
 
     kind = _trainer_of(run)
     if kind is not None and kind != "rl":
@@ -375,7 +375,7 @@ def serve(
     import torch
 
     from slea.policy.server import ServeSettings, load_engine, make_server
-    from slea.trainer.checkpoint import CheckpointError
+    from slea.runs.checkpoint import CheckpointError
 
     settings = ServeSettings(api_key=api_key or None, lora_dir=lora_dir, max_model_len=max_model_len,
                              max_prompt_tokens=max_prompt_tokens, max_n=max_n, max_rows=max_rows,

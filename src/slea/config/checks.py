@@ -97,9 +97,9 @@ TRAINER_SETTINGS: dict[str, Reader] = {
     "algorithm.old_logprobs": Reader("trainer/update.py"),
     "algorithm.tis_cap": Reader("trainer/update.py", lambda cfg, spec: cfg.algorithm.old_logprobs == "tis",
                                 "algorithm.old_logprobs is not tis"),
-    "algorithm.dynamic_sampling": Reader("trainer/schemes.py", lambda cfg, spec: "snapshots" not in spec.needs,
+    "algorithm.dynamic_sampling": Reader("rollout/schemes.py", lambda cfg, spec: "snapshots" not in spec.needs,
                                          "algorithm {name} forks from trunk boundaries"),
-    "algorithm.max_refill_rounds": Reader("trainer/schemes.py", lambda cfg, spec: cfg.algorithm.dynamic_sampling,
+    "algorithm.max_refill_rounds": Reader("rollout/schemes.py", lambda cfg, spec: cfg.algorithm.dynamic_sampling,
                                           "algorithm.dynamic_sampling is off"),
     "rollout.max_batch": Reader("trainer/rl.py", lambda cfg, spec: cfg.model.generator == "hf",
                                 "model.generator {generator} sends model.openai.batch_size prompts per request"),
@@ -108,7 +108,7 @@ TRAINER_SETTINGS: dict[str, Reader] = {
     "algorithm.vf_coef": _need("critic", "trainer/critic.py", "has no critic"),
     "train.critic_lr": _need("critic", "trainer/critic.py", "has no critic"),
     "train.critic_updates": _need("critic", "trainer/critic.py", "has no critic"),
-    "rollout.trunks": _need("snapshots", "trainer/schemes.py", "plays no trunks (it forks no siblings)"),
+    "rollout.trunks": _need("snapshots", "rollout/schemes.py", "plays no trunks (it forks no siblings)"),
     "team": _need("team", "trainer/teamtr.py", "trains no team"),
 }
 

@@ -38,7 +38,7 @@ class RunSection(_Section):
     episode_samples: int = Field(4, ge=0)
     episode_samples_bytes: int = Field(4_000_000, ge=0)
     # where each iteration's metrics row goes: metrics.jsonl always, and TensorBoard (events/), W&B, MLflow as
-    # listed (slea/trainer/loggers.py; wandb and mlflow are extras); project: the W&B project / MLflow experiment
+    # listed (slea/runs/loggers.py; wandb and mlflow are extras); project: the W&B project / MLflow experiment
     loggers: list[Literal["jsonl", "tensorboard", "wandb", "mlflow"]] = ["jsonl", "tensorboard"]
     project: str = Field("slea", min_length=1)
 
@@ -234,7 +234,7 @@ class AlgorithmSection(_Section):
     value_clip: float | None = Field(0.2, gt=0)  # critic value clipping (None: unclipped)
     vf_coef: float = Field(1.0, gt=0)  # critic loss coefficient
     adv_whiten: bool = True  # whiten GAE advantages over the batch
-    # DAPO dynamic sampling: drop task groups with equal returns, refill with new ones (slea/trainer/sampling.py)
+    # DAPO dynamic sampling: drop task groups with equal returns, refill with new ones (slea/rollout/sampling.py)
     dynamic_sampling: bool = False
     max_refill_rounds: int = Field(3, ge=0)
 

@@ -4,7 +4,7 @@
 curves), the evaluation tables (``eval/*.json``), the comparison (``compare.json``, ``table.json`` and each
 sub-run's curve, for a compare folder), the experience library (``library.sqlite``: every entry with zone, level,
 score, usage, clusters, and the recorded episodes it came from or was retrieved in) and the recorded episodes
-(``episodes.jsonl``, slea/trainer/episodes.py). :func:`render` puts that dict into the page template
+(``episodes.jsonl``, slea/runs/episodes.py). :func:`render` puts that dict into the page template
 (templates/report.html: inline CSS and JavaScript, no server, no network), whose script draws the curves as SVG
 and the tables, the library browser and the episode viewer from the embedded JSON.
 """
@@ -185,8 +185,8 @@ def library(folder: Path, episodes: list[dict[str, Any]]) -> dict[str, Any] | No
 
 
 def run_data(folder: Path) -> dict[str, Any]:
-    from slea.trainer.episodes import FILENAME, read_episodes
-    from slea.trainer.runlog import read_metrics
+    from slea.runs.episodes import FILENAME, read_episodes
+    from slea.runs.runlog import read_metrics
 
     episodes = read_episodes(folder / FILENAME)
     data = run_overview(folder)
@@ -203,8 +203,7 @@ def _stat(s: dict[str, Any] | None) -> str:
 
 
 def compare_data(folder: Path) -> dict[str, Any]:
-    from slea.trainer.compare import env_step_curve
-    from slea.trainer.runlog import read_metrics
+    from slea.runs.runlog import env_step_curve, read_metrics
 
     spec = _read_json(folder / "compare.json") if (folder / "compare.json").is_file() else None
     table = _read_json(folder / "table.json") if (folder / "table.json").is_file() else None

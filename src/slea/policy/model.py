@@ -115,7 +115,7 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None, *, device: str
     if model_cfg.lora:
         model = add_lora(model, lora_config(model, model_cfg))
     if adapter_dir is not None:
-        from slea.trainer.checkpoint import load_trainable
+        from slea.runs.checkpoint import load_trainable
 
         load_trainable(model, adapter_dir)
     return model, tok
@@ -159,7 +159,7 @@ def init_checkpoint(model_cfg) -> Path:
     else is a :class:`ConfigError` naming ``model.init_from``."""
     import yaml
 
-    from slea.trainer.checkpoint import latest_checkpoint
+    from slea.runs.checkpoint import latest_checkpoint
 
     run = Path(model_cfg.init_from)
     if not (run / "config.yaml").is_file():

@@ -247,7 +247,7 @@ class Engine:
             if not hasattr(self.model, "peft_config"):
                 self.model = add_lora(self.model, config)
             if trainable_dir is not None:
-                from slea.trainer.checkpoint import load_trainable
+                from slea.runs.checkpoint import load_trainable
 
                 load_trainable(self.model, trainable_dir)
             if state is not None:
@@ -852,7 +852,7 @@ def load_engine(target: str, *, dtype: str | None = None, settings: ServeSetting
     from slea.config import ModelSection, load_config
     from slea.policy.model import load_policy, lora_config
     from slea.precision import cpu_native_bf16, resolve_dtype
-    from slea.trainer.checkpoint import run_checkpoint
+    from slea.runs.checkpoint import run_checkpoint
 
     run = Path(target)
     if (run / "config.yaml").is_file():
@@ -865,7 +865,7 @@ def load_engine(target: str, *, dtype: str | None = None, settings: ServeSetting
         if cfg.lora:
             engine.attach(run.resolve().name, lora_config(base, cfg), trainable_dir=last)
         else:  # a fully fine-tuned run: its checkpoint holds every weight
-            from slea.trainer.checkpoint import load_trainable
+            from slea.runs.checkpoint import load_trainable
 
             load_trainable(base, last)
         return engine

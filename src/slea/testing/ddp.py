@@ -1,5 +1,5 @@
 """A fixed-batch policy update run in one process or in every rank of a data-parallel group, so the two can be
-compared (tests/trainer/test_distributed.py). It lives in the package because spawned ranks import their entry
+compared (tests/parallel/test_distributed.py). It lives in the package because spawned ranks import their entry
 point by name, which a test module (imported by path) cannot offer.
 
 Nothing in slea imports it."""
@@ -14,8 +14,8 @@ import torch
 from safetensors.torch import load_model, save_file
 
 from slea.config import AlgorithmSection, ModelSection, TrainSection
+from slea.parallel.distributed import DataParallel, shard_frozen_base
 from slea.testing.numerics import numerics_dtype
-from slea.trainer.distributed import DataParallel, shard_frozen_base
 from slea.trainer.update import Sample, ppo_update, reference_logprobs
 
 MODEL = ModelSection(name_or_path="tiny", dtype="float32", lora=True, lora_r=4, lora_alpha=8,
@@ -75,7 +75,7 @@ def fixed_update(state: Path, agg: str, dp: DataParallel | None, micro_batch: in
 
 
 def rank_main(state: Path, out: Path) -> None:
-    """One rank's run (the entry point :func:`slea.trainer.distributed.launch` spawns): every aggregation in
+    """One rank's run (the entry point :func:`slea.parallel.distributed.launch` spawns): every aggregation in
     :data:`AGGS`, weights and metrics written to ``out`` as ``<agg>-rank<r>.safetensors`` / ``.json``."""
     torch.set_num_threads(1)
     dp = DataParallel.current()
@@ -124,7 +124,7 @@ def group_rank_main(out: Path) -> None:
 
     import torch.distributed as dist
 
-    from slea.trainer.distributed import device_mesh, object_group
+    from slea.parallel.distributed import device_mesh, object_group
 
     dp = DataParallel.current()
     mesh = device_mesh(torch.nn.Linear(2, 2))
@@ -142,7 +142,7 @@ def smoke_rank_main(state: Path, out: Path, device: str) -> None:
     import torch.distributed as dist
 
     from slea.device import model_device
-    from slea.trainer.distributed import object_group, rank_device, shard_frozen_base
+    from slea.parallel.distributed import object_group, rank_device, shard_frozen_base
 
     dp = DataParallel.current()
     dev = rank_device(device)

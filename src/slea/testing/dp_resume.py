@@ -15,7 +15,7 @@ from typing import Any
 
 import torch.distributed as dist
 
-from slea.trainer import checkpoint as ckpt
+from slea.runs import checkpoint as ckpt
 
 KILL_AT = 1  # the iteration whose row is written and whose checkpoint is not
 
@@ -26,7 +26,7 @@ class Killed(Exception):
 
 def _dispose(trainer) -> None:
     """Close what an interrupted trainer opened (a kill would leave nothing running either)."""
-    from slea.trainer import schemes
+    from slea.rollout import schemes
 
     trainer.close()
     trainer.log.close()
@@ -78,7 +78,7 @@ def resumed(cfg, run: Path, optimizer: bool = True) -> None:
 
 
 def resume_rank_main(cfg, out: Path) -> None:
-    """One rank (the entry point :func:`slea.trainer.distributed.launch` spawns) of three runs of ``cfg``: the
+    """One rank (the entry point :func:`slea.parallel.distributed.launch` spawns) of three runs of ``cfg``: the
     uninterrupted run in ``out/ref``; the run interrupted after iteration :data:`KILL_AT` and resumed in
     ``out/run``; and a copy of the interrupted run resumed without its optimizer state in ``out/no_optimizer``."""
     from slea.trainer.rl import Trainer

@@ -1,7 +1,7 @@
 """A plugin module that SIGKILLs its own process inside one checkpoint, for the resume tests.
 
 ``plugins: [slea.testing.kill_checkpoint]`` with ``$SLEA_TEST_KILL_AT=N``: when
-:func:`slea.trainer.checkpoint.save_checkpoint` writes checkpoint ``N`` (``iter_N``: an iteration of the
+:func:`slea.runs.checkpoint.save_checkpoint` writes checkpoint ``N`` (``iter_N``: an iteration of the
 single-agent trainer, a single-agent update of the team trainer), the process kills itself after every file of
 it is written and fsynced, before the folder is renamed into place, so a half-done ``.tmp-iter_N`` is left
 behind and the previous checkpoint is the newest intact one. Without ``$SLEA_TEST_KILL_AT`` it does nothing, so a
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import signal
 
-from slea.trainer import checkpoint
+from slea.runs import checkpoint
 
 AT = os.environ.get("SLEA_TEST_KILL_AT")
 if AT is not None:

@@ -1,1 +1,1 @@
-"""The trainers (on-policy RL, TeamTR), their update, checkpoints, metrics and comparisons."""
+"""The trainers (on-policy RL, TeamTR): their loops, the update, the critic and the run's guards."""

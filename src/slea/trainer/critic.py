@@ -107,7 +107,7 @@ class Critic:
     # -- checkpoint ------------------------------------------------------------------------------------------
     def state_tensors(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """``(tensors, meta)``: the head's weights and its optimizer as safetensors-ready tensors plus JSON."""
-        from slea.trainer.checkpoint import _flatten_optimizer
+        from slea.runs.checkpoint import _flatten_optimizer
 
         opt_t, opt_meta = _flatten_optimizer(self.optimizer)
         tensors = {f"head.{k}": v.detach().cpu().contiguous() for k, v in self.head.state_dict().items()}
@@ -117,7 +117,7 @@ class Critic:
     def restore(self, folder, state: dict[str, Any]) -> bool:
         """Load the critic saved in checkpoint ``folder`` (``critic.safetensors`` + ``state["critic"]``);
         without one (a checkpoint of a critic-free run) the head starts afresh, with a warning."""
-        from slea.trainer.checkpoint import load_critic
+        from slea.runs.checkpoint import load_critic
 
         tensors = load_critic(folder) if folder is not None else None
         if tensors is None:
@@ -127,7 +127,7 @@ class Critic:
         return True
 
     def load_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        from slea.trainer.checkpoint import _unflatten_optimizer
+        from slea.runs.checkpoint import _unflatten_optimizer
 
         if meta.get("level") not in (None, self.level):
             raise ValueError(f"the saved critic reads values per {meta.get('level')}, this run per {self.level}")

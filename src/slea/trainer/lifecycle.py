@@ -6,6 +6,8 @@
 * resume (:func:`load_resume_point`): the newest intact checkpoint is loaded, the rows logged after it dropped (those
   steps are redone); none at all starts the run over, only damaged ones refuse and change nothing;
   :func:`announce_resume` says where the run stands, in the numbering every log line uses (from 1);
+* the run folder (:func:`run_dir_for`, unless the caller names one) and the seeds of python, numpy and torch
+  (:func:`seed_everything`);
 * the run folder's ``config.yaml``, written first (:func:`write_config`);
 * the held-out evaluation before training (:func:`evaluation_before`: run once, read back on resume) and after it,
   their log lines (:func:`eval_line`) and their marks on ``curves.png`` (:func:`held_out_marks`);
@@ -20,22 +22,40 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import time
 from collections.abc import Callable, Iterable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from slea.atomic import atomic_write_text
 from slea.config import RunConfig, dump_config
 from slea.evaluation.evaluate import write_eval
-from slea.trainer import checkpoint as ckpt
+from slea.runs import checkpoint as ckpt
+from slea.runs.runlog import RunLog, truncate_metrics
 from slea.trainer.guards import RunHalted
 from slea.trainer.interrupt import StopSignal
-from slea.trainer.runlog import RunLog, truncate_metrics
 
 log = logging.getLogger(__name__)
+
+
+def run_dir_for(cfg: RunConfig) -> Path:
+    """The run folder: ``run.dir``, else ``runs/<run.name>``, else ``runs/<date-time>``."""
+    if cfg.run.dir:
+        return Path(cfg.run.dir)
+    name = cfg.run.name or datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / name
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python's, numpy's and torch's global generators (a run's start; env seeds are separate)."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
 
 
 def write_config(run_dir: Path, cfg: RunConfig) -> None:
@@ -69,7 +89,7 @@ def check_saveable(weights: Iterable[torch.Tensor], where: str, last_checkpoint:
 
 def load_resume_point(root: Path, weights, optimizer, run_log: RunLog) -> tuple[Path | None, dict[str, Any] | None, int]:
     """Load the newest intact checkpoint under ``root`` into ``weights`` and ``optimizer``
-    (:func:`slea.trainer.checkpoint.load_latest`: damaged ones are skipped with a warning) and drop what
+    (:func:`slea.runs.checkpoint.load_latest`: damaged ones are skipped with a warning) and drop what
     ``run_log`` holds after it. Returns its folder, its state and its step (``-1`` and ``None``s when there is no
     checkpoint: the run starts over); :class:`RunHalted` when checkpoints exist but none loads (nothing is changed)."""
     last, state = ckpt.load_latest(root, weights, optimizer)

@@ -1,7 +1,7 @@
 """The on-policy training loop: collect → advantages → evolve the library → update → log, checkpoint.
 
 One iteration (:meth:`Trainer.iteration`), as a newcomer reads it: the rollout scheme plays the iteration's
-episodes and hands them over in rounds (slea/trainer/schemes.py: one round of N task groups × G copies; or,
+episodes and hands them over in rounds (slea/rollout/schemes.py: one round of N task groups × G copies; or,
 for an algorithm that needs env snapshots such as RTPO, one round per turn k = K−1 … 0 of siblings forked from
 trunk boundaries, each played after the previous round's update). Each round (:meth:`Trainer.train_round`):
 1. :meth:`Trainer.advantages`: the registered algorithm's estimator turns the step rows (plus the critic's
@@ -12,11 +12,11 @@ trunk boundaries, each played after the previous round's update). Each round (:m
    the critic's own steps.
 Then metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py, checkpoint.py).
 
-Data-parallel (``slea train --nproc N``, slea/trainer/distributed.py): each rank plays its share of the task groups,
+Data-parallel (``slea train --nproc N``, slea/parallel/distributed.py): each rank plays its share of the task groups,
 the ranks exchange their episodes so every rank holds the whole batch, and the update sums their gradients; rank 0
 alone writes the run folder, checkpoints and evaluates (the other ranks write their library and metrics to a
 scratch folder that is removed at the end). With ``train.fsdp`` the frozen base weights are sharded over the ranks
-(FSDP2); rollouts and evaluations run with them gathered whole (:func:`slea.trainer.distributed.full_weights`),
+(FSDP2); rollouts and evaluations run with them gathered whole (:func:`slea.parallel.distributed.full_weights`),
 the update with one layer gathered at a time.
 
 The trainer reads the algorithm's spec (``needs``, ``level``), never its name.
@@ -32,7 +32,6 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -44,18 +43,20 @@ from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.config import ConfigError, RunConfig, estimator_settings
 from slea.device import model_device, run_device
 from slea.evaluation.evaluate import evaluate, write_eval
+from slea.parallel.checks import check_data_parallel
+from slea.parallel.distributed import DataParallel, full_weights, shard_frozen_base
 from slea.policy.engines import close_generator, make_generator, sleep_generator, start_server
 from slea.policy.model import enable_gradient_checkpointing, load_policy
 from slea.policy.prompts import PromptBuilder
 from slea.progress import Progress
+from slea.rollout import schemes
 from slea.rollout.collector import RolloutCollector, RolloutStats
-from slea.trainer import checkpoint as ckpt
-from slea.trainer import schemes
+from slea.rollout.sampling import RoundRollouts, iteration_seeds, merge_stats
+from slea.runs import checkpoint as ckpt
+from slea.runs.episodes import EpisodeSampler
+from slea.runs.runlog import RunLog, plot_curves
 from slea.trainer.budgets import budget_spent, spent_budget
 from slea.trainer.critic import Critic
-from slea.trainer.distributed import DataParallel, full_weights, shard_frozen_base
-from slea.trainer.dp_checks import PROVIDES, check_data_parallel
-from slea.trainer.episodes import EpisodeSampler
 from slea.trainer.guards import (
     BadUpdateGuard,
     check_fault_rate,
@@ -71,40 +72,22 @@ from slea.trainer.lifecycle import (
     evaluation_before,
     held_out_marks,
     load_resume_point,
+    run_dir_for,
+    seed_everything,
     write_config,
     write_summary,
 )
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
-from slea.trainer.runlog import RunLog, plot_curves
-from slea.trainer.sampling import Batch, merge_stats
+from slea.trainer.select import TRAINERS
 from slea.trainer.update import Sample, ppo_update, to_samples
 from slea.types import Trajectory, flatten
 
 log = logging.getLogger(__name__)
 
 # What this trainer can give an algorithm (AlgorithmSpec.needs; "snapshots" through its rollout scheme,
-# slea/trainer/schemes.py). `slea train` picks between it and the team trainer by these declarations
+# slea/rollout/schemes.py). `slea train` picks between it and the team trainer by these declarations
 # (slea/trainer/select.py); offline data comes with `slea align`.
-
-
-def run_dir_for(cfg: RunConfig) -> Path:
-    if cfg.run.dir:
-        return Path(cfg.run.dir)
-    name = cfg.run.name or datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / name
-
-
-def seed_everything(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    torch.manual_seed(seed)
-
-
-def iteration_seeds(run_seed: int, iteration: int, groups: int) -> list[int]:
-    """Env seeds of an iteration's task groups: a pure function of (run seed, iteration), so a resumed run
-    and a compared algorithm see the same tasks."""
-    rng = np.random.default_rng([run_seed, iteration])
-    return [int(s) for s in rng.integers(0, 2**31 - 1, size=groups)]
+PROVIDES = next(k.provides for k in TRAINERS if k.name == "rl")
 
 
 def check_provided(spec, provides: frozenset[str] = PROVIDES) -> None:
@@ -135,7 +118,7 @@ class Estimate:
 class Round:
     """One training round's rollouts and what each phase made of them."""
 
-    batch: Batch
+    batch: RoundRollouts
     clean: int  # its whole episodes not ended by an env fault
     est: Estimate
     library: dict[str, float]
@@ -273,7 +256,7 @@ class Trainer:
     def _gathered(self, rounds):
         """The rollout scheme's rounds, each played with the whole weights on every rank (under ``train.fsdp``
         a rank's generation runs its own number of forwards, which sharded layers cannot: distributed.py), each
-        with the seconds it took to play (``Batch.seconds``)."""
+        with the seconds it took to play (``RoundRollouts.seconds``)."""
         while True:
             t0 = time.perf_counter()
             with full_weights(self.model):
@@ -283,7 +266,7 @@ class Trainer:
             batch.seconds = time.perf_counter() - t0
             yield batch
 
-    def train_round(self, batch: Batch, it: int) -> Round:
+    def train_round(self, batch: RoundRollouts, it: int) -> Round:
         """Advantages → library → update on one round of rollouts."""
         train_set = [t for t in batch.trajs if not faulted(t)]  # an env fault says nothing about the policy
         clean = [t for t in batch.collected if not faulted(t)]

@@ -1,8 +1,8 @@
 """Checkpoints of a team run, and resuming one (the TeamTR trainer, slea/trainer/teamtr.py).
 
 After every single-agent update (every ``train.save_every`` updates, and when a budget stops the run) :func:`save`
-writes an atomic checkpoint ``checkpoints/iter_<update>/`` through :func:`slea.trainer.checkpoint.
-save_checkpoint`: every agent's adapter, every agent's optimizer (:class:`slea.trainer.checkpoint.OptimizerSet`),
+writes an atomic checkpoint ``checkpoints/iter_<update>/`` through :func:`slea.runs.checkpoint.
+save_checkpoint`: every agent's adapter, every agent's optimizer (:class:`slea.runs.checkpoint.OptimizerSet`),
 the RNG states, and in ``state.json`` the stage and position in σ, β per agent, the counters (updates, episodes,
 messages, env steps, training seconds: the budgets already spent) and, mid-stage, the rollouts the stage's next
 update learns from (and the ``stale_iw`` log-ratios), so no collection is replayed.
@@ -22,8 +22,8 @@ import time
 
 import numpy as np
 
+from slea.runs import checkpoint as ckpt
 from slea.team.rollout import TeamEpisode, episode_from_state, episode_state
-from slea.trainer import checkpoint as ckpt
 from slea.trainer.lifecycle import announce_resume, check_saveable, load_resume_point
 
 log = logging.getLogger("slea.trainer.teamtr")  # the team trainer's log lines, wherever they are written from

@@ -2,7 +2,7 @@
 
 One stage (:meth:`TeamTrainer.stage`; Xie et al. 2026, TeamTR §3, Algorithm "one stage"):
 
-1. the stage's task batch B (N task seeds, :func:`slea.trainer.rl.iteration_seeds`) and an order σ of the agents
+1. the stage's task batch B (N task seeds, :func:`slea.rollout.sampling.iteration_seeds`) and an order σ of the agents
    (:func:`stage_order`, ``team.order``);
 2. π̂^0 = the current team plays G episodes per task (:class:`slea.team.rollout.TeamCollector`);
 3. for i = 1..n, agent j = σ(i):
@@ -65,11 +65,13 @@ from slea.evaluation.team import evaluate_team
 from slea.policy.engines import make_generator
 from slea.progress import Progress, episodes_note
 from slea.rollout.collector import retokenized
+from slea.rollout.sampling import iteration_seeds
+from slea.runs import checkpoint as ckpt
+from slea.runs.runlog import RunLog, plot_curves, read_metrics
 from slea.team.prompts import TeamPromptBuilder
 from slea.team.rollout import TeamCollector, TeamEpisode
 from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
-from slea.trainer import checkpoint as ckpt
 from slea.trainer.budgets import stop_reason
 from slea.trainer.guards import faulted
 from slea.trainer.interrupt import Interrupted, StopSignal
@@ -78,12 +80,12 @@ from slea.trainer.lifecycle import (
     eval_line,
     evaluation_before,
     held_out_marks,
+    run_dir_for,
+    seed_everything,
     write_config,
     write_summary,
 )
 from slea.trainer.metrics import response_metrics
-from slea.trainer.rl import iteration_seeds, run_dir_for, seed_everything
-from slea.trainer.runlog import RunLog, plot_curves, read_metrics
 from slea.trainer.team_checkpoint import TeamCheckpoints
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
 from slea.trainer.update import Sample, accumulated_step, response_logprobs, right_aligned, to_samples

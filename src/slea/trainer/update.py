@@ -24,8 +24,8 @@ from slea.algorithms.losses import aggregate
 from slea.algorithms.registry import get_policy_loss
 from slea.config import loss_settings
 from slea.device import model_device
+from slea.parallel.distributed import DataParallel, is_sharded, lockstep_passes
 from slea.policy.generation import autocast, checkpointing, forward_after_prefix, left_pad, shared_prefix
-from slea.trainer.distributed import DataParallel, is_sharded, lockstep_passes
 from slea.types import Step
 
 
@@ -309,7 +309,7 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, 
     ``mismatch_max_dev`` (:func:`rollout_mismatch`, every token at the pre-update weights) and the no-grad pass's
     time as ``old_logprobs_s``.
 
-    With ``dp`` (data parallelism, slea/trainer/distributed.py) every rank holds the same ``samples`` and runs
+    With ``dp`` (data parallelism, slea/parallel/distributed.py) every rank holds the same ``samples`` and runs
     its share of each mini-batch, weighted by the whole mini-batch; the summed gradients and the metrics are
     those of one process. A sharded model (``train.fsdp``) runs one forward per micro-batch, and a rank with
     fewer micro-batches than the busiest one adds zero-weight passes (:func:`idle_pass`)."""

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from slea.trainer import checkpoint as ckpt
+from slea.runs import checkpoint as ckpt
 
 
 class Net(torch.nn.Module):

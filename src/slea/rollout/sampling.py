@@ -9,8 +9,8 @@ rounds are spent (then the batch trains short, and ``sampling/short_groups`` say
 signal beyond the target are not trained on (``sampling/surplus_groups``), as DAPO truncates to its batch.
 
 Every episode played is still counted: train metrics, ``episodes``/``env_steps`` and the experience library
-see all of them (:attr:`Batch.collected`); only the advantage estimator and the update see
-:attr:`Batch.trajs`. Group ids are made unique across rounds (round ``r``'s group ``g`` becomes
+see all of them (:attr:`RoundRollouts.collected`); only the advantage estimator and the update see
+:attr:`RoundRollouts.trajs`. Group ids are made unique across rounds (round ``r``'s group ``g`` becomes
 ``r·groups + g``) and trajectory ids by the collector's ``traj_offset``.
 """
 
@@ -23,12 +23,12 @@ import numpy as np
 from slea.rollout.collector import RolloutStats
 from slea.types import Trajectory
 
-__all__ = ["Batch", "collect_batch", "merge_shards", "merge_stats", "refill_seeds", "zero_variance_groups"]
+__all__ = ["RoundRollouts", "collect_batch", "iteration_seeds", "merge_shards", "merge_stats", "refill_seeds", "zero_variance_groups"]
 
 
 @dataclass
-class Batch:
-    """One training round's rollouts (slea/trainer/schemes.py)."""
+class RoundRollouts:
+    """One training round's rollouts (slea/rollout/schemes.py)."""
 
     trajs: list[Trajectory]  # what the advantage estimator and the update see
     collected: list[Trajectory]  # every whole episode played (train metrics, env steps, library)
@@ -50,8 +50,15 @@ class Batch:
         return len(self.collected) + sum(1 for t in self.continuations if t.steps)
 
 
+def iteration_seeds(run_seed: int, iteration: int, groups: int) -> list[int]:
+    """Env seeds of an iteration's task groups: a pure function of (run seed, iteration), so a resumed run
+    and a compared algorithm see the same tasks."""
+    rng = np.random.default_rng([run_seed, iteration])
+    return [int(s) for s in rng.integers(0, 2**31 - 1, size=groups)]
+
+
 def refill_seeds(run_seed: int, iteration: int, round_: int, groups: int) -> list[int]:
-    """Env seeds of refill round ``round_ ≥ 1`` of an iteration (round 0 is ``rl.iteration_seeds``)."""
+    """Env seeds of refill round ``round_ ≥ 1`` of an iteration (round 0 is :func:`iteration_seeds`)."""
     if round_ < 1:
         raise ValueError("refill rounds count from 1")
     rng = np.random.default_rng([run_seed, iteration, round_])
@@ -91,13 +98,13 @@ def _relabel(trajs: list[Trajectory], offset: int) -> None:
 
 
 def collect_batch(collector, pool, seeds: list[int], *, iteration: int, run_seed: int, dynamic: bool,
-                  max_refill_rounds: int, progress=None) -> Batch:
+                  max_refill_rounds: int, progress=None) -> RoundRollouts:
     """Collect one episode per env of ``pool`` for ``seeds`` and, when ``dynamic``, drop the groups with
     zero return variance and refill (see the module docstring). Without ``dynamic`` this is exactly one
     ``collector.collect`` call."""
     trajs, stats = collector.collect(pool, seeds, iteration=iteration, progress=progress)
     if not dynamic:
-        return Batch(trajs, trajs, stats)
+        return RoundRollouts(trajs, trajs, stats)
     target = len(seeds)
     collected = list(trajs)
     kept: list[Trajectory] = []
@@ -131,10 +138,10 @@ def collect_batch(collector, pool, seeds: list[int], *, iteration: int, run_seed
                "sampling/refilled_groups": float(refilled), "sampling/kept_groups": float(n_kept),
                "sampling/short_groups": float(target - n_kept), "sampling/surplus_groups": float(surplus),
                "sampling/collected_groups": float(target * (rounds + 1))}
-    return Batch(kept, collected, stats, metrics)
+    return RoundRollouts(kept, collected, stats, metrics)
 
 
-def merge_shards(parts: list[Batch]) -> Batch:
+def merge_shards(parts: list[RoundRollouts]) -> RoundRollouts:
     """The batches the data-parallel ranks collected on their shares of the task groups, as one batch, in rank
     order. Group and trajectory ids are shifted past the previous ranks' so they stay unique; rank ``r`` played
     groups ``g0..`` of the iteration, so without dynamic sampling the ids equal those of one process playing all
@@ -158,4 +165,4 @@ def merge_shards(parts: list[Batch]) -> Batch:
     for part in parts:
         for key, v in part.metrics.items():
             metrics[key] = metrics.get(key, 0.0) + v
-    return Batch([t for p in parts for t in p.trajs], [t for p in parts for t in p.collected], stats, metrics)
+    return RoundRollouts([t for p in parts for t in p.trajs], [t for p in parts for t in p.collected], stats, metrics)

@@ -6,14 +6,14 @@ played with the latest weights. The scheme is chosen by what the algorithm *need
 :func:`scheme_for`), never by its name:
 
 * :class:`OnPolicyRollouts` (the default): one round, N task groups × G copies play one episode each (DAPO
-  dynamic sampling refills groups without signal, slea/trainer/sampling.py);
+  dynamic sampling refills groups without signal, slea/rollout/sampling.py);
 * :class:`SiblingRollouts` (need ``snapshots``; RTPO, Li et al. 2026 Alg.1): per task group ``rollout.trunks``
   trunk episodes record every turn boundary (no gradient); then for ``k = K−1 … 0`` one round each: G−1
   siblings fork from every trunk's boundary ``k`` (env snapshot and exact prompt ``c_k``), play on to the end
   with the current weights, and are handed to the estimator, which trains their turn-``k`` tokens alone.
 
 Budget accounting (what ``slea compare`` matches): every round says how many rollouts it played and how many
-env steps they took (:attr:`Batch.rollouts`, :attr:`Batch.env_steps`); a trunk and a sibling are one rollout
+env steps they took (:attr:`RoundRollouts.rollouts`, :attr:`RoundRollouts.env_steps`); a trunk and a sibling are one rollout
 each, a sibling's env steps count from its fork on (a replay restore re-runs earlier steps inside the env:
 ``time/env_s`` holds that cost, the step counts do not).
 """
@@ -25,10 +25,10 @@ from typing import Protocol
 
 from slea.envs.factory import make_pool
 from slea.envs.pool import EnvPool
+from slea.parallel.distributed import DataParallel
 from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector
-from slea.trainer.distributed import DataParallel
-from slea.trainer.sampling import Batch, collect_batch, merge_shards, merge_stats
+from slea.rollout.sampling import RoundRollouts, collect_batch, merge_shards, merge_stats
 
 __all__ = ["OnPolicyRollouts", "RolloutScheme", "SiblingRollouts", "close", "last_error", "scheme_for",
            "take_fault_stats"]
@@ -38,7 +38,7 @@ class RolloutScheme(Protocol):
     pool: EnvPool  # the pool every iteration starts from
     pools: tuple[EnvPool, ...]  # every pool the scheme plays in (fault statistics, closing)
 
-    def rounds(self, it: int, seeds: list[int]) -> Iterator[Batch]: ...
+    def rounds(self, it: int, seeds: list[int]) -> Iterator[RoundRollouts]: ...
 
 
 def take_fault_stats(scheme: RolloutScheme) -> dict[str, int]:
@@ -83,7 +83,7 @@ class OnPolicyRollouts:
         self.pool = make_pool(cfg.env, groups, cfg.rollout.group_size)  # env.workers: local | ray
         self.pools = (self.pool,)
 
-    def rounds(self, it: int, seeds: list[int]) -> Iterator[Batch]:
+    def rounds(self, it: int, seeds: list[int]) -> Iterator[RoundRollouts]:
         a = self.cfg.algorithm
         with _bar(self.cfg, it, "rollout") as bar:
             batch = collect_batch(self.collector, self.pool, self.dp.share(seeds), iteration=it,
@@ -104,13 +104,13 @@ class SiblingRollouts:
         self.siblings = _pool(cfg, cfg.rollout.group_size - 1, groups=len(self.pool))
         self.pools = (self.pool, self.siblings)
 
-    def rounds(self, it: int, seeds: list[int]) -> Iterator[Batch]:
+    def rounds(self, it: int, seeds: list[int]) -> Iterator[RoundRollouts]:
         with _bar(self.cfg, it, "trunks") as bar:
             trunks, stats = self.collector.collect(self.pool, seeds, iteration=it, boundaries=True,
                                                    progress=_note(bar, len(self.pool)))
         depth = max((len(t.boundaries) for t in trunks), default=0)
         if depth == 0:  # no trunk played a turn (every reset faulted): nothing to fork, the episodes still count
-            yield Batch(trajs=[], collected=trunks, stats=stats)
+            yield RoundRollouts(trajs=[], collected=trunks, stats=stats)
         for k in reversed(range(depth)):  # K−1 … 0: each round is played after the previous round's update
             starts = {i: (t, t.boundaries[k]) for n, t in enumerate(trunks) if len(t.boundaries) > k
                       for i in self.siblings.members(n)}
@@ -126,7 +126,7 @@ class SiblingRollouts:
                        "rollout/sibling_rollouts": float(len(sibs))}
             if first:
                 metrics.update({"rollout/trunk_rollouts": float(len(trunks)), "rollout/turns_forked": float(depth)})
-            yield Batch(trajs=sibs, collected=trunks if first else [], stats=merge_stats(stats, st) if first else st,
+            yield RoundRollouts(trajs=sibs, collected=trunks if first else [], stats=merge_stats(stats, st) if first else st,
                         metrics=metrics, continuations=sibs)
 
 

@@ -8,7 +8,7 @@ registration (``AlgorithmSpec.defaults``) where the config does not set them. A 
 sub-run must share (``run.*``, ``eval.*``, ``env.eval_kwargs``: the seeds, the folders, the held-out games); a
 ``--set`` key that every arm sets is refused (it would be ignored). A setting only some of the compared algorithms read is accepted for the others (the refusal of
 unused settings checks it against the whole comparison). So for a given seed every algorithm plays the same task groups in
-every iteration (``rl.iteration_seeds`` depends on the run seed and the iteration only), with the same number
+every iteration (``rollout.sampling.iteration_seeds`` depends on the run seed and the iteration only), with the same number
 of iterations, groups and copies, and is evaluated on the same held-out games. Env steps are counted, not
 assumed equal (an episode may end early; dynamic sampling plays extra groups), and the table compares train
 success at equal env-step budgets.
@@ -53,9 +53,9 @@ from slea.algorithms.registry import get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, load_config, unused_settings
 from slea.evaluation import stats
-from slea.trainer.runlog import read_metrics
+from slea.runs.runlog import env_step_curve, read_metrics
 
-__all__ = ["Arm", "Plan", "SubRun", "compare", "env_step_curve", "finished_runs", "paired", "parse_variants", "plan",
+__all__ = ["Arm", "Plan", "SubRun", "compare", "finished_runs", "paired", "parse_variants", "plan",
            "rewrite_table", "run", "summarize_runs", "train_sub_run", "write_outputs"]
 
 BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
@@ -269,7 +269,7 @@ def train_sub_run(sub: SubRun, cfg: RunConfig, say: Callable[[str], None] | None
     """One sub-run of a plan: reused when finished (``eval/summary.json``), resumed from its newest checkpoint, or
     trained, by the trainer ``slea train`` would pick (:func:`slea.trainer.select.build_trainer`). Sets and returns
     ``sub.status`` (``"reused"``, ``"resumed"`` or ``"trained"``); ``say`` gets one line saying which."""
-    from slea.trainer import checkpoint as ckpt
+    from slea.runs import checkpoint as ckpt
 
     say = say or (lambda msg: None)
     label = label or str(sub.dir)
@@ -289,7 +289,7 @@ def train_sub_run(sub: SubRun, cfg: RunConfig, say: Callable[[str], None] | None
         trainer.close()
         rollouts = getattr(trainer, "rollouts", None)
         if rollouts is not None:  # runs share this process: release each one's envs
-            from slea.trainer.schemes import close
+            from slea.rollout.schemes import close
 
             close(rollouts)
     del trainer
@@ -305,25 +305,6 @@ def compare(config: str | Path | None, algorithms: list[str], seeds: list[int], 
 
 
 # -- reading the sub-runs --------------------------------------------------------------------------------------
-def env_step_curve(rows: list[dict[str, Any]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
-    """Cumulative env steps after each logged iteration, and the per-iteration train metrics against them.
-
-    Uses the ``env_steps`` counter the trainer logs; for runs without it, ``train/episode_len ×
-    train/episodes`` accumulated; NaN where a run recorded neither (a team run older than its counters), shown
-    as "–", not as 0 env steps."""
-    if not rows:
-        return np.zeros(0), {}
-    if all("env_steps" in r for r in rows):
-        x = np.array([float(r["env_steps"]) for r in rows])
-    elif all("train/episode_len" in r and "train/episodes" in r for r in rows):
-        x = np.cumsum([float(r["train/episode_len"]) * float(r["train/episodes"]) for r in rows])
-    else:
-        x = np.full(len(rows), math.nan)
-    ys = {k: np.array([float(r.get(k, math.nan)) for r in rows])
-          for k in ("train/success", "train/return", "train/invalid_rate")}
-    return x, ys
-
-
 def stat(values: list[float]) -> dict[str, Any]:
     """Mean, std (ddof=1; 0 for one value), count and the values, over the finite ones."""
     v = np.array([x for x in values if x is not None and math.isfinite(x)], dtype=np.float64)

@@ -1,4 +1,4 @@
-"""episodes.jsonl: the sample of episodes a run records for ``slea report`` (slea/trainer/episodes.py)."""
+"""episodes.jsonl: the sample of episodes a run records for ``slea report`` (slea/runs/episodes.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 
 from slea.algorithms.batch import Advantages
 from slea.experience.library import ExperienceLibrary
-from slea.trainer.episodes import EpisodeSampler, choose, read_episodes
+from slea.runs.episodes import EpisodeSampler, choose, read_episodes
 from slea.types import Step, Trajectory
 
 

@@ -11,6 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_model
 
+from slea.parallel.distributed import DataParallel, launch, lockstep_passes
 from slea.testing.ddp import (
     AGGS,
     MODEL,
@@ -30,7 +31,6 @@ from slea.testing.numerics import (
     logprob_tolerance,
     numerics_dtype,
 )
-from slea.trainer.distributed import DataParallel, launch, lockstep_passes
 
 SAME_STEP = "every rank applies the same all-reduced gradient with the same optimizer to the same weights"
 
@@ -202,7 +202,7 @@ def test_sharded_two_process_update_equals_one_process_update(start_state, scale
 
 def test_fsdp_refuses_what_cannot_work():
     from slea.config import ConfigError, RunConfig
-    from slea.trainer.dp_checks import check_data_parallel
+    from slea.parallel.checks import check_data_parallel
 
     cfg = RunConfig.model_validate({"train": {"fsdp": True}, "model": {"name_or_path": "tiny"},
                                     "rollout": {"groups": 2}})
@@ -236,7 +236,7 @@ def test_a_gpu_group_is_nccl_with_a_gloo_group_for_objects(monkeypatch):
     """``init_group`` on a CUDA device, with torch.distributed recorded instead of run (CI has no GPU)."""
     import torch.distributed as dist
 
-    from slea.trainer import distributed as D
+    from slea.parallel import distributed as D
 
     calls = []
     monkeypatch.setattr(torch.cuda, "set_device", lambda d: calls.append(("set_device", str(d))))
@@ -251,7 +251,7 @@ def test_a_gpu_group_is_nccl_with_a_gloo_group_for_objects(monkeypatch):
 
 
 def test_torchrun_ranks_take_cuda_local_rank(monkeypatch):
-    from slea.trainer.distributed import rank_device
+    from slea.parallel.distributed import rank_device
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from slea.trainer.runlog import read_metrics
+from slea.runs.runlog import read_metrics
 
 pytest.importorskip("textworld")
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["plugins=[my_slea_plugin]", "rollout.groups=1", "team.max_turns=2", "team.trust_region.min_steps=1",
          "team.trust_region.max_steps=1", "team.trust_region.kl_estimator=k3", "train.lr=0.001", "run.threads=1",
          "eval.games=1", "eval.episodes_per_game=2"]

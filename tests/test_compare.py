@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 import yaml
 
-from slea.trainer.compare import SubRun, env_step_curve, plan, summarize_runs, table_markdown
+from slea.compare import SubRun, plan, summarize_runs, table_markdown
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 SMOKE = str(ROOT / "configs" / "smoke.yaml")
 FAST = ["train.iterations=1", "eval.before=false", "eval.greedy=false", "eval.games=1", "eval.episodes_per_game=1",
         "env.max_steps=2"]
@@ -142,7 +142,7 @@ def test_pairs_against_the_baseline_with_p_and_ci(tmp_path):
 
 
 def test_finished_runs_from_folder_names_and_rewrite_table(tmp_path):
-    from slea.trainer.compare import finished_runs, rewrite_table
+    from slea.compare import finished_runs, rewrite_table
 
     for arm, seed in (("slea_task", 1), ("grpo", 0), ("slea", 0), ("slea", 1), ("grpo", 1), ("slea-x", 0)):
         _fake_run(tmp_path, arm, seed, [0.0], [10], 0.1 * seed, [seed, 0])
@@ -171,12 +171,6 @@ def test_table_only_writes_the_table_again_and_prints_p_and_ci(tmp_path, slea_cl
     assert r.returncode == 2 and "baseline z" in r.stderr
     r = slea_cli("compare", "--table-only")
     assert r.returncode == 2 and "--out" in r.stderr
-
-
-def test_env_steps_fallback_for_old_runs():
-    x, ys = env_step_curve([{"train/episode_len": 2.0, "train/episodes": 4.0, "train/success": 0.5},
-                            {"train/episode_len": 3.0, "train/episodes": 4.0, "train/success": 1.0}])
-    assert x.tolist() == [8.0, 20.0] and ys["train/success"].tolist() == [0.5, 1.0]
 
 
 def test_plan_validates_every_sub_config_first(tmp_path):
@@ -214,9 +208,9 @@ def test_rtpo_preset_plans_against_grpo_and_gigpo_at_one_budget(tmp_path):
 def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
     import torch
 
-    from slea.trainer import checkpoint as ckpt
+    from slea.compare import run
+    from slea.runs import checkpoint as ckpt
     from slea.trainer import rl
-    from slea.trainer.compare import run
 
     calls = []
 
@@ -250,7 +244,7 @@ def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
 
 
 def test_relativize_strips_machine_folders_from_saved_files_only(tmp_path):
-    from slea.trainer.compare import relativize
+    from slea.compare import relativize
 
     run = tmp_path / "runs" / "grpo-s0"
     (run / "checkpoints").mkdir(parents=True)
@@ -266,8 +260,8 @@ def test_relativize_strips_machine_folders_from_saved_files_only(tmp_path):
 
 
 def test_config_diff_compares_top_level_lists_such_as_plugins_whole(tmp_path):
+    from slea.compare import config_diff, same_config
     from slea.config import build_config, dump_config
-    from slea.trainer.compare import config_diff, same_config
 
     cfg = build_config({})
     saved = yaml.safe_load(dump_config(cfg))

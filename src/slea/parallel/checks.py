@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from slea.algorithms.registry import get_algorithm
 from slea.config import ConfigError, RunConfig
-from slea.trainer.distributed import DataParallel
-from slea.trainer.select import TRAINERS
-
-PROVIDES = next(k.provides for k in TRAINERS if k.name == "rl")  # what the single-agent trainer provides
+from slea.parallel.distributed import DataParallel
 
 
 def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
@@ -29,7 +26,7 @@ def check_data_parallel(cfg: RunConfig, dp: DataParallel) -> None:
         raise ConfigError("algorithm.dynamic_sampling: not supported with more than one process yet (each rank "
                           "would refill from the same seeds)")
     spec = get_algorithm(cfg.algorithm.name)
-    if not spec.needs <= PROVIDES:  # the team trainer: one process
+    if "team" in spec.needs:  # the team trainer (slea/trainer/select.py) trains its agents in one process
         raise ConfigError(f"algorithm.name: {spec.name} is trained by the team trainer, which runs in one "
                           f"process: drop --nproc")
     if "snapshots" in spec.needs:

@@ -15,8 +15,8 @@ import torch
 
 import slea.testing.two_turn  # noqa: F401  (registers slea/FirstChoice-v0)
 from slea.config import ConfigError, build_config
+from slea.rollout.schemes import OnPolicyRollouts, SiblingRollouts, close, scheme_for
 from slea.testing.two_turn import is_right
-from slea.trainer.schemes import OnPolicyRollouts, SiblingRollouts, close, scheme_for
 
 GROUPS, G = 2, 5
 

@@ -5,7 +5,7 @@ backward passes of its contiguous share of each mini-batch's rows, with the loss
 mini-batch (its token or row count), so the gradients summed over the ranks (one all-reduce of the flattened
 trainable gradients per optimizer step) are the one-process gradient of that mini-batch, and the clipped step
 that follows is the same on every rank. The update of N processes therefore equals the update of one process on
-the same batch, up to float summation order (tests/trainer/test_distributed.py).
+the same batch, up to float summation order (tests/parallel/test_distributed.py).
 
 Why not ``torch.nn.parallel.DistributedDataParallel``: it averages gradients over ranks, and syncs inside one
 backward per rank, while slea's micro-batches are uneven across ranks (a mini-batch of 5 rows is 3 + 2) and its

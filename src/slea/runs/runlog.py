@@ -1,15 +1,18 @@
 """The run folder's logs: metrics.jsonl (one line per iteration, always), the loggers of ``run.loggers``
-(TensorBoard events, W&B, MLflow: slea/trainer/loggers.py), curves.png."""
+(TensorBoard events, W&B, MLflow: slea/runs/loggers.py), curves.png."""
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from slea.atomic import atomic_write_text
-from slea.trainer.loggers import open_sinks, safe_call
+from slea.runs.loggers import open_sinks, safe_call
 
 log = logging.getLogger(__name__)
 DEFAULT_LOGGERS = ("jsonl", "tensorboard")
@@ -60,6 +63,25 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
             continue
         rows.append(row)
     return rows
+
+
+def env_step_curve(rows: list[dict[str, Any]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+    """Cumulative env steps after each logged iteration, and the per-iteration train metrics against them.
+
+    Uses the ``env_steps`` counter the trainer logs; for runs without it, ``train/episode_len ×
+    train/episodes`` accumulated; NaN where a run recorded neither (a team run older than its counters), shown
+    as "–", not as 0 env steps."""
+    if not rows:
+        return np.zeros(0), {}
+    if all("env_steps" in r for r in rows):
+        x = np.array([float(r["env_steps"]) for r in rows])
+    elif all("train/episode_len" in r and "train/episodes" in r for r in rows):
+        x = np.cumsum([float(r["train/episode_len"]) * float(r["train/episodes"]) for r in rows])
+    else:
+        x = np.full(len(rows), math.nan)
+    ys = {k: np.array([float(r.get(k, math.nan)) for r in rows])
+          for k in ("train/success", "train/return", "train/invalid_rate")}
+    return x, ys
 
 
 def _parse_row(line: str) -> dict[str, Any] | None:

@@ -8,8 +8,8 @@ import logging
 
 import pytest
 
-from slea.trainer import loggers
-from slea.trainer.runlog import RunLog, read_metrics
+from slea.runs import loggers
+from slea.runs.runlog import RunLog, read_metrics
 
 CONFIG = {"algorithm": {"name": "grpo", "clip_eps": 0.2}, "run": {"seed": 0, "loggers": ["jsonl", "wandb"]}}
 
@@ -77,7 +77,7 @@ def test_a_logger_that_cannot_start_or_fails_later_is_one_line_and_the_run_goes_
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://127.0.0.1:9/")  # nothing listens on the discard port
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
     monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "2")
-    with caplog.at_level(logging.WARNING, logger="slea.trainer.loggers"):
+    with caplog.at_level(logging.WARNING, logger="slea.runs.loggers"):
         lg = RunLog(tmp_path, loggers=["jsonl", "wandb", "mlflow"], config=CONFIG)
     assert lg.sinks == []
     lines = [r.getMessage() for r in caplog.records]
@@ -95,7 +95,7 @@ def test_a_logger_that_cannot_start_or_fails_later_is_one_line_and_the_run_goes_
 
     caplog.clear()
     lg.sinks = [Broken()]
-    with caplog.at_level(logging.WARNING, logger="slea.trainer.loggers"):
+    with caplog.at_level(logging.WARNING, logger="slea.runs.loggers"):
         lg.log(1, {"train/success": 0.5})
         lg.log(2, {"train/success": 0.5})
     assert lg.sinks == [] and len(read_metrics(tmp_path / "metrics.jsonl")) == 3
@@ -116,7 +116,7 @@ def test_a_missing_package_names_the_extra_once(tmp_path, monkeypatch, caplog):
 
     monkeypatch.setattr(builtins, "__import__", no_mlflow)
     monkeypatch.setattr(loggers, "_reported", set())
-    with caplog.at_level(logging.WARNING, logger="slea.trainer.loggers"):
+    with caplog.at_level(logging.WARNING, logger="slea.runs.loggers"):
         for i in range(2):
             assert RunLog(tmp_path / f"r{i}", loggers=["jsonl", "mlflow"]).sinks == []
     (line,) = [r.getMessage() for r in caplog.records]

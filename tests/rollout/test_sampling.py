@@ -3,7 +3,7 @@
 import numpy as np
 
 from slea.rollout.collector import RolloutStats
-from slea.trainer.sampling import collect_batch, refill_seeds, zero_variance_groups
+from slea.rollout.sampling import collect_batch, refill_seeds, zero_variance_groups
 from slea.types import Step, Trajectory
 
 
@@ -81,7 +81,7 @@ def test_refill_is_bounded():
 
 
 def test_refill_seeds_differ_from_round_zero():
-    from slea.trainer.rl import iteration_seeds
+    from slea.rollout.sampling import iteration_seeds
 
     s0 = iteration_seeds(3, 5, 8)
     s1, s2 = refill_seeds(3, 5, 1, 8), refill_seeds(3, 5, 2, 8)
@@ -90,7 +90,7 @@ def test_refill_seeds_differ_from_round_zero():
 
 
 def test_merged_shards_number_groups_and_trajectories_as_one_process():
-    from slea.trainer.sampling import merge_shards
+    from slea.rollout.sampling import merge_shards
 
     seeds = [10, 11, 12, 13, 14]  # 5 groups x 2 copies; ranks play groups 0-1 and 2-4
     whole = collect_batch(FakeCollector(), FakePool(5, 2), seeds, iteration=0, run_seed=0, dynamic=False,

@@ -1,0 +1,1 @@
+"""Data-parallel training: the process group, the gathers and FSDP sharding, and what it refuses."""
