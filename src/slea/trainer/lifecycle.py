@@ -1,5 +1,5 @@
 """One run lifecycle, the part both trainers share (the single-agent :class:`slea.trainer.rl.Trainer` and the team's
-:class:`slea.trainer.teamtr.TeamTrainer`); each adds only what is its own.
+:class:`slea.trainer.team.TeamTrainer`); each adds only what is its own.
 
 :func:`fit` is the whole run, one path for both::
 

@@ -47,7 +47,7 @@ from slea.parallel.checks import check_data_parallel
 from slea.parallel.distributed import DataParallel, full_weights, shard_frozen_base
 from slea.policy.engines import close_generator, make_generator, sleep_generator, start_server
 from slea.policy.model import enable_gradient_checkpointing, load_policy
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.progress import Progress
 from slea.rollout import schemes
 from slea.rollout.collector import RolloutCollector, RolloutStats

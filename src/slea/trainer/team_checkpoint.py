@@ -1,4 +1,4 @@
-"""Checkpoints of a team run, and resuming one (the TeamTR trainer, slea/trainer/teamtr.py).
+"""Checkpoints of a team run, and resuming one (the TeamTR trainer, slea/trainer/team.py).
 
 After every single-agent update (every ``train.save_every`` updates, and when a budget stops the run) :func:`save`
 writes an atomic checkpoint ``checkpoints/iter_<update>/`` through :func:`slea.runs.checkpoint.
@@ -9,9 +9,9 @@ update learns from (and the ``stale_iw`` log-ratios), so no collection is replay
 
 ``slea train --resume RUN`` (:func:`resume`) continues from the newest intact one: rows logged after it are
 dropped and those updates redone, giving the uninterrupted run's adapters bit for bit (CPU, same
-``run.threads``; tests/trainer/test_teamtr_resume.py).
+``run.threads``; tests/trainer/test_team_resume.py).
 
-They are the ``save`` and ``resume`` methods of :class:`slea.trainer.teamtr.TeamTrainer`, which inherits them from
+They are the ``save`` and ``resume`` methods of :class:`slea.trainer.team.TeamTrainer`, which inherits them from
 :class:`TeamCheckpoints` (so this module needs nothing of the trainer's), and read or set its fields.
 """
 
@@ -25,7 +25,7 @@ from slea.runs import checkpoint as ckpt
 from slea.team.rollout import episode_from_state, episode_state
 from slea.trainer.lifecycle import announce_resume, check_saveable, load_resume_point
 
-log = logging.getLogger("slea.trainer.teamtr")  # the team trainer's log lines, wherever they are written from
+log = logging.getLogger("slea.trainer.team")  # the team trainer's log lines, wherever they are written from
 
 
 class TeamCheckpoints:

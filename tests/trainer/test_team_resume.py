@@ -21,7 +21,7 @@ from slea.runs import checkpoint as ckpt
 from slea.runs.runlog import read_metrics
 from slea.testing.team_signal import signal_algorithm
 from slea.trainer.guards import RunHalted
-from slea.trainer.teamtr import TeamTrainer
+from slea.trainer.team import TeamTrainer
 
 pytest.importorskip("textworld")
 

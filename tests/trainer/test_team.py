@@ -16,7 +16,7 @@ from slea.team import SharedContext
 from slea.team.rollout import TeamEpisode
 from slea.testing.team_signal import signal_algorithm as registered_signal
 from slea.trainer.lifecycle import train_step
-from slea.trainer.teamtr import TeamTrainer, agent_samples, check_team_config, stage_order, stale_weights
+from slea.trainer.team import TeamTrainer, agent_samples, check_team_config, stage_order, stale_weights
 from slea.types import Step, Trajectory
 
 pytest.importorskip("textworld")

@@ -70,7 +70,7 @@ from slea.rollout.collector import retokenized
 from slea.rollout.sampling import iteration_seeds
 from slea.runs import checkpoint as ckpt
 from slea.runs.runlog import RunLog, plot_curves, read_metrics
-from slea.team.prompts import TeamPromptBuilder
+from slea.team.prompt_builder import TeamPromptBuilder
 from slea.team.rollout import TeamCollector, TeamEpisode
 from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
