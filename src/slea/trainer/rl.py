@@ -10,7 +10,8 @@ trunk boundaries, each played after the previous round's update). Each round (:m
    (slea/experience/manager.py);
 3. :meth:`Trainer.update`: clipped policy-gradient steps on the response tokens (slea/trainer/update.py), then
    the critic's own steps.
-Then metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py, checkpoint.py).
+Then the run lifecycle (slea/trainer/lifecycle.py) logs the iteration's row (slea/trainer/metrics.py builds it;
+metrics.jsonl and TensorBoard, slea/runs/runlog.py) and checkpoints it when due (slea/runs/checkpoint.py).
 
 Data-parallel (``slea train --nproc N``, slea/parallel/distributed.py): each rank plays its share of the task groups,
 the ranks exchange their episodes so every rank holds the whole batch, and the update sums their gradients; rank 0
