@@ -73,7 +73,7 @@ def slope(xs, ys) -> float:
 
 def generation(model, tok, sizes: dict, reps: int, min_cpu: float) -> dict:
     from slea.policy.generation import HFGenerator
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
 
     builder = PromptBuilder(tok, history=1, obs_max_chars=300)
     gen = HFGenerator(model, mfu.NoEos(tok), dtype="bfloat16", stop_at_newline=False)
@@ -104,7 +104,7 @@ def generation(model, tok, sizes: dict, reps: int, min_cpu: float) -> dict:
 
 def training(model, name: str, tok, lora_layers: int, sizes: dict, reps: int, observations: list[str],
              min_cpu: float) -> dict:
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
 
     rng = random.Random(1)
     points = []

@@ -74,7 +74,7 @@ def default_config(model: str):
 
 def fixed_batch(tok, cfg) -> list:
     """The 32 rollout-shaped rows (module docstring), old log-probs still to fill."""
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
     from slea.testing.bench import ROLLOUT_ACTIONS, rollout_prompts
     from slea.trainer.update import Sample
 

@@ -40,7 +40,7 @@ ENGINES = ("slea", "hf_generate", "vllm")
 
 def prompt_sets(tok, tasks: int = 4, copies: int = 8) -> dict[str, list[list[int]]]:
     """The two batches of bench/throughput.py, built the same way (same seed, same order)."""
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
     from slea.testing.bench import rollout_prompts
 
     builder, rng = PromptBuilder(tok, history=2), random.Random(0)

@@ -374,7 +374,7 @@ def generation_what_if(name: str, lora_layers: int, reps: int, min_cpu_per_wall:
     row, with the fp32 base (CPU's default) and then with ``model.base_dtype: bfloat16``."""
     from slea.policy.generation import HFGenerator
     from slea.policy.model import load_policy
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
 
     model, tok = load_policy(trl_step.model_section(name, lora_layers, "bfloat16"))
     gen = HFGenerator(model, NoEos(tok), dtype="bfloat16", stop_at_newline=False)

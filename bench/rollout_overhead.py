@@ -49,7 +49,7 @@ from slea.envs.factory import make_pool
 from slea.envs.pool import EnvPool
 from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
-from slea.policy.prompts import PromptBuilder, parse_action
+from slea.policy.prompt_builder import PromptBuilder, parse_action
 from slea.rollout.collector import TRAIN_SALT, RolloutCollector, clean_text
 from slea.rollout.sampling import iteration_seeds
 from slea.rollout.view import AgentView

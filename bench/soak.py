@@ -220,7 +220,7 @@ def compare(run: Path, ref: Path, iterations: int) -> dict:
 
 def fuzz(n: int, seed: int) -> dict:
     """The parsers on ``n`` adversarial strings each (the in-suite fuzz runs 10k)."""
-    from slea.policy.prompts import parse_action
+    from slea.policy.prompt_builder import parse_action
     from slea.rollout.collector import clean_text
     from slea.testing.faulty_env import adversarial_text
 

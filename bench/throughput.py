@@ -26,7 +26,7 @@ import torch
 from slea.config import ModelSection
 from slea.policy.generation import HFGenerator, autocast, left_pad
 from slea.policy.model import load_policy
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.testing.bench import ROLLOUT_ACTIONS as ADM
 from slea.testing.bench import hf_generate
 from slea.testing.bench import rollout_prompts as prompts

@@ -56,7 +56,7 @@ def plan(seeds: list[int], extra: list[str] | None = None) -> compare.Plan:
 def probing_trainer(cfg: RunConfig, run_dir: Path):
     """The team trainer of ``cfg``, which in the stale modes also plays a probe after every update but a stage's
     last (module docstring)."""
-    from slea.trainer.teamtr import TeamTrainer, mean_return
+    from slea.trainer.team import TeamTrainer, mean_return
 
     class ProbingTeamTrainer(TeamTrainer):
         def record(self, row, n, pending):

@@ -38,7 +38,7 @@ from slea.alignment.objectives import (
 )
 from slea.config import load_config
 from slea.policy.model import load_policy
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.trainer.update import reference_logprobs
 
 

@@ -39,7 +39,7 @@ from slea.evaluation.evaluate import evaluate
 from slea.evaluation.report import PaperTable
 from slea.policy.generation import HFGenerator
 from slea.policy.model import load_policy
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.rollout.collector import RolloutCollector
 
 OUT = Path(__file__).parent / "results"

@@ -5,7 +5,7 @@
 What slea needs, and where it reads it:
 - weights in safetensors (``model.safetensors`` or shards with an index): slea never unpickles a
   ``pytorch_model.bin`` (slea/policy/model.py loads with ``use_safetensors=True``);
-- a tokenizer whose chat template renders the prompts (slea/policy/prompts.py calls ``apply_chat_template``;
+- a tokenizer whose chat template renders the prompts (slea/policy/prompt_builder.py calls ``apply_chat_template``;
   there is no fallback);
 - module names for the LoRA adapters (``model.lora_targets``): targets that are not modules of the model are
   dropped, and none left is a config error. The default names are those of Llama, Qwen and SmolLM.

@@ -19,7 +19,7 @@ from slea.config import RolloutSection
 from slea.envs import make
 from slea.envs.pool import EnvPool
 from slea.policy.generation import Generation
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.rollout.collector import RolloutCollector
 
 TW = "slea/TextWorld-v0"

@@ -21,7 +21,7 @@ from slea.alignment.objectives import (
     turn_reference_logprobs,
 )
 from slea.alignment.pairs import Pair
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.testing.numerics import (
     assert_same,
     assert_within,

@@ -10,7 +10,7 @@ import pytest
 def setup(request, tiny_policy):
     from slea.config import load_config
     from slea.policy.generation import HFGenerator
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
 
     model, tok = tiny_policy
     cfg = load_config(None, request.module.SETTINGS)

@@ -6,7 +6,7 @@ import slea.testing.faulty_env  # noqa: F401  (registers slea/test-Faulty-v0)
 from slea.config import EnvSection, EvalSection, RolloutSection
 from slea.evaluation.evaluate import evaluate
 from slea.policy.generation import Generation
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.rollout.collector import RolloutCollector
 from slea.testing.faulty_env import FAULTY_ID
 

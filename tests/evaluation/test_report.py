@@ -147,7 +147,7 @@ def test_evaluate_result_has_the_family_table(tiny_policy):
     from slea.config import EnvSection, EvalSection, RolloutSection
     from slea.evaluation.evaluate import evaluate
     from slea.policy.generation import HFGenerator
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
     from slea.rollout.collector import RolloutCollector
 
     model, tok = tiny_policy

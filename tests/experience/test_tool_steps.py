@@ -16,7 +16,7 @@ from slea.experience.calls import describe_call, parse_calls
 from slea.experience.llm_extractor import LLMExtractor, render_compact
 from slea.experience.manager import ExperienceManager
 from slea.policy.generation import Generation
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.policy.tool_calls import parser_for
 from slea.rollout.collector import RolloutCollector
 

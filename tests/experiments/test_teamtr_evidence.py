@@ -42,7 +42,7 @@ def test_variants_share_the_config_and_the_single_agent_gets_the_same_env_moves(
     assert bench.variants(SMOKE, ["team.max_turns=6"])["single"] == [
         "team.task=textworld_solo_actor", "team.rollouts=fresh", "team.max_turns=3"]
     # the preset of the comparison loads and passes the team trainer's checks
-    from slea.trainer.teamtr import check_team_config
+    from slea.trainer.team import check_team_config
 
     for v in bench.VARIANTS:
         check_team_config(bench.config_for(v, 0))

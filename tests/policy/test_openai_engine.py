@@ -192,7 +192,7 @@ def test_generator_config_refusals():
 def test_trainers_that_cannot_use_a_served_engine_refuse_it():
     from slea.parallel.checks import check_data_parallel
     from slea.parallel.distributed import DataParallel
-    from slea.trainer.teamtr import check_team_config
+    from slea.trainer.team import check_team_config
 
     cfg = build_config({"model": {"generator": "openai"}})
     with pytest.raises(ConfigError, match="model.generator: openai serves one process's weights"):
@@ -224,7 +224,7 @@ def test_a_frozen_engine_needs_no_weights_no_logprobs_and_chat_gives_the_complet
     builder = prompt_builder(chat_cfg, tok, RolloutSection())
     ps = [builder.encode(m) for m in msgs]
     assert all(isinstance(p, ChatPrompt) and p.messages == m for p, m in zip(ps, msgs))
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
 
     assert [list(p) for p in ps] == [PromptBuilder(tok).encode(m) for m in msgs]  # the ids as in training
     plain = make_generator(frozen_cfg(url), None, tok, trains=False)

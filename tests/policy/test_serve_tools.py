@@ -22,7 +22,7 @@ from slea.envs.tools import TOOL_INSTRUCTIONS, ToolSet, add, answer, multiply
 from slea.policy.generation import Generation
 from slea.policy.openai_engine import OpenAIGenerator, wire_messages
 from slea.policy.openai_protocol import RequestError
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.policy.served import ChatPromptBuilder
 from slea.policy.server import Engine, ServeSettings, load_engine, make_server
 from slea.policy.tool_calls import TOOL_PARSERS

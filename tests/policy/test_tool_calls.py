@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.policy.tool_calls import TOOL_PARSERS, ToolParser, parser_for, supports_tools
 from slea.testing.chat_templates import LLAMA_TEMPLATE, QWEN_TEMPLATE, with_template
 from slea.types import Instructions

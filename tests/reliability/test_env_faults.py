@@ -66,7 +66,7 @@ def test_timeouts_only_fire_on_slow_calls():
 def test_a_reset_that_keeps_failing_sits_the_episode_out(tiny_policy):
     from slea.config import RolloutSection
     from slea.policy.generation import Generation
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
     from slea.rollout.collector import RolloutCollector
 
     pool = EnvPool(FAULTY_ID, 2, 1, {**SOKO, "reset_crash_prob": 0.5})
@@ -107,7 +107,7 @@ def test_the_rollout_does_not_penalise_or_learn_from_an_engine_fault(tiny_policy
     ``fault``, so the trainer drops the episode (slea.trainer.guards.faulted)."""
     from slea.config import RolloutSection
     from slea.policy.generation import Generation
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
     from slea.rollout.collector import RolloutCollector
     from slea.trainer.guards import faulted
 

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 # In-tree modules need only core dependencies: one that fails to import fails this file, never skips it.
 from slea.envs import search_qa
 from slea.experience.llm_extractor import LLMExtractor, parse_llm_list
-from slea.policy.prompts import parse_action
+from slea.policy.prompt_builder import parse_action
 from slea.rollout.collector import clean_text
 from slea.testing.faulty_env import ADVERSARIAL, GarbageGenerator, adversarial_text
 
@@ -158,7 +158,7 @@ def test_rollout_with_garbage_output_yields_invalid_steps_and_storable_lessons(t
     from slea.envs.pool import EnvPool
     from slea.experience.manager import ExperienceManager
     from slea.policy.generation import Generation
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
     from slea.rollout.collector import RolloutCollector
 
     class Babble:

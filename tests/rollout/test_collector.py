@@ -6,7 +6,7 @@ import torch
 from slea.config import RolloutSection
 from slea.envs.pool import EnvPool
 from slea.policy.generation import Generation, HFGenerator
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.rollout.collector import RolloutCollector
 from slea.rollout.view import FEEDBACK_MAX_CHARS, invalid_feedback
 

@@ -26,7 +26,7 @@ from slea.config import ModelSection, RolloutSection, build_config
 from slea.envs import registered
 from slea.envs.pool import EnvPool
 from slea.policy.generation import Generation, HFGenerator
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.rollout.collector import (
     ENGINE_IDS,
     RolloutCollector,
@@ -261,9 +261,9 @@ def test_team_rollout_trains_on_generated_ids(tiny_policy):
     from slea.algorithms import get_algorithm
     from slea.team import get_router, get_team_task
     from slea.team.policy import build_team_policy
-    from slea.team.prompts import TeamPromptBuilder
+    from slea.team.prompt_builder import TeamPromptBuilder
     from slea.team.rollout import TeamCollector
-    from slea.trainer.teamtr import agent_samples
+    from slea.trainer.team import agent_samples
 
     torch.manual_seed(0)
     team = build_team_policy(ModelSection(name_or_path="tiny", dtype="float32", lora_r=4), ["planner", "actor"])

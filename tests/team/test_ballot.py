@@ -19,7 +19,7 @@ from slea.envs.ballot import CHORES, VOTES, BallotEnv, generate_game, graded_rew
 from slea.envs.pool import EnvPool
 from slea.policy.generation import Generation
 from slea.team import get_router, get_team_task
-from slea.team.prompts import TeamPromptBuilder
+from slea.team.prompt_builder import TeamPromptBuilder
 from slea.team.rollout import TeamCollector
 
 

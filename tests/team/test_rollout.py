@@ -9,7 +9,7 @@ from slea.config import RolloutSection
 from slea.envs.pool import EnvPool
 from slea.policy.generation import Generation, HFGenerator
 from slea.team import SharedContext, get_router, get_team_task
-from slea.team.prompts import TeamPromptBuilder, team_turn
+from slea.team.prompt_builder import TeamPromptBuilder, team_turn
 from slea.team.rollout import TeamCollector
 from slea.trainer.update import Sample, response_logprobs
 

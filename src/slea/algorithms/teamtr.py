@@ -138,7 +138,7 @@ def teamtr_loss(logprobs, old_logprobs, advantages, mask, *, clip_ratio: float =
     (over the rows given), ``ratio_mean``, ``ratio_max_dev``.
 
     The team trainer calls it with ``beta=0`` on the messages it trains and adds ``β·d̂`` itself over all of the
-    agent's messages (Eq.10's ``d̂`` is Eq.11's, over ``M_j``; slea/trainer/teamtr.py)."""
+    agent's messages (Eq.10's ``d̂`` is Eq.11's, over ``M_j``; slea/trainer/team.py)."""
     import torch  # the inputs are torch tensors already; imported here so looking up algorithms stays torch-free
 
     s = teamtr_surrogate(logprobs, old_logprobs, advantages, mask, clip_eps=clip_ratio, beta=beta,

@@ -42,7 +42,7 @@ from typing import Any
 
 from slea.atomic import atomic_open
 from slea.envs.base import env_class, make
-from slea.policy.prompts import PromptBuilder, parse_action
+from slea.policy.prompt_builder import PromptBuilder, parse_action
 from slea.rollout.collector import final_info
 from slea.rollout.view import AgentView
 

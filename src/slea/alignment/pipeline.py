@@ -52,7 +52,7 @@ from slea.device import run_device
 from slea.envs.factory import make_pool
 from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.rollout.collector import TRAIN_SALT, RolloutCollector
 from slea.runs.checkpoint import latest_checkpoint, load_trainable, save_checkpoint
 

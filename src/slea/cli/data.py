@@ -32,7 +32,7 @@ def data_expert(
     require_env(cfg.env.id)
     from slea.alignment.data import expert_source, expert_trajectories, save_jsonl
     from slea.envs import registered
-    from slea.policy.prompts import PromptBuilder
+    from slea.policy.prompt_builder import PromptBuilder
 
     if expert_source(cfg.env.id) is None:
         with_expert = sorted(i for i in registered() if expert_source(i) is not None)

@@ -109,7 +109,7 @@ TRAINER_SETTINGS: dict[str, Reader] = {
     "train.critic_lr": _need("critic", "trainer/critic.py", "has no critic"),
     "train.critic_updates": _need("critic", "trainer/critic.py", "has no critic"),
     "rollout.trunks": _need("snapshots", "rollout/schemes.py", "plays no trunks (it forks no siblings)"),
-    "team": _need("team", "trainer/teamtr.py", "trains no team"),
+    "team": _need("team", "trainer/team.py", "trains no team"),
 }
 
 

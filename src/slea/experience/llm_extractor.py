@@ -1,11 +1,11 @@
 """The ``llm`` extractor: a model distils lessons from chat prompts; its answers are parsed defensively.
 
-:class:`LLMExtractor` sends one chat prompt per selected trajectory (``slea/prompts/extract_*.txt``, loaded by
-:func:`load_template`, the episode rendered by :func:`render_compact`) to ``generate_text`` (it never imports the
-policy; the trainer answers with the base model, LoRA off, multi-line, greedy) and keeps several lessons per
-trajectory. :func:`parse_llm_list` never raises: bullets, numbering, level tags, think blocks, echoes of the
-prompt, junk, too short or long lines are dropped; names are abstracted as in the rules (:class:`Names`); a
-trajectory whose answer yields nothing falls back to :class:`RuleExtractor`.
+:class:`LLMExtractor` sends one chat prompt per selected trajectory (``extraction_prompts/extract_*.txt`` beside
+this module, loaded by :func:`load_template`, the episode rendered by :func:`render_compact`) to ``generate_text``
+(it never imports the policy; the trainer answers with the base model, LoRA off, multi-line, greedy) and keeps
+several lessons per trajectory. :func:`parse_llm_list` never raises: bullets, numbering, level tags, think blocks,
+echoes of the prompt, junk, too short or long lines are dropped; names are abstracted as in the rules
+(:class:`Names`); a trajectory whose answer yields nothing falls back to :class:`RuleExtractor`.
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from slea.types import Trajectory
 
 
 def load_template(name: str) -> str:
-    return resources.files("slea").joinpath("prompts", name).read_text(encoding="utf-8")
+    """The LLM extractor's prompt template ``name`` (``slea/experience/extraction_prompts/``)."""
+    return resources.files("slea.experience").joinpath("extraction_prompts", name).read_text(encoding="utf-8")
 
 
 def _short(text: str, n: int = 60) -> str:

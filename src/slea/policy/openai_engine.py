@@ -433,7 +433,7 @@ def render_chat(tok, messages: list[dict]) -> str:
 
 
 def wire_messages(messages: list[dict]) -> tuple[list[dict], list[dict] | None]:
-    """Chat messages in transformers' tool format (what :meth:`slea.policy.prompts.PromptBuilder.tool_messages`
+    """Chat messages in transformers' tool format (what :meth:`slea.policy.prompt_builder.PromptBuilder.tool_messages`
     builds: the system message's ``tools``, an assistant's ``tool_calls`` with object arguments, ``role: "tool"``
     results in call order) as the OpenAI API takes them: ``(messages, tools)``, each call with an id
     (``call_N``) and its arguments as a JSON string, each result with the ``tool_call_id`` of the call it answers."""

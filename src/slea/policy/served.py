@@ -6,7 +6,7 @@ agent``, ``slea eval``): what is loaded locally, how prompts travel, and who wri
   only the tokenizer loads (:func:`load_tokenizer_or_none`), and with ``model.openai.api: chat`` not even that
   is required. A run's trained adapter still travels as in training (``OpenAIGenerator.sync_weights``).
 - Prompts: with ``api: completions`` the prompt goes as token ids (or text) of the local chat template, as in
-  training. With ``api: chat`` each prompt is the same chat messages :class:`slea.policy.prompts.PromptBuilder`
+  training. With ``api: chat`` each prompt is the same chat messages :class:`slea.policy.prompt_builder.PromptBuilder`
   builds (the env's instructions, the retrieved experiences in the system message, the turn history, the
   observation) and the server applies its own chat template: :class:`ChatPromptBuilder` hands the engine a
   :class:`ChatPrompt`, the prompt ids (empty without a tokenizer) carrying the messages. A tool env's turn goes
@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from slea.policy import tool_calls
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 
 log = logging.getLogger(__name__)
 SERVED = ("openai", "vllm")

@@ -52,7 +52,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from slea.policy.prompts import PromptBuilder, parse_action
+from slea.policy.prompt_builder import PromptBuilder, parse_action
 from slea.rollout.view import AgentView
 from slea.types import Instructions, Step, Trajectory
 

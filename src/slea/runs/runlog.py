@@ -100,7 +100,7 @@ def truncate_metrics(path: Path, last_iteration: int) -> None:
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))  # a kill mid-rewrite keeps the old file
 
 
-# curves.png's three panels: (metrics key, title); the team trainer plots its own (slea/trainer/teamtr.py)
+# curves.png's three panels: (metrics key, title); the team trainer plots its own (slea/trainer/team.py)
 PANELS = (("train/success", "train success"), ("train/return", "mean return"),
           ("train/invalid_rate", "invalid-action rate"), ("rollout/entropy", "token entropy (sampled)"),
           ("collapse/equal_return_frac", "groups with equal returns"))

@@ -3,7 +3,7 @@
 * :mod:`slea.team.context` — the shared context (messages of agents and env, in order);
 * :mod:`slea.team.routers` — who speaks next (registry; ``round_robin`` by default);
 * :mod:`slea.team.tasks` — team tasks: roles and role prompts on slea's envs (registry);
-* :mod:`slea.team.prompts` — an agent's prompt from its role and the shared context;
+* :mod:`slea.team.prompt_builder` — an agent's prompt from its role and the shared context;
 * :mod:`slea.team.policy` — n agents as LoRA adapters on one shared base model (torch, peft);
 * :mod:`slea.team.rollout` — team episodes over an :class:`slea.envs.pool.EnvPool`.
 

@@ -13,7 +13,7 @@ Registered in :data:`slea.team.tasks.TEAM_TASKS` (this module is one of its buil
 from __future__ import annotations
 
 from slea.envs.ballot import BALLOT, GOAL, VOTES
-from slea.team.prompts import team_turn
+from slea.team.prompt_builder import team_turn
 from slea.team.tasks import Role, TeamTask, register_team_task
 
 BALLOT_MEMBERS = ("ana", "ben", "cai", "dov")

@@ -7,7 +7,7 @@ One episode per env of the pool, read top to bottom in :meth:`TeamCollector.coll
    activated and one batched generation call answers all its episodes (prompt: its role's system message and
    example, the goal, the last k messages of the shared context; for an acting role also the valid commands);
 3. a *talking* agent's message is appended to the context (reward 0); an *acting* agent's message is appended
-   and parsed into the environment action (:func:`slea.policy.prompts.parse_action`: never raises); a valid
+   and parsed into the environment action (:func:`slea.policy.prompt_builder.parse_action`: never raises); a valid
    action steps the env, whose answer is appended; an invalid one is penalised (``rollout.invalid_penalty``)
    and the env's refusal (or "not a valid command") is appended instead;
 4. an episode ends when its env terminates, or, truncated, after ``max_turns`` agent messages.
@@ -27,7 +27,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from slea.policy.prompts import parse_action
+from slea.policy.prompt_builder import parse_action
 from slea.rollout.collector import (
     ENGINE_IDS,
     TRAIN_SALT,
@@ -39,7 +39,7 @@ from slea.rollout.collector import (
 )
 from slea.rollout.view import invalid_feedback
 from slea.team.context import ENV, INVALID, Message, SharedContext
-from slea.team.prompts import TeamPromptBuilder
+from slea.team.prompt_builder import TeamPromptBuilder
 from slea.team.routers import Router, route
 from slea.team.tasks import TeamTask
 from slea.types import Step, Trajectory

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 from slea.plugins import Registry
 from slea.team.context import Role
-from slea.team.prompts import team_turn as _turn
+from slea.team.prompt_builder import team_turn as _turn
 
 __all__ = ["TEAM_TASKS", "Role", "TeamTask", "get_team_task", "register_team_task"]
 
@@ -83,7 +83,7 @@ def textworld_planner_actor() -> TeamTask:
 @register_team_task("textworld_solo_actor")
 def textworld_solo_actor() -> TeamTask:
     """``textworld_planner_actor`` without the planner: a single agent in the same prompt layout (the transcript
-    holds the env's messages and its own), trained by the same :class:`slea.trainer.teamtr.TeamTrainer` with
+    holds the env's messages and its own), trained by the same :class:`slea.trainer.team.TeamTrainer` with
     n = 1. Every turn is an env move, so ``team.max_turns`` of k here matches 2k of the planner + actor team."""
     actor = Role(
         "actor",

@@ -73,7 +73,7 @@ def resumed(cfg, run: Path, optimizer: bool = True) -> None:
         trainer.resume()
     finally:
         ckpt.load_latest = real
-    run.with_name(f"{run.name}.start-rank{dist.get_rank()}").write_text(str(trainer.start_iteration))
+    run.with_name(f"{run.name}.start-rank{dist.get_rank()}").write_text(str(trainer.first_step))
     trainer.fit()
 
 

@@ -2,7 +2,7 @@
 ``train.env_step_budget``).
 
 Both trainers check them before each unit of work (an iteration of slea/trainer/rl.py, a single-agent update of
-slea/trainer/teamtr.py), so a run stops at a clean boundary, checkpoints and evaluates as a finished run does;
+slea/trainer/team.py), so a run stops at a clean boundary, checkpoints and evaluates as a finished run does;
 ``slea compare`` matches algorithms on these budgets (an RTPO iteration plays trunks plus siblings, a GRPO one
 N × G episodes, a team one collection after every single-agent update).
 """

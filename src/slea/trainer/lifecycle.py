@@ -1,5 +1,13 @@
 """One run lifecycle, the part both trainers share (the single-agent :class:`slea.trainer.rl.Trainer` and the team's
-:class:`slea.trainer.teamtr.TeamTrainer`); each adds only what is its own.
+:class:`slea.trainer.team.TeamTrainer`); each adds only what is its own.
+
+:func:`fit` is the whole run, one path for both::
+
+    config.yaml → resume point → evaluation before → for each step: the trainer's step, its row logged,
+    checkpoint when due → evaluation after → curves and eval/summary.json
+
+A *step* is the unit a trainer checkpoints and logs one ``metrics.jsonl`` row for: an iteration of the single-agent
+trainer, a single-agent update of the team's (:class:`Run` lists what a trainer gives the skeleton). The pieces:
 
 * the save guard (:func:`check_saveable`): weights that hold NaN/inf are never checkpointed, the run stops
   (:class:`slea.trainer.guards.RunHalted`) naming the last good checkpoint;
@@ -11,11 +19,12 @@
 * the run folder's ``config.yaml``, written first (:func:`write_config`);
 * the held-out evaluation before training (:func:`evaluation_before`: run once, read back on resume) and after it,
   their log lines (:func:`eval_line`) and their marks on ``curves.png`` (:func:`held_out_marks`);
-* the run's wall time over all its processes (:class:`WallClock`: a checkpoint keeps it, a resume restores it) and
-  ``eval/summary.json``, written last so its presence marks a finished run (:func:`write_summary`).
-
-Each trainer's ``fit`` is this skeleton: config, resume, the evaluation before, its own training loop, the
-evaluation after, curves and summary.
+* the training steps (:func:`train`, one step :func:`train_step`): a budget (the trainer's :meth:`Run.budget_stop`)
+  stops the run before a step, a signal (:class:`slea.trainer.interrupt.StopSignal`) after one, which is then
+  checkpointed; a run stopped between checkpoints checkpoints its last step;
+* the run's wall time over all its processes (:class:`WallClock`: a checkpoint keeps it, a resume restores it; it
+  also times the training steps, which the time budget counts) and ``eval/summary.json``, written last so its
+  presence marks a finished run (:func:`write_summary`).
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import torch
@@ -38,7 +47,7 @@ from slea.evaluation.evaluate import write_eval
 from slea.runs import checkpoint as ckpt
 from slea.runs.runlog import RunLog, truncate_metrics
 from slea.trainer.guards import RunHalted
-from slea.trainer.interrupt import StopSignal
+from slea.trainer.interrupt import Interrupted, StopSignal
 
 log = logging.getLogger(__name__)
 
@@ -66,17 +75,25 @@ def write_config(run_dir: Path, cfg: RunConfig) -> None:
 
 class WallClock:
     """A run's wall seconds over all its processes: those of the earlier ones up to their last checkpoint
-    (:attr:`before`, restored on resume) plus this process's since its fit began (:meth:`restart`)."""
+    (:attr:`before`, restored on resume) plus this process's since its fit began (:meth:`restart`); and this
+    process's seconds of training steps (:meth:`training_seconds`, since :meth:`start_training`: the evaluations
+    before training are not counted)."""
 
     def __init__(self) -> None:
         self.before = 0.0
-        self.start = time.perf_counter()
+        self.start = self.train_start = time.perf_counter()
 
     def restart(self) -> None:
         self.start = time.perf_counter()
 
     def seconds(self) -> float:
         return self.before + time.perf_counter() - self.start
+
+    def start_training(self) -> None:
+        self.train_start = time.perf_counter()
+
+    def training_seconds(self) -> float:
+        return time.perf_counter() - self.train_start
 
 
 def check_saveable(weights: Iterable[torch.Tensor], where: str, last_checkpoint: str | None) -> None:
@@ -150,3 +167,127 @@ def eval_line(label: str, res: dict) -> str:
     greedy = f", greedy {g['success']:.2f}" if g else ""
     return (f"held-out ({label}): sampled success {s['success']:.2f} (invalid {s['invalid_rate']:.2f})"
             f"{greedy}  [{res['wall_s']:.0f}s]")
+
+
+class Run(Protocol):
+    """What a trainer gives :func:`fit`. Steps are numbered from 0 (checkpoint folders and ``metrics.jsonl``
+    rows use that number; log lines count from 1)."""
+
+    cfg: RunConfig
+    dir: Path  # the run folder
+    device: Any
+    log: RunLog  # metrics.jsonl (and TensorBoard, W&B, MLflow)
+    clock: WallClock
+    stop: StopSignal
+    last_checkpoint: str | None
+    main: bool  # whether this process writes the run folder (data-parallel: rank 0 alone)
+    first_step: int  # the step training starts from: 0, or the one after a resumed checkpoint
+    total_steps: int
+    unit: str  # what a step is, in the plural, for the log ("iterations")
+
+    def resume(self) -> bool:
+        """Load the newest intact checkpoint and set :attr:`first_step` (``False``: none, the run starts over)."""
+
+    def begin(self) -> None:
+        """Anything the trainer readies once it knows where training starts (before the evaluation)."""
+
+    def evaluate_before(self) -> dict | None:
+        """The held-out evaluation of the untrained policy (``None`` on a process that does not evaluate)."""
+
+    def budget_stop(self) -> str:
+        """Which budget forbids starting the next step ('' when none does)."""
+
+    def step_name(self, k: int) -> str:
+        """Step ``k`` as the log lines name it (``iteration 3/10``)."""
+
+    def step(self, k: int) -> dict[str, Any]:
+        """Train step ``k``; its metrics row."""
+
+    def report(self, k: int, row: dict[str, Any]) -> None:
+        """Step ``k``'s progress line; the trainer's guards may stop the run here, before its checkpoint."""
+
+    def save(self, k: int) -> None:
+        """Checkpoint step ``k`` (never weights that hold NaN/inf: :func:`check_saveable`)."""
+
+    def interrupted(self, k: int) -> Interrupted:
+        """The stop a signal asked for, after step ``k`` (-1: before any step)."""
+
+    def evaluate_after(self) -> dict | None:
+        """The held-out evaluation of the trained policy (``None`` on a process that does not evaluate)."""
+
+    def close_rank(self) -> dict[str, Any]:
+        """The end of a process that does not evaluate (its result instead of the summary)."""
+
+    def finish(self, before: dict | None, after: dict) -> tuple[dict[str, Any], dict[str, str]]:
+        """Draw ``curves.png`` and close what the run opened; the summary's own fields and its precision."""
+
+    def release(self) -> None:
+        """Close what the run opened (loggers, env pools, the library) when it stops on a signal."""
+
+
+def fit(run: Run, resume: bool = False) -> dict[str, Any]:
+    """A whole run: ``config.yaml`` → the resume point → the evaluation before training → the training steps
+    (:func:`train`) → the evaluation after → ``curves.png`` and ``eval/summary.json`` (its fields: the trainer's
+    own, then both evaluations, the wall seconds, the last checkpoint, the precision and the device). A stop asked
+    by a signal raises :class:`Interrupted` after what is written is flushed (:meth:`Run.release`)."""
+    if run.main:
+        write_config(run.dir, run.cfg)
+    if resume:
+        run.resume()
+    run.begin()
+    run.clock.restart()
+    try:
+        before = evaluation_before(run.cfg, run.dir, run.first_step == 0, run.evaluate_before, run.stop)
+        train(run)
+        run.stop.doing = "the held-out evaluation after training"
+        after = run.evaluate_after()
+    except (Interrupted, KeyboardInterrupt):  # what is written stays; the loggers flush, the envs close
+        run.release()
+        raise
+    if after is None:
+        return run.close_rank()
+    log.info(eval_line("trained", after))
+    own, precision = run.finish(before, after)
+    return write_summary(run.dir, own, before=before, after=after, clock=run.clock,
+                         checkpoint=run.last_checkpoint, precision=precision, device=run.device)
+
+
+def train(run: Run) -> None:
+    """The training steps from :attr:`Run.first_step` to :attr:`Run.total_steps`, each :func:`train_step`, until a
+    budget forbids the next one (:meth:`Run.budget_stop`) or a signal asks to stop (:class:`Interrupted`, before the
+    first step or after the one in progress, which is checkpointed). A run stopped by a budget between checkpoints
+    checkpoints its last step, so the weights evaluated after training are saved too."""
+    run.clock.start_training()  # the time budget covers training steps, not the evaluations
+    done = saved = run.first_step - 1  # the last step trained, and the last checkpointed
+    if run.stop.requested:  # asked during the evaluation before training
+        raise run.interrupted(done)
+    for k in range(run.first_step, run.total_steps):
+        stopped_by = run.budget_stop()
+        if stopped_by:
+            log.info("%s reached after %d %s", stopped_by, k, run.unit)
+            break
+        train_step(run, k)
+        done = k
+        if checkpoint_due(run.cfg, k, run.total_steps):
+            saved = k
+    if done > saved:
+        run.save(done)
+
+
+def train_step(run: Run, k: int) -> dict[str, Any]:
+    """Step ``k``: the trainer's step, its row logged and reported, a checkpoint when due (or when a signal asked
+    to stop: then :class:`Interrupted` follows it). Returns the row."""
+    run.stop.doing = run.step_name(k)
+    row = run.step(k)
+    run.log.log(k, row)
+    run.report(k, row)
+    if checkpoint_due(run.cfg, k, run.total_steps) or run.stop.requested:
+        run.save(k)
+    if run.stop.requested:
+        raise run.interrupted(k)
+    return row
+
+
+def checkpoint_due(cfg: RunConfig, k: int, total: int) -> bool:
+    """Whether step ``k`` is checkpointed: every ``train.save_every`` steps and the run's last."""
+    return (k + 1) % cfg.train.save_every == 0 or k == total - 1

@@ -10,7 +10,8 @@ trunk boundaries, each played after the previous round's update). Each round (:m
    (slea/experience/manager.py);
 3. :meth:`Trainer.update`: clipped policy-gradient steps on the response tokens (slea/trainer/update.py), then
    the critic's own steps.
-Then metrics.jsonl, TensorBoard, checkpoint (slea/trainer/metrics.py, runlog.py, checkpoint.py).
+Then the run lifecycle (slea/trainer/lifecycle.py) logs the iteration's row (slea/trainer/metrics.py builds it;
+metrics.jsonl and TensorBoard, slea/runs/runlog.py) and checkpoints it when due (slea/runs/checkpoint.py).
 
 Data-parallel (``slea train --nproc N``, slea/parallel/distributed.py): each rank plays its share of the task groups,
 the ranks exchange their episodes so every rank holds the whole batch, and the update sums their gradients; rank 0
@@ -47,7 +48,7 @@ from slea.parallel.checks import check_data_parallel
 from slea.parallel.distributed import DataParallel, full_weights, shard_frozen_base
 from slea.policy.engines import close_generator, make_generator, sleep_generator, start_server
 from slea.policy.model import enable_gradient_checkpointing, load_policy
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.progress import Progress
 from slea.rollout import schemes
 from slea.rollout.collector import RolloutCollector, RolloutStats
@@ -55,6 +56,7 @@ from slea.rollout.sampling import RoundRollouts, iteration_seeds, merge_stats
 from slea.runs import checkpoint as ckpt
 from slea.runs.episodes import EpisodeSampler
 from slea.runs.runlog import RunLog, plot_curves
+from slea.trainer import lifecycle
 from slea.trainer.budgets import budget_spent, spent_budget
 from slea.trainer.critic import Critic
 from slea.trainer.guards import (
@@ -68,14 +70,10 @@ from slea.trainer.lifecycle import (
     WallClock,
     announce_resume,
     check_saveable,
-    eval_line,
-    evaluation_before,
     held_out_marks,
     load_resume_point,
     run_dir_for,
     seed_everything,
-    write_config,
-    write_summary,
 )
 from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
 from slea.trainer.select import TRAINERS
@@ -191,7 +189,10 @@ def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
 
 
 class Trainer:
-    """Wires config, policy, envs, collector, experience library and logs; :meth:`fit` runs the loop."""
+    """Wires config, policy, envs, collector, experience library and logs; :meth:`fit` runs the loop (the run
+    lifecycle of slea/trainer/lifecycle.py, a step being one :meth:`iteration`)."""
+
+    unit = "iterations"
 
     def __init__(self, cfg: RunConfig, run_dir: Path | None = None):
         self.cfg = cfg
@@ -231,7 +232,8 @@ class Trainer:
                           [n for n in cfg.run.loggers if n in ("jsonl", "tensorboard")],
                           project=cfg.run.project, config=cfg.model_dump(mode="json"))
         self.samples = EpisodeSampler(self.out, cfg.run.episode_samples, cfg.run.episode_samples_bytes)
-        self.start_iteration = 0
+        self.first_step = 0  # the iteration training starts from (after a resumed checkpoint's)
+        self.last_iteration_s = 0.0  # the last iteration's seconds: the time budget's estimate of the next one
         self.clock = WallClock()  # the run's wall seconds, earlier processes of a resumed run included
         self.episodes = 0
         self.env_steps = 0
@@ -401,7 +403,7 @@ class Trainer:
         self.samples.truncate(it)
         if state is None:
             return False
-        self.start_iteration = it + 1
+        self.first_step = it + 1
         self.episodes = int(state.get("episodes", 0))
         self.env_steps = int(state.get("env_steps", 0))
         self.rollout_count = int(state.get("rollouts", self.episodes))  # older checkpoints: episodes only
@@ -417,71 +419,61 @@ class Trainer:
                         f"iteration {it + 2}/{total}" if it + 1 < total else None, "every iteration is done")
         return True
 
-    # -- the loop ----------------------------------------------------------------------------------------------
+    # -- the run lifecycle's steps (slea/trainer/lifecycle.py) ----------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
-        cfg = self.cfg
-        if self.dp.main:
-            write_config(self.dir, cfg)
-        if resume:
-            self.resume()
-        self.generator.sync_weights(self.model)  # a served engine starts from the trainer's weights
-        self.clock.restart()
-        try:
-            before = evaluation_before(cfg, self.dir, self.start_iteration == 0, self._evaluate_before, self.stop)
-            self._train(cfg)
-            self.stop.doing = "the held-out evaluation after training"
-            with full_weights(self.model):  # every rank gathers; rank 0 alone evaluates and writes the summary
-                if not self.dp.main:
-                    return self._close_rank()
-                after = self.evaluate("after", cfg.train.iterations)
-        except (Interrupted, KeyboardInterrupt):  # what is written stays; the loggers flush, the envs close
-            self._release()
-            raise
-        log.info(eval_line("trained", after))
-        return self._finish(before, after)
+        """The run (:func:`slea.trainer.lifecycle.fit`): ``train.iterations`` iterations, each logged and
+        checkpointed as ``train.save_every`` says, until a budget or a stop asked by a signal, between held-out
+        evaluations; ``resume`` continues from the run folder's newest checkpoint (:meth:`resume`)."""
+        return lifecycle.fit(self, resume)
 
-    def _evaluate_before(self) -> dict | None:
+    @property
+    def main(self) -> bool:
+        return self.dp.main  # rank 0 alone writes the run folder
+
+    @property
+    def total_steps(self) -> int:
+        return self.cfg.train.iterations
+
+    def begin(self) -> None:
+        self.generator.sync_weights(self.model)  # a served engine starts from the trainer's weights
+
+    def evaluate_before(self) -> dict | None:
         """The held-out evaluation before training: every rank gathers the weights (a collective), rank 0 alone
         evaluates (the others get ``None``)."""
         with full_weights(self.model):
             return self.evaluate("before", 0) if self.dp.main else None
 
-    def _train(self, cfg: RunConfig) -> None:
-        """The iterations from ``start_iteration`` on, each logged and checkpointed as ``train.save_every`` says,
-        until ``train.iterations``, a budget, or a stop asked by a signal (:class:`Interrupted` after the
-        iteration in progress is logged and checkpointed)."""
-        t_train = time.perf_counter()  # the budget covers training iterations, not the evaluations
-        last_iter_s, last_run, last_saved = 0.0, self.start_iteration - 1, self.start_iteration - 1
-        for it in range(self.start_iteration, cfg.train.iterations):
-            if self.stop.requested:  # asked before this iteration began (during the evaluation before training)
-                raise self._interrupted(last_saved)
-            if self.dp.from_main(budget_spent(time.perf_counter() - t_train, last_iter_s, cfg.train.time_budget_s)):
-                log.info("time budget of %.0fs reached after %d iterations", cfg.train.time_budget_s, it)
-                break
-            spent = spent_budget(cfg.train, self.rollout_count, self.env_steps)
-            if spent:
-                log.info("%s reached after %d iterations", spent, it)
-                break
-            self.stop.doing = f"iteration {it + 1}/{cfg.train.iterations}"
-            m = self.iteration(it)
-            last_run = it
-            last_iter_s = m["time/iteration_s"]
-            self.log.log(it, m)
-            log.info(_iter_line(it, cfg.train.iterations, m))
-            # Guards stop the run before this iteration's checkpoint: the last one stays the last good one.
-            self.bad_updates.check(it, self.last_checkpoint)
-            check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
-                             cfg.env.max_fault_rate, it, schemes.last_error(self.rollouts),
-                             self.last_checkpoint)
-            if (it + 1) % cfg.train.save_every == 0 or it == cfg.train.iterations - 1 or self.stop.requested:
-                self.save(it)  # a stop asked during the iteration: it is checkpointed, whatever save_every says
-                last_saved = it
-            if self.stop.requested:
-                raise self._interrupted(it)
-        if last_run > last_saved:  # stopped by the budget between saves: the evaluated weights are saved too
-            self.save(last_run)
+    def evaluate_after(self) -> dict | None:
+        """The held-out evaluation after training, as :meth:`evaluate_before`."""
+        with full_weights(self.model):
+            return self.evaluate("after", self.cfg.train.iterations) if self.dp.main else None
 
-    def _interrupted(self, it: int) -> Interrupted:
+    def budget_stop(self) -> str:
+        """Which budget forbids starting another iteration ('' when none does): ``train.time_budget_s`` against
+        this process's training seconds (rank 0 decides for every rank), then the rollout and env-step budgets."""
+        train = self.cfg.train
+        if self.dp.from_main(budget_spent(self.clock.training_seconds(), self.last_iteration_s, train.time_budget_s)):
+            return f"time budget of {train.time_budget_s:.0f}s"
+        return spent_budget(train, self.rollout_count, self.env_steps)
+
+    def step_name(self, it: int) -> str:
+        return f"iteration {it + 1}/{self.cfg.train.iterations}"
+
+    def step(self, it: int) -> dict[str, float]:
+        """One :meth:`iteration`; its metrics row."""
+        m = self.iteration(it)
+        self.last_iteration_s = m["time/iteration_s"]
+        return m
+
+    def report(self, it: int, m: dict[str, float]) -> None:
+        """The iteration's log line; the guards stop the run before its checkpoint (the last one stays the last
+        good one)."""
+        log.info(_iter_line(it, self.cfg.train.iterations, m))
+        self.bad_updates.check(it, self.last_checkpoint)
+        check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
+                         self.cfg.env.max_fault_rate, it, schemes.last_error(self.rollouts), self.last_checkpoint)
+
+    def interrupted(self, it: int) -> Interrupted:
         """The stop a signal asked for, after iteration ``it`` (-1: none yet in this process); ``curves.png``
         is drawn from the rows so far."""
         total = self.cfg.train.iterations
@@ -492,7 +484,7 @@ class Trainer:
             plot_curves(self.log.rows(), self.dir / "curves.png")
         return Interrupted(self.stop.requested or "SIGINT", where, self.dir, self.last_checkpoint)
 
-    def _release(self) -> None:
+    def release(self) -> None:
         """Close what the run opened besides the generator (:meth:`close`): loggers, env pools, the library."""
         self.log.close()
         schemes.close(self.rollouts)
@@ -503,28 +495,24 @@ class Trainer:
         """Free the generation engine (a managed vLLM server stops); idempotent, also after :meth:`fit`."""
         close_generator(self.generator)
 
-    def _close_rank(self) -> dict[str, Any]:
+    def close_rank(self) -> dict[str, Any]:
         """The end of a rank other than 0: close what it opened and remove its scratch folder."""
         iterations = len(self.log.rows())
         self.close()
-        self.log.close()
-        schemes.close(self.rollouts)
-        if self.experience is not None:
-            self.experience.close()
+        self.release()
         shutil.rmtree(self.out, ignore_errors=True)
         return {"rank": self.dp.rank, "iterations": iterations}
 
-    def _finish(self, before: dict | None, after: dict) -> dict[str, Any]:
-        cfg = self.cfg
+    def finish(self, before: dict | None, after: dict) -> tuple[dict[str, Any], dict[str, str]]:
+        """``curves.png``, everything closed; the summary's own fields and precision."""
         rows = self.log.rows()
         plot_curves(rows, self.dir / "curves.png", held_out_marks(before, after))
         self.close()
-        self._release()
-        # log-probs are recorded at generation and recomputed in training, both under this precision
-        return write_summary(self.dir, {"episodes": self.episodes, "iterations": len(rows)}, before=before,
-                             after=after, clock=self.clock, checkpoint=self.last_checkpoint, device=self.device,
-                             precision={"generation": cfg.model.dtype, "training": cfg.model.dtype,
-                                        "base_weights": str(_frozen_dtype(self.model)).removeprefix("torch.")})
+        self.release()
+        dtype = self.cfg.model.dtype  # log-probs are recorded at generation and recomputed in training, both under it
+        return {"episodes": self.episodes, "iterations": len(rows)}, {
+            "generation": dtype, "training": dtype,
+            "base_weights": str(_frozen_dtype(self.model)).removeprefix("torch.")}
 
 
 def _frozen_dtype(model) -> torch.dtype:

@@ -46,8 +46,8 @@ def _resolve(target: str):
 TRAINERS: tuple[TrainerKind, ...] = (
     # the on-policy loop (slea/trainer/rl.py); "snapshots" through its rollout scheme (slea/rollout/schemes.py)
     TrainerKind("rl", frozenset({"critic", "clusters", "reference", "snapshots"}), "slea.trainer.rl:Trainer"),
-    # TeamTR's stage loop (slea/trainer/teamtr.py): a team of LoRA agents, one single-agent update at a time
-    TrainerKind("team", frozenset({"team"}), "slea.trainer.teamtr:TeamTrainer", "slea.trainer.teamtr:check_team_config"),
+    # TeamTR's stage loop (slea/trainer/team.py): a team of LoRA agents, one single-agent update at a time
+    TrainerKind("team", frozenset({"team"}), "slea.trainer.team:TeamTrainer", "slea.trainer.team:check_team_config"),
 )
 
 

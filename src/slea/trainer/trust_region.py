@@ -4,7 +4,7 @@ The loop is policy-agnostic: it gets callables for one optimizer step under a gi
 (Eq.11) of the current weights against ``π_cur``, and for saving / restoring the agent's weights. Eq.11 averages
 over ``M_j``, every message of the agent in the rollouts (not only those the step trained on, whose likelihood the
 step has just raised: there the printed k1 estimate reads negative after most steps), and the TeamTR trainer
-measures it so, with the never-negative k3 estimate by default (slea/trainer/teamtr.py). The decisions are :func:`slea.algorithms.teamtr.adapt_beta`'s (a pure function): after each step it
+measures it so, with the never-negative k3 estimate by default (slea/trainer/team.py). The decisions are :func:`slea.algorithms.teamtr.adapt_beta`'s (a pure function): after each step it
 raises or relaxes β and says when to stop. The weights the loop ends with are always inside the trust region:
 when it stops outside (``max_steps`` reached), the last iterate that was inside is restored (the pre-update
 weights at worst, where ``d̂ = 0``).

@@ -16,7 +16,8 @@ from slea.config import load_config
 from slea.runs import checkpoint as ckpt
 from slea.runs.runlog import read_metrics
 from slea.testing.team_signal import signal_algorithm
-from slea.trainer.teamtr import TeamTrainer
+from slea.trainer.lifecycle import train_step
+from slea.trainer.team import TeamTrainer
 
 pytest.importorskip("textworld")
 
@@ -92,7 +93,7 @@ def test_env_step_budget_counts_the_acting_agents_moves(tmp_path):
         return episodes, stats
 
     tr.collector.collect = counting
-    rows = tr.run_stage(0)
+    rows = [train_step(tr, k) for k in range(len(tr.task.roles))]  # stage 0
     tr.close()
     # fresh rollouts: π̂^0, then the team after each update; a planner's message steps no env
     assert [r["env_steps"] for r in rows] == [played[0] + played[1], sum(played)]

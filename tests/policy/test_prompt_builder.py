@@ -2,7 +2,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from slea.envs.base import DEFAULT_INSTRUCTIONS
-from slea.policy.prompts import PromptBuilder, clip_observation, parse_action
+from slea.policy.prompt_builder import PromptBuilder, clip_observation, parse_action
 from slea.types import Instructions
 
 ADM = ["go north", "take coin", "take red key", "open door"]

@@ -15,7 +15,8 @@ from slea.config import ConfigError, build_config, load_config
 from slea.team import SharedContext
 from slea.team.rollout import TeamEpisode
 from slea.testing.team_signal import signal_algorithm as registered_signal
-from slea.trainer.teamtr import TeamTrainer, agent_samples, check_team_config, stage_order, stale_weights
+from slea.trainer.lifecycle import train_step
+from slea.trainer.team import TeamTrainer, agent_samples, check_team_config, stage_order, stale_weights
 from slea.types import Step, Trajectory
 
 pytest.importorskip("textworld")
@@ -29,6 +30,13 @@ SIGNAL = "test_team_signal"
 OVERRIDES = ["rollout.groups=1", "team.max_turns=2", "team.order=reverse", "team.trust_region.min_steps=1",
              "team.trust_region.max_steps=3", "train.iterations=1",
              "train.lr=0.001", f"algorithm.name={SIGNAL}"]
+
+
+def run_stage(tr: TeamTrainer, s: int) -> list[dict]:
+    """Stage ``s`` of ``tr``: its single-agent updates, each logged and checkpointed as in a run (the lifecycle's
+    step); their rows."""
+    n = len(tr.task.roles)
+    return [train_step(tr, k) for k in range(s * n, (s + 1) * n)]
 
 
 @pytest.fixture
@@ -118,7 +126,7 @@ def test_a_stage_resamples_after_every_agent_update_and_the_stale_baselines_do_n
         return update(agent, samples)
 
     tr.collector.collect, tr.update_agent = counting_collect, counting_update
-    rows = tr.run_stage(0)
+    rows = run_stage(tr, 0)
     kinds = [(e[0], e[1]) for e in events]
     # σ = reverse: actor (1) then planner (0); a fresh collection before each update and one after the last
     assert kinds == [("collect", 0), ("update", 1), ("collect", 1), ("update", 0), ("collect", 2)]
@@ -155,7 +163,7 @@ def test_a_stage_resamples_after_every_agent_update_and_the_stale_baselines_do_n
     # naive sequential (team.rollouts: stale): both updates learn from the stage's first rollouts
     tr.cfg.team.rollouts = "stale"
     events.clear()
-    rows = tr.run_stage(1)
+    rows = run_stage(tr, 1)
     assert [(e[0], e[1]) for e in events] == [("collect", 3), ("update", 1), ("update", 0), ("collect", 5)]
     first = {tuple(s.response_ids) for e in events[0][3] for s in e.rows_of(0)}
     assert {tuple(s.response_ids) for s in events[2][2]} <= first  # the planner's samples are stale
@@ -165,7 +173,7 @@ def test_a_stage_resamples_after_every_agent_update_and_the_stale_baselines_do_n
     # importance-weighted stale rollouts: the planner's advantages carry the updated actor's likelihood ratios
     tr.cfg.team.rollouts = "stale_iw"
     events.clear()
-    rows = tr.run_stage(2)
+    rows = run_stage(tr, 2)
     assert [(e[0], e[1]) for e in events] == [("collect", 6), ("update", 1), ("update", 0), ("collect", 8)]
     assert rows[0]["teamtr/iw_mean"] == rows[0]["teamtr/iw_max"] == 1.0  # nobody was updated before the actor
     weights = {abs(a) for s in events[2][2] for a in s.advantages}

@@ -3,7 +3,7 @@
 Layout of the user message (:func:`team_turn`): ``Goal:`` (when there is one), ``Team transcript:`` (the last k
 messages of the shared context as ``[speaker] text`` lines, oldest first, the latest observation included),
 ``Valid commands:`` (for an acting role when the env lists its actions) and the role's answer cue. Rendered by
-the model's chat template, as single-agent prompts are (slea.policy.prompts).
+the model's chat template, as single-agent prompts are (slea.policy.prompt_builder).
 """
 
 from __future__ import annotations

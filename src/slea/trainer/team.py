@@ -1,6 +1,7 @@
 """The TeamTR trainer: a team's agents fine-tuned one at a time, each on fresh rollouts of the intermediate team.
 
-One stage (:meth:`TeamTrainer.stage`; Xie et al. 2026, TeamTR §3, Algorithm "one stage"):
+One stage (Xie et al. 2026, TeamTR §3, Algorithm "one stage"; each single-agent update is one :meth:`TeamTrainer.step`
+of the run lifecycle, slea/trainer/lifecycle.py, which logs and checkpoints it):
 
 1. the stage's task batch B (N task seeds, :func:`slea.rollout.sampling.iteration_seeds`) and an order σ of the agents
    (:func:`stage_order`, ``team.order``);
@@ -30,7 +31,8 @@ after < before), ``train/success``, ``train/return``, ``train/invalid_rate`` (of
 from), the cumulative ``rollouts`` (team episodes) and ``env_steps`` (the acting agent's moves), what the update's
 collections added to them (``budget/rollouts``, ``budget/env_steps``, as a single-agent iteration's), plus the loss's.
 Budgets (``train.time_budget_s``, ``rollout_budget``, ``env_step_budget``) are checked before every single-agent
-update (:meth:`TeamTrainer.budget_stop`); a stop checkpoints the last update and evaluates as a finished run does.
+update (:meth:`TeamTrainer.budget_stop`); a stop writes the stage's adapters, checkpoints the last update and
+evaluates as a finished run does.
 
 ``slea train`` runs this trainer for an algorithm that declares it needs a team (slea/trainer/select.py), into
 the single-agent run folder layout. After every single-agent update (every ``train.save_every`` updates) an
@@ -68,23 +70,15 @@ from slea.rollout.collector import retokenized
 from slea.rollout.sampling import iteration_seeds
 from slea.runs import checkpoint as ckpt
 from slea.runs.runlog import RunLog, plot_curves, read_metrics
-from slea.team.prompts import TeamPromptBuilder
+from slea.team.prompt_builder import TeamPromptBuilder
 from slea.team.rollout import TeamCollector, TeamEpisode
 from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
+from slea.trainer import lifecycle
 from slea.trainer.budgets import stop_reason
 from slea.trainer.guards import faulted
 from slea.trainer.interrupt import Interrupted, StopSignal
-from slea.trainer.lifecycle import (
-    WallClock,
-    eval_line,
-    evaluation_before,
-    held_out_marks,
-    run_dir_for,
-    seed_everything,
-    write_config,
-    write_summary,
-)
+from slea.trainer.lifecycle import WallClock, held_out_marks, run_dir_for, seed_everything
 from slea.trainer.metrics import response_metrics
 from slea.trainer.team_checkpoint import TeamCheckpoints
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
@@ -176,7 +170,11 @@ def check_team_config(cfg: RunConfig) -> None:
 
 class TeamTrainer(TeamCheckpoints):
     """Wires the team (n LoRA adapters on one base), its collector, one optimizer and one β per agent, the
-    logs; :meth:`fit` runs ``train.iterations`` stages."""
+    logs; :meth:`fit` runs ``train.iterations`` stages (the run lifecycle of slea/trainer/lifecycle.py, a step
+    being one single-agent update, :meth:`step`)."""
+
+    unit = "single-agent updates"
+    main = True  # one process writes the run folder
 
     def __init__(self, cfg: RunConfig, run_dir: Path | None = None):
         from slea.team.policy import build_team_policy
@@ -218,16 +216,17 @@ class TeamTrainer(TeamCheckpoints):
         self.messages = 0  # agent messages of those episodes
         self.env_steps = 0  # env steps of those episodes (the acting agent's moves; a planner's message is none)
         self.train_s = 0.0  # training seconds before this process (a resumed run's budget already spent)
-        self.t_train = time.perf_counter()  # when this process's training started (fit resets it)
-        self.clock = WallClock()  # the run's wall seconds, earlier processes of a resumed run included
+        self.clock = WallClock()  # the run's wall seconds, earlier processes of a resumed run included; and this
+        # process's training seconds (since its training began: since fit's evaluation before)
         self.last_update_s = 0.0  # the last single-agent update's seconds, its collections included
         self.stopped = ""  # the budget that stopped the run ('' while none did)
-        self.unsaved: tuple[int, int, Any] | None = None  # the last update logged but not checkpointed
         # what a checkpoint holds: every agent's adapter (by peft parameter name) and every agent's optimizer
         self.weights = {k: v for j in range(n) for k, v in self.team.named_adapter_parameters(j).items()}
         self.optimizer_set = ckpt.OptimizerSet(self.optimizers)
-        self.start: tuple[int, int] = (0, 0)  # (stage, position in σ) the run continues from
-        self.pending: tuple[list[TeamEpisode], np.ndarray] | None = None  # resumed mid-stage: what it learns from
+        self.first_step = 0  # the single-agent update training starts from (stage · n + position in σ)
+        # mid-stage, what the stage's next update learns from: the rollouts and the stale_iw log-ratios (None when
+        # the next update opens a stage); a checkpoint keeps it, so a resumed run enters a stage where it stopped
+        self.pending: tuple[list[TeamEpisode], np.ndarray] | None = None
         self.last_kl: dict[str, float] = {}  # measure_kl's last measurement: both estimates and the messages
         self.last_checkpoint: str | None = None
         self.saved_step: str | None = None  # what the last checkpoint holds, as the log lines say it
@@ -250,8 +249,11 @@ class TeamTrainer(TeamCheckpoints):
         trainer decides before an iteration (:func:`slea.trainer.budgets.stop_reason`): ``train.time_budget_s``
         against this run's training seconds, those before a resume included, the last update's seconds the next
         one's estimate; ``train.rollout_budget`` against the team episodes played; ``env_step_budget`` their steps."""
-        return stop_reason(self.cfg.train, self.train_s + time.perf_counter() - self.t_train, self.last_update_s,
-                           self.episodes, self.env_steps)
+        self.stopped = stop_reason(self.cfg.train, self.train_s + self.clock.training_seconds(), self.last_update_s,
+                                   self.episodes, self.env_steps)
+        if self.stopped:  # the stage stops here: its adapters are written as a finished stage's are
+            self.team.save_adapters(self.dir / "adapters")
+        return self.stopped
 
     # -- held-out evaluation ---------------------------------------------------------------------------------
     def evaluate(self, name: str) -> dict[str, Any]:
@@ -302,7 +304,7 @@ class TeamTrainer(TeamCheckpoints):
         team.model.train()
         samples = self.recompute_old_logprobs(samples)
         trained = self.trained(samples)
-        res = trust_region_update(lambda beta: self._step(agent, samples, trained, beta),
+        res = trust_region_update(lambda beta: self._optimizer_step(agent, samples, trained, beta),
                                   lambda: self.measure_kl(samples), lambda: team.state(agent),
                                   lambda saved: team.load_state(agent, saved), self.betas[agent], self.trust_region)
         self.betas[agent] = res.beta
@@ -330,7 +332,8 @@ class TeamTrainer(TeamCheckpoints):
         return logp, mask, right_aligned([s.old_logprobs for s in chunk], k, logp.device), right_aligned(
             [s.advantages for s in chunk], k, logp.device)
 
-    def _step(self, agent: int, samples: list[Sample], trained: list[bool], beta: float) -> dict[str, float]:
+    def _optimizer_step(self, agent: int, samples: list[Sample], trained: list[bool], beta: float
+                        ) -> dict[str, float]:
         """One optimizer step of ``agent`` on Eq.10: the policy loss over the ``trained`` messages (its mean over
         them: micro-batches weighted by their trained messages) plus ``β·d̂`` over all of ``samples`` (Eq.11's
         ``M_j``: micro-batches weighted by their messages). A loss with a ``beta`` keyword (``teamtr``) gets 0
@@ -381,155 +384,139 @@ class TeamTrainer(TeamCheckpoints):
         self.last_kl = {**{est: v / max(messages, 1) for est, v in totals.items()}, "messages": messages}
         return self.last_kl[self.kl_estimator]
 
-    # -- one stage -----------------------------------------------------------------------------------------------
-    def stage(self, s: int, first: int = 0, pending: tuple[list[TeamEpisode], np.ndarray] | None = None
-              ) -> list[dict[str, Any]]:
-        """Stage ``s`` (module docstring); returns its metrics rows, one per single-agent update, each logged and
-        checkpointed (:meth:`record`) as soon as its update and the collection after it are done.
+    # -- one single-agent update: the run lifecycle's step (slea/trainer/lifecycle.py) ---------------------------
+    @property
+    def total_steps(self) -> int:
+        return self.cfg.train.iterations * len(self.task.roles)
+
+    def step_name(self, k: int) -> str:
+        """A single-agent update as the log lines number it (from 1): ``stage 2/3, update 1/2``."""
+        stage, position = divmod(k, len(self.task.roles))
+        return f"stage {stage + 1}/{self.cfg.train.iterations}, update {position + 1}/{len(self.task.roles)}"
+
+    def step(self, k: int) -> dict[str, Any]:
+        """Single-agent update ``k`` = stage ``s``, position ``i`` in σ (module docstring); its metrics row. The
+        stage's first update collects π̂^0; each learns from :attr:`pending` (the rollouts the update before it left,
+        or a resumed checkpoint kept) and leaves the next one's there; a stage's last update writes the team's
+        adapters to ``<run>/adapters/``.
 
         Baselines (``team.rollouts``): ``stale``, naive sequential training, every agent of the stage learns from
         the stage's first collection, and the team plays again only after the last update (2 collections per
         stage, ``team/return_after`` on the last row only); ``stale_iw``, the same with each rollout's advantages
-        weighted by :func:`stale_weights` of the agents updated before in the stage.
-
-        A resumed run enters mid-stage at position ``first`` with ``pending``: the rollouts that update learns
-        from and the ``stale_iw`` log-ratios, as the checkpoint of the update before it kept them."""
+        weighted by :func:`stale_weights` of the agents updated before in the stage."""
         cfg = self.cfg
         mode = cfg.team.rollouts
+        n = len(self.task.roles)
+        s, i = divmod(k, n)
         seeds = iteration_seeds(cfg.run.seed, s, cfg.rollout.groups)
-        order = stage_order(cfg.team.order, len(self.task.roles), cfg.run.seed, s)
-        episodes, log_ratio = (None, None) if pending is None else (pending[0], np.array(pending[1], dtype=np.float64))
-        rows = []
-        for i in range(first, len(order)):
-            self.stopped = self.budget_stop()  # budgets stop the run between single-agent updates
-            if self.stopped:
-                break
-            self.stop.doing = f"stage {s + 1}/{cfg.train.iterations}, update {i + 1}/{len(order)}"
-            t_row, played_before = time.perf_counter(), (self.episodes, self.env_steps)
-            if episodes is None:
-                episodes = self.collect(s, 0, seeds)  # π̂^0
-                log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of updated agents' messages
-            agent = order[i]
-            t0 = time.perf_counter()
-            weights = stale_weights(log_ratio, cfg.team.iw_clip) if mode == "stale_iw" else None
-            samples = self.samples_for(agent, episodes, None if weights is None else weights.tolist())
-            row: dict[str, Any] = {"stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
-                                   "team/return_before": mean_return(episodes),
-                                   # rows trained on other ids than their engine consumed or produced (always 0)
-                                   "rollout/retokenized": retokenized(st for e in episodes for st in e.trajectory.steps)}
-            played = summarize([e.trajectory for e in episodes])  # the rollouts this update learns from
-            row.update({f"train/{k}": played[k] for k in ("success", "return", "invalid_rate")})
-            row.update({f"response/{k}": v for k, v in response_metrics([e.trajectory for e in episodes],
+        order = stage_order(cfg.team.order, n, cfg.run.seed, s)
+        t_row, played_before = time.perf_counter(), (self.episodes, self.env_steps)
+        if self.pending is None:
+            episodes = self.collect(s, 0, seeds)  # π̂^0
+            log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of updated agents' messages
+        else:
+            episodes, log_ratio = self.pending[0], np.array(self.pending[1], dtype=np.float64)
+        agent = order[i]
+        t0 = time.perf_counter()
+        weights = stale_weights(log_ratio, cfg.team.iw_clip) if mode == "stale_iw" else None
+        samples = self.samples_for(agent, episodes, None if weights is None else weights.tolist())
+        row: dict[str, Any] = {"stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
+                               "team/return_before": mean_return(episodes),
+                               # rows trained on other ids than their engine consumed or produced (always 0)
+                               "rollout/retokenized": retokenized(st for e in episodes for st in e.trajectory.steps)}
+        played = summarize([e.trajectory for e in episodes])  # the rollouts this update learns from
+        row.update({f"train/{key}": played[key] for key in ("success", "return", "invalid_rate")})
+        row.update({f"response/{key}": v for key, v in response_metrics([e.trajectory for e in episodes],
                                                                        cfg.rollout.max_new_tokens).items()})
-            if weights is not None:
-                row["teamtr/iw_mean"], row["teamtr/iw_max"] = float(weights.mean()), float(weights.max())
-            before = self.message_logprobs(agent, episodes) if mode == "stale_iw" else None
-            self.last_kl = {"k1": 0.0, "k3": 0.0, "messages": len(samples)}
-            if any(any(abs(a) >= 1e-8 for a in s.advantages) for s in samples):
-                res = self.update_agent(agent, samples)
-                beta_used = res.beta_history[-1]
-            else:  # nothing to learn from (no message, or every advantage 0): the agent stays as it is
-                res, beta_used = TrustRegionResult(0.0, self.betas[agent], 0, False), self.betas[agent]
-            kl = self.last_kl  # both estimates at the accepted weights (the last measurement of the update)
-            if before is not None:
-                log_ratio += self.message_logprobs(agent, episodes) - before
-            t_update = time.perf_counter() - t0
-            if mode == "fresh" or i == len(order) - 1:
-                after = self.collect(s, i + 1, seeds)  # π̂^i plays: the return after this update
-                row["team/return_after"] = mean_return(after)
-                row["team/success_after"] = float(np.mean([e.trajectory.won for e in after])) if after else 0.0
-                if mode == "fresh":
-                    episodes = after  # TeamTR: the next agent learns from the intermediate team's fresh rollouts
-            row = {
-                **row, "teamtr/token_kl": res.kl, "teamtr/kl_estimator": self.kl_estimator,
-                "teamtr/kl_messages": kl["messages"], "teamtr/token_kl_k1": kl["k1"], "teamtr/token_kl_k3": kl["k3"],
-                "teamtr/kl_max": max(res.kl_history, default=0.0), "teamtr/beta": beta_used,
-                "teamtr/beta_next": res.beta, "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted),
-                "teamtr/samples": sum(self.trained(samples)) if res.steps else 0,
-                **{f"update/{k}": v for k, v in res.step_metrics.items()},
-                "update/lr": self.optimizers[agent].param_groups[0]["lr"],
-                "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
-                "episodes": self.episodes, "rollouts": self.episodes, "env_steps": self.env_steps,
-                # what this update spent of the budgets (its collections), as the single-agent rows' budget/*
-                "budget/rollouts": self.episodes - played_before[0],
-                "budget/env_steps": self.env_steps - played_before[1],
-            }
-            self.last_update_s = time.perf_counter() - t_row
-            rows.append(row)
-            self.record(row, len(order), None if i == len(order) - 1 else (episodes, log_ratio))
-            if self.stop.requested:  # a signal asked to stop: this update is checkpointed, whatever save_every says
-                if self.unsaved is not None:
-                    self.save(*self.unsaved)
-                raise Interrupted(self.stop.requested, self.stop.doing, self.dir, self.last_checkpoint)
-        return rows
-
-    def record(self, row: dict[str, Any], n: int, pending: tuple[list[TeamEpisode], np.ndarray] | None) -> None:
-        """Log an update's row (``metrics.jsonl``, TensorBoard, a progress line) and checkpoint it when due: every
-        ``train.save_every`` updates and after the run's last. ``pending``: what the stage's next update learns
-        from (``None`` after a stage's last update)."""
-        cfg = self.cfg
-        self.log.log(self.updates, row)
+        if weights is not None:
+            row["teamtr/iw_mean"], row["teamtr/iw_max"] = float(weights.mean()), float(weights.max())
+        before = self.message_logprobs(agent, episodes) if mode == "stale_iw" else None
+        self.last_kl = {"k1": 0.0, "k3": 0.0, "messages": len(samples)}
+        if any(any(abs(a) >= 1e-8 for a in s.advantages) for s in samples):
+            res = self.update_agent(agent, samples)
+            beta_used = res.beta_history[-1]
+        else:  # nothing to learn from (no message, or every advantage 0): the agent stays as it is
+            res, beta_used = TrustRegionResult(0.0, self.betas[agent], 0, False), self.betas[agent]
+        kl = self.last_kl  # both estimates at the accepted weights (the last measurement of the update)
+        if before is not None:
+            log_ratio += self.message_logprobs(agent, episodes) - before
+        t_update = time.perf_counter() - t0
+        if mode == "fresh" or i == n - 1:
+            after = self.collect(s, i + 1, seeds)  # π̂^i plays: the return after this update
+            row["team/return_after"] = mean_return(after)
+            row["team/success_after"] = float(np.mean([e.trajectory.won for e in after])) if after else 0.0
+            if mode == "fresh":
+                episodes = after  # TeamTR: the next agent learns from the intermediate team's fresh rollouts
+        row = {
+            **row, "teamtr/token_kl": res.kl, "teamtr/kl_estimator": self.kl_estimator,
+            "teamtr/kl_messages": kl["messages"], "teamtr/token_kl_k1": kl["k1"], "teamtr/token_kl_k3": kl["k3"],
+            "teamtr/kl_max": max(res.kl_history, default=0.0), "teamtr/beta": beta_used,
+            "teamtr/beta_next": res.beta, "teamtr/steps": res.steps, "teamtr/reverted": float(res.reverted),
+            "teamtr/samples": sum(self.trained(samples)) if res.steps else 0,
+            **{f"update/{key}": v for key, v in res.step_metrics.items()},
+            "update/lr": self.optimizers[agent].param_groups[0]["lr"],
+            "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
+            "episodes": self.episodes, "rollouts": self.episodes, "env_steps": self.env_steps,
+            # what this update spent of the budgets (its collections), as the single-agent rows' budget/*
+            "budget/rollouts": self.episodes - played_before[0],
+            "budget/env_steps": self.env_steps - played_before[1],
+        }
+        self.last_update_s = time.perf_counter() - t_row
         self.updates += 1
+        self.pending = None if i == n - 1 else (episodes, log_ratio)
+        if i == n - 1:
+            self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
+        return row
+
+    def report(self, k: int, row: dict[str, Any]) -> None:
+        """The update's progress line."""
         after = f"{row['team/return_after']:+.3f}" if "team/return_after" in row else "-"
         log.info("stage %d/%d update %d/%d (%s)  return %+.3f -> %s  token KL %.4f  beta %.3g  %d steps  [%.0fs]",
-                 row["stage"] + 1, cfg.train.iterations, row["position"] + 1, n, row["role"],
+                 row["stage"] + 1, self.cfg.train.iterations, row["position"] + 1, len(self.task.roles), row["role"],
                  row["team/return_before"], after, row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"],
                  row["time/stage_s"])
-        last = pending is None and row["stage"] == cfg.train.iterations - 1
-        self.unsaved = (row["stage"], row["position"], pending)
-        if self.updates % cfg.train.save_every == 0 or last:
-            self.save(*self.unsaved)
 
-    def run_stage(self, s: int, first: int = 0, pending: tuple[list[TeamEpisode], np.ndarray] | None = None
-                  ) -> list[dict[str, Any]]:
-        """Stage ``s`` (from position ``first``), then the team's adapters written to ``<run>/adapters/``."""
-        rows = self.stage(s, first, pending)
-        self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
-        return rows
+    def interrupted(self, k: int) -> Interrupted:
+        """The stop a signal asked for, after update ``k`` (-1: before any)."""
+        return Interrupted(self.stop.requested, self.step_name(k) if k >= 0 else "", self.dir, self.last_checkpoint)
 
     # -- the run -----------------------------------------------------------------------------------------------
     def fit(self, resume: bool = False) -> dict[str, Any]:
-        """``train.iterations`` stages (every single-agent update is one ``metrics.jsonl`` row and, by default,
-        one checkpoint), with held-out evaluations before (``eval.before``) and after; ``resume`` continues from
-        the run folder's newest checkpoint (:meth:`resume`). ``eval/summary.json`` is written last, so its
-        presence marks a finished run."""
+        """The run (:func:`slea.trainer.lifecycle.fit`): ``train.iterations`` stages (every single-agent update is
+        one ``metrics.jsonl`` row and, by default, one checkpoint), with held-out evaluations before
+        (``eval.before``) and after; ``resume`` continues from the run folder's newest checkpoint (:meth:`resume`).
+        ``eval/summary.json`` is written last, so its presence marks a finished run."""
+        return lifecycle.fit(self, resume)
+
+    def begin(self) -> None:
+        """Nothing to ready: the team's engine is in-process."""
+
+    def evaluate_before(self) -> dict[str, Any]:
+        return self.evaluate("before")
+
+    def evaluate_after(self) -> dict[str, Any]:
+        return self.evaluate("after")
+
+    def finish(self, before: dict | None, after: dict) -> tuple[dict[str, Any], dict[str, str]]:
+        """``curves.png`` (one point per single-agent update), everything closed; the summary's own fields and
+        precision."""
         cfg = self.cfg
-        write_config(self.dir, cfg)
-        if resume:
-            self.resume()
-        self.clock.restart()
-        try:
-            before = evaluation_before(cfg, self.dir, self.updates == 0, lambda: self.evaluate("before"), self.stop)
-            if self.stop.requested:  # asked during the evaluation before training: no update began
-                raise Interrupted(self.stop.requested, self.saved_step or "", self.dir, self.last_checkpoint)
-            first_stage, first, pending = self.start[0], self.start[1], self.pending
-            self.t_train = time.perf_counter()  # the time budget covers training, not the evaluations
-            for s in range(first_stage, cfg.train.iterations):
-                self.run_stage(s, first if s == first_stage else 0, pending if s == first_stage else None)
-                if self.stopped:
-                    log.info("%s reached after %d single-agent updates", self.stopped, self.updates)
-                    break
-            if self.unsaved is not None:  # stopped by a budget between saves: the evaluated adapters are saved too
-                self.save(*self.unsaved)
-            self.pending = None
-            self.stop.doing = "the held-out evaluation after training"
-            after = self.evaluate("after")
-        except (Interrupted, KeyboardInterrupt):  # what is written stays; the loggers flush, the envs close
-            self.close()
-            raise
-        log.info(eval_line("trained", after))
         rows = read_metrics(self.log.path)
         plot_curves(rows, self.dir / "curves.png", held_out_marks(before, after), panels=PANELS,
                     xlabel="single-agent update")
-        self.close()
+        self.release()
         own = {"team_task": self.task.name, "agents": self.task.agents, "rollouts": cfg.team.rollouts,
                "stages": cfg.train.iterations, "updates": self.updates, "iterations": len(rows),
                "episodes": self.episodes, "messages": self.messages, "env_steps": self.env_steps,
                "stopped_by": self.stopped or None}
-        return write_summary(self.dir, own, before=before, after=after, clock=self.clock,
-                             checkpoint=self.last_checkpoint, device=self.device,
-                             precision={"generation": cfg.model.dtype, "training": cfg.model.dtype})
+        return own, {"generation": cfg.model.dtype, "training": cfg.model.dtype}
 
-    def close(self) -> None:
+    def release(self) -> None:
+        """Close the loggers and the env pool."""
         self.log.close()
         self.pool.close()
+
+    def close(self) -> None:
+        """What `slea train` calls at the end, also after an error: :meth:`release` (an in-process engine holds
+        nothing more)."""
+        self.release()

@@ -10,8 +10,8 @@ import pytest
 from slea.config import load_config
 from slea.envs import factory
 from slea.team import get_team_task
-from slea.team.prompts import TeamPromptBuilder
-from slea.trainer.teamtr import TeamTrainer
+from slea.team.prompt_builder import TeamPromptBuilder
+from slea.trainer.team import TeamTrainer
 
 pytest.importorskip("textworld")
 
