@@ -164,3 +164,16 @@ def test_optimizer_set_round_trips_every_agents_moments(tmp_path):
     extra = {**weights, "2.weight": torch.nn.Parameter(torch.zeros(1))}
     with pytest.raises(ckpt.CheckpointError, match="lacks weights, e.g. 2.weight"):
         ckpt.load_checkpoint(path, extra)
+
+
+def test_a_stage_s_adapters_with_nan_weights_are_never_written(tmp_path, signal):
+    trainer = TeamTrainer(_cfg("fresh"), tmp_path)
+    trainer.write_adapters()  # finite weights: one file per agent
+    written = sorted(p.name for p in (tmp_path / "adapters").iterdir())
+    assert written
+    good = {p.name: p.read_bytes() for p in (tmp_path / "adapters").iterdir()}
+    with torch.no_grad():
+        next(iter(trainer.weights.values())).fill_(float("nan"))
+    with pytest.raises(RunHalted, match="the stage's adapters"):
+        trainer.write_adapters()
+    assert {p.name: p.read_bytes() for p in (tmp_path / "adapters").iterdir()} == good  # the good ones are kept

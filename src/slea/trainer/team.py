@@ -252,7 +252,7 @@ class TeamTrainer(TeamCheckpoints):
         self.stopped = stop_reason(self.cfg.train, self.train_s + self.clock.training_seconds(), self.last_update_s,
                                    self.episodes, self.env_steps)
         if self.stopped:  # the stage stops here: its adapters are written as a finished stage's are
-            self.team.save_adapters(self.dir / "adapters")
+            self.write_adapters()
         return self.stopped
 
     # -- held-out evaluation ---------------------------------------------------------------------------------
@@ -465,8 +465,14 @@ class TeamTrainer(TeamCheckpoints):
         self.updates += 1
         self.pending = None if i == n - 1 else (episodes, log_ratio)
         if i == n - 1:
-            self.team.save_adapters(self.dir / "adapters")  # the team after each stage, one file per agent
+            self.write_adapters()  # the team after each stage, one file per agent
         return row
+
+    def write_adapters(self) -> None:
+        """The team after a stage, one file per agent under ``<run>/adapters/``; weights that hold NaN/inf are never
+        written (:class:`RunHalted`, as for a checkpoint)."""
+        lifecycle.check_saveable(self.weights.values(), "the stage's adapters", self.last_checkpoint)
+        self.team.save_adapters(self.dir / "adapters")
 
     def report(self, k: int, row: dict[str, Any]) -> None:
         """The update's progress line."""
