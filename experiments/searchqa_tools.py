@@ -355,12 +355,13 @@ def table(root: Path | None = None) -> dict[str, Any]:
 PILOT = {"first_run": (False, False), "parse": (True, False), "parse_stop": (True, True)}
 
 
-def _first_run_parse(parser: Any, text: Any) -> tuple[list[dict[str, Any]], str]:
+def _first_run_parse(parser: Any, text: Any, parse: Callable[..., Any] | None = None
+                     ) -> tuple[list[dict[str, Any]], str]:
     """The first run's ``hermes`` rule: a last block left open whose JSON is not whole refuses the whole answer,
-    even after complete calls (today's rule drops it, :class:`slea.policy.tool_calls.HermesParser`)."""
+    even after complete calls (today's rule, ``parse``, drops it: :class:`slea.policy.tool_calls.HermesParser`)."""
     from slea.policy.tool_calls import MAX_TEXT, HermesParser
 
-    calls, why = HermesParser.parse(parser, text)
+    calls, why = (parse or HermesParser.parse)(parser, text)
     if calls and len(calls) < len(parser._BLOCK.findall(text[:MAX_TEXT])):
         return [], "the last tool call is cut off"
     return calls, why
@@ -385,10 +386,11 @@ def pilot(seed: int = 100, games: int = 16, episodes: int = 4, root: Path | None
                             *_sets([*overrides("tools", seed), f"run.dir={sft}"])), check=True)
     out: dict[str, Any] = {"sft": sft.name, "split": "train", "games": games, "episodes_per_game": episodes,
                            "temperature": 1.0, "conditions": {}}
+    today = HermesParser.parse
     for name, (rule, stop) in PILOT.items():
         inst = dataclasses.replace(SearchQAToolsEnv.instructions, one_call_per_turn=stop)
         with mock.patch.object(SearchQAToolsEnv, "instructions", inst), \
-                mock.patch.object(HermesParser, "parse", HermesParser.parse if rule else _first_run_parse):
+                mock.patch.object(HermesParser, "parse", today if rule else lambda p, t: _first_run_parse(p, t, today)):
             t0 = time.perf_counter()
             eval_(str(sft), split="train", episodes=episodes, seed=None, env=None, out=root / name,
                   checkpoint=None, set_=[f"eval.games={games}", "eval.temperature=1.0", "eval.greedy=false"])
