@@ -50,7 +50,6 @@ TOOLS_INSTRUCTIONS = Instructions(
     "when you know the answer, call answer with a few words.",
     answer_cue="",
     multiline=True,
-    one_call_per_turn=True,  # a turn is one call and its result, as a tag version's turn is one tag
 )
 
 
