@@ -350,6 +350,62 @@ def table(root: Path | None = None) -> dict[str, Any]:
     return tab
 
 
+# -- the pilot that chose the second run's tool protocol (training split only) ------------------------------------
+# (parser rule, stop at the end of a call): the first run's protocol, then the candidates
+PILOT = {"first_run": (False, False), "parse": (True, False), "parse_stop": (True, True)}
+
+
+def _first_run_parse(parser: Any, text: Any, parse: Callable[..., Any] | None = None
+                     ) -> tuple[list[dict[str, Any]], str]:
+    """The first run's ``hermes`` rule: a last block left open whose JSON is not whole refuses the whole answer,
+    even after complete calls (today's rule, ``parse``, drops it: :class:`slea.policy.tool_calls.HermesParser`)."""
+    from slea.policy.tool_calls import MAX_TEXT, HermesParser
+
+    calls, why = (parse or HermesParser.parse)(parser, text)
+    if calls and len(calls) < len(parser._BLOCK.findall(text[:MAX_TEXT])):
+        return [], "the last tool call is cut off"
+    return calls, why
+
+
+def pilot(seed: int = 100, games: int = 16, episodes: int = 4, root: Path | None = None) -> dict[str, Any]:
+    """The measurement that chose the second run's protocol, on the training split only: the tools arm's SFT
+    policy of a seed outside the study's (``seed``; trained here when its weights are missing) plays ``games``
+    training questions ``episodes`` times each at T = 1 (the GRPO rollouts' temperature) under each :data:`PILOT`
+    condition; the invalid-step rate and success of each go to ``RESULTS/pilot/pilot.json``."""
+    import dataclasses
+    from unittest import mock
+
+    from slea.cli.play import eval_
+    from slea.envs.search_qa_tools import SearchQAToolsEnv
+    from slea.policy.tool_calls import HermesParser
+
+    root = (root or RESULTS) / "pilot"
+    sft = root / f"sft-tools-s{seed}"
+    if not (sft / SFT_WEIGHTS).is_file():
+        subprocess.run(slea("align", str(CONFIG), "--method", "sft",
+                            *_sets([*overrides("tools", seed), f"run.dir={sft}"])), check=True)
+    out: dict[str, Any] = {"sft": sft.name, "split": "train", "games": games, "episodes_per_game": episodes,
+                           "temperature": 1.0, "conditions": {}}
+    today = HermesParser.parse
+    for name, (rule, stop) in PILOT.items():
+        inst = dataclasses.replace(SearchQAToolsEnv.instructions, one_call_per_turn=stop)
+        saved = root / name / "eval" / "eval-train.json"
+        if not saved.is_file():  # a condition already measured is reused
+            with mock.patch.object(SearchQAToolsEnv, "instructions", inst), mock.patch.object(
+                    HermesParser, "parse", today if rule else lambda p, t: _first_run_parse(p, t, today)):
+                eval_(str(sft), split="train", episodes=episodes, seed=None, env=None, out=root / name,
+                      checkpoint=None, set_=[f"eval.games={games}", "eval.temperature=1.0", "eval.greedy=false"])
+        res = json.loads(saved.read_text())
+        out["conditions"][name] = {"parse_rule": "today" if rule else "first run", "stop_at_call_end": stop,
+                                   **{k: res["sampled"][k] for k in ("success", "invalid_rate", "episode_len",
+                                                                     "episodes")},
+                                   "wall_s": round(res["wall_s"], 1)}
+        print(name, out["conditions"][name], flush=True)
+    (root / "pilot.json").write_text(json.dumps(out, indent=2) + "\n")
+    compare.relativize(root.parent)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -358,9 +414,15 @@ def main(argv: list[str] | None = None) -> None:
     r.add_argument("--seed", type=int, required=True)
     r.add_argument("--set", dest="extra", action="append", default=[])
     sub.add_parser("table")
+    p = sub.add_parser("pilot")
+    p.add_argument("--seed", type=int, default=100)
+    p.add_argument("--games", type=int, default=16)
+    p.add_argument("--episodes", type=int, default=4)
     args = ap.parse_args(argv)
     if args.cmd == "run":
         run(args.arm, args.seed, args.extra)
+    elif args.cmd == "pilot":
+        pilot(args.seed, args.games, args.episodes)
     else:
         table()
 

@@ -49,7 +49,10 @@ class Instructions:
     ``system``: the system message (retrieved experiences are appended to it); ``example``: a fixed example
     exchange, ``(user, assistant)`` pairs rendered before the real turn (a 135M model needs one to answer in
     the right form at all); ``answer_cue``: the last line of the user message; ``multiline``: answers may span
-    several lines (reasoning, then a tag), so generation does not stop at the first newline. Whether actions
+    several lines (reasoning, then a tag), so generation does not stop at the first newline; ``one_call_per_turn``
+    (a tool env): the env takes one tool call per turn, so generation stops at the end of the first call where
+    the model's tool-call syntax marks one (``</tool_call>``: :attr:`slea.policy.tool_calls.ToolParser.call_end`).
+    Whether actions
     come from a list is said per step by ``info["admissible_actions"]`` (a list, or ``None`` for free text the
     env parses). Observation clipping never touches any of these texts.
     """
@@ -58,6 +61,7 @@ class Instructions:
     example: tuple[tuple[str, str], ...] = ()
     answer_cue: str = "Your command:"
     multiline: bool = False
+    one_call_per_turn: bool = False
     # the example exchange shown instead of ``example`` when experiences go into the user turn
     # (``rollout.experience_in: user``): its user turns hold an experience block in that layout, and the
     # assistant follows it; empty: ``example`` in both layouts

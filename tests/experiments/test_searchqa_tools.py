@@ -162,3 +162,15 @@ def test_started_stages_resume_finished_runs_are_reused_and_other_settings_are_r
     (grpo / "eval").mkdir()
     (grpo / "eval" / "summary.json").write_text("{}")
     assert S.commands("tools", 1, root=tmp_path) == []
+
+
+def test_the_pilot_replays_the_first_runs_parse_rule_beside_todays():
+    from slea.policy.tool_calls import TOOL_PARSERS
+
+    hermes = TOOL_PARSERS.get("hermes")
+    search = '<tool_call>\n{"name": "search", "arguments": {"query": "x"}}\n</tool_call>'
+    cut = search + '\n<tool_call>\n{"name": "ans'
+    assert hermes.parse(cut)[0] and S._first_run_parse(hermes, cut) == ([], "the last tool call is cut off")
+    for text in (search, search + '<tool_call>{"name": "a", "arguments": {}}', '<tool_call>{"name": "a"', "x"):
+        assert S._first_run_parse(hermes, text) == hermes.parse(text)
+    assert set(S.PILOT) == {"first_run", "parse", "parse_stop"} and S.PILOT["first_run"] == (False, False)

@@ -197,3 +197,29 @@ def test_newline_stop_is_chosen_per_call(tiny_policy):
             stopped += 1
             assert len(b.ids) > len(a.ids)  # the newline did not end the multi-line answer
     assert stopped > 0  # the tiny model does emit newlines: the comparison above was exercised
+
+
+def test_stop_strings_end_a_row_at_the_token_that_completes_one(tiny_policy):
+    model, tok = tiny_policy
+    gen = HFGenerator(model, tok, dtype="float32", stop_at_newline=False)
+    prompts = _prompts(tok) * 4
+    keys = [(0, 2, c, 0) for c in range(len(prompts))]
+    free = gen.generate(prompts, max_new_tokens=24, temperature=1.0, rng_keys=keys)
+    # a stop string spanning two tokens of the first row's answer, from its fourth token on
+    stop = tok.decode(free[0].ids[3:5], skip_special_tokens=True)
+    assert len(stop) >= 2
+    cut = gen.generate(prompts, max_new_tokens=24, temperature=1.0, rng_keys=keys, stop=[stop])
+    stopped = 0
+    for a, b in zip(cut, free):
+        assert b.ids[:len(a.ids)] == a.ids  # the same stream, cut (log-probs: up to the batch's numerics)
+        assert a.logprobs == pytest.approx(b.logprobs[:len(a.logprobs)], abs=1e-4)
+        if stop in b.text:
+            stopped += 1
+            assert stop in a.text and stop not in tok.decode(a.ids[:-1], skip_special_tokens=True)
+            assert a.text == tok.decode(a.ids, skip_special_tokens=True)  # the ids as generated, stop included
+        else:
+            assert a.ids == b.ids
+    assert stopped >= 1 and len(cut[0].ids) <= 5
+    # no stop strings: the answers are the free ones
+    assert [o.ids for o in gen.generate(prompts, max_new_tokens=24, temperature=1.0, rng_keys=keys, stop=[""])
+            ] == [o.ids for o in free]

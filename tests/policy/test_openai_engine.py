@@ -127,6 +127,21 @@ def test_text_prompts_and_newline_stops(served):
     assert all(not any(t in stops for t in g.ids[:-1]) for g in got)
 
 
+def test_stop_strings_end_served_answers_where_the_hf_engine_ends_them(served):
+    _, url = served
+    model, tok = policy()
+    gen = make_generator(openai_cfg(url), model, tok)
+    gen.sync_weights(model)
+    local = HFGenerator(model, tok, dtype="float32", stop_at_newline=False)
+    ps, keys = prompts(tok), [[4, i] for i in range(3)]
+    free = local.generate(ps, max_new_tokens=12, temperature=1.0, rng_keys=keys)
+    stop = tok.decode(free[0].ids[2:4], skip_special_tokens=True)
+    got = gen.generate(ps, max_new_tokens=12, temperature=1.0, rng_keys=keys, stop_at_newline=False, stop=[stop])
+    ref = local.generate(ps, max_new_tokens=12, temperature=1.0, rng_keys=keys, stop=[stop])
+    assert [g.ids for g in got] == [r.ids for r in ref] and len(ref[0].ids) < len(free[0].ids)
+    assert stop in got[0].text
+
+
 def test_token_strings_are_retokenized_one_by_one_or_refused(served):
     _, url = served
     model, tok = policy()

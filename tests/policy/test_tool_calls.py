@@ -38,6 +38,40 @@ def test_llama3_json_reads_well_formed_calls(text, calls):
     assert LLAMA.parse(LLAMA.format(got))[0] == got
 
 
+SEARCH = '<tool_call>\n{"name": "search", "arguments": {"query": "capital of France"}}\n</tool_call>'
+
+
+@pytest.mark.parametrize("text, calls", [
+    # a complete call, then a second block cut off by the token limit: the complete call is the answer
+    (SEARCH + '\n<tool_call>\n{"name": "answer", "argum', [("search", {"query": "capital of France"})]),
+    (SEARCH + "\n<tool_call>", [("search", {"query": "capital of France"})]),
+    (SEARCH + '<tool_call>{"name": "answer", "arguments": {"text": "Paris"}}',  # an open last block read whole
+     [("search", {"query": "capital of France"}), ("answer", {"text": "Paris"})]),
+    (SEARCH + "<tool_call>[1, 2]", [("search", {"query": "capital of France"})]),  # open and not a call: dropped
+])
+def test_hermes_keeps_the_complete_calls_before_a_cut_off_last_block(text, calls):
+    got, why = HERMES.parse(text)
+    assert why == "" and [(c["name"], c["arguments"]) for c in got] == calls
+
+
+@pytest.mark.parametrize("text", [
+    '<tool_call>\n{"name": "search", "argum',  # the only block, cut off
+    SEARCH + '\n<tool_call>{"name": "answer"]</tool_call>',  # a closed block that is not JSON: refused whole
+    SEARCH + '\n<tool_call>{"arguments": {}}</tool_call>',  # a closed block that is not a call
+    '<tool_call>{"name": "search", "arguments": {"query": "a"}}\n<tool_call>{"name": "answer"',  # never closed
+    '<tool_call>{"name": "a", "arguments": {}}}</tool_call>',  # a stray brace
+])
+def test_hermes_refuses_an_answer_whose_closed_or_only_block_is_not_a_call(text):
+    calls, why = HERMES.parse(text)
+    assert calls == [] and why
+
+
+def test_hermes_marks_the_end_of_a_call_and_llama3_json_does_not():
+    assert HERMES.call_end == "</tool_call>" and HERMES.format([{"name": "a", "arguments": {}}]).endswith(
+        HERMES.call_end)
+    assert LLAMA.call_end == ""
+
+
 HOSTILE = [
     "", "take apple", None, 12, "<tool_call>", "<tool_call>{\"name\": \"add\", \"argu", "{\"name\": \"add\", \"param",
     "<tool_call>[1, 2]</tool_call>", "<tool_call>{\"arguments\": {}}</tool_call>", "{\"name\": \"\"}",

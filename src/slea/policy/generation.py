@@ -8,8 +8,9 @@ One call generates for every live env of a turn. On a 2-core CPU generation cost
    always at the first turn);
 3. the KV cache is then fanned out to one row per prompt and rows are sampled independently.
 
-A row stops at EOS or, unless the call allows multi-line answers, at the first token containing a newline (an
-answer is one command on one line). The returned log-probs are ``log_softmax(logits / T)`` of the sampled
+A row stops at EOS, unless the call allows multi-line answers at the first token containing a newline (an
+answer is one command on one line), and at the token that completes one of the call's ``stop`` strings (a tool
+env taking one call per turn stops at ``</tool_call>``); the tokens are kept as generated, the stop included. The returned log-probs are ``log_softmax(logits / T)`` of the sampled
 tokens — the quantity the training forward computes — so the PPO ratio starts near 1 (the remaining gap is bf16
 numerics; it is reported).
 
@@ -127,11 +128,12 @@ class HFGenerator:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 12, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 0, rng_keys: Sequence[Sequence[int]] | None = None,
-                 stop_at_newline: bool | None = None, cancel: Callable[[], bool] | None = None
-                 ) -> list[Generation]:
+                 stop_at_newline: bool | None = None, stop: Sequence[str] = (),
+                 cancel: Callable[[], bool] | None = None) -> list[Generation]:
         """One answer per prompt. ``rng_keys``: one key (a sequence of non-negative ints) per prompt, the seed
         of that row's own random stream (module docstring); without keys rows sample from torch's global RNG.
-        ``stop_at_newline``: this call's choice (``None``: the generator's default). ``cancel``: called before
+        ``stop_at_newline``: this call's choice (``None``: the generator's default). ``stop``: strings that end a
+        row at the token completing one (kept, as every token generated). ``cancel``: called before
         each chunk's prefill and between decode steps; when it returns true the call raises
         :class:`GenerationCancelled`. No row decodes past the model's context (:func:`decode_steps`)."""
         self.calls += 1
@@ -156,7 +158,7 @@ class HFGenerator:
                 uniforms = torch.from_numpy(np.stack([row_uniforms(rng_keys[i], steps) for i in idx]
                                                      )).to(device)
             gens = self._generate_chunk([prompts[i] for i in idx], steps, temperature, top_p, top_k,
-                                        uniforms, stops, cancel)
+                                        uniforms, stops, cancel, tuple(s for s in stop if s))
             for i, g in zip(idx, gens):
                 out[i] = g
         return out  # type: ignore[return-value]
@@ -167,8 +169,8 @@ class HFGenerator:
                              use_cache=True, logits_to_keep=1)
         return res.logits[:, -1].float(), res.cache
 
-    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k, uniforms, stops, cancel=None
-                        ) -> list[Generation]:
+    def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k, uniforms, stops, cancel=None,
+                        stop_strings: tuple[str, ...] = ()) -> list[Generation]:
         from transformers import DynamicCache
 
         was_training = self.model.training
@@ -195,12 +197,12 @@ class HFGenerator:
             cache.batch_select_indices(sel)
             logits, mask, last_pos = logits[sel], mask[sel], pos[sel, -1]
             return self._decode(logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k,
-                                uniforms, stops, cancel)
+                                uniforms, stops, cancel, stop_strings)
         finally:
             self.model.train(was_training)
 
     def _decode(self, logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k, uniforms,
-                stop_ids, cancel=None):
+                stop_ids, cancel=None, stop_strings: tuple[str, ...] = ()):
         n = logits.shape[0]
         dev = logits.device
         stops = set(stop_ids) | {self.tok.eos_token_id}
@@ -209,6 +211,9 @@ class HFGenerator:
         ents: list[list[float]] = [[] for _ in range(n)]
         live = list(range(n))  # rows still generating (host list); the cache holds only these
         live_t = torch.arange(n, device=dev)
+        # a stop string ends within the newest token and every token decodes to at least one character, so the
+        # last len(stop) + 1 tokens hold any stop the newest token completes
+        window = max((len(s) for s in stop_strings), default=0) + 1
         for step in range(max_new_tokens):
             u = uniforms[live_t, step] if uniforms is not None else None
             nxt, logp, ent = sample_next(logits, temperature, top_p, top_k, uniforms=u)
@@ -217,7 +222,8 @@ class HFGenerator:
                 toks[row].append(int(t))
                 lps[row].append(lp)
                 ents[row].append(h)
-            keep = [j for j, t in enumerate(host_tok) if int(t) not in stops]
+            keep = [j for j, t in enumerate(host_tok) if int(t) not in stops
+                    and not (stop_strings and self._stopped(toks[live[j]], stop_strings, window))]
             if step == max_new_tokens - 1 or not keep:
                 break
             if cancel is not None and cancel():
@@ -232,6 +238,12 @@ class HFGenerator:
             logits, cache = self._forward(nxt.unsqueeze(1), mask, last_pos.unsqueeze(1), cache)
         return [Generation(t, lp, self.tok.decode(t, skip_special_tokens=True), h)
                 for t, lp, h in zip(toks, lps, ents)]
+
+    def _stopped(self, ids: list[int], stop_strings: tuple[str, ...], window: int) -> bool:
+        """Whether the row's newest token completes one of ``stop_strings`` (the row's earlier tokens did not:
+        it would have stopped there)."""
+        tail = self.tok.decode(ids[-window:], skip_special_tokens=True)
+        return any(s in tail for s in stop_strings)
 
 
 def to_host(tokens: torch.Tensor, logprobs: torch.Tensor, entropy: torch.Tensor

@@ -132,14 +132,15 @@ class OpenAIGenerator:
     # -- generation ------------------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 12, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 0, rng_keys: Sequence[Sequence[int]] | None = None,
-                 stop_at_newline: bool | None = None) -> list[Generation]:
+                 stop_at_newline: bool | None = None, stop: Sequence[str] = ()) -> list[Generation]:
         """One answer per prompt (the in-process engine's signature and meaning, :class:`HFGenerator`)."""
         self.calls += 1
         if rng_keys is not None and len(rng_keys) != len(prompts):
             raise ValueError(f"{len(rng_keys)} rng_keys for {len(prompts)} prompts")
         if top_k and not self.cfg.extensions:
             raise GeneratorError("openai generator: rollout.top_k needs model.openai.extensions (a vLLM field)")
-        stop = self.stop_at_newline if stop_at_newline is None else stop_at_newline
+        newline = self.stop_at_newline if stop_at_newline is None else stop_at_newline
+        stop = [*(["\n"] if newline else []), *(s for s in stop if s)]
         if getattr(self.cfg, "api", "completions") == "chat":
             return self._chat(prompts, max_new_tokens, temperature, top_p, top_k, rng_keys, stop)
         out: list[Generation] = []
@@ -160,7 +161,7 @@ class OpenAIGenerator:
         if self.trains:
             body["logprobs"] = 1
         if stop:
-            body["stop"] = ["\n"]
+            body["stop"] = list(stop)
         if self.cfg.extensions:
             body.update(return_token_ids=True, return_tokens_as_token_ids=True, include_stop_str_in_output=True,
                         skip_special_tokens=False)
@@ -234,7 +235,7 @@ class OpenAIGenerator:
         for i, p in enumerate(prompts):
             body = self._chat_body(p.messages, max_new_tokens, temperature, top_p)
             if stop:
-                body["stop"] = ["\n"]
+                body["stop"] = list(stop)
             if self.cfg.extensions:
                 body["return_token_ids"] = True
                 if top_k:

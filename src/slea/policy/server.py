@@ -336,7 +336,8 @@ class Engine:
             off = name == self.base_id and hasattr(self.model, "disable_adapter")
             with self.model.disable_adapter() if off else contextlib.nullcontext():
                 gens = self.gen.generate(rows, max_new_tokens=max_tokens, temperature=temp, top_p=top_p,
-                                         top_k=top_k, rng_keys=keys, stop_at_newline="\n" in stops, cancel=cancel)
+                                         top_k=top_k, rng_keys=keys, stop_at_newline="\n" in stops, stop=stops,
+                                         cancel=cancel)
         skip = bool(body.get("skip_special_tokens", True))
         include = bool(body.get("include_stop_str_in_output"))
         out = []

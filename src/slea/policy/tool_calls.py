@@ -41,6 +41,9 @@ class ToolParser:
     (whether a chat template speaks it)."""
 
     name = "base"
+    # the text that ends one call ("" where a call has no end marker of its own): generation stops there when
+    # the env takes one call per turn (``Instructions.one_call_per_turn``)
+    call_end = ""
     # whether the template renders several calls in one assistant turn (else each call is its own turn)
     multi_call = True
 
@@ -87,11 +90,17 @@ def _loads(text: str) -> tuple[Any, str]:
 
 
 class HermesParser(ToolParser):
-    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one block per call (Qwen, Hermes). A last
-    block cut off before ``</tool_call>`` is read when its JSON is whole."""
+    """``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, one block per call (Qwen, Hermes).
+
+    Every closed block must hold a call, else the answer is refused as a whole (as vLLM's ``hermes`` parser does).
+    A last block left open (no ``</tool_call>``: the answer was cut by the token limit, or ended) is read when its
+    JSON is whole (vLLM reads it too); when it is not, it is dropped if closed blocks come before it, which are
+    then the answer's calls (the answer was cut while starting one more call: verl's agent loop reads closed
+    blocks only, and vLLM's streaming has sent the closed ones by then), and refused if it is the only block."""
 
     name = "hermes"
-    _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
+    call_end = "</tool_call>"
+    _BLOCK = re.compile(r"<tool_call>(.*?)(</tool_call>|\Z)", re.DOTALL)
 
     def matches(self, template: str) -> bool:
         return "<tool_call>" in template
@@ -103,12 +112,13 @@ class HermesParser(ToolParser):
         if not blocks:
             return [], 'no tool call: call a tool with <tool_call>{"name": ..., "arguments": {...}}</tool_call>'
         calls = []
-        for body in blocks:
+        for i, (body, end) in enumerate(blocks):
             obj, why = _loads(body.strip())
+            if not why:
+                call, why = _call(obj, "arguments")
             if why:
-                return [], why
-            call, why = _call(obj, "arguments")
-            if call is None:
+                if not end and i == len(blocks) - 1 and calls:  # an open last block after closed calls: cut off
+                    break
                 return [], why
             calls.append(call)
         return calls, ""

@@ -337,7 +337,8 @@ class RolloutCollector:
         outs = self.gen.generate([p.prompt for p in pending], max_new_tokens=self.cfg.max_new_tokens,
                                  temperature=temperature, top_p=self.cfg.top_p, top_k=self.cfg.top_k,
                                  rng_keys=[(*ep.live[p.env].key, turn) for p in pending],
-                                 stop_at_newline=not ep.instructions.multiline if stop is None else stop)
+                                 stop_at_newline=not ep.instructions.multiline if stop is None else stop,
+                                 stop=self._stop_strings(ep))
         stats.gen_s += time.perf_counter() - t0
         stats.gen_calls += 1
         for p, o in zip(pending, outs):
@@ -348,6 +349,14 @@ class RolloutCollector:
             stats.gen_tokens += len(o.ids)
             stats.entropy_sum += float(sum(o.entropy))
             stats.entropy_tokens += len(o.entropy)
+
+    def _stop_strings(self, ep: _Episode) -> tuple[str, ...]:
+        """Where this turn's answers end besides EOS: at the end of the first tool call, for a tool env that takes
+        one call per turn and a tool-call syntax that marks the end of a call."""
+        if not ep.instructions.one_call_per_turn:
+            return ()
+        end = self.builder.tool_syntax()[0].call_end
+        return (end,) if end else ()
 
     def _parse(self, pending: list[_Pending], ep: _Episode, stats: RolloutStats) -> None:
         for p in pending:
