@@ -12,7 +12,7 @@ from slea.config import RolloutSection
 from slea.envs.pool import EnvPool
 from slea.envs.tools import ToolCalcEnv
 from slea.policy.generation import Generation
-from slea.policy.prompts import PromptBuilder
+from slea.policy.prompt_builder import PromptBuilder
 from slea.policy.tool_calls import parser_for
 from slea.rollout.collector import RolloutCollector
 

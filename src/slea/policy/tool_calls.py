@@ -236,7 +236,7 @@ def fallback_messages(messages: list[dict[str, Any]], schemas: list[dict[str, An
     results: what a template that renders tools takes) in the fallback rendering, for a template that does not:
     the schemas (when given) and the call syntax appended to the system message (one is added when there is
     none), each assistant's calls written in ``parser``'s syntax after its text, and each run of tool results one
-    user message of ``<tool_response>`` blocks. :meth:`slea.policy.prompts.PromptBuilder.tool_messages` writes
+    user message of ``<tool_response>`` blocks. :meth:`slea.policy.prompt_builder.PromptBuilder.tool_messages` writes
     the same rendering (``slea serve`` renders a client's history with this; a test checks they agree)."""
     out: list[dict[str, Any]] = []
     results: list[str] = []
