@@ -406,6 +406,65 @@ def pilot(seed: int = 100, games: int = 16, episodes: int = 4, root: Path | None
     return out
 
 
+# -- the pilot that chooses the third run's settings (training split only) --------------------------------------
+# (c) more SFT: the expert on 64 training questions (of 71) for 6 epochs, against 32 for 3; (d) a lower sampling
+# temperature for the GRPO rollouts. Each is a setting of both arms; "today" is the first two runs' settings.
+SFT_MORE = ("align.expert_episodes=64", "align.sft_epochs=6")
+SETTINGS = {"today": ((), 1.0), "t0.7": ((), 0.7), "more_sft": (SFT_MORE, 1.0), "more_sft_t0.7": (SFT_MORE, 0.7)}
+
+
+def mixed_groups(per_game_wins: list[int], episodes: int) -> int:
+    """The training questions whose ``episodes`` sampled episodes neither all succeed nor all fail: the groups
+    whose exact answers differ, so that GRPO's group-relative advantage rewards answering (the others give it
+    only the invalid-step penalty to learn from)."""
+    return sum(0 < w < episodes for w in per_game_wins)
+
+
+def choose(conditions: dict[str, dict[str, Any]]) -> str:
+    """The settings pilot's rule, fixed before it ran: the condition with the most :func:`mixed_groups` in the
+    tools arm; ties go to the higher success, then to the lower invalid-step rate, then to the condition listed
+    first (today's settings are listed first, so they are kept unless another condition is strictly better)."""
+    order = list(conditions)
+    return max(order, key=lambda k: (conditions[k]["mixed_groups"], conditions[k]["success"],
+                                     -conditions[k]["invalid_rate"], -order.index(k)))
+
+
+def settings_pilot(arm: str, seed: int = 100, games: int = 16, episodes: int = 4,
+                   root: Path | None = None) -> dict[str, Any]:
+    """The measurement that chooses the third run's settings, on the training split only: the arm's SFT policy
+    of a seed outside the study's (``seed``), trained as in the study under each SFT setting of :data:`SETTINGS`
+    (trained here when its weights are missing), plays ``games`` training questions ``episodes`` times each at
+    each condition's temperature; per condition the success, invalid-step rate, episode length and
+    :func:`mixed_groups` go to ``RESULTS/settings_pilot/<arm>.json``, and for the tools arm :func:`choose`'s
+    pick."""
+    from slea.cli.play import eval_
+
+    root = (root or RESULTS) / "settings_pilot"
+    out: dict[str, Any] = {"arm": arm, "env": ARMS[arm], "split": "train", "games": games,
+                           "episodes_per_game": episodes, "conditions": {}}
+    for name, (sft_over, temperature) in SETTINGS.items():
+        sft = root / f"sft{'-more' if sft_over else ''}-{arm}-s{seed}"
+        if not (sft / SFT_WEIGHTS).is_file():
+            subprocess.run(slea("align", str(CONFIG), "--method", "sft",
+                                *_sets([*overrides(arm, seed, list(sft_over)), f"run.dir={sft}"])), check=True)
+        saved = root / arm / name / "eval" / "eval-train.json"
+        if not saved.is_file():  # a condition already measured is reused
+            eval_(str(sft), split="train", episodes=episodes, seed=None, env=None, out=root / arm / name,
+                  checkpoint=None, set_=[f"eval.games={games}", f"eval.temperature={temperature}",
+                                         "eval.greedy=false"])
+        res = json.loads(saved.read_text())
+        out["conditions"][name] = {
+            "sft": list(sft_over), "temperature": temperature,
+            **{k: res["sampled"][k] for k in ("success", "invalid_rate", "episode_len", "episodes")},
+            "mixed_groups": mixed_groups(res["per_game_wins"], episodes), "wall_s": round(res["wall_s"], 1)}
+        print(name, out["conditions"][name], flush=True)
+    if arm == "tools":
+        out["chosen"] = choose(out["conditions"])
+    (root / f"{arm}.json").write_text(json.dumps(out, indent=2) + "\n")
+    compare.relativize(root.parent)
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -418,11 +477,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=100)
     p.add_argument("--games", type=int, default=16)
     p.add_argument("--episodes", type=int, default=4)
+    sp = sub.add_parser("settings-pilot")
+    sp.add_argument("--arm", choices=list(ARMS), required=True)
+    sp.add_argument("--seed", type=int, default=100)
     args = ap.parse_args(argv)
     if args.cmd == "run":
         run(args.arm, args.seed, args.extra)
     elif args.cmd == "pilot":
         pilot(args.seed, args.games, args.episodes)
+    elif args.cmd == "settings-pilot":
+        settings_pilot(args.arm, args.seed)
     else:
         table()
 

@@ -174,3 +174,20 @@ def test_the_pilot_replays_the_first_runs_parse_rule_beside_todays():
     for text in (search, search + '<tool_call>{"name": "a", "arguments": {}}', '<tool_call>{"name": "a"', "x"):
         assert S._first_run_parse(hermes, text) == hermes.parse(text)
     assert set(S.PILOT) == {"first_run", "parse", "parse_stop"} and S.PILOT["first_run"] == (False, False)
+
+
+def test_mixed_groups_count_the_questions_whose_episodes_disagree():
+    assert S.mixed_groups([0, 1, 4, 3, 0, 2], episodes=4) == 3
+    assert S.mixed_groups([0] * 16, episodes=4) == 0
+
+
+def test_the_settings_rule_keeps_todays_settings_unless_another_is_strictly_better():
+    def c(mixed, success, invalid):
+        return {"mixed_groups": mixed, "success": success, "invalid_rate": invalid}
+
+    same = {"today": c(0, 0.0, 0.45), "t0.7": c(0, 0.0, 0.45), "more_sft": c(0, 0.0, 0.45)}
+    assert S.choose(same) == "today"
+    assert S.choose({**same, "t0.7": c(0, 0.0, 0.30)}) == "t0.7"  # fewer invalid steps break the tie
+    assert S.choose({**same, "t0.7": c(0, 0.0, 0.30), "more_sft": c(0, 0.05, 0.6)}) == "more_sft"
+    assert S.choose({**same, "more_sft": c(0, 0.2, 0.1), "more_sft_t0.7": c(2, 0.05, 0.6)}) == "more_sft_t0.7"
+    assert next(iter(S.SETTINGS)) == "today" and S.SETTINGS["today"] == ((), 1.0)
