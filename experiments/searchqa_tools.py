@@ -179,9 +179,33 @@ def _json(path: Path) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def load(r: compare.SubRun, root: Path) -> dict[str, Any]:
-    """One finished run's numbers: held-out EM / F1 / invalid-step rate / episode length after GRPO, EM and F1
-    after SFT alone, the final train success and invalid rate, the per-question EM (for the paired CI), seconds."""
+def seen_in_training(games: int, answerable: str = "answer", env_id: str = ARMS[BASELINE]) -> list[bool]:
+    """For each held-out game (env seed ``g``, as the evaluation plays it), whether its question's text is also
+    a training question's. Search-QA splits FanOutQA by question group, and a few single-hop sub-questions ("What
+    is the capital of China?") occur in groups of both splits, so a policy can answer those from memory."""
+    from slea.envs import make
+
+    train = make(env_id, split="train", answerable=answerable)
+    asked = {it.question.strip() for it in train.unwrapped.items}
+    heldout = make(env_id, split="heldout", answerable=answerable)
+    out = []
+    for g in range(games):
+        heldout.reset(seed=g)
+        out.append(heldout.unwrapped._item.question.strip() in asked)
+    return out
+
+
+def _novel(games: list[float] | None, seen: list[bool] | None) -> list[float] | None:
+    """The per-question EM of the held-out questions not asked in training (:func:`seen_in_training`)."""
+    if games is None or seen is None or len(seen) != len(games):
+        return None
+    return [x for x, s in zip(games, seen) if not s]
+
+
+def load(r: compare.SubRun, root: Path, seen: list[bool] | None = None) -> dict[str, Any]:
+    """One finished run's numbers: held-out EM / F1 / invalid-step rate / episode length after GRPO, the EM on
+    the held-out questions not asked in training (``seen``: :func:`seen_in_training`), EM and F1 after SFT alone,
+    the final train success and invalid rate, the per-question EM (for the paired CI), seconds."""
     after = (_json(r.dir / "eval" / "summary.json") or {}).get("after") or {}
     sft = _json(sft_dir(r.algorithm, r.seed, root) / "eval" / "eval-heldout.json")
     sampled = after.get("sampled") or {}
@@ -194,10 +218,13 @@ def load(r: compare.SubRun, root: Path) -> dict[str, Any]:
     )
     timing = _json(r.dir / "timing.json") or {}
     wall = sum(timing.values()) if timing else None
+    novel = _novel(_games(after), seen)
     return {
         "em": em,
         "f1": f1,
         "games": _games(after),
+        "novel_em": float(np.mean(novel)) if novel else None,
+        "novel_games": novel,
         "exact": sum(after.get("per_game_wins") or []) or 0,
         "questions": after.get("games"),
         "invalid_rate": sampled.get("invalid_rate"),
@@ -214,6 +241,7 @@ def load(r: compare.SubRun, root: Path) -> dict[str, Any]:
 
 METRICS = (
     ("em", "held-out EM"),
+    ("novel_em", "held-out EM, questions not asked in training"),
     ("f1", "held-out F1"),
     ("invalid_rate", "held-out invalid-step rate"),
     ("episode_len", "held-out episode length"),
@@ -231,7 +259,7 @@ def comparisons(
     for key, label in METRICS:
         va = {s: d[key] for (arm, s), d in loaded.items() if arm == a}
         vb = {s: d[key] for (arm, s), d in loaded.items() if arm == b}
-        games = {"em": "games", "sft_em": "sft_games"}.get(key)
+        games = {"em": "games", "novel_em": "novel_games", "sft_em": "sft_games"}.get(key)
         ga = {s: d[games] for (arm, s), d in loaded.items() if arm == a} if games else None
         gb = {s: d[games] for (arm, s), d in loaded.items() if arm == b} if games else None
         c = stats.paired_comparison(va, vb, a_games=ga, b_games=gb, names=(a, b), metric=label)
@@ -265,14 +293,18 @@ def _settings(runs: list[compare.SubRun]) -> str:
     )
 
 
-def table(root: Path | None = None) -> dict[str, Any]:
+def table(root: Path | None = None, seen: list[bool] | None = None) -> dict[str, Any]:
     """``RESULTS/table.md`` and ``table.json`` from the finished runs under ``root`` (arms read from the run
-    folders' names); SystemExit when none has finished."""
+    folders' names); ``seen``: :func:`seen_in_training` of the held-out games (computed when not given).
+    SystemExit when none has finished."""
     root = root or RESULTS
     runs = compare.finished_runs(root, tuple(ARMS))
     if not runs:
         raise SystemExit(f"no finished run under {root / 'runs'}")
-    loaded = {(r.algorithm, r.seed): load(r, root) for r in runs}
+    if seen is None:
+        games = (_json(runs[0].dir / "eval" / "summary.json") or {}).get("after", {}).get("games")
+        seen = seen_in_training(int(games)) if games else None
+    loaded = {(r.algorithm, r.seed): load(r, root, seen) for r in runs}
     arms = list(dict.fromkeys(r.algorithm for r in runs))
     pairs = comparisons(loaded) if {"tools", BASELINE} <= set(arms) else []
     tab: dict[str, Any] = {
@@ -280,6 +312,7 @@ def table(root: Path | None = None) -> dict[str, Any]:
         "common": list(COMMON),
         "arms": {},
         "pairs": [c.to_dict() for c in pairs],
+        "heldout_seen_in_training": seen,
     }
     settings = _settings(runs)
     lines = [
@@ -288,9 +321,10 @@ def table(root: Path | None = None) -> dict[str, Any]:
         *([settings, ""] if settings else []),
         (
             "| arm | env | seeds | held-out EM | held-out F1 | exact answers per seed | held-out invalid-step rate "
-            "| held-out episode length | EM after SFT only | final train success | wall (min, SFT + GRPO) |"
+            "| held-out episode length | EM after SFT only | held-out EM, questions not asked in training "
+            "| final train success | wall (min, SFT + GRPO) |"
         ),
-        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|",
+        "|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|---:|",
     ]
     for arm in arms:
         mine = sorted((r for r in runs if r.algorithm == arm), key=lambda r: r.seed)
@@ -309,13 +343,14 @@ def table(root: Path | None = None) -> dict[str, Any]:
                     "episode_len",
                     "sft_em",
                     "sft_f1",
+                    "novel_em",
                     "train_success",
                     "train_invalid_rate",
                     "wall_s",
                 )
             },
             "per_seed": {
-                str(r.seed): {k: v for k, v in d.items() if k not in ("games", "sft_games")}
+                str(r.seed): {k: v for k, v in d.items() if k not in ("games", "sft_games", "novel_games")}
                 for r, d in zip(mine, ds)
             },
         }
@@ -323,9 +358,19 @@ def table(root: Path | None = None) -> dict[str, Any]:
             f"| {arm} | `{ARMS.get(arm, '?')}` | {len(mine)} | {_ms([d['em'] for d in ds])} | "
             f"{_ms([d['f1'] for d in ds])} | {per} | {_ms([d['invalid_rate'] for d in ds], 3)} | "
             f"{_ms([d['episode_len'] for d in ds], 2)} | {_ms([d['sft_em'] for d in ds])} | "
+            f"{_ms([d['novel_em'] for d in ds])} | "
             f"{_ms([d['train_success'] for d in ds], 3)} | {_ms(wall)} |"
         )
     lines += ["", "EM and F1 in %, mean ± std over seeds (sample std; one seed: the value)."]
+    if seen:
+        lines += [
+            "",
+            (
+                f"{sum(seen)} of the {len(seen)} held-out questions are also asked in the training split (the "
+                f"split is by FanOutQA question group, and a few sub-questions occur in groups of both): "
+                f"\"questions not asked in training\" scores the other {len(seen) - sum(seen)}."
+            ),
+        ]
     if pairs:
         n = max(c.n for c in pairs)
         lines += [

@@ -66,7 +66,7 @@ def test_table_pairs_tools_with_tags_by_seed(tmp_path):
             sft_wins=[0, 1, 0, 0],
         )
     (S.run_dir("tools", 3, tmp_path) / "eval").mkdir(parents=True)  # started, not finished: left out
-    tab = S.table(tmp_path)
+    tab = S.table(tmp_path, seen=[True, False, False, False])  # question 0 is also a training question
     pairs = {p["metric"]: p for p in tab["pairs"]}
     em = pairs["held-out EM"]
     assert (em["a"], em["b"]) == ("tools", "tags") and em["seeds"] == [0, 1, 2]
@@ -78,6 +78,10 @@ def test_table_pairs_tools_with_tags_by_seed(tmp_path):
     assert pairs["held-out F1"]["p"] == 0.25 and pairs["held-out F1"]["ci_method"] == "seeds"
     assert pairs["held-out invalid-step rate"]["diffs"] == pytest.approx([0.25] * 3)
     assert pairs["held-out EM after SFT only"]["diffs"] == pytest.approx([100 / q] * 3)
+    novel = pairs["held-out EM, questions not asked in training"]  # questions 1-3: tags none, tools 1 on s0, s1
+    assert novel["diffs"] == pytest.approx([100 / 3, 100 / 3, 0.0]) and novel["games"] == 3
+    assert tab["arms"]["tags"]["novel_em"]["mean"] == 0.0 and tab["heldout_seen_in_training"][0] is True
+    assert "1 of the 4 held-out questions are also asked in the training split" in (tmp_path / "table.md").read_text()
     assert tab["arms"]["tools"]["seeds"] == [0, 1, 2] and tab["arms"]["tags"]["em"]["mean"] == pytest.approx(
         25.0
     )
@@ -191,3 +195,18 @@ def test_the_settings_rule_keeps_todays_settings_unless_another_is_strictly_bett
     assert S.choose({**same, "t0.7": c(0, 0.0, 0.30), "more_sft": c(0, 0.05, 0.6)}) == "more_sft"
     assert S.choose({**same, "more_sft": c(0, 0.2, 0.1), "more_sft_t0.7": c(2, 0.05, 0.6)}) == "more_sft_t0.7"
     assert next(iter(S.SETTINGS)) == "today" and S.SETTINGS["today"] == ((), 1.0)
+
+
+def test_held_out_questions_also_asked_in_training_are_found_on_the_real_splits():
+    from slea.envs import make
+
+    seen = S.seen_in_training(18)
+    heldout = make("slea/SearchQA-v0", split="heldout", answerable="answer")
+    asked = {it.question for it in make("slea/SearchQA-v0", split="train", answerable="answer").unwrapped.items}
+    for g, flag in enumerate(seen):
+        heldout.reset(seed=g)
+        question = heldout.unwrapped._item.question
+        assert flag == (question in asked)
+    heldout.reset(seed=seen.index(True))
+    assert heldout.unwrapped._item.question.startswith("What is the capital of")
+    assert 0 < sum(seen) < len(seen)
