@@ -28,6 +28,7 @@ and bootstrap CI (:mod:`slea.evaluation.stats`).
     python experiments/searchqa_tools.py run --arm tags --seed 0
     python experiments/searchqa_tools.py run --arm tools --seed 0
     python experiments/searchqa_tools.py table
+    python experiments/searchqa_tools.py settings-pilot --arm tools   # the third run's settings (training split)
 
 ``--set KEY=VALUE`` (repeatable) overrides the config of both stages; ``$SLEA_SEARCHQA_TOOLS_DIR`` puts the results
 elsewhere.
