@@ -189,11 +189,7 @@ def seen_in_training(games: int, answerable: str = "answer", env_id: str = ARMS[
     train = make(env_id, split="train", answerable=answerable)
     asked = {it.question.strip() for it in train.unwrapped.items}
     heldout = make(env_id, split="heldout", answerable=answerable)
-    out = []
-    for g in range(games):
-        heldout.reset(seed=g)
-        out.append(heldout.unwrapped._item.question.strip() in asked)
-    return out
+    return [heldout.reset(seed=g)[1]["goal"].strip() in asked for g in range(games)]
 
 
 def _novel(games: list[float] | None, seen: list[bool] | None) -> list[float] | None:
@@ -219,11 +215,12 @@ def load(r: compare.SubRun, root: Path, seen: list[bool] | None = None) -> dict[
     )
     timing = _json(r.dir / "timing.json") or {}
     wall = sum(timing.values()) if timing else None
-    novel = _novel(_games(after), seen)
+    games = _games(after)
+    novel = _novel(games, seen)
     return {
         "em": em,
         "f1": f1,
-        "games": _games(after),
+        "games": games,
         "novel_em": float(np.mean(novel)) if novel else None,
         "novel_games": novel,
         "exact": sum(after.get("per_game_wins") or []) or 0,
@@ -396,7 +393,31 @@ def table(root: Path | None = None, seen: list[bool] | None = None) -> dict[str,
     return tab
 
 
-# -- the pilot that chose the second run's tool protocol (training split only) ------------------------------------
+# -- the pilots (training split only) ----------------------------------------------------------------------------
+def _sft_policy(arm: str, seed: int, sft: Path, extra: list[str] | None = None) -> Path:
+    """The SFT policy of (arm, seed) in ``sft``, trained as in the study (with ``extra`` settings) when its
+    weights are missing."""
+    if not (sft / SFT_WEIGHTS).is_file():
+        subprocess.run(slea("align", str(CONFIG), "--method", "sft",
+                            *_sets([*overrides(arm, seed, extra), f"run.dir={sft}"])), check=True)
+    return sft
+
+
+def _play_train(sft: Path, out: Path, games: int, episodes: int, temperature: float) -> dict[str, Any]:
+    """``sft``'s policy on ``games`` training questions, ``episodes`` sampled episodes each at ``temperature``,
+    saved in ``out/eval/eval-train.json`` (a condition already measured is reused, not played again)."""
+    from slea.cli.play import eval_
+
+    saved = out / "eval" / "eval-train.json"
+    if not saved.is_file():
+        eval_(str(sft), split="train", episodes=episodes, seed=None, env=None, out=out, checkpoint=None,
+              set_=[f"eval.games={games}", f"eval.temperature={temperature}", "eval.greedy=false"])
+    res = json.loads(saved.read_text())
+    return {**{k: res["sampled"][k] for k in ("success", "invalid_rate", "episode_len", "episodes")},
+            "per_game_wins": res["per_game_wins"], "wall_s": round(res["wall_s"], 1)}
+
+
+# -- the pilot that chose the second run's tool protocol ------------------------------------------------------------
 # (parser rule, stop at the end of a call): the first run's protocol, then the candidates
 PILOT = {"first_run": (False, False), "parse": (True, False), "parse_stop": (True, True)}
 
@@ -421,31 +442,22 @@ def pilot(seed: int = 100, games: int = 16, episodes: int = 4, root: Path | None
     import dataclasses
     from unittest import mock
 
-    from slea.cli.play import eval_
     from slea.envs.search_qa_tools import SearchQAToolsEnv
     from slea.policy.tool_calls import HermesParser
 
     root = (root or RESULTS) / "pilot"
-    sft = root / f"sft-tools-s{seed}"
-    if not (sft / SFT_WEIGHTS).is_file():
-        subprocess.run(slea("align", str(CONFIG), "--method", "sft",
-                            *_sets([*overrides("tools", seed), f"run.dir={sft}"])), check=True)
+    sft = _sft_policy("tools", seed, root / f"sft-tools-s{seed}")
     out: dict[str, Any] = {"sft": sft.name, "split": "train", "games": games, "episodes_per_game": episodes,
                            "temperature": 1.0, "conditions": {}}
     today = HermesParser.parse
     for name, (rule, stop) in PILOT.items():
         inst = dataclasses.replace(SearchQAToolsEnv.instructions, one_call_per_turn=stop)
-        saved = root / name / "eval" / "eval-train.json"
-        if not saved.is_file():  # a condition already measured is reused
-            with mock.patch.object(SearchQAToolsEnv, "instructions", inst), mock.patch.object(
-                    HermesParser, "parse", today if rule else lambda p, t: _first_run_parse(p, t, today)):
-                eval_(str(sft), split="train", episodes=episodes, seed=None, env=None, out=root / name,
-                      checkpoint=None, set_=[f"eval.games={games}", "eval.temperature=1.0", "eval.greedy=false"])
-        res = json.loads(saved.read_text())
+        with mock.patch.object(SearchQAToolsEnv, "instructions", inst), mock.patch.object(
+                HermesParser, "parse", today if rule else lambda p, t: _first_run_parse(p, t, today)):
+            res = _play_train(sft, root / name, games, episodes, temperature=1.0)
+        res.pop("per_game_wins")
         out["conditions"][name] = {"parse_rule": "today" if rule else "first run", "stop_at_call_end": stop,
-                                   **{k: res["sampled"][k] for k in ("success", "invalid_rate", "episode_len",
-                                                                     "episodes")},
-                                   "wall_s": round(res["wall_s"], 1)}
+                                   **res}
         print(name, out["conditions"][name], flush=True)
     (root / "pilot.json").write_text(json.dumps(out, indent=2) + "\n")
     compare.relativize(root.parent)
@@ -483,26 +495,15 @@ def settings_pilot(arm: str, seed: int = 100, games: int = 16, episodes: int = 4
     each condition's temperature; per condition the success, invalid-step rate, episode length and
     :func:`mixed_groups` go to ``RESULTS/settings_pilot/<arm>.json``, and for the tools arm :func:`choose`'s
     pick."""
-    from slea.cli.play import eval_
-
     root = (root or RESULTS) / "settings_pilot"
     out: dict[str, Any] = {"arm": arm, "env": ARMS[arm], "split": "train", "games": games,
                            "episodes_per_game": episodes, "conditions": {}}
     for name, (sft_over, temperature) in SETTINGS.items():
-        sft = root / f"sft{'-more' if sft_over else ''}-{arm}-s{seed}"
-        if not (sft / SFT_WEIGHTS).is_file():
-            subprocess.run(slea("align", str(CONFIG), "--method", "sft",
-                                *_sets([*overrides(arm, seed, list(sft_over)), f"run.dir={sft}"])), check=True)
-        saved = root / arm / name / "eval" / "eval-train.json"
-        if not saved.is_file():  # a condition already measured is reused
-            eval_(str(sft), split="train", episodes=episodes, seed=None, env=None, out=root / arm / name,
-                  checkpoint=None, set_=[f"eval.games={games}", f"eval.temperature={temperature}",
-                                         "eval.greedy=false"])
-        res = json.loads(saved.read_text())
-        out["conditions"][name] = {
-            "sft": list(sft_over), "temperature": temperature,
-            **{k: res["sampled"][k] for k in ("success", "invalid_rate", "episode_len", "episodes")},
-            "mixed_groups": mixed_groups(res["per_game_wins"], episodes), "wall_s": round(res["wall_s"], 1)}
+        sft = _sft_policy(arm, seed, root / f"sft{'-more' if sft_over else ''}-{arm}-s{seed}", list(sft_over))
+        res = _play_train(sft, root / arm / name, games, episodes, temperature)
+        wins = res.pop("per_game_wins")
+        out["conditions"][name] = {"sft": list(sft_over), "temperature": temperature, **res,
+                                   "mixed_groups": mixed_groups(wins, episodes)}
         print(name, out["conditions"][name], flush=True)
     if arm == "tools":
         out["chosen"] = choose(out["conditions"])

@@ -198,15 +198,16 @@ def test_the_settings_rule_keeps_todays_settings_unless_another_is_strictly_bett
 
 
 def test_held_out_questions_also_asked_in_training_are_found_on_the_real_splits():
-    from slea.envs import make
+    # read off the data by hand: held-out games 9 and 12 are "What is the capital of China?", 10 Russia's, 13 the
+    # United States', 14 Pakistan's, all also training questions; game 0 asks when the Great Wall was built
+    assert S.seen_in_training(18) == [g in (9, 10, 12, 13, 14) for g in range(18)]
 
-    seen = S.seen_in_training(18)
-    heldout = make("slea/SearchQA-v0", split="heldout", answerable="answer")
-    asked = {it.question for it in make("slea/SearchQA-v0", split="train", answerable="answer").unwrapped.items}
-    for g, flag in enumerate(seen):
-        heldout.reset(seed=g)
-        question = heldout.unwrapped._item.question
-        assert flag == (question in asked)
-    heldout.reset(seed=seen.index(True))
-    assert heldout.unwrapped._item.question.startswith("What is the capital of")
-    assert 0 < sum(seen) < len(seen)
+
+def test_a_pilot_condition_already_measured_is_read_back_not_played_again(tmp_path):
+    saved = tmp_path / "cond" / "eval" / "eval-train.json"
+    saved.parent.mkdir(parents=True)
+    saved.write_text(json.dumps({**_result([0, 2, 4], 0.0, invalid=0.25), "wall_s": 12.34}))
+    res = S._play_train(tmp_path / "no-policy", tmp_path / "cond", games=3, episodes=4, temperature=1.0)
+    assert res == {"success": 2.0, "invalid_rate": 0.25, "episode_len": 2.0, "episodes": 3.0,
+                   "per_game_wins": [0, 2, 4], "wall_s": 12.3}
+    assert S.mixed_groups(res["per_game_wins"], episodes=4) == 1
