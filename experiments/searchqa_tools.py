@@ -273,17 +273,24 @@ def _ms(xs: list[Any], digits: int = 1) -> str:
     return f"{np.mean(v):.{digits}f} ± {np.std(v, ddof=1):.{digits}f}" if len(v) > 1 else f"{v[0]:.{digits}f}"
 
 
-def _settings(runs: list[compare.SubRun]) -> str:
+def _settings(runs: list[compare.SubRun], root: Path) -> str:
     import yaml
 
-    f = next((r.dir / "config.yaml" for r in runs if (r.dir / "config.yaml").is_file()), None)
-    if f is None:
+    r = next((r for r in runs if (r.dir / "config.yaml").is_file()), None)
+    if r is None:
         return ""
-    c = yaml.safe_load(f.read_text())
+    c = yaml.safe_load((r.dir / "config.yaml").read_text())
     ro, tr, ev = c.get("rollout", {}), c.get("train", {}), c.get("eval", {})
     decoding = "greedy" if ev.get("temperature") == 0 else f"T = {ev.get('temperature')}"
+    sft_config = sft_dir(r.algorithm, r.seed, root) / "config.yaml"
+    al = yaml.safe_load(sft_config.read_text()).get("align", {}) if sft_config.is_file() else {}
+    sft = (
+        f"SFT on the expert's {al.get('expert_episodes')} training questions for {al.get('sft_epochs')} epochs, "
+        if al
+        else ""
+    )
     return (
-        f"Settings (the first run's config.yaml): env.kwargs {c.get('env', {}).get('kwargs')}, "
+        f"Settings (the first run's config.yaml): {sft}env.kwargs {c.get('env', {}).get('kwargs')}, "
         f"rollout.max_new_tokens {ro.get('max_new_tokens')}, GRPO {tr.get('iterations')} iterations x "
         f"{ro.get('groups')} groups x {ro.get('group_size')} episodes, env.max_steps "
         f"{c.get('env', {}).get('max_steps')}; held-out: {ev.get('games')} questions x "
@@ -312,7 +319,7 @@ def table(root: Path | None = None, seen: list[bool] | None = None) -> dict[str,
         "pairs": [c.to_dict() for c in pairs],
         "heldout_seen_in_training": seen,
     }
-    settings = _settings(runs)
+    settings = _settings(runs, root)
     lines = [
         "**Search-QA (answerable questions): tags against tools, SFT then GRPO**",
         "",

@@ -99,6 +99,26 @@ def test_table_pairs_tools_with_tags_by_seed(tmp_path):
     assert json.loads((tmp_path / "table.json").read_text())["pairs"] == tab["pairs"]
 
 
+def test_the_settings_line_names_the_sft_and_grpo_settings_read_from_the_runs_configs(tmp_path):
+    import yaml
+
+    _finished(tmp_path, "tags", 0, [1, 0], 30.0)
+    run_config = {
+        "env": {"kwargs": {"answerable": "answer"}, "max_steps": 4},
+        "rollout": {"max_new_tokens": 64, "groups": 8, "group_size": 4},
+        "train": {"iterations": 6},
+        "eval": {"games": 2, "episodes_per_game": 1, "temperature": 0},
+    }
+    (S.run_dir("tags", 0, tmp_path) / "config.yaml").write_text(yaml.safe_dump(run_config))
+    (S.sft_dir("tags", 0, tmp_path) / "config.yaml").write_text(
+        yaml.safe_dump({"align": {"expert_episodes": 64, "sft_epochs": 6}})
+    )
+    S.table(tmp_path, seen=[False, False])
+    line = next(x for x in (tmp_path / "table.md").read_text().splitlines() if x.startswith("Settings"))
+    assert "SFT on the expert's 64 training questions for 6 epochs" in line
+    assert "GRPO 6 iterations x 8 groups x 4 episodes" in line and "2 questions x 1 episode, greedy" in line
+
+
 def test_no_finished_run_is_an_error(tmp_path):
     with pytest.raises(SystemExit, match="no finished run"):
         S.table(tmp_path)
