@@ -290,7 +290,7 @@ def _settings(runs: list[compare.SubRun], root: Path) -> str:
         else ""
     )
     return (
-        f"Settings (the first run's config.yaml): {sft}env.kwargs {c.get('env', {}).get('kwargs')}, "
+        f"Settings (the first run's SFT and GRPO config.yaml): {sft}env.kwargs {c.get('env', {}).get('kwargs')}, "
         f"rollout.max_new_tokens {ro.get('max_new_tokens')}, GRPO {tr.get('iterations')} iterations x "
         f"{ro.get('groups')} groups x {ro.get('group_size')} episodes, env.max_steps "
         f"{c.get('env', {}).get('max_steps')}; held-out: {ev.get('games')} questions x "
