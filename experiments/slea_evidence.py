@@ -72,6 +72,7 @@ VARIANTS = {
     "slea_tt": ("slea", ["experience.empty_fallback=task_type"]),
 }
 LIBRARY_VARIANTS = ("slea", "slea_task", "slea_w0", "slea_tt")
+PORTABLE_ANCHORS = ("experiments/results/evidence/", "configs/")  # where saved absolute paths are cut
 EPISODES_MAX_BYTES = 200_000  # a run's episodes.jsonl: its first records up to this size (git keeps none)
 
 
@@ -90,6 +91,13 @@ def train(job: str, variant: str, seed: int) -> None:
     plan = compare.plan(ROOT / config, [algo], [seed], variant_dir(job, variant), [*common, *extra])
     compare.run(plan, say=print)
     cap_episodes(run_dir(job, variant, seed), recreate_command(job, variant, seed))
+    portable(run_dir(job, variant, seed))
+
+
+def portable(folder: Path) -> int:
+    """Make the saved files under ``folder`` name repository paths, not this machine's (compare.relativize), so a
+    run is committed the moment it finishes; the number of files changed."""
+    return compare.relativize(folder, PORTABLE_ANCHORS)
 
 
 def recreate_command(job: str, variant: str, seed: int) -> str:
@@ -145,6 +153,7 @@ def library_off(job: str, variant: str, seed: int) -> None:
         return
     subprocess.run([sys.executable, "-m", "slea.cli", "eval", str(d), "--set", "experience.mode=off",
                     "--out", str(d / "eval_library_off")], check=True)
+    portable(d)
 
 
 WIDE = {"games": 32, "episodes_per_game": 2}  # the wider held-out set: more games, fewer episodes of each
@@ -164,6 +173,7 @@ def wide_eval(job: str, variant: str, seed: int) -> None:
     subprocess.run([sys.executable, "-m", "slea.cli", "eval", str(d), "--set", f"eval.games={g}",
                     "--set", f"env.eval_kwargs.num_games={g}", "--set", f"eval.episodes_per_game={k}",
                     "--out", str(d / "eval_wide")], check=True)
+    portable(d)
 
 
 def _result(d: Path, kind: str | None = None) -> dict | None:
@@ -236,7 +246,7 @@ def comparisons(runs: list[compare.SubRun]) -> list[dict]:
 
 
 def table(job: str) -> dict:
-    compare.relativize(RESULTS / job, ("experiments/results/evidence/", "configs/"))
+    portable(RESULTS / job)
     runs = finished(job)
     if not runs:
         raise SystemExit(f"no finished run under {RESULTS / job}")

@@ -103,3 +103,19 @@ def test_cap_keeps_the_first_whole_records_and_says_how_to_get_the_rest(tmp_path
     assert E.cap_jsonl(d / "episodes.jsonl", budget, "again") is None  # within the budget now: left alone
     assert E.cap_episodes(tmp_path, "x") is None  # no episodes.jsonl
     assert "--job hard --variant slea_tt --seed 1" in E.recreate_command("hard", "slea_tt", 1)
+
+
+def test_a_finished_run_names_repository_paths_not_the_machines(tmp_path):
+    run = tmp_path / "default8" / "slea" / "runs" / "slea-s0"
+    (run / "eval_library_off" / "eval").mkdir(parents=True)
+    (run / "config.yaml").write_text(f"run:\n  dir: {tmp_path}/experiments/results/evidence/default8/slea/runs/"
+                                     "slea-s0\nconfig: /home/u/slea/configs/slea.yaml\n")
+    (run / "eval_library_off" / "eval" / "eval-heldout.json").write_text(
+        json.dumps({"run_dir": "/x/y/experiments/results/evidence/default8/slea/runs/slea-s0"}))
+    (run / "notes.txt").write_text("/x/y/experiments/results/evidence/ stays: not a saved config or result")
+    assert E.portable(run) == 2
+    assert (run / "config.yaml").read_text() == ("run:\n  dir: experiments/results/evidence/default8/slea/runs/"
+                                                 "slea-s0\nconfig: configs/slea.yaml\n")
+    assert "/x/y" not in (run / "eval_library_off" / "eval" / "eval-heldout.json").read_text()
+    assert "/x/y" in (run / "notes.txt").read_text()
+    assert E.portable(run) == 0
