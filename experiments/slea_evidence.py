@@ -234,12 +234,12 @@ def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo", kind: s
 
 
 def comparisons(runs: list[compare.SubRun]) -> list[dict]:
-    """Every comparison the page makes, paired by seed: each variant against grpo; slea against each of its
-    ablations; each library variant against its own policies with retrieval off (``library-off``); and on the
+    """Every comparison the page makes, paired by seed: each variant against grpo; slea against gigpo and against
+    each of its ablations; each library variant against its own policies with retrieval off (``library-off``); and on the
     wider held-out set (``wide-eval``) each variant against grpo."""
     variants = list(dict.fromkeys(r.algorithm for r in runs))
     out = [paired(runs, v, "grpo") for v in variants if v != "grpo"]
-    out += [paired(runs, "slea", v) for v in variants if v.startswith("slea_")]
+    out += [paired(runs, "slea", v) for v in variants if v == "gigpo" or v.startswith("slea_")]
     out += [paired(runs, v, v, base_kind="library_off") for v in variants if v in LIBRARY_VARIANTS]
     out += [paired(runs, v, "grpo", kind="wide") for v in variants if v != "grpo"]
     return [c for c in out if c["n"]]

@@ -83,6 +83,18 @@ def test_comparisons_pair_games_and_the_library_off_evaluation(tmp_path):
         list(got.values()))
 
 
+def test_comparisons_pit_slea_against_gigpo_as_the_criterion_needs(tmp_path):
+    from slea.compare import SubRun
+
+    runs = []
+    for variant, seed, success in (("grpo", 0, 0.5), ("gigpo", 0, 0.25), ("slea", 0, 0.75),
+                                   ("grpo", 1, 0.5), ("gigpo", 1, 0.75), ("slea", 1, 0.5)):
+        runs.append(SubRun(variant, seed, _run(tmp_path / variant, f"{variant}-s{seed}", success), "reused"))
+    got = {(c["a"], c["b"]): c for c in E.comparisons(runs)}
+    assert set(got) == {("gigpo", "grpo"), ("slea", "grpo"), ("slea", "gigpo")}
+    assert got[("slea", "gigpo")]["diffs"] == [0.5, -0.25] and got[("slea", "grpo")]["diffs"] == [0.25, 0.0]
+
+
 def test_cap_keeps_the_first_whole_records_and_says_how_to_get_the_rest(tmp_path):
     import hashlib
 
