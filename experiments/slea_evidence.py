@@ -86,10 +86,13 @@ def run_dir(job: str, variant: str, seed: int) -> Path:
 
 
 def train(job: str, variant: str, seed: int) -> None:
+    """Train (or resume, or reuse) one run. Only the run: a table of its one seed would go stale with the next
+    seed; ``table`` pairs every finished run of the job."""
     config, common = JOBS[job]
     algo, extra = VARIANTS[variant]
     plan = compare.plan(ROOT / config, [algo], [seed], variant_dir(job, variant), [*common, *extra])
-    compare.run(plan, say=print)
+    for sub, cfg in plan.items:
+        compare.train_sub_run(sub, cfg, say=print)
     cap_episodes(run_dir(job, variant, seed), recreate_command(job, variant, seed))
     portable(run_dir(job, variant, seed))
 
@@ -235,8 +238,8 @@ def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo", kind: s
 
 def comparisons(runs: list[compare.SubRun]) -> list[dict]:
     """Every comparison the page makes, paired by seed: each variant against grpo; slea against gigpo and against
-    each of its ablations; each library variant against its own policies with retrieval off (``library-off``); and on the
-    wider held-out set (``wide-eval``) each variant against grpo."""
+    each of its ablations; each library variant against its own policies with retrieval off (``library-off``); and
+    on the wider held-out set (``wide-eval``) each variant against grpo."""
     variants = list(dict.fromkeys(r.algorithm for r in runs))
     out = [paired(runs, v, "grpo") for v in variants if v != "grpo"]
     out += [paired(runs, "slea", v) for v in variants if v == "gigpo" or v.startswith("slea_")]

@@ -95,6 +95,24 @@ def test_comparisons_pit_slea_against_gigpo_as_the_criterion_needs(tmp_path):
     assert got[("slea", "gigpo")]["diffs"] == [0.5, -0.25] and got[("slea", "grpo")]["diffs"] == [0.25, 0.0]
 
 
+def test_a_run_writes_its_run_folder_and_no_one_seed_table(tmp_path, monkeypatch):
+    # training itself is replaced (it takes minutes); what is checked is what ``run`` leaves in the variant folder
+    trained = []
+
+    def fake_train(sub, cfg, say=None, label=None):
+        (sub.dir / "eval").mkdir(parents=True)
+        (sub.dir / "eval" / "summary.json").write_text(json.dumps({"after": {"sampled": {"success": 0.5}}}))
+        trained.append((sub.algorithm, sub.seed, cfg.algorithm.name))
+        return "trained"
+
+    monkeypatch.setattr(E, "RESULTS", tmp_path)
+    monkeypatch.setattr(E.compare, "train_sub_run", fake_train)
+    E.train("default8", "grpo", 3)
+    assert trained == [("grpo", 3, "grpo")]
+    assert (tmp_path / "default8" / "grpo" / "runs" / "grpo-s3" / "eval" / "summary.json").is_file()
+    assert sorted(p.name for p in (tmp_path / "default8" / "grpo").iterdir()) == ["runs"]
+
+
 def test_cap_keeps_the_first_whole_records_and_says_how_to_get_the_rest(tmp_path):
     import hashlib
 
