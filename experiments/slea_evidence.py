@@ -39,6 +39,7 @@ import numpy as np
 
 from slea import compare
 from slea.evaluation import stats
+from slea.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_EVIDENCE_DIR") or ROOT / "experiments" / "results" / "evidence")
@@ -209,6 +210,34 @@ def _library_stats(d: Path) -> dict[str, float]:
             "heldout_success_library_off": _heldout(d, "library_off")}
 
 
+# The train-split collapse signals the tables pair by seed: each run's mean over its iterations from COLLAPSE_FROM on
+# (the last 8 of the jobs' 14), when a collapse has had time to set in.
+COLLAPSE_SIGNALS = ("rollout/entropy", "collapse/equal_return_frac", "collapse/distinct_first_actions")
+COLLAPSE_FROM = 6
+
+
+def collapse_signals(d: Path) -> dict[str, float | None]:
+    """A run's mean of each collapse signal over its iterations from ``COLLAPSE_FROM`` on (None where none logs it)."""
+    rows = [r for r in read_metrics(d / "metrics.jsonl") if r.get("iteration", -1) >= COLLAPSE_FROM]
+    out: dict[str, float | None] = {}
+    for key in COLLAPSE_SIGNALS:
+        xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        out[key] = float(np.mean(xs)) if xs else None
+    return out
+
+
+def collapse_comparisons(runs: list[compare.SubRun], pairs: list[tuple[str, str]]) -> list[dict]:
+    """Each pair ``a − b`` on each collapse signal (:func:`collapse_signals`), paired by seed: mean ± std, the exact
+    sign-flip p and the bootstrap CI over seeds (:func:`slea.evaluation.stats.paired_comparison`)."""
+    signals = {(r.algorithm, r.seed): collapse_signals(r.dir) for r in runs}
+    out = []
+    for a, b in pairs:
+        for key in COLLAPSE_SIGNALS:
+            side = {arm: {s: v[key] for (x, s), v in signals.items() if x == arm} for arm in (a, b)}
+            out.append(stats.paired_comparison(side[a], side[b], names=(a, b), metric=key).to_dict())
+    return [c for c in out if c["n"]]
+
+
 def finished(job: str) -> list[compare.SubRun]:
     out = []
     for variant, (algo, _) in VARIANTS.items():
@@ -266,6 +295,7 @@ def table(job: str) -> dict:
             tab["algorithms"][variant]["library"] = {
                 str(r.seed): _library_stats(r.dir) for r in runs if r.algorithm == variant}
     tab["pairs"] = comparisons(runs)
+    tab["collapse"] = collapse_comparisons(runs, [(c["a"], c["b"]) for c in tab["pairs"] if "(" not in c["a"]])
     tab["baseline"] = "grpo"
     tab["spec"] = {"config": JOBS[job][0], "overrides": JOBS[job][1], "variants": {
         v: {"algorithm": a, "overrides": o} for v, (a, o) in VARIANTS.items()}}
@@ -298,6 +328,10 @@ def markdown(tab: dict) -> str:
         lines += ["", ("Every comparison, paired by seed (held-out sampled success; `(library_off)`: the same runs "
                        "evaluated with retrieval off; `(wide)`: the wider held-out set):"), "",
                   stats.markdown_table(tab["pairs"]).rstrip()]
+    if tab.get("collapse"):
+        lines += ["", (f"Collapse signals on the training split, paired by seed (each run's mean over its iterations "
+                       f"from {COLLAPSE_FROM} on; the metric column names the signal):"), "",
+                  stats.markdown_table(tab["collapse"]).rstrip()]
     lib_rows = [(v, s, st) for v, a in tab["algorithms"].items() for s, st in (a.get("library") or {}).items()]
     if lib_rows:
         head = ("| variant | seed | entries (strategies / warnings) | iterations admitting strategies | "

@@ -95,6 +95,28 @@ def test_comparisons_pit_slea_against_gigpo_as_the_criterion_needs(tmp_path):
     assert got[("slea", "gigpo")]["diffs"] == [0.5, -0.25] and got[("slea", "grpo")]["diffs"] == [0.25, 0.0]
 
 
+def test_collapse_signals_average_the_late_iterations_and_pair_by_seed(tmp_path):
+    from slea.compare import SubRun
+
+    def run_with(variant, seed, entropies):
+        d = _run(tmp_path / variant, f"{variant}-s{seed}", 0.5)
+        rows = [{"iteration": i, "rollout/entropy": e, "collapse/equal_return_frac": 0.5} for i, e in enumerate(entropies)]
+        (d / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        return SubRun(variant, seed, d, "reused")
+
+    # iterations 0-5 are left out: only 1.0 and 3.0 (s0) and 2.0 and 2.0 (s1) count for slea
+    early = [9.0] * E.COLLAPSE_FROM
+    runs = [run_with("slea", 0, early + [1.0, 3.0]), run_with("slea", 1, early + [2.0, 2.0]),
+            run_with("grpo", 0, early + [0.5, 0.5]), run_with("grpo", 1, early + [1.0, 2.0])]
+    sig = E.collapse_signals(runs[0].dir)
+    assert sig["rollout/entropy"] == 2.0 and sig["collapse/equal_return_frac"] == 0.5
+    assert sig["collapse/distinct_first_actions"] is None
+    got = {c["metric"]: c for c in E.collapse_comparisons(runs, [("slea", "grpo")])}
+    assert set(got) == {"rollout/entropy", "collapse/equal_return_frac"}  # no run logs the third signal
+    assert got["rollout/entropy"]["diffs"] == [1.5, 0.5] and got["rollout/entropy"]["p"] == 0.5
+    assert got["collapse/equal_return_frac"]["diffs"] == [0.0, 0.0]
+
+
 def test_a_run_writes_its_run_folder_and_no_one_seed_table(tmp_path, monkeypatch):
     # training itself is replaced (it takes minutes); what is checked is what ``run`` leaves in the variant folder
     trained = []
