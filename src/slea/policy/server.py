@@ -115,6 +115,10 @@ API_KEY_ENV = "SLEA_API_KEY"  # where `slea serve` reads its API key when --api-
 MIN_TEMPERATURE = 1e-6  # below this (and above 0) logits / T overflows float32: refused, 0 is greedy
 MAX_KEY_INTS = 64  # ints per rng_keys key (slea's keys hold 2-6)
 MAX_URL_CHARS = 8192  # path + query of a request; longer: 414
+# h11 refuses (uvicorn: 400) a request line and headers that exceed this before they are complete. Its default
+# (16 KiB) made the answer to a 60 KB URL depend on TCP timing: 414 when it arrived in one read, 400 when in
+# several. Past MAX_URL_CHARS and up to this, a URL is always 414; memory is bounded by max_connections x this.
+MAX_HEADER_BYTES = 1 << 20
 
 
 @dataclass
@@ -807,7 +811,8 @@ class Server:
         self.server_address = self.socket.getsockname()[:2]
         config = uvicorn.Config(self.app, http="h11", lifespan="off", log_config=None, access_log=False,
                                 limit_concurrency=settings.max_connections, timeout_keep_alive=5,
-                                timeout_graceful_shutdown=5, server_header=False)
+                                h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_graceful_shutdown=5,
+                                server_header=False)
         self._server = uvicorn.Server(config)
         self._done = threading.Event()
         self._done.set()

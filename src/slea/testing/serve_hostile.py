@@ -172,6 +172,17 @@ def _long_urls(served: Served, n: int = 400) -> int:
     return codes.pop() if len(codes) == 1 else 0
 
 
+def _long_url_in_pieces(served: Served) -> int:
+    """A 60 KB URL sent in three writes 0.1 s apart, so the server reads it in pieces (as it may under load)."""
+    data = request("GET", "/v1/models?q=" + "a" * 60_000, key=served.key)
+    with socket.create_connection((HOST, served.port), timeout=5) as s:
+        for i in range(0, len(data), 20_000):
+            s.sendall(data[i:i + 20_000])
+            time.sleep(0.1)
+        got = statuses(s.recv(1 << 16))
+    return got[0] if got else 0
+
+
 def _bad_length(value: str) -> Callable[[Served], int]:
     def send(served: Served) -> int:
         got = statuses(raw(served.port, request("POST", "/v1/completions", b"{}", served.key,
@@ -197,6 +208,7 @@ HOSTILE: list[tuple[str, str, Callable[[Served], int], int]] = [
     ("5", "a chunked body, then a second request on the connection", _chunked, 200),
     ("6", "a 50 MB body", _big_body, 413),
     ("6", "400 GETs with 60 KB URLs", _long_urls, 414),
+    ("6", "a 60 KB URL that arrives in pieces", _long_url_in_pieces, 414),
     ("7", "lone surrogate \\udcff (JSON escape)", _post(b'{"prompt": "a\\udcffb", "max_tokens": 2}'), 400),
     ("7", "lone surrogate (raw bytes, invalid UTF-8)", _post(b'{"prompt": "a\xed\xb3\xbfb", "max_tokens": 2}'), 400),
     ("7", "temperature NaN", _post(b'{"prompt": "ab", "temperature": NaN}'), 400),
