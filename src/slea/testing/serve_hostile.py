@@ -176,10 +176,16 @@ def _long_url_in_pieces(served: Served) -> int:
     """A 60 KB URL sent in three writes 0.1 s apart, so the server reads it in pieces (as it may under load)."""
     data = request("GET", "/v1/models?q=" + "a" * 60_000, key=served.key)
     with socket.create_connection((HOST, served.port), timeout=5) as s:
-        for i in range(0, len(data), 20_000):
-            s.sendall(data[i:i + 20_000])
-            time.sleep(0.1)
-        got = statuses(s.recv(1 << 16))
+        try:
+            for i in range(0, len(data), 20_000):
+                s.sendall(data[i:i + 20_000])
+                time.sleep(0.1)
+        except OSError:  # the server answered and closed before the whole URL went (uvicorn's 400 did)
+            pass
+        try:
+            got = statuses(s.recv(1 << 16))
+        except OSError:
+            got = []
     return got[0] if got else 0
 
 
