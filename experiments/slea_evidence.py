@@ -217,25 +217,41 @@ COLLAPSE_FROM = 6
 
 
 def collapse_signals(d: Path) -> dict[str, float | None]:
-    """A run's mean of each collapse signal over its iterations from ``COLLAPSE_FROM`` on (None where none logs it)."""
-    rows = [r for r in read_metrics(d / "metrics.jsonl") if r.get("iteration", -1) >= COLLAPSE_FROM]
-    out: dict[str, float | None] = {}
-    for key in COLLAPSE_SIGNALS:
-        xs = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-        out[key] = float(np.mean(xs)) if xs else None
-    return out
+    """A run's mean of each collapse signal over its iterations from ``COLLAPSE_FROM`` on, and its token entropy in
+    the first iteration (``rollout/entropy@0``, for the page's "from ... nats"); None where no iteration logs it."""
+    rows = read_metrics(d / "metrics.jsonl")
+
+    def mean(key: str, late: bool = True) -> float | None:
+        xs = [r[key] for r in rows if (r.get("iteration", -1) >= COLLAPSE_FROM) == late
+              and isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        return float(np.mean(xs)) if xs else None
+
+    first = [r for r in rows if r.get("iteration") == 0]
+    return {**{key: mean(key) for key in COLLAPSE_SIGNALS},
+            "rollout/entropy@0": first[0].get("rollout/entropy") if first else None}
 
 
-def collapse_comparisons(runs: list[compare.SubRun], pairs: list[tuple[str, str]]) -> list[dict]:
-    """Each pair ``a − b`` on each collapse signal (:func:`collapse_signals`), paired by seed: mean ± std, the exact
-    sign-flip p and the bootstrap CI over seeds (:func:`slea.evaluation.stats.paired_comparison`)."""
-    signals = {(r.algorithm, r.seed): collapse_signals(r.dir) for r in runs}
+def collapse_comparisons(signals: dict[str, dict[int, dict]], pairs: list[tuple[str, str]]) -> list[dict]:
+    """Each pair ``a − b`` on each collapse signal (``signals[variant][seed]``, from :func:`collapse_signals`), paired
+    by seed: mean ± std, the exact sign-flip p and the bootstrap CI over seeds
+    (:func:`slea.evaluation.stats.paired_comparison`)."""
     out = []
     for a, b in pairs:
         for key in COLLAPSE_SIGNALS:
-            side = {arm: {s: v[key] for (x, s), v in signals.items() if x == arm} for arm in (a, b)}
+            side = {arm: {s: v[key] for s, v in signals.get(arm, {}).items()} for arm in (a, b)}
             out.append(stats.paired_comparison(side[a], side[b], names=(a, b), metric=key).to_dict())
     return [c for c in out if c["n"]]
+
+
+def collapse_summary(per_seed: dict[int, dict]) -> dict[str, dict]:
+    """One variant's collapse signals over its seeds: n, mean ± std (ddof=1), min and max of each."""
+    out = {}
+    for key in (*COLLAPSE_SIGNALS, "rollout/entropy@0"):
+        xs = [v[key] for v in per_seed.values() if v.get(key) is not None]
+        if xs:
+            out[key] = {"n": len(xs), "mean": float(np.mean(xs)), "std": float(np.std(xs, ddof=1)) if len(xs) > 1
+                        else 0.0, "min": float(min(xs)), "max": float(max(xs))}
+    return out
 
 
 def finished(job: str) -> list[compare.SubRun]:
@@ -265,13 +281,18 @@ def paired(runs: list[compare.SubRun], variant: str, base: str = "grpo", kind: s
                                    names=(name, name_b)).to_dict()
 
 
+def arm_pairs(variants: list[str]) -> list[tuple[str, str]]:
+    """The pairs of arms the page compares: each variant against grpo, and slea against gigpo and each ablation."""
+    return ([(v, "grpo") for v in variants if v != "grpo"]
+            + [("slea", v) for v in variants if v == "gigpo" or v.startswith("slea_")])
+
+
 def comparisons(runs: list[compare.SubRun]) -> list[dict]:
     """Every comparison the page makes, paired by seed: each variant against grpo; slea against gigpo and against
     each of its ablations; each library variant against its own policies with retrieval off (``library-off``); and
     on the wider held-out set (``wide-eval``) each variant against grpo."""
     variants = list(dict.fromkeys(r.algorithm for r in runs))
-    out = [paired(runs, v, "grpo") for v in variants if v != "grpo"]
-    out += [paired(runs, "slea", v) for v in variants if v == "gigpo" or v.startswith("slea_")]
+    out = [paired(runs, a, b) for a, b in arm_pairs(variants)]
     out += [paired(runs, v, v, base_kind="library_off") for v in variants if v in LIBRARY_VARIANTS]
     out += [paired(runs, v, "grpo", kind="wide") for v in variants if v != "grpo"]
     return [c for c in out if c["n"]]
@@ -294,8 +315,13 @@ def table(job: str) -> dict:
         if variant in LIBRARY_VARIANTS:
             tab["algorithms"][variant]["library"] = {
                 str(r.seed): _library_stats(r.dir) for r in runs if r.algorithm == variant}
+    signals = {v: {r.seed: collapse_signals(r.dir) for r in runs if r.algorithm == v} for v in tab["algorithms"]}
+    for variant, per_seed in signals.items():
+        if summary := collapse_summary(per_seed):  # runs older than the collapse metrics log none
+            tab["algorithms"][variant]["collapse"] = {"per_seed": {str(s): v for s, v in per_seed.items()},
+                                                      "summary": summary}
     tab["pairs"] = comparisons(runs)
-    tab["collapse"] = collapse_comparisons(runs, [(c["a"], c["b"]) for c in tab["pairs"] if "(" not in c["a"]])
+    tab["collapse"] = collapse_comparisons(signals, arm_pairs(list(tab["algorithms"])))
     tab["baseline"] = "grpo"
     tab["spec"] = {"config": JOBS[job][0], "overrides": JOBS[job][1], "variants": {
         v: {"algorithm": a, "overrides": o} for v, (a, o) in VARIANTS.items()}}
@@ -315,6 +341,20 @@ def _pm(s: dict, digits: int = 3) -> str:
     return f"{s['mean']:+.{digits}f}{std} (n={s['n']}{p})"
 
 
+def _collapse_summary_markdown(tab: dict) -> list[str]:
+    """Per variant, each collapse signal over its seeds: mean ± std [min, max]."""
+    keys = (*COLLAPSE_SIGNALS, "rollout/entropy@0")
+    intro = (f"Per variant, over its seeds: mean ± std [min, max] of each run's value (iterations {COLLAPSE_FROM} on; "
+             "`@0`: the first iteration):")
+    lines = ["", intro, "", "| variant | " + " | ".join(keys) + " |", "|---|" + "---:|" * len(keys)]
+    for v, a in tab["algorithms"].items():
+        summ = (a.get("collapse") or {}).get("summary") or {}
+        cells = [f"{x['mean']:.2f} ± {x['std']:.2f} [{x['min']:.2f}, {x['max']:.2f}]" if (x := summ.get(k)) else "–"
+                 for k in keys]
+        lines.append(f"| {v} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def markdown(tab: dict) -> str:
     lines = [compare.table_markdown({**tab, "pairs": [], "spec": {"config": tab["spec"]["config"],
                                                                   "seeds": "per variant",
@@ -331,7 +371,7 @@ def markdown(tab: dict) -> str:
     if tab.get("collapse"):
         lines += ["", (f"Collapse signals on the training split, paired by seed (each run's mean over its iterations "
                        f"from {COLLAPSE_FROM} on; the metric column names the signal):"), "",
-                  stats.markdown_table(tab["collapse"]).rstrip()]
+                  stats.markdown_table(tab["collapse"]).rstrip(), *_collapse_summary_markdown(tab)]
     lib_rows = [(v, s, st) for v, a in tab["algorithms"].items() for s, st in (a.get("library") or {}).items()]
     if lib_rows:
         head = ("| variant | seed | entries (strategies / warnings) | iterations admitting strategies | "

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from slea.testing.bench import load_script
 
 E = load_script(Path(__file__).resolve().parents[2] / "experiments" / "slea_evidence.py")
@@ -110,11 +112,20 @@ def test_collapse_signals_average_the_late_iterations_and_pair_by_seed(tmp_path)
             run_with("grpo", 0, early + [0.5, 0.5]), run_with("grpo", 1, early + [1.0, 2.0])]
     sig = E.collapse_signals(runs[0].dir)
     assert sig["rollout/entropy"] == 2.0 and sig["collapse/equal_return_frac"] == 0.5
-    assert sig["collapse/distinct_first_actions"] is None
-    got = {c["metric"]: c for c in E.collapse_comparisons(runs, [("slea", "grpo")])}
+    assert sig["collapse/distinct_first_actions"] is None and sig["rollout/entropy@0"] == 9.0
+    signals = {v: {r.seed: E.collapse_signals(r.dir) for r in runs if r.algorithm == v} for v in ("slea", "grpo")}
+    got = {c["metric"]: c for c in E.collapse_comparisons(signals, [("slea", "grpo")])}
     assert set(got) == {"rollout/entropy", "collapse/equal_return_frac"}  # no run logs the third signal
     assert got["rollout/entropy"]["diffs"] == [1.5, 0.5] and got["rollout/entropy"]["p"] == 0.5
     assert got["collapse/equal_return_frac"]["diffs"] == [0.0, 0.0]
+    summary = E.collapse_summary(signals["grpo"])  # grpo's late means: 0.5 (s0) and 1.5 (s1)
+    assert summary["rollout/entropy"] == pytest.approx({"n": 2, "mean": 1.0, "std": 2 ** -0.5, "min": 0.5, "max": 1.5})
+    assert "collapse/distinct_first_actions" not in summary
+
+
+def test_arm_pairs_are_each_variant_against_grpo_then_slea_against_gigpo_and_its_ablations():
+    assert E.arm_pairs(["slea", "grpo", "gigpo", "slea_task"]) == [
+        ("slea", "grpo"), ("gigpo", "grpo"), ("slea_task", "grpo"), ("slea", "gigpo"), ("slea", "slea_task")]
 
 
 def test_a_run_writes_its_run_folder_and_no_one_seed_table(tmp_path, monkeypatch):
