@@ -67,14 +67,19 @@ def start(key: str = "soak-key", *args: str, model: str = "tiny") -> Served:
 
 
 # -- raw HTTP on a socket (what a careless or hostile client sends) -----------------------------------------------
-def raw(port: int, data: bytes, wait: float = 10.0, close_after: float | None = None, responses: int = 1) -> bytes:
-    """Send ``data`` on a new connection and read until ``responses`` answers are complete, the server closes it
-    or ``wait`` seconds pass (or, with ``close_after``, hang up after that many seconds without reading: a client
-    that goes away)."""
+def raw(port: int, data: bytes, wait: float = 10.0, close_after: float | None = None, responses: int = 1,
+        piece: int | None = None, pause: float = 0.0) -> bytes:
+    """Send ``data`` on a new connection (with ``piece``, in writes of that many bytes ``pause`` seconds apart, so
+    the server reads it in pieces) and read until ``responses`` answers are complete, the server closes it or
+    ``wait`` seconds pass (or, with ``close_after``, hang up after that many seconds without reading: a client that
+    goes away)."""
+    step = piece or max(len(data), 1)
     with socket.create_connection((HOST, port), timeout=wait) as s:
         try:
-            s.sendall(data)
-        except OSError:  # the server answered and closed before the whole body went (a 413 does)
+            for i in range(0, len(data), step):
+                s.sendall(data[i:i + step])
+                time.sleep(pause)
+        except OSError:  # the server answered and closed before the whole request went (a 413 does)
             pass
         if close_after is not None:
             time.sleep(close_after)
@@ -175,17 +180,7 @@ def _long_urls(served: Served, n: int = 400) -> int:
 def _long_url_in_pieces(served: Served) -> int:
     """A 60 KB URL sent in three writes 0.1 s apart, so the server reads it in pieces (as it may under load)."""
     data = request("GET", "/v1/models?q=" + "a" * 60_000, key=served.key)
-    with socket.create_connection((HOST, served.port), timeout=5) as s:
-        try:
-            for i in range(0, len(data), 20_000):
-                s.sendall(data[i:i + 20_000])
-                time.sleep(0.1)
-        except OSError:  # the server answered and closed before the whole URL went (uvicorn's 400 did)
-            pass
-        try:
-            got = statuses(s.recv(1 << 16))
-        except OSError:
-            got = []
+    got = statuses(raw(served.port, data, wait=5, piece=20_000, pause=0.1))
     return got[0] if got else 0
 
 
