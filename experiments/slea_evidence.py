@@ -221,8 +221,8 @@ def collapse_signals(d: Path) -> dict[str, float | None]:
     the first iteration (``rollout/entropy@0``, for the page's "from ... nats"); None where no iteration logs it."""
     rows = read_metrics(d / "metrics.jsonl")
 
-    def mean(key: str, late: bool = True) -> float | None:
-        xs = [r[key] for r in rows if (r.get("iteration", -1) >= COLLAPSE_FROM) == late
+    def mean(key: str) -> float | None:
+        xs = [r[key] for r in rows if r.get("iteration", -1) >= COLLAPSE_FROM
               and isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
         return float(np.mean(xs)) if xs else None
 
