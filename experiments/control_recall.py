@@ -18,6 +18,16 @@ experiments/slea_evidence.py does; it needs the run's checkpoint, so it follows 
 read from its run folders' names), each comparison paired by seed with its exact sign-flip p and bootstrap CI; and
 agent.md for (a).
 
+``power`` — the size of the confirmatory study (``powered``), before its runs: the 8-seed study at today's settings
+(``eight_seeds``) is the pilot; :func:`slea.evaluation.power.seeds_for_power` finds the fewest fresh seeds that give
+80 % power for slea − grpo (exact sign-flip, α = 0.05) when each fresh seed's difference is a pilot seed's,
+drawn again, and grpo also scores on a seed as often, and as much, as it did on the 16 seeds of both 8-seed studies.
+Output: ``powered/power.json`` and ``powered/power.md``.
+
+``trace`` — a slea run's held-out step trace (``slea agent --trace`` with the run's final policy and library, with
+and without the library) and its diagnosis, under ``<study>/runs/slea-s<seed>/trace/``: which lessons each step
+saw and whether the answer followed them (the powered study's secondary analyses).
+
 ``diagnose`` — why (a) wins so little: ``slea agent --trace`` plays the held-out games of ``agent`` again with
 seed ``s``'s built library (the same settings), then :func:`diagnosis` counts per chamber type, condition and
 decoding mode what was retrieved (a positive lesson naming the right gesture, only the right gesture) and whether
@@ -46,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from slea import compare
+from slea.evaluation import power as study_power
 from slea.evaluation import stats
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -117,9 +128,10 @@ def agent(seed: int, extra: list[str] | None = None) -> None:
     compare.relativize(RESULTS)
 
 
-def heldout_args(library: Path, out: Path, extra: list[str] | None = None) -> list[str]:
-    """``slea agent`` arguments of (a)'s held-out comparison with ``library``, written to ``out``."""
-    return ["agent", "--model", "embedded", "--library", str(library), "--env", "slea/Recall-v0",
+def heldout_args(library: Path, out: Path, extra: list[str] | None = None, model: str = "embedded") -> list[str]:
+    """``slea agent`` arguments of (a)'s held-out comparison with ``library``, written to ``out`` (``model``: the
+    frozen embedded model, or a run folder's trained policy)."""
+    return ["agent", "--model", model, "--library", str(library), "--env", "slea/Recall-v0",
             "--games", str(HELDOUT["games"]), "--episodes", str(HELDOUT["episodes"]), "--seed", str(HELDOUT["seed"]),
             "--out", str(out), *agent_settings(extra)]
 
@@ -258,6 +270,23 @@ def diagnose(seed: int, extra: list[str] | None = None) -> Path:
     md = diagnosis_markdown(d)
     (out / "diagnosis.md").write_text(md)
     print(md)
+    compare.relativize(RESULTS)
+    return out
+
+
+def trace(seed: int, study: str, extra: list[str] | None = None) -> Path:
+    """The held-out step trace of study ``study``'s slea run of seed ``seed`` (its final policy and library, with
+    and without the library: ``slea agent --model RUN --library RUN --trace``), then its diagnosis, under
+    ``RUN/trace/``. It needs the run's checkpoint, so it follows the training in the same session; skipped when its
+    steps.jsonl exists."""
+    d = run_dir("slea", seed, study)
+    out, steps = d / "trace", d / "trace" / "steps.jsonl"
+    if not steps.is_file():
+        _cli(*heldout_args(d, out, extra, model=str(d)), "--trace")
+    rows = [json.loads(x) for x in steps.read_text().splitlines() if x.strip()]
+    diag = diagnosis(rows)
+    (out / "diagnosis.json").write_text(json.dumps(diag, indent=2))
+    (out / "diagnosis.md").write_text(diagnosis_markdown(diag))
     compare.relativize(RESULTS)
     return out
 
@@ -443,6 +472,53 @@ def table(folder: Path | None = None) -> None:
         print(b)
 
 
+# -- the powered study's size ------------------------------------------------------------------------------------
+PILOT, BASELINE_STUDIES = "eight_seeds", ("eight_seeds", "eight_seeds_ent0.03")
+POWER = {"target": 0.8, "alpha": stats.ALPHA, "n_sims": 10_000, "seed": 0, "first_seed": 102}
+USED_SEEDS = {100, 101}  # the anti-collapse pilots (pilot/*/runs/grpo-s100, -s101)
+
+
+def power_inputs() -> dict[str, Any]:
+    """The pilot's per-seed slea − grpo differences (``eight_seeds``), and grpo's held-out scores on every seed of
+    both 8-seed studies: how often grpo scored at all, and how much where it did."""
+    pilot = compare.paired(finished(RESULTS / PILOT), "slea", BASELINE)
+    scores = [_sampled(r.dir / "eval" / "summary.json").get("success") or 0.0
+              for study in BASELINE_STUDIES for r in finished(RESULTS / study) if r.algorithm == BASELINE]
+    won = [x for x in scores if x > 0]
+    return {"pilot_seeds": list(pilot.seeds), "pilot_diffs": list(pilot.diffs), "baseline_scores": scores,
+            "baseline_rate": len(won) / len(scores) if scores else 0.0, "baseline_won": won}
+
+
+def power() -> dict[str, Any]:
+    """The powered study's seed count (module docstring, ``power``), with the power of that count under two
+    harsher models beside it; writes ``powered/power.{json,md}``."""
+    x = power_inputs()
+    kw = {k: POWER[k] for k in ("alpha", "n_sims", "seed")}
+    n, curve = study_power.seeds_for_power(x["pilot_diffs"], target=POWER["target"], loss_rate=x["baseline_rate"],
+                                           baseline_scores=x["baseline_won"] or None, n_min=6, **kw)
+    if n is None:
+        raise SystemExit("no study of up to 64 seeds reaches the target power")
+    models = {"grpo never scores": {"loss_rate": 0.0},
+              "grpo scores twice as often (same scores)": {"loss_rate": min(1.0, 2 * x["baseline_rate"]),
+                                                           "baseline_scores": x["baseline_won"] or None},
+              "grpo scores on 1 seed in 16, as much as slea where slea wins": {"loss_rate": 1 / 16}}
+    harsher = {name: study_power.sign_flip_power(x["pilot_diffs"], n, **m, **kw).power for name, m in models.items()}
+    seeds = [s for s in range(POWER["first_seed"], POWER["first_seed"] + n + len(USED_SEEDS))
+             if s not in USED_SEEDS][:n]
+    out = {**x, **POWER, "n_seeds": n, "seeds": seeds,
+           "curve": [{"n": r.n, "power": r.power, "stderr": r.stderr} for r in curve], "harsher": harsher}
+    folder = RESULTS / "powered"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "power.json").write_text(json.dumps(out, indent=2) + "\n")
+    md = ["| seeds | power (design model) | Monte Carlo s.e. |", "|---:|---:|---:|",
+          *(f"| {r['n']} | {r['power']:.3f} | {r['stderr']:.3f} |" for r in out["curve"]),
+          "", f"At {n} seeds under other models:", "",
+          *(f"- {name}: {pw:.3f}" for name, pw in harsher.items())]
+    (folder / "power.md").write_text("\n".join(md) + "\n")
+    print("\n".join(md))
+    return out
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -458,12 +534,21 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--study", default="compare", help="the results folder under RESULTS (default: compare)")
     t.add_argument("--compare", type=Path, default=None, help="a compare folder elsewhere (runs/<arm>-s<seed>/ "
                    "under it), instead of --study")
+    sub.add_parser("power")
+    tr = sub.add_parser("trace")
+    tr.add_argument("--seed", type=int, required=True)
+    tr.add_argument("--study", required=True)
+    tr.add_argument("--set", dest="extra", action="append", default=[])
     d = sub.add_parser("diagnose")
     d.add_argument("--seed", type=int, required=True)
     d.add_argument("--set", dest="extra", action="append", default=[])
     args = ap.parse_args(argv)
     if args.cmd == "agent":
         agent(args.seed, args.extra)
+    elif args.cmd == "power":
+        power()
+    elif args.cmd == "trace":
+        trace(args.seed, args.study, args.extra)
     elif args.cmd == "diagnose":
         diagnose(args.seed, args.extra)
     elif args.cmd == "run":
