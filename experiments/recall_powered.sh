@@ -21,7 +21,15 @@ run() {  # run ARM SEED: train (slea: and evaluate with retrieval off, and trace
     PYTHONPATH="$fixed/src" SLEA_CONTROL_RECALL_DIR="$results" "${wrap[@]}" "$py" \
       "$fixed/experiments/control_recall.py" trace --seed "$seed" --study powered --set model.dtype=float32
   fi
-  (cd "$root" && git add "$d" && git commit -q -m "Recall powered study: $arm seed $seed" -- "$d") || true
+  commit "$d" "Recall powered study: $arm seed $seed"
+}
+commit() {  # commit FOLDER MESSAGE: only that folder; a few tries, since other commits may hold the index lock
+  local i
+  for i in 1 2 3 4 5 6; do
+    (cd "$root" && git add "$1" && git commit -q -m "$2" -- "$1") && return 0
+    sleep 10
+  done
+  echo "recall_powered: could not commit $1" >&2
 }
 wrap=("$@")
 for seed in $seeds; do
