@@ -40,6 +40,25 @@ class Step:
     cluster_id: int = -1
     experience_ids: list[int] = field(default_factory=list)
     info: dict[str, Any] = field(default_factory=dict)
+    # the env's structural key of ``anchor`` (:class:`StateKey`): '' when the family has none
+    state_key: str = ""
+    state_slots: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StateKey:
+    """An observation's structural key, given by its environment (``TextEnv.state_key``): what *kind* of state the
+    agent is in, with the names of this game taken out.
+
+    ``text`` is a short canonical text naming the kind of state, with every entity written as its role (``the
+    goal's object``, ``a container``) and filler dropped, so two rooms that differ only in names and filler share
+    it. ``slots`` maps each role to the entity that fills it in this observation (``{"goal object": "coin"}``):
+    a lesson written with ``{goal object}`` is filled from them at retrieval. Both come only from what the agent
+    sees (the observation, the goal, the listed commands), never from the answer, the reward or hidden state. Role
+    names are lower-case words (letters, digits and spaces)."""
+
+    text: str
+    slots: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,11 @@ opt into the base's replay fallback by setting ``snapshots = "replay"`` without 
 records each episode's ``reset(seed, options)`` and every action sent to ``step`` and replays them.
 :func:`snapshot_support` reads the attribute of a registered id without building an env.
 
+State keys (SLEA-RL's structurally equivalent states): a family may override :meth:`TextEnv.state_key`, which gives
+an observation's :class:`slea.types.StateKey` (the kind of state, entities written as their roles, and the slots that
+fill those roles here); the base puts it in every info as ``state_key`` (text) and ``state_slots`` (dict). A family
+without one puts nothing there, and the library keys its steps by the raw observation.
+
 Each family also owns what the agent is told: :attr:`TextEnv.instructions` (a :class:`slea.types.Instructions`:
 system prompt, example exchange, answer cue). Observations carry no instructions of their own, so clipping an
 observation never cuts them.
@@ -35,7 +40,7 @@ from typing import Any, ClassVar, Literal
 
 import gymnasium as gym
 
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 Obs = str
 SnapshotKind = Literal["exact", "replay", "none"]
@@ -203,6 +208,12 @@ class TextEnv(gym.Env):
             return int(seed) % n
         return int(self.np_random.integers(n))
 
+    def state_key(self, observation: str) -> StateKey | None:
+        """The structural key of ``observation``, the observation this env just returned (module docstring), or
+        None: this family has none. It may read only what the agent sees — ``observation``, ``self._goal``,
+        ``self._admissible`` — never the answer, the reward or hidden state. Families override it."""
+        return None
+
     def _info_defaults(self) -> dict[str, Any]:
         """Family-specific keys every info carries (overridden by subclasses); values set by a step win."""
         return {}
@@ -214,6 +225,10 @@ class TextEnv(gym.Env):
         info.setdefault("admissible_actions", self._admissible)
         info.setdefault("task_type", self.task_type)
         info.setdefault("won", False)
+        if "state_key" not in info:
+            key = self.state_key(self._last_obs)
+            if key is not None:
+                info["state_key"], info["state_slots"] = key.text, dict(key.slots)
         return info
 
     # -- snapshots (RTPO forks turns from stored boundary states) ---------------------------------------
