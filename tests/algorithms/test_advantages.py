@@ -61,7 +61,7 @@ def test_specs_declare_level_needs_and_settings():
         assert (spec.level, set(spec.needs), set(spec.required)) == (level, needs, required), name
     assert get_algorithm("slea").defaults == {"experience.mode": "step"}
     assert set(get_algorithm("gigpo").settings) - set(get_algorithm("gigpo").required) == {
-        "cross_step_stats", "singleton", "similarity_threshold"}
+        "cross_step_stats", "singleton", "similarity_threshold", "anchor_on"}
 
 
 def test_register_rejects_unknown_level_and_needs():
@@ -276,6 +276,19 @@ def test_gigpo_cross_step_stats():
             -1.09544511501,
         ]
     )
+
+
+def test_gigpo_anchored_on_state_keys_groups_equivalent_states():
+    # the raw anchors are all different (singletons: GRPO), but s0's three rows share a state key: the hand case
+    # above (A_step(s0) = [-1/3, 2/3, -1/3] with std off)
+    raw = ["room 1 filler", "x", "room 2 other filler", "room 3", "y"]
+    keys = ["exits: east", "k1", "exits: east", "exits: east", "k2"]
+    kw = dict(anchors=raw, gamma=0.5, std_norm=False)
+    assert adv("gigpo", GIG["g"], GIG["t"], GIG["s"], GIG["r"], **kw) == approx([1.0, 1.0, 1.0, -1.0, -1.0])
+    on_keys = adv("gigpo", GIG["g"], GIG["t"], GIG["s"], GIG["r"], state_keys=keys, anchor_on="state_key", **kw)
+    assert on_keys == approx([2 / 3, 1.0, 5 / 3, -4 / 3, -1.0], abs=1e-12)
+    with pytest.raises(ValueError, match="anchor_on"):
+        adv("gigpo", GIG["g"], GIG["t"], GIG["s"], GIG["r"], anchor_on="cluster", **kw)
 
 
 def test_gigpo_all_singleton_step_groups_equals_grpo():

@@ -49,7 +49,9 @@ def test_an_empty_library_changes_nothing_and_the_no_library_side_is_the_plain_e
     cfg, gen, builder = setup
     with ExperienceManager(cfg.experience, tmp_path / "empty.sqlite") as m:
         res = run_agent(gen, builder, cfg, m, {"split": "heldout"})
-    # nothing to retrieve: both conditions play the same episodes (paired streams), so no difference at all
+    # nothing to retrieve: both conditions play the same episodes (paired streams), so no difference at all;
+    # only the library side's steps were clustered, so only it has Eq.5 step groups
+    assert res["with"]["sampled"].pop("step_group_size") > 0 == res["without"]["sampled"].pop("step_group_size")
     assert res["with"] == res["without"]
     assert all(v == 0.0 for d in res["difference"].values() for v in d.values())
     assert res["games_by_success"]["sampled"] == {"better": 0, "worse": 0, "same": 2}
@@ -57,6 +59,7 @@ def test_an_empty_library_changes_nothing_and_the_no_library_side_is_the_plain_e
     plain = evaluate(RolloutCollector(gen, builder, cfg.rollout, cfg.env.max_steps), cfg.env,
                      {"split": "heldout"}, cfg.eval)
     plain["sampled"].pop("temperature")
+    plain["sampled"].pop("step_group_size")
     assert res["without"] == {"sampled": plain["sampled"]}  # no greedy episodes: eval.greedy=false
 
 

@@ -85,14 +85,15 @@ class FakeExperience:
     def __init__(self):
         self.retrieved, self.clustered = 0, 0
 
-    def cluster(self, obs, task_type=""):
+    def cluster(self, obs, task_type="", *, state_key=""):
         self.clustered += 1
         return len(obs) % 5
 
-    def retrieve(self, obs, *, task_type="", goal="", iteration=0):
+    def retrieve(self, obs, *, task_type="", goal="", iteration=0, state_key="", slots=None):
         from types import SimpleNamespace
 
         self.retrieved += 1
+        self.keys = getattr(self, "keys", []) + [(state_key, dict(slots or {}))]
         return SimpleNamespace(cluster_id=42, entry_ids=[1, 2], text="Strategy: take the coin.")
 
 

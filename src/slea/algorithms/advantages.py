@@ -299,7 +299,7 @@ def _two_level(batch: StepBatch, step_codes, n_step, *, gamma, step_weight, std_
 @register_algorithm("gigpo", level="turn")
 def gigpo(batch: StepBatch, *, gamma: float, step_weight: float, std_norm: bool, eps: float,
           cross_step_stats: bool = False, singleton: str = "zero",
-          similarity_threshold: float | None = None) -> np.ndarray:
+          similarity_threshold: float | None = None, anchor_on: str = "observation") -> np.ndarray:
     """GiGPO (Feng et al. 2025, Eq.3-8): ``A = A^E + ω·A^S``; ``A^S`` normalises the discounted step return
     (Eq.5) inside anchor-state groups (Eq.4/6: identical ``anchors`` within a task group, Eq.7).
 
@@ -307,8 +307,14 @@ def gigpo(batch: StepBatch, *, gamma: float, step_weight: float, std_norm: bool,
     ``cross_step_stats=True``: episode statistics over the group's step rows, as the reference code's default.
     ``singleton="reference"``: a one-member episode group keeps ``R/(1+eps)`` (reference code) instead of 0.
     ``similarity_threshold``: group anchors greedily by difflib ratio ≥ threshold (:func:`similarity_groups`).
+    ``anchor_on="state_key"``: the anchor state is the env's structural key of the observation (``state_keys``;
+    the observation where the family has none), so structurally equivalent states share a step group.
     """
-    rows, anchors = batch.rows, batch.column("anchors", "anchors (raw observations)")
+    if anchor_on not in ("observation", "state_key"):
+        raise ValueError(f"anchor_on must be 'observation' or 'state_key', not {anchor_on!r}")
+    rows = batch.rows
+    anchors = (batch.column("anchors", "anchors (raw observations)") if anchor_on == "observation"
+               else batch.column("state_keys", "state keys (TextEnv.state_key of each anchor)"))
     if similarity_threshold is None:
         codes, n_codes = anchor_groups(rows, anchors)
     else:
@@ -345,6 +351,7 @@ def compute_advantages(
     anchors: Sequence[Any] | np.ndarray | None = None,
     clusters: Sequence[int] | np.ndarray | None = None,
     *,
+    state_keys: Sequence[str] | np.ndarray | None = None,
     penalties: Sequence[float] | np.ndarray | None = None,
     gamma: float = 0.95,
     step_weight: float = 1.0,
@@ -358,7 +365,8 @@ def compute_advantages(
     turn index, ``rewards`` the env reward of each turn; ``penalties`` each turn's invalid-action penalty, taken
     off that row's score after discounting (:func:`step_returns`; fold them into ``rewards`` instead for the
     propagated convention); ``anchors`` (raw observations) are needed by
-    ``gigpo``, ``clusters`` (observation-cluster ids, -1 = none) by ``slea``; ``values`` (an option: one
+    ``gigpo``, ``state_keys`` (the anchors' structural keys) by ``gigpo`` with ``anchor_on="state_key"``,
+    ``clusters`` (observation-cluster ids, -1 = none) by ``slea``; ``values`` (an option: one
     critic value per row) by ``turn_ppo``. The common settings go to the estimators that take them; other
     ``options`` must be the estimator's own settings (``gigpo``: ``cross_step_stats``, ``singleton``,
     ``similarity_threshold``). Unknown ``name`` → ``KeyError`` listing the known ones; unknown option →
@@ -374,6 +382,7 @@ def compute_advantages(
         own = [p for p in spec.settings if p not in _COMMON] or ["none"]
         raise TypeError(f"algorithm {spec.name!r} takes no option {', '.join(unknown)}; its options: {', '.join(own)}")
     batch = StepBatch(group_ids, traj_ids, steps, rewards, anchors=_optional(anchors, object),
+                      state_keys=_optional(state_keys, object),
                       clusters=_optional(clusters, np.int64), penalties=_optional(penalties, np.float64),
                       values=None if values is None else [np.atleast_1d(np.asarray(v, np.float64)) for v in values])
     settings = {"gamma": gamma, "step_weight": step_weight, "std_norm": std_norm, "eps": eps, **options}

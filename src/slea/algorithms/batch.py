@@ -26,7 +26,8 @@ __all__ = ["Advantages", "StepBatch", "estimate"]
 class StepBatch:
     """One row per (trajectory, turn), as columns (rows in any order; a trajectory is ``(group_id, traj_id)``).
 
-    ``anchors``: raw observations (GiGPO's step groups); ``clusters``: observation-cluster ids, -1 = none
+    ``anchors``: raw observations (GiGPO's step groups); ``state_keys``: the env's structural key of each
+    anchor, the anchor itself where the family has none (GiGPO with ``anchor_on="state_key"``); ``clusters``: observation-cluster ids, -1 = none
     (SLEA-RL); ``response_lengths``: response tokens per row; ``values``: the critic's values per row — one
     (``turn`` level: at the row's turn boundary) or one per response token (``token`` level) — when the algorithm
     needs a critic; ``penalties``: the invalid-action penalty of each row, kept apart from ``rewards`` (the env's)
@@ -42,13 +43,15 @@ class StepBatch:
     response_lengths: np.ndarray | None = None
     values: list[np.ndarray] | None = None
     penalties: np.ndarray | None = None
+    state_keys: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         n = len(self.group_ids)
         self.rewards = as_rewards(self.rewards, n)
         if self.penalties is not None:
             self.penalties = as_rewards(self.penalties, n)
-        for name in ("group_ids", "traj_ids", "steps", "anchors", "clusters", "response_lengths", "values"):
+        for name in ("group_ids", "traj_ids", "steps", "anchors", "clusters", "response_lengths", "values",
+                     "state_keys"):
             col = getattr(self, name)
             if col is not None and len(col) != n:
                 raise ValueError(f"{name} has {len(col)} rows, group_ids {n}")
@@ -72,6 +75,7 @@ class StepBatch:
             rewards=folded + pen if apart else folded,
             penalties=pen if apart else None,
             anchors=np.asarray([s.anchor for s in steps], dtype=object),
+            state_keys=np.asarray([s.state_key or s.anchor for s in steps], dtype=object),
             clusters=np.asarray([s.cluster_id for s in steps], dtype=np.int64),
             response_lengths=np.asarray([len(s.response_ids) for s in steps], dtype=np.int64),
             values=values,

@@ -285,6 +285,11 @@ class ExperienceSection(_Section):
     def _yaml_off(cls, v: Any) -> Any:
         return "off" if v is False else v  # YAML 1.1 reads a bare `off` as false
     cluster_threshold: float = Field(0.85, gt=0, le=1)  # δ
+    # what a step is clustered (and retrieved, Eq.1/Eq.2) by: "observation" = the raw observation text (the paper);
+    # "state_key" = the env's structural key of it (TextEnv.state_key; a family without one: the observation),
+    # and lessons are written with the key's roles as placeholders. δ applies to that text. A library records
+    # which it was built on, and another value refuses to open it
+    cluster_on: Literal["observation", "state_key"] = "observation"
     max_clusters: int = Field(100_000, ge=1)
     top_k_pos: int = Field(2, ge=0)  # k+
     top_k_neg: int = Field(1, ge=0)  # k−

@@ -15,6 +15,7 @@ from typing import Any
 
 from slea.atomic import atomic_write_text
 from slea.envs.factory import make_pool
+from slea.evaluation.mechanism import mechanism_metrics
 from slea.evaluation.report import new_table
 from slea.progress import Progress
 from slea.rollout.collector import EVAL_SALT
@@ -23,8 +24,9 @@ from slea.types import Trajectory
 
 def summarize(trajs: list[Trajectory]) -> dict[str, float]:
     """Success, mean return, invalid-action rate and mean episode length of a set of episodes, and the
-    fraction of decision steps whose prompt held retrieved experiences (``retrieval_hit_rate``, 0 without a
-    library)."""
+    mechanism's figures (:func:`slea.evaluation.mechanism.mechanism_metrics`: the fraction of decision steps whose
+    prompt held retrieved experiences, ``retrieval_hit_rate``, 0 without a library; whether the hits matched the
+    step's kind of state and were followed; the Eq.5 step-group size)."""
     n = max(len(trajs), 1)
     steps = sum(len(t.steps) for t in trajs)
     return {
@@ -33,7 +35,7 @@ def summarize(trajs: list[Trajectory]) -> dict[str, float]:
         "invalid_rate": sum(t.invalid_count for t in trajs) / max(steps, 1),
         "episode_len": steps / n,
         "episodes": float(len(trajs)),
-        "retrieval_hit_rate": sum(bool(s.experience_ids) for t in trajs for s in t.steps) / max(steps, 1),
+        **mechanism_metrics(trajs),
     }
 
 

@@ -19,6 +19,7 @@ from string import Template
 from slea.experience.calls import describe_call, is_tool_trajectory, step_error
 from slea.experience.extraction import Candidate, GenerateText, register_extractor, step_clusters
 from slea.experience.library import LEVELS, content_tokens, jaccard, sanitize
+from slea.experience.placeholders import abstract
 from slea.experience.rule_extractor import Names, RuleExtractor, summarize_goal, summarize_observation
 from slea.types import Trajectory
 
@@ -47,11 +48,15 @@ def _tool_turn(t: Trajectory, i: int) -> str:
     return f"{call} → {_short(t.steps[i + 1].anchor, 40)}" if i + 1 < len(t.steps) else call
 
 
-def render_compact(t: Trajectory, max_steps: int = 12, obs_chars: int = 100) -> str:
+def render_compact(t: Trajectory, max_steps: int = 12, obs_chars: int = 100, *, roles: bool = False) -> str:
     """An episode in three lines (where it started, the commands typed, how it ended): the LLM extractor's
     ``$trajectory``. Short, and unlike a numbered step list it gives a small model no list to continue. A tool
-    episode's middle line is its calls, each with its result (``Tool calls: multiply(a=8, b=8) → 64; ...``)."""
+    episode's middle line is its calls, each with its result (``Tool calls: multiply(a=8, b=8) → 64; ...``).
+    With ``roles`` and a state key on the first step, a ``State:`` line gives that key (the kind of state, its
+    entities as roles) after the start."""
     start = summarize_observation(t.steps[0].anchor, obs_chars) if t.steps else "(no observation)"
+    if roles and t.steps and t.steps[0].state_key:
+        start += f"\nState: {_short(t.steps[0].state_key, 160)}"
     tools = is_tool_trajectory(t)
     acts = []
     for i, s in enumerate(t.steps):
@@ -197,6 +202,17 @@ class LLMExtractor:
     lines, kept lessons, drops (reported as ``library/extract_<key>``).
     """
 
+    @property
+    def roles(self) -> bool:
+        """Lessons with the state key's roles as placeholders (``experience.cluster_on: state_key``): the prompt
+        shows the first step's key, the answer's entity names become ``{role}``, and the rules it falls back on
+        do the same."""
+        return self.fallback.roles
+
+    @roles.setter
+    def roles(self, on: bool) -> None:
+        self.fallback.roles = bool(on)
+
     def __init__(self, generate_text: GenerateText, *, fallback: RuleExtractor | None = None,
                  max_items: int = 3, max_chars: int = 200, min_words: int = 5, prefill: str = "- ") -> None:
         self.generate_text = generate_text
@@ -225,7 +241,7 @@ class LLMExtractor:
             goal=_short(summarize_goal(t.goal or "(no goal given)", 200), 200),
             task_type=t.task_type or ("tool task" if tools else "text game"),
             outcome="success" if t.won else "failure", ret=f"{t.episode_return:g}", steps=len(t.steps),
-            trajectory=render_compact(t), k=self.max_items).strip()
+            trajectory=render_compact(t, roles=self.roles), k=self.max_items).strip()
 
     def messages(self, t: Trajectory, zone: str) -> list[dict[str, str]]:
         msgs = [{"role": "system", "content": self.system_for(t)}, {"role": "user", "content": self.prompt(t, zone)}]
@@ -238,6 +254,10 @@ class LLMExtractor:
         if not isinstance(answer, str):
             return []
         names = Names(t)
+        slots: dict[str, str] = {}
+        for s in t.steps if self.roles else ():
+            for role, name in s.state_slots.items():
+                slots.setdefault(role, name)
         items = parse_llm_list(self.prefill + answer, self.max_items * 3, "principle",
                                echo=f"{self.system_for(t)}\n{self.prompt(t, zone)}", stats=self.stats,
                                max_chars=self.max_chars, min_words=self.min_words)
@@ -246,7 +266,7 @@ class LLMExtractor:
             if not _ADVICE.search(text):
                 self.stats["drop_not_advice"] += 1
                 continue
-            text = names.abstract(text)
+            text = names.abstract(abstract(text, slots) if slots else text)
             key = _norm(text)
             if key in seen:
                 continue

@@ -21,6 +21,10 @@ best k+ strategies and k− warnings by quality z (then recency, then id) and li
 — the released code's default retrieval (score-sorted top-k within the task type, papers.md §1.5), here only as a
 last resort.
 
+Lessons about a kind of state (:mod:`slea.experience.placeholders`) name entities by role, ``take {goal object}``;
+``retrieve(..., slots=)`` fills them from the step's state-key slots, and a lesson with a role the step has no slot
+for is passed over (Eq.1 takes the next best), so a retrieved lesson names only entities the observation has.
+
 Nothing outlives a change of the library: an Eq.1 result (a function of the cluster alone) is memoised only
 until the library's next mutation (any admission, link, usage update), so every call answers from the current
 library — unlike the released code's permanent per-observation cache.
@@ -35,6 +39,7 @@ from functools import lru_cache
 
 from slea.experience.eq2 import TokenMatrix, eq2_sequence
 from slea.experience.library import ExperienceLibrary, content_tokens, sanitize
+from slea.experience.placeholders import instantiate, placeholders
 
 HEADER = "Lessons from earlier episodes (hints; use them only if they fit):"
 # Ties on quality z go to the most specific lesson: an example (distilled from one step, linked to that step's
@@ -55,6 +60,7 @@ class Retrieved:
     text: str
     fallback: bool = False  # Eq.2 was used
     task_fallback: bool = False  # neither Eq.1 nor Eq.2 found an entry: the task type's best were taken
+    texts: tuple[str, ...] = ()  # each included entry's text as shown (placeholders filled), in entry_ids' order
 
 
 @lru_cache(maxsize=4096)
@@ -87,7 +93,7 @@ class Retriever:
         self.count_tokens = count_tokens or approx_tokens
         self.empty_fallback = empty_fallback
         self._tm: TokenMatrix | None = None  # Eq.2's token matrix, for one library content version
-        self._eq1: dict[int, Retrieved] = {}  # cluster -> Eq.1 result, valid for one library version only
+        self._eq1: dict[tuple, Retrieved] = {}  # (cluster, slots) -> Eq.1 result, for one library version only
         self._eq1_version = -1
 
     # -- Eq.1 ------------------------------------------------------------------------------------------------
@@ -95,15 +101,23 @@ class Retriever:
         e = self.lib.get(eid)
         return (e.score, SPECIFICITY.get(e.level, 0), e.last_used_iter, e.created_iter, eid)
 
-    def from_cluster(self, cluster_id: int, zone: str, k: int) -> list[int]:
+    def from_cluster(self, cluster_id: int, zone: str, k: int, slots: dict[str, str] | None = None) -> list[int]:
+        """Eq.1 for one zone: the top ``k`` entries linked to the cluster, among those whose placeholders
+        ``slots`` can fill (every entry when ``slots`` is None)."""
         if k <= 0 or cluster_id < 0:
             return []
         ids = self.lib.linked(cluster_id, zone)
+        if slots is not None:
+            ids = [i for i in ids if self._fillable(i, slots)]
         if not ids:
             return []
         if len(ids) <= k:
             return sorted(ids, key=self._rank_key, reverse=True)
         return heapq.nlargest(k, ids, key=self._rank_key)
+
+    def _fillable(self, eid: int, slots: dict[str, str]) -> bool:
+        e = self.lib.get(eid)
+        return e is not None and all(str(slots.get(r, "")).strip() for r in placeholders(e.text))
 
     # -- Eq.2 ------------------------------------------------------------------------------------------------
     def _matrix(self) -> TokenMatrix:
@@ -155,16 +169,21 @@ class Retriever:
 
     # -- both ------------------------------------------------------------------------------------------------
     def retrieve(self, observation: str, cluster_id: int, *, task_type: str = "", goal: str = "",
-                 link: bool = True) -> Retrieved:
+                 link: bool = True, slots: dict[str, str] | None = None) -> Retrieved:
+        """Eq.1, else Eq.2, else the empty fallback (module docstring), rendered within B_max; ``slots``: the
+        step's state-key slots that fill the lessons' placeholders (None: no state key; a lesson with a
+        placeholder is then not shown)."""
         lib = self.lib
         if self._eq1_version != lib.version:  # any change to the library invalidates every memoised result
             self._eq1.clear()
             self._eq1_version = lib.version
-        hit = self._eq1.get(cluster_id)
+        memo = (cluster_id, tuple(sorted((slots or {}).items())))
+        hit = self._eq1.get(memo)
         if hit is not None:
-            return Retrieved(list(hit.entry_ids), hit.text, False)
-        ids = self.from_cluster(cluster_id, "pos", self.top_k["pos"]) + \
-            self.from_cluster(cluster_id, "neg", self.top_k["neg"])
+            return Retrieved(list(hit.entry_ids), hit.text, False, texts=hit.texts)
+        fill = slots or {}
+        ids = self.from_cluster(cluster_id, "pos", self.top_k["pos"], fill) + \
+            self.from_cluster(cluster_id, "neg", self.top_k["neg"], fill)
         used_fallback = used_task = False
         if not ids:
             query = f"{observation}\n{goal}" if goal and self.similarity == "tokens" else observation  # Eq.2: o_t
@@ -176,24 +195,31 @@ class Retriever:
             if link and cluster_id >= 0:
                 for eid in ids:
                     self.lib.link_deferred(eid, cluster_id)
-        text, kept = self.render(ids)
-        res = Retrieved(kept, text, used_fallback, used_task)
+        text, kept, shown = self.render(ids, fill)
+        res = Retrieved(kept, text, used_fallback, used_task, texts=shown)
         if ids and not (used_fallback or used_task) and cluster_id >= 0:
-            self._eq1[cluster_id] = Retrieved(list(kept), text, False)
+            self._eq1[memo] = Retrieved(list(kept), text, False, texts=shown)
         return res
 
-    def render(self, ids: list[int]) -> tuple[str, list[int]]:
-        """System-message text for the entries within the token budget B_max; returns (text, ids included).
+    def render(self, ids: list[int], slots: dict[str, str] | None = None
+               ) -> tuple[str, list[int], tuple[str, ...]]:
+        """System-message text for the entries within the token budget B_max; returns (text, ids included, their
+        texts as shown).
 
-        Strategies first, then warnings, each in rank order; an entry that does not fit is skipped (a later,
-        shorter one may still fit); if not even the first fits, it is shortened to fit.
+        Each entry's placeholders are filled from ``slots`` (an entry they cannot fill is left out). Strategies
+        first, then warnings, each in rank order; an entry that does not fit is skipped (a later, shorter one may
+        still fit); if not even the first fits, it is shortened to fit.
         """
         lib = self.lib
-        items = [(i, lib.get(i)) for i in ids]
-        items = [(i, e) for i, e in items if e is not None]
+        items = []
+        for i in ids:
+            e = lib.get(i)
+            shown = instantiate(_rendered(e.text), slots or {}) if e is not None else None
+            if shown is not None:
+                items.append((i, e, shown))
         items = [x for x in items if x[1].zone == "pos"] + [x for x in items if x[1].zone == "neg"]
         if not items:
-            return "", []
+            return "", [], ()
         count = self.count_tokens
         budget = self.max_tokens
         sel: list[tuple[int, str, str]] = []  # (id, zone, text)
@@ -207,8 +233,7 @@ class Retriever:
                     lines += ["- " + t for t in group]
             return "\n".join(lines)
 
-        for eid, e in items:
-            t = _rendered(e.text)
+        for eid, e, t in items:
             trial = sel + [(eid, e.zone, t)]
             if count(build(trial)) <= budget:
                 sel = trial
@@ -223,5 +248,5 @@ class Retriever:
                 if lo >= 8:
                     sel = [(eid, e.zone, t[:lo].rstrip() + "…")]
         if not sel:
-            return "", []
-        return build(sel), [eid for eid, _, _ in sel]
+            return "", [], ()
+        return build(sel), [eid for eid, _, _ in sel], tuple(t for _, _, t in sel)

@@ -6,6 +6,11 @@ preconditions, exploration, invalid commands, loops, running out of steps). Comm
 (``<object>``, ``<place>``, ``<tool>``, ``<room>``), so a lesson applies to unseen games of the same kind.
 :func:`summarize_observation` and :func:`summarize_goal` give the short contexts of the candidates. It is the
 default extractor and the fallback of ``llm`` (:mod:`slea.experience.llm_extractor`).
+
+With ``roles`` (set by the library when it clusters on state keys, ``experience.cluster_on: state_key``) a step
+whose env gave a state key quotes its command with the key's roles as placeholders (:func:`slotted`: ``take coin``
+→ ``take {goal object}``), filled from the slots of the step that retrieves the lesson
+(:mod:`slea.experience.placeholders`), so one lesson names ``coin`` in one game and ``sock`` in another.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from slea.experience.calls import (
 )
 from slea.experience.extraction import Candidate, GenerateText, register_extractor, step_clusters
 from slea.experience.library import sanitize
+from slea.experience.placeholders import abstract
 from slea.types import Trajectory
 
 _ROOM = re.compile(r"-=\s*(.+?)\s*=-")
@@ -205,6 +211,15 @@ class Names:
         return self._pattern.sub(lambda m: self.names.get(m.group(1).lower(), "<object>"), text)
 
 
+def slotted(step, roles: bool) -> str | None:
+    """``step``'s command with its state key's roles as placeholders (``take {goal object}``), or None: ``roles``
+    is off, the step has no slots, or no slot's entity is in the command."""
+    if not roles or not step.state_slots or not step.action:
+        return None
+    said = abstract(step.action, step.state_slots)
+    return said if said != step.action else None
+
+
 def _runs(shapes: list[tuple[str, str]], *, calls: bool = False) -> list[str]:
     """A plan as runs of one verb: ``'go …' ×2 → 'take <object>'``; with ``calls`` (a tool episode's, the shapes
     are :func:`describe_call` calls, the verbs tool names) runs of one tool, unquoted: ``search(…) ×2``."""
@@ -278,6 +293,8 @@ class RuleExtractor:
     object or room of the game, so the lessons apply to unseen games of the same type.
     """
 
+    roles = False  # quote commands with the state key's roles as placeholders (module docstring)
+
     def __init__(self, max_examples: int = 2) -> None:
         self.max_examples = max_examples  # warnings: invalid answers of distinct kinds, penalised moves
 
@@ -304,7 +321,11 @@ class RuleExtractor:
         for s in key:
             _, shape, nm = command_shape(s.action)
             named = [n for n in nm if n in names.goal_names]
-            if named and any(_mentions(s.anchor, n) for n in named):
+            said = slotted(s, self.roles)
+            if said is not None:
+                text = (f"When the goal's object is in view, '{said}' at once: that move earned the reward."
+                        if "{goal object}" in said else f"In this kind of state, '{said}' earned the reward.")
+            elif named and any(_mentions(s.anchor, n) for n in named):
                 text = f"When the object the goal names is in view, '{shape}' at once: that move earned the reward."
             elif named:
                 text = f"'{shape}' on what the goal names earned the reward."
@@ -376,7 +397,8 @@ class RuleExtractor:
                                  context=goal, clusters=step_clusters(invalid), **base))
         penal = [s for s in t.steps if s.valid and s.action and s.reward < 0]
         for s in penal[: self.max_examples]:
-            out.append(Candidate(f"'{command_shape(s.action)[1]}' was penalised: avoid it in this situation.",
+            out.append(Candidate(f"'{slotted(s, self.roles) or command_shape(s.action)[1]}' was penalised: avoid "
+                                 f"it in this situation.",
                                  level="example", context=summarize_observation(s.anchor),
                                  clusters=step_clusters([s]), **base))
         valid = [s for s in t.steps if s.valid and s.action]
@@ -403,7 +425,8 @@ class RuleExtractor:
                                      f"tried yet and act on what the goal names as soon as it is in view.",
                                      level="principle", context=goal, clusters=step_clusters(t.steps[-1:]), **base))
             elif last.valid and last.action and last.done:
-                out.append(Candidate(f"'{command_shape(last.action)[1]}' ended the episode in failure: check that a "
+                said = slotted(last, self.roles) or command_shape(last.action)[1]
+                out.append(Candidate(f"'{said}' ended the episode in failure: check that a "
                                      f"move is what the goal asks before making it.", level="example",
                                      context=summarize_observation(last.anchor), clusters=step_clusters([last]), **base))
         return out

@@ -78,6 +78,12 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 MAX_ANSWER_CHARS = 4000  # an answer is one command or one tagged call; degenerate outputs ("!!!!...") get cut
 
 
+def state_key_of(info: dict[str, Any]) -> str:
+    """The env's state key of the observation ``info`` came with ('' when its family has none)."""
+    key = info.get("state_key")
+    return key if isinstance(key, str) else ""
+
+
 def clean_text(text: object) -> str:
     """Model output as safe text: non-strings become ``''``, lone surrogates (possible from JSON-speaking remote
     generators) become U+FFFD, and the length is capped (the parsers' regexes are not linear on long runs)."""
@@ -126,9 +132,14 @@ def retokenized(rows: Iterable[Step]) -> int:
 
 
 class ExperienceSource(Protocol):
-    def cluster(self, observation: str, task_type: str = "") -> int: ...
+    """What the collector asks of a library (:class:`slea.experience.manager.ExperienceManager`): each step's
+    cluster, and its lessons. ``state_key``/``slots``: the env's structural key of the observation and the
+    entities that fill its roles ('' / {} when the family has none)."""
 
-    def retrieve(self, observation: str, *, task_type: str = "", goal: str = "", iteration: int = 0) -> Any: ...
+    def cluster(self, observation: str, task_type: str = "", *, state_key: str = "") -> int: ...
+
+    def retrieve(self, observation: str, *, task_type: str = "", goal: str = "", iteration: int = 0,
+                 state_key: str = "", slots: dict[str, str] | None = None) -> Any: ...
 
 
 @dataclass
@@ -324,7 +335,8 @@ class RolloutCollector:
                 cid = exp.cluster_id
             else:  # task mode holds the episode's first retrieval; the cluster is still per step
                 exp = st.task_exp
-                cid = self.experience.cluster(st.obs, tr.task_type) if self.experience is not None else -1
+                cid = (self.experience.cluster(st.obs, tr.task_type, state_key=state_key_of(st.info))
+                       if self.experience is not None else -1)
             messages = st.messages(self.builder, ep.instructions, exp.text if exp is not None else "")
             out.append(_Pending(i, self.builder.encode(messages), exp, int(cid),
                                 messages if self.keep_messages else None))
@@ -394,7 +406,8 @@ class RolloutCollector:
                 done=bool(term or trunc or turn == self.max_steps - 1), valid=valid,
                 action=p.action or "", response_text=p.text, task_type=tr.task_type, cluster_id=p.cluster_id,
                 experience_ids=list(p.exp.entry_ids) if p.exp is not None else [],
-                info=self._step_info(p, info),
+                info=self._step_info(p, info), state_key=state_key_of(st.info),
+                state_slots=dict(st.info.get("state_slots") or {}),
             ))
             st.advance(p.text, p.action, obs, info)
             if term or trunc:
@@ -414,6 +427,9 @@ class RolloutCollector:
             out["tools"] = _tool_names(info["tools"])
         if p.messages is not None:
             out["messages"] = p.messages
+        if p.exp is not None and getattr(p.exp, "entry_ids", None):  # what the lessons shown here said
+            out["right_state"] = getattr(p.exp, "right_state", None)
+            out["lesson_actions"] = list(getattr(p.exp, "lesson_actions", ()))
         out[ENGINE_IDS] = p.engine
         return out
 
@@ -424,6 +440,7 @@ class RolloutCollector:
 
     def _retrieve(self, st: _Live, tr: Trajectory, iteration: int, stats: RolloutStats):
         t0 = time.perf_counter()
-        res = self.experience.retrieve(st.obs, task_type=tr.task_type, goal=tr.goal, iteration=iteration)
+        res = self.experience.retrieve(st.obs, task_type=tr.task_type, goal=tr.goal, iteration=iteration,
+                                       state_key=state_key_of(st.info), slots=dict(st.info.get("state_slots") or {}))
         stats.retrieval_s += time.perf_counter() - t0
         return res

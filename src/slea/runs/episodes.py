@@ -86,7 +86,7 @@ def episode_record(t: Trajectory, advantages: list[float | None], iteration: int
         steps.append({"t": s.step, "obs": clip(s.anchor, OBS_CHARS), "action": s.action,
                       "response": clip(s.response_text, RESPONSE_CHARS), "valid": bool(s.valid),
                       "reward": _num(s.reward), "advantage": _num(adv), "cluster": int(s.cluster_id),
-                      "experiences": exps})
+                      "experiences": exps, **({"key": s.state_key} if s.state_key else {})})
     info = {k: v for k, v in t.final_info.items() if isinstance(v, (int, float, str, bool)) or v is None}
     return {"iteration": int(iteration), "group": int(t.group_id), "traj": int(t.traj_id), "seed": t.seed,
             "task_type": t.task_type, "goal": clip(t.goal, OBS_CHARS), "won": bool(t.won),

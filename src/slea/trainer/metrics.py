@@ -59,7 +59,7 @@ def sum_metrics(parts: list[dict[str, float]]) -> dict[str, float]:
 
 
 # library metrics that describe the library's state after a round (the others are per-round counts and seconds)
-LIBRARY_STATE = ("size", "clusters", "clusters_linked", "embedder_failed")
+LIBRARY_STATE = ("size", "clusters", "clusters_linked", "embedder_failed", "cluster_members", "cluster_singletons")
 
 
 def merge_library(rounds: list[dict[str, float]]) -> dict[str, float]:
