@@ -47,7 +47,7 @@ train: $(STAMP)
 	$(VENV)/bin/slea train $(CONFIG)
 
 smoke: $(STAMP)
-	$(VENV)/bin/slea train configs/smoke.yaml --set run.dir=runs/smoke
+	$(VENV)/bin/slea train configs/smoke.yaml --set run.dir=runs/smoke --overwrite
 
 test: $(STAMP)
 	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)

@@ -120,7 +120,9 @@ def run_with_kills(config: Path, run: Path, seed: int, kills: int, rng: random.R
     with open(run.parent / f"{run.name}.log", "w") as log:
         while True:
             resume = (run / "config.yaml").is_file()
-            args = ["train", "--resume", str(run)] if resume else ["train", str(config), "--set", f"run.dir={run}"]
+            # killed before its config.yaml was written (the folder may hold events/ already): start it over
+            args = ["train", "--resume", str(run)] if resume else ["train", str(config), "--set", f"run.dir={run}",
+                                                                    "--overwrite"]
             launches += 1
             p = _launch(args, seed, log)
             if done < kills:

@@ -494,3 +494,64 @@ def test_a_run_saved_before_a_default_changed_still_loads(tmp_path):
     with pytest.raises(typer.Exit) as exc:
         run_config(saved, [])
     assert exc.value.exit_code == 2
+
+
+def _readme_commands(sub: str) -> list[list[str]]:
+    """Every ``slea <sub> ...`` the README shows (code blocks and table cells), as argument lists."""
+    import shlex
+
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")  # a command continued on the next line
+    return [shlex.split(x) for x in re.findall(rf"(?:^|`)slea {sub} ([^`\n#]*)", text, re.MULTILINE)]
+
+
+def test_the_readme_rows_in_sequence_never_share_a_run_folder():
+    """Each `slea train` row of the README writes its own run folder, so running the rows one after another never
+    meets (and is never refused by) another row's run; `slea compare` rows each have their own folder too."""
+    from slea.cli.main import app  # noqa: F401  (the plugins and envs the rows name are registered as slea does)
+    from slea.compare import default_out, make_arms
+    from slea.config import load_config
+    from slea.trainer.lifecycle import run_dir_for
+
+    def sets(args):  # what decides the folder (a plugin's algorithm and its options do not)
+        return [args[i + 1] for i, a in enumerate(args) if a == "--set" and "PATH" not in args[i + 1]
+                and not args[i + 1].startswith(("plugins=", "algorithm."))]
+
+    rows = [a for a in _readme_commands("train") if a and a[0] != "--resume"]
+    assert len(rows) >= 5, rows
+    dirs = [run_dir_for(load_config(ROOT / a[0], sets(a), check_unused=False)) for a in rows]
+    assert len(set(dirs)) == len(dirs), list(zip(dirs, rows))
+    compares = _readme_commands("compare")
+    outs = [default_out(ROOT / a[0], make_arms(a[a.index("--algorithms") + 1].split(","), None, []),
+                        [int(s) for s in a[a.index("--seeds") + 1].split(",")], sets(a)) for a in compares]
+    assert compares and all(o.name.startswith("compare-") for o in outs) and not set(outs) & set(dirs)
+
+
+@pytest.mark.slow
+def test_a_second_train_into_a_run_folder_is_refused_overwrite_starts_over_resume_continues(tmp_path, slea_cli):
+    """Before, training twice into runs/smoke appended a second run to the first (metrics.jsonl iterations 0,1,0,1,
+    a second TensorBoard events file, checkpoints and eval replaced)."""
+    pytest.importorskip("textworld")
+    smoke = str(ROOT / "configs/smoke.yaml")
+    run = tmp_path / "runs" / "smoke"
+    small = ["--set", f"run.dir={run}", "--set", "train.iterations=1", "--set", "eval.before=false", "--set",
+             "eval.greedy=false", "--set", "eval.games=1", "--set", "eval.episodes_per_game=1"]
+
+    def iterations():
+        return [json.loads(x)["iteration"] for x in (run / "metrics.jsonl").read_text().splitlines()]
+
+    r = slea_cli("train", smoke, *small)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert iterations() == [0] and len(list((run / "events").iterdir())) == 1
+    files = {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()}
+    r = slea_cli("train", smoke, *small)  # the same command again: refused before any model loads
+    one_line_exit_2(r, f"train: {run} already holds a run", f"slea train --resume {run}", "--overwrite")
+    assert {p: p.stat().st_mtime_ns for p in run.rglob("*") if p.is_file()} == files  # nothing touched
+    one_line_exit_2(slea_cli("train", "--resume", str(run), "--overwrite"), "give one of them")
+    r = slea_cli("train", "--resume", str(run), "--set", "train.iterations=2")  # continue it: one run, extended
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert iterations() == [0, 1]
+    r = slea_cli("train", smoke, *small, "--overwrite")  # start over: the old run is gone, nothing mixes
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert iterations() == [0] and len(list((run / "events").iterdir())) == 1
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["iter_000000"]
+    assert sorted(p.name for p in run.parent.iterdir()) == ["smoke"]  # no hidden leftover beside it

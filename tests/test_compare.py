@@ -272,3 +272,63 @@ def test_config_diff_compares_top_level_lists_such_as_plugins_whole(tmp_path):
     (tmp_path / "other.yaml").write_text(yaml.safe_dump(saved))
     assert config_diff(tmp_path / "other.yaml", cfg) == ["plugins", "train.lr"]
     assert same_config(tmp_path / "other.yaml", cfg) == (False, "plugins: ['someone_elses_plugin'] there, [] now")
+
+
+def test_each_comparison_has_its_own_folder(tmp_path, monkeypatch):
+    """No --out: runs/compare-<config>-<hash>; the same comparison finds its folder again, and a comparison that
+    differs in its algorithms, their order, its variants, seeds, overrides, baseline or the config file's text
+    gets another one (before, all went to runs/compare-<config>, the second overwriting the first's table)."""
+    from slea.compare import default_out, make_arms
+
+    monkeypatch.chdir(tmp_path)
+    cfg = tmp_path / "smoke.yaml"
+    cfg.write_text(Path(SMOKE).read_text())
+
+    def out(algos=("grpo", "rloo"), seeds=(0,), over=(), variants=None, baseline=None):
+        return plan(cfg, list(algos), list(seeds), None, overrides=list(over), variants=variants,
+                    baseline=baseline).out
+
+    first = out()
+    assert first.parent == Path("runs") and first.name.startswith("compare-smoke-") and len(first.name) == 22
+    assert out() == first == default_out(cfg, make_arms(["grpo", "rloo"], None, []), [0], [])
+    others = [out(("grpo", "gigpo")), out(("rloo", "grpo")), out(seeds=(0, 1)), out(over=["train.iterations=3"]),
+              out(baseline="rloo"), out((), variants={"a": ["train.lr=1e-4"], "b": ["train.lr=1e-3"]}),
+              out((), variants={"a": ["train.lr=1e-4"], "b": ["train.lr=3e-3"]})]
+    assert len({first, *others}) == len(others) + 1
+    cfg.write_text(Path(SMOKE).read_text() + "\n# edited\n")
+    assert out() != first
+    assert plan(cfg, ["grpo"], [0], tmp_path / "mine").out == tmp_path / "mine"  # --out is used as given
+
+
+def test_a_sub_run_stopped_before_its_first_checkpoint_starts_over_in_a_cleared_folder(tmp_path, monkeypatch):
+    """Its metrics rows, events and evaluations would otherwise mix with the new run's."""
+    from slea.compare import run
+    from slea.trainer import rl
+
+    seen = []
+
+    class FakeTrainer:
+        def __init__(self, cfg, run_dir=None):
+            self.dir = Path(run_dir)
+
+        def fit(self, resume=False):
+            seen.append((resume, sorted(p.name for p in self.dir.iterdir()) if self.dir.exists() else None))
+            self.dir.mkdir(parents=True, exist_ok=True)
+            (self.dir / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "train/success": 0.5,
+                                                                "env_steps": 12}) + "\n")
+            (self.dir / "eval").mkdir(exist_ok=True)
+            (self.dir / "eval/summary.json").write_text(json.dumps({"after": {"sampled": {"success": 0.25}}}))
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(rl, "Trainer", FakeTrainer)
+    p = plan(SMOKE, ["grpo"], [0], tmp_path)
+    stale = tmp_path / "runs" / "grpo-s0"
+    (stale / "events").mkdir(parents=True)
+    (stale / "metrics.jsonl").write_text('{"iteration": 0}\n{"iteration": 1}\n')
+    said = []
+    run(p, say=said.append)
+    assert seen == [(False, None)]  # trained in an empty folder
+    assert [json.loads(x)["iteration"] for x in (stale / "metrics.jsonl").read_text().splitlines()] == [0]
+    assert not (stale / "events").exists() and any("starting it over" in s for s in said)

@@ -21,9 +21,13 @@ beside a single-agent one) are refused at planning: a team's iteration is a stag
 is ``team.max_turns`` messages and its prompts are the team's, so their rows and evaluations would not measure the
 same thing. A single agent is compared with a team as a team variant (a one-agent team task).
 
+Folder: ``--out``, else ``runs/compare-<config>-<hash>`` (:func:`default_out`: the hash covers the config file, the
+arms, the seeds, the overrides and the baseline), so two different comparisons never share a folder.
+
 Reuse: a sub-run with ``eval/summary.json`` is finished and is read, not recomputed; one with a checkpoint
-resumes from it (``fit(resume=True)``); a sub-run whose saved config differs from the one this
-invocation would use is an error (use another ``--out``), so a folder never mixes settings.
+resumes from it (``fit(resume=True)``); one stopped before its first checkpoint starts over in a cleared folder; a
+sub-run whose saved config differs from the one this invocation would use is an error (use another ``--out``), so a
+folder never mixes settings.
 
 Outputs in ``<out>``: ``table.md`` and ``table.json`` (held-out success after training, mean ± std over
 seeds; train success interpolated at common env-step budgets; env steps; rollouts, one per whole episode or
@@ -38,6 +42,7 @@ spec of the comparison).
 from __future__ import annotations
 
 import gc
+import hashlib
 import json
 import math
 import re
@@ -55,7 +60,7 @@ from slea.config import ConfigError, RunConfig, dump_config, load_config, unused
 from slea.evaluation import stats
 from slea.runs.runlog import env_step_curve, read_metrics
 
-__all__ = ["Arm", "Plan", "SubRun", "compare", "finished_runs", "paired", "parse_variants", "plan",
+__all__ = ["Arm", "Plan", "SubRun", "compare", "default_out", "finished_runs", "paired", "parse_variants", "plan",
            "rewrite_table", "run", "summarize_runs", "train_sub_run", "write_outputs"]
 
 BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
@@ -139,6 +144,19 @@ def make_arms(algorithms: list[str], variants: dict[str, list[str]] | None, over
     return [Arm(label, tuple(over)) for label, over in pairs]
 
 
+def default_out(config: str | Path | None, arms: list[Arm], seeds: list[int], overrides: list[str],
+                baseline: str | None = None) -> Path:
+    """The folder of a comparison given no ``--out``: ``runs/compare-<config>-<hash>``, the hash (8 hex digits of
+    a SHA-256) over the config file's bytes, the arms in order with their settings, the seeds, the ``--set``
+    overrides and the baseline. The same comparison always finds its folder again (finished sub-runs are reused);
+    two different ones never share a folder, where the second would overwrite the first's table."""
+    key = {"config": hashlib.sha256(Path(config).read_bytes()).hexdigest() if config else None,
+           "arms": [[a.label, *a.overrides] for a in arms], "seeds": list(seeds), "overrides": list(overrides),
+           "baseline": baseline}
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+    return Path("runs") / f"compare-{Path(config).stem if config else 'default'}-{digest}"
+
+
 def sub_config(config: str | Path | None, arm: Arm, seed: int, overrides: list[str], run_dir: Path) -> RunConfig:
     """A sub-run's config: the shared config, ``--set``, the seed, the arm's settings, its folder and name."""
     over = [*overrides, f"run.seed={seed}", *arm.overrides, f"run.dir={run_dir}",
@@ -206,17 +224,18 @@ def _check_one_trainer(items: list[tuple[SubRun, RunConfig]]) -> None:
                          f"agent with a team as a team variant, a one-agent team task)")
 
 
-def plan(config: str | Path | None, algorithms: list[str], seeds: list[int], out: str | Path,
+def plan(config: str | Path | None, algorithms: list[str], seeds: list[int], out: str | Path | None,
          overrides: list[str] | None = None, variants: dict[str, list[str]] | None = None,
          baseline: str | None = None) -> Plan:
     """Resolve and validate every sub-run's config before anything trains (a typo fails fast, not after
     hours): one arm per algorithm, or per variant (``{label: overrides}``, :func:`make_arms`); ``baseline`` is
-    the arm every other is compared with, paired by seed (default the first). Raises ``ConfigError`` for a bad
-    config and ``ValueError`` for a bad spec, a baseline that is no arm, a mix of trainers, or an ``out`` folder
-    holding a sub-run trained with different settings."""
-    out = Path(out)
+    the arm every other is compared with, paired by seed (default the first); ``out`` None: the comparison's own
+    folder (:func:`default_out`). Raises ``ConfigError`` for a bad config and ``ValueError`` for a bad spec, a
+    baseline that is no arm, a mix of trainers, or an ``out`` folder holding a sub-run trained with different
+    settings."""
     overrides = list(overrides or [])
     arms = make_arms(list(algorithms), variants, overrides)
+    out = Path(out) if out is not None else default_out(config, arms, seeds, overrides, baseline)
     if baseline is not None and baseline not in [a.label for a in arms]:
         raise ValueError(f"--baseline {baseline}: not one of the compared arms ({', '.join(a.label for a in arms)})")
     if not seeds or len(set(seeds)) != len(seeds):
@@ -277,10 +296,14 @@ def train_sub_run(sub: SubRun, cfg: RunConfig, say: Callable[[str], None] | None
         sub.status = "reused"
         say(f"{label}: finished, reused")
         return sub.status
+    from slea.trainer.lifecycle import fresh_run_dir
     from slea.trainer.select import build_trainer
 
     resume = ckpt.latest_checkpoint(sub.dir / "checkpoints") is not None
     sub.status = "resumed" if resume else "trained"
+    if not resume and sub.dir.is_dir() and any(sub.dir.iterdir()):  # stopped before its first checkpoint
+        say(f"{label}: no usable checkpoint; starting it over")
+        fresh_run_dir(sub.dir, overwrite=True)  # its rows and events would otherwise mix with the new run's
     say(f"{label}: {'resuming' if resume else 'training'}")
     trainer = build_trainer(cfg, sub.dir)  # as `slea train`: the trainer the algorithm's needs pick
     try:
@@ -297,7 +320,7 @@ def train_sub_run(sub: SubRun, cfg: RunConfig, say: Callable[[str], None] | None
     return sub.status
 
 
-def compare(config: str | Path | None, algorithms: list[str], seeds: list[int], out: str | Path,
+def compare(config: str | Path | None, algorithms: list[str], seeds: list[int], out: str | Path | None,
             overrides: list[str] | None = None, say: Callable[[str], None] | None = None,
             variants: dict[str, list[str]] | None = None, baseline: str | None = None) -> dict[str, Any]:
     """:func:`plan` then :func:`run`: the whole comparison in one call."""

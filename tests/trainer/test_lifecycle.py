@@ -120,3 +120,49 @@ def test_a_signal_during_the_evaluation_before_stops_before_any_step(tmp_path):
     with pytest.raises(Interrupted, match="stopped after step 1"):  # the resumed run's checkpointed step
         lifecycle.fit(run)
     assert run.steps() == [] and run.calls[-1] == ("release",)
+
+
+def test_a_new_run_is_refused_a_folder_that_holds_a_run_and_overwrite_clears_only_a_run_folder(tmp_path,
+                                                                                                 monkeypatch):
+    """fresh_run_dir: none yet or empty is used; one holding anything is refused, naming --resume and
+    --overwrite; --overwrite clears a run folder and nothing else (a link, a folder without a run's files, one
+    holding the working folder or a git checkout)."""
+    monkeypatch.chdir(tmp_path)
+    lifecycle.fresh_run_dir(tmp_path / "none-yet")  # nothing is created here: the trainer makes it
+    assert not (tmp_path / "none-yet").exists()
+    (tmp_path / "empty").mkdir()
+    lifecycle.fresh_run_dir(tmp_path / "empty")
+    run = tmp_path / "runs" / "smoke"
+    (run / "checkpoints" / "iter_000001").mkdir(parents=True)
+    (run / "config.yaml").write_text("run: {}\n")
+    (run / "metrics.jsonl").write_text('{"iteration": 0}\n')
+    with pytest.raises(lifecycle.RunDirError) as exc:
+        lifecycle.fresh_run_dir(run)
+    assert "already holds a run" in str(exc.value) and f"--resume {run}" in str(exc.value)
+    assert "--overwrite" in str(exc.value) and (run / "metrics.jsonl").is_file()  # nothing was touched
+    lifecycle.fresh_run_dir(run, overwrite=True)
+    assert not run.exists() and list((tmp_path / "runs").iterdir()) == []  # no hidden leftover beside it
+
+    mine = tmp_path / "notes"  # not a run folder: --overwrite never deletes it
+    mine.mkdir()
+    (mine / "todo.txt").write_text("keep me")
+    with pytest.raises(lifecycle.RunDirError, match="does not look like a slea run folder"):
+        lifecycle.fresh_run_dir(mine, overwrite=True)
+    repo = tmp_path / "repo"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "config.yaml").write_text("x: 1\n")
+    with pytest.raises(lifecycle.RunDirError, match="does not look like a slea run folder"):
+        lifecycle.fresh_run_dir(repo, overwrite=True)
+    (tmp_path / "config.yaml").write_text("x: 1\n")  # the working folder itself
+    with pytest.raises(lifecycle.RunDirError, match="holds the working folder"):
+        lifecycle.fresh_run_dir(tmp_path, overwrite=True)
+    with pytest.raises(lifecycle.RunDirError, match="holds the working folder"):
+        lifecycle.fresh_run_dir(tmp_path.parent / tmp_path.name, overwrite=True)
+    other = tmp_path / "other-run"
+    other.mkdir()
+    (other / "config.yaml").write_text("run: {}\n")
+    (tmp_path / "link").symlink_to(other)
+    with pytest.raises(lifecycle.RunDirError, match="is a link"):
+        lifecycle.fresh_run_dir(tmp_path / "link", overwrite=True)
+    assert (mine / "todo.txt").read_text() == "keep me" and (repo / ".git").is_dir()
+    assert (other / "config.yaml").is_file() and (tmp_path / "config.yaml").is_file()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -34,13 +35,18 @@ def train(
     config: Path | None = typer.Argument(None, help="YAML config (default: built-in defaults)"),
     set_: list[str] = typer.Option([], "--set", help="override, e.g. --set rollout.groups=2"),
     resume: Path | None = typer.Option(None, "--resume", help="continue the run in this folder"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="start over in a run folder that already holds a "
+                                   "run: what it holds is deleted first (a slea run folder only)"),
     nproc: int | None = typer.Option(None, "--nproc", min=1, help="data-parallel training processes on this "
                                      "machine (torch.distributed: gloo on CPU, NCCL on GPUs, one GPU per "
                                      "process): each plays its share of the task groups "
                                      "(default 1; with --resume, as many as the run's last checkpoint had)"),
 ) -> None:
     """Train a policy (or, for an algorithm that needs a team such as teamtr, a team of agents) with RL; writes a
-    run folder (metrics, curves, checkpoints, eval)."""
+    run folder (metrics, curves, checkpoints, eval). A folder that already holds a run is refused: continue it
+    with --resume, or start it over with --overwrite."""
+    if resume is not None and overwrite:
+        raise fail("train: --resume continues the run in its folder and --overwrite deletes it: give one of them")
     if resume is not None:
         if not (resume / "config.yaml").is_file():
             raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
@@ -54,20 +60,24 @@ def train(
     from slea.config import ConfigError
     from slea.parallel.checks import check_data_parallel
     from slea.trainer.guards import RunHalted
-    from slea.trainer.lifecycle import run_dir_for
+    from slea.trainer.lifecycle import RunDirError, fresh_run_dir, run_dir_for
     from slea.trainer.select import build_trainer, trainer_kind
 
     try:  # the trainer is chosen by what the algorithm declares it needs (slea/trainer/select.py)
         trainer_kind(get_algorithm(cfg.algorithm.name))
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
+    run_dir = run_dir_for(cfg)  # chosen once: a timestamped name must not change between here and the trainer
+    if resume is None and int(os.environ.get("RANK", "0")) == 0:  # a new run (under torchrun: its rank 0 checks)
+        try:  # never two runs in one folder: refused, or cleared with --overwrite, before any model loads
+            fresh_run_dir(run_dir, overwrite)
+        except RunDirError as exc:
+            raise fail(f"train: {exc}") from None
     from slea.parallel.distributed import DataParallel, init_from_torchrun, is_torchrun
     from slea.runs.checkpoint import trained_processes
 
     if nproc is None:  # a resumed --nproc run (train.fsdp needs it) restarts with its own count; torchrun sets its own
         nproc = trained_processes(resume) if resume is not None and not is_torchrun() else 1
-    import os
-
     from slea.parallel.checks import check_rank_devices
 
     try:  # run.device names a device this machine has, for every process: before any model loads
@@ -75,7 +85,7 @@ def train(
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
     if nproc > 1:
-        _train_data_parallel(cfg, nproc, resume is not None)
+        _train_data_parallel(cfg, nproc, resume is not None, run_dir)
         return
 
     if is_torchrun():
@@ -87,7 +97,7 @@ def train(
         except ConfigError as exc:
             raise fail(f"config error: {exc}") from None
         try:
-            _train_rank(cfg, dp.from_main(run_dir_for(cfg)), resume is not None)
+            _train_rank(cfg, dp.from_main(run_dir), resume is not None)
         finally:
             import torch.distributed as dist
 
@@ -98,7 +108,7 @@ def train(
 
     try:
         check_data_parallel(cfg, DataParallel())  # one process: train.fsdp is refused
-        trainer = build_trainer(cfg)  # the single-agent RL trainer, or the team trainer (TeamTR)
+        trainer = build_trainer(cfg, run_dir)  # the single-agent RL trainer, or the team trainer (TeamTR)
     except ConfigError as exc:  # a value the trainer cannot use, or one checkable only against the model
         raise fail(f"config error: {exc}") from None
     except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
@@ -161,7 +171,7 @@ def _build_cached_model(model_cfg) -> None:
         resolve(name)
 
 
-def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
+def _train_data_parallel(cfg, nproc: int, resume: bool, run_dir: Path) -> None:
     """``slea train --nproc N``: N spawned ranks in one group (slea/parallel/distributed.py; gloo on CPU, NCCL
     with one GPU per rank). (Under
     ``torchrun --nproc-per-node N -m slea.cli train ...`` each process joins torchrun's group instead.)"""
@@ -170,14 +180,12 @@ def _train_data_parallel(cfg, nproc: int, resume: bool) -> None:
     from slea.config import ConfigError
     from slea.parallel.checks import check_data_parallel
     from slea.parallel.distributed import DataParallel, launch
-    from slea.trainer.lifecycle import run_dir_for
 
     try:
         check_data_parallel(cfg, DataParallel(0, nproc))
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
     _build_cached_model(cfg.model)  # once, here: a spawned rank > 0 could not write it
-    run_dir = run_dir_for(cfg)  # chosen once here: a timestamped name must be the same on every rank
     plain(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
     try:
         launch(_train_rank, nproc, cfg, run_dir, resume, device=cfg.run.device)
@@ -222,7 +230,9 @@ def compare(
                                       "config (repeatable), e.g. --variant naive:team.rollouts=stale"),
     seeds: str = typer.Option("0", "--seeds", help="comma-separated run seeds, e.g. 0,1,2"),
     set_: list[str] = typer.Option([], "--set", help="override for every run, e.g. --set train.iterations=4"),
-    out: Path | None = typer.Option(None, "--out", help="output folder (default runs/compare-<config>)"),
+    out: Path | None = typer.Option(None, "--out", help="output folder (default runs/compare-<config>-<hash>, the "
+                                    "hash over the config, arms, seeds, overrides and baseline: a different "
+                                    "comparison never shares a folder)"),
     baseline: str | None = typer.Option(None, "--baseline", help="the arm every other is compared with, paired "
                                         "by seed (default the first)"),
     table_only: bool = typer.Option(False, "--table-only", help="train nothing: write table.md/json again from "
@@ -251,13 +261,14 @@ def compare(
         seed_list = [int(s) for s in seeds.split(",") if s.strip()]
     except ValueError:
         raise fail(f"--seeds: expected comma-separated integers, got {seeds!r}") from None
-    out = out or Path("runs") / f"compare-{config.stem if config else 'default'}"
     try:
         plan = cmp.plan(config, algos, seed_list, out, overrides=list(set_), variants=cmp.parse_variants(variant),
                         baseline=baseline)
     except (ConfigError, ValueError) as exc:
         raise fail(f"compare: {exc}") from None
     require_env(plan.items[0][1].env.id)
+    out = plan.out
+    plain(f"comparison folder: {out}")
     cmp.run(plan, say=plain)
     typer.echo((out / "table.md").read_text())  # plain: a markdown table must not be re-wrapped
     plain(f"wrote {out / 'table.md'}, {out / 'table.json'}, {out / 'curves.png'}")

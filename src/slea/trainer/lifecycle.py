@@ -14,7 +14,8 @@ trainer, a single-agent update of the team's (:class:`Run` lists what a trainer 
 * resume (:func:`load_resume_point`): the newest intact checkpoint is loaded, the rows logged after it dropped (those
   steps are redone); none at all starts the run over, only damaged ones refuse and change nothing;
   :func:`announce_resume` says where the run stands, in the numbering every log line uses (from 1);
-* the run folder (:func:`run_dir_for`, unless the caller names one) and the seeds of python, numpy and torch
+* the run folder (:func:`run_dir_for`, unless the caller names one; a new run never writes into one that holds
+  another run, :func:`fresh_run_dir`, unless told to clear it, :func:`clear_run_dir`) and the seeds of python, numpy and torch
   (:func:`seed_everything`);
 * the run folder's ``config.yaml``, written first (:func:`write_config`);
 * the held-out evaluation before training (:func:`evaluation_before`: run once, read back on resume) and after it,
@@ -31,7 +32,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import random
+import shutil
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
@@ -58,6 +61,52 @@ def run_dir_for(cfg: RunConfig) -> Path:
         return Path(cfg.run.dir)
     name = cfg.run.name or datetime.now().strftime("%Y%m%d-%H%M%S")
     return Path("runs") / name
+
+
+class RunDirError(ValueError):
+    """A run folder a new run may not write into (it holds another run), or that ``--overwrite`` may not clear."""
+
+
+# what a slea run writes at the top of its folder: a folder holding one of them is a run folder --overwrite may clear
+RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints", "events", "eval", "library.sqlite")
+
+
+def fresh_run_dir(run_dir: str | Path, overwrite: bool = False) -> None:
+    """Ready ``run_dir`` for a new run (not a resumed one). A folder that does not exist yet, or holds nothing, is
+    used as it is. One that holds anything is refused (:class:`RunDirError`: a second run's metrics rows,
+    TensorBoard events, checkpoints and evaluations would mix with the first's), unless ``overwrite``: then it is
+    cleared first (:func:`clear_run_dir`)."""
+    path = Path(run_dir)
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_dir() and not path.is_symlink() and not any(path.iterdir()):
+        return
+    if not overwrite:
+        raise RunDirError(f"{path} already holds a run; continue it with `slea train --resume {path}`, or start "
+                          f"over with --overwrite (which deletes what the folder holds)")
+    clear_run_dir(path)
+
+
+def clear_run_dir(run_dir: str | Path) -> None:
+    """Delete a run folder, safely: only a real folder (not a link) that holds what a slea run writes
+    (:data:`RUN_MARKERS`), no git checkout, and neither the working folder, one above it, nor the home folder;
+    anything else is a :class:`RunDirError` and nothing is deleted. The folder is first renamed to a hidden
+    sibling and then removed, so an interrupted clear never leaves half a run under the run's name."""
+    path = Path(run_dir)
+    if path.is_symlink():
+        raise RunDirError(f"--overwrite: {path} is a link; remove or replace it yourself (nothing was deleted)")
+    if not path.is_dir():
+        raise RunDirError(f"--overwrite: {path} is not a folder (nothing was deleted)")
+    real, cwd = path.resolve(), Path.cwd().resolve()
+    if real == cwd or real in cwd.parents or real == Path.home().resolve():
+        raise RunDirError(f"--overwrite: {path} holds the working folder or the home folder; not deleting it")
+    if (path / ".git").exists() or not any((path / m).exists() for m in RUN_MARKERS):
+        raise RunDirError(f"--overwrite: {path} does not look like a slea run folder (none of "
+                          f"{', '.join(RUN_MARKERS)}); not deleting it")
+    aside = path.with_name(f".{path.name}.overwritten-{os.getpid()}")
+    shutil.rmtree(aside, ignore_errors=True)
+    path.rename(aside)
+    shutil.rmtree(aside)
 
 
 def seed_everything(seed: int) -> None:
