@@ -115,3 +115,14 @@ def test_an_old_library_opens_and_retrieves_as_before(tmp_path):
     again.close()
     with pytest.raises(ConfigError, match="built on 'observation'"):  # its clusters are observation clusters
         ExperienceManager(cfg(), path)
+
+
+def test_library_show_summarises_the_clusters(tmp_path):
+    from slea.experience.inspect import cluster_summary
+
+    m = ExperienceManager(cfg(), tmp_path / "lib.sqlite")
+    for room, key in ((ROOM_A, KEY), (ROOM_B, KEY), (ROOM_A, KEY), (ROOM_C, KEY_C)):
+        m.cluster(room, "tw", state_key=key)
+    m.close()
+    s = cluster_summary(tmp_path / "lib.sqlite")  # {A, B} share the key; a repeat of A is no new member
+    assert s == {"built_on": "state_key", "clusters": 2, "members": 1.5, "singletons": 0.5}

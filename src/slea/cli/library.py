@@ -32,9 +32,10 @@ def library_show(run: Path, zone: str | None = None, limit: int = 30,
                  full: bool = typer.Option(False, "--full", help="every entry's whole text, wrapped (default: one "
                                            "line per entry, cut at the terminal's width)")) -> None:
     """List library entries with zone, level, score, usage and linked clusters."""
-    from slea.experience.inspect import list_entries
+    from slea.experience.inspect import cluster_summary, list_entries
 
-    rows = list_entries(_library_path(run), zone=zone, limit=limit)
+    path = _library_path(run)
+    rows = list_entries(path, zone=zone, limit=limit)
     cols = ("id", "zone", "level", "score", "used", "won", "clusters")
     cells = [[str(r.get("id")), str(r.get("zone")), str(r.get("level")), f"{r.get('score', 0):.2f}",
               str(r.get("usage", r.get("usage_count", ""))), str(r.get("success", r.get("success_count", ""))),
@@ -57,6 +58,9 @@ def library_show(run: Path, zone: str | None = None, limit: int = 30,
     if cut:
         t.caption = "text cut at the terminal's width: --full shows all of it"
     console.print(t)
+    c = cluster_summary(path)
+    plain(f"clusters: {c['clusters']} on {c['built_on']}, {c['members']:.2f} members each on average, "
+          f"{c['singletons']:.0%} with one member")
 
 
 @library_app.command("search")

@@ -35,6 +35,26 @@ def _settings(path: Path) -> dict[str, Any]:
     return {k: json.loads(v) for k, v in meta.items()}
 
 
+def cluster_summary(path: str | Path) -> dict[str, Any]:
+    """What a library's clusters were built on (``observation`` or ``state_key``; older libraries: observation),
+    how many there are, their mean number of members (distinct observations; a library older than that count
+    gives the distinct texts each cluster was assigned) and the share holding one member."""
+    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        have = _tables(conn)
+        meta = dict(conn.execute("SELECT key, value FROM library_meta")) if "library_meta" in have else {}
+        sizes = dict(conn.execute("SELECT cid, size FROM obs_clusters")) if "obs_clusters" in have else {}
+        if "cluster_members" in have:
+            counted = dict(conn.execute("SELECT cluster_id, COUNT(*) FROM cluster_members GROUP BY cluster_id"))
+            sizes = {cid: counted.get(cid, n) for cid, n in sizes.items()}
+    finally:
+        conn.close()
+    n = len(sizes)
+    return {"built_on": meta.get("cluster_on", "observation"), "clusters": n,
+            "members": sum(sizes.values()) / n if n else 0.0,
+            "singletons": sum(1 for v in sizes.values() if v == 1) / n if n else 0.0}
+
+
 def list_entries(path: str | Path, zone: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
     """Entries (best score first) as dicts: id, zone, level, score, usage, success, clusters, text, ..."""
     if zone is not None and zone not in ZONES:
