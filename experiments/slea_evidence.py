@@ -58,10 +58,14 @@ HARD_TASKS = ("[coin_collector:5,coin_collector:6,coin_collector:7,treasure_hunt
 # runs made on CPUs with and without native bf16 compute the same numerics, and the anti-collapse setting chosen on
 # the Recall control's training-split pilots (entropy bonus 0.03), the same for every variant.
 EIGHT_SEEDS = [*COMMON, "model.dtype=float32", "algorithm.entropy_coef=0.03"]
+HARD = [f"env.kwargs.tasks={HARD_TASKS}", "env.max_steps=10"]
 JOBS = {
     "default": ("configs/slea.yaml", COMMON),
-    "hard": ("configs/slea.yaml", [*COMMON, f"env.kwargs.tasks={HARD_TASKS}", "env.max_steps=10"]),
+    "hard": ("configs/slea.yaml", [*COMMON, *HARD]),
     "default8": ("configs/slea.yaml", EIGHT_SEEDS),
+    # the state-key gate (docs/results/state_key.md): both jobs in fp32, today's code, raw and state-key clusters
+    "gate_default": ("configs/slea.yaml", [*COMMON, "model.dtype=float32"]),
+    "gate_hard": ("configs/slea.yaml", [*COMMON, *HARD, "model.dtype=float32"]),
 }
 VARIANTS = {
     "grpo": ("grpo", ["experience.mode=off"]),  # the job's config turns the library on for slea
@@ -71,8 +75,10 @@ VARIANTS = {
     "slea_w0": ("slea", ["algorithm.step_weight=0"]),
     "slea_nolib": ("slea", ["experience.mode=off"]),
     "slea_tt": ("slea", ["experience.empty_fallback=task_type"]),
+    # clusters, Eq.5 step groups and retrieval on the env's state key, lessons with its roles as placeholders
+    "slea_key": ("slea", ["experience.cluster_on=state_key"]),
 }
-LIBRARY_VARIANTS = ("slea", "slea_task", "slea_w0", "slea_tt")
+LIBRARY_VARIANTS = ("slea", "slea_task", "slea_w0", "slea_tt", "slea_key")
 PORTABLE_ANCHORS = ("experiments/results/evidence/", "configs/")  # where saved absolute paths are cut
 EPISODES_MAX_BYTES = 200_000  # a run's episodes.jsonl: its first records up to this size (git keeps none)
 
