@@ -453,6 +453,11 @@ def compare_table(folder: Path | None = None) -> str:
     if pairs:
         lines += ["", "Every comparison, paired by seed (held-out sampled success):", "",
                   stats.markdown_table(pairs).rstrip()]
+    if any((r.dir / "trace" / "steps.jsonl").is_file() for r in runs):  # the powered study's secondary analyses
+        lines += ["", ("Secondary analyses (none deciding): iterations count from 0; winning lessons: strategies "
+                       "created by then that name the right gesture of a chamber they are linked to (a lower "
+                       "bound); held-out wins from `slea agent --trace` with the final policy and library:"), "",
+                  secondary_markdown(secondary(folder)).rstrip()]
     compare.plot_compare(runs, folder / "curves.png")
     (folder / "table.json").write_text(json.dumps(tab, indent=2))
     return "\n".join(lines) + "\n"
@@ -470,6 +475,80 @@ def table(folder: Path | None = None) -> None:
     if b:
         (folder / "table.md").write_text(b)
         print(b)
+
+
+# -- the powered study's secondary analyses (reported, none deciding) ----------------------------------------------
+def first_success(d: Path) -> int | None:
+    """The first training iteration (from 0) with a won episode, from the run's metrics.jsonl; None: none."""
+    rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return next((int(r.get("iteration", i)) for i, r in enumerate(rows) if (r.get("train/success") or 0) > 0), None)
+
+
+def winning_lessons(library: Path, by_iteration: int) -> int:
+    """The strategies of ``library`` created at or before ``by_iteration`` that name the right gesture of a chamber
+    type they are linked to (a cluster whose prototype is that chamber). A lower bound: entries merged or evicted
+    before the end are not in the final library."""
+    import sqlite3
+
+    from slea.envs.recall import RIGHT
+
+    conn = sqlite3.connect(f"file:{library}?mode=ro", uri=True)
+    try:
+        kind = {cid: chamber_of(proto) for cid, proto in conn.execute("SELECT cid, prototype FROM obs_clusters")}
+        links: dict[int, set[int]] = {}
+        for eid, cid in conn.execute("SELECT entry_id, cluster_id FROM entry_clusters"):
+            links.setdefault(eid, set()).add(cid)
+        rows = conn.execute("SELECT id, text FROM entries WHERE zone = 'pos' AND created_iter <= ?",
+                            (by_iteration,)).fetchall()
+    finally:
+        conn.close()
+    return sum(any(RIGHT.get(kind.get(c, "")) in named_gestures(text) for c in links.get(eid, ())) for eid, text in rows)
+
+
+def followed_on_wins(steps: Path) -> dict[str, float]:
+    """Over a trace's won episodes with the library (``slea agent --trace`` rows, condition ``with``): the steps
+    that retrieved lessons, and the share whose answer is a gesture the top lesson names."""
+    rows = [json.loads(x) for x in steps.read_text().splitlines() if x.strip()]
+    won = [r for r in rows if r["condition"] == "with" and r.get("won") and r.get("experiences")]
+    top = [r for r in won if r.get("valid") and r["action"] in named_gestures(r["experiences"][0].get("text"))]
+    return {"steps": len(won), "followed": len(top) / len(won) if won else math.nan}
+
+
+def secondary(folder: Path) -> list[dict[str, Any]]:
+    """Per seed of the study under ``folder``: each arm's first training iteration with a success; for slea, the
+    winning lessons its library held by then and the lesson-followed rate on held-out wins (``trace/``)."""
+    out = []
+    runs = finished(folder)
+    for seed in sorted({r.seed for r in runs}):
+        row: dict[str, Any] = {"seed": seed}
+        for r in (r for r in runs if r.seed == seed):
+            row[f"{r.algorithm}_first_success"] = first_success(r.dir)
+            if r.algorithm == "slea":
+                first = row["slea_first_success"]
+                lib = r.dir / "library.sqlite"
+                row["slea_winning_lessons_then"] = (winning_lessons(lib, first)
+                                                    if first is not None and lib.is_file() else None)
+                trace = r.dir / "trace" / "steps.jsonl"
+                row["slea_heldout_wins"] = followed_on_wins(trace) if trace.is_file() else None
+        out.append(row)
+    return out
+
+
+def secondary_markdown(rows: list[dict[str, Any]]) -> str:
+    """The secondary analyses as a table (:func:`secondary`)."""
+    def cell(x: Any) -> str:
+        return "–" if x is None or (isinstance(x, float) and math.isnan(x)) else str(x)
+
+    head = ("| seed | slea: first training success | grpo: first training success | slea: winning lessons by then | "
+            "slea: held-out win steps with lessons | of them, answer = the top lesson's gesture |")
+    lines = [head, "|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        wins = r.get("slea_heldout_wins") or {}
+        followed = wins.get("followed")
+        lines.append(f"| {r['seed']} | {cell(r.get('slea_first_success'))} | {cell(r.get('grpo_first_success'))} | "
+                     f"{cell(r.get('slea_winning_lessons_then'))} | {cell(wins.get('steps'))} | "
+                     f"{'–' if followed is None or math.isnan(followed) else f'{followed:.2f}'} |")
+    return "\n".join(lines) + "\n"
 
 
 # -- the powered study's size ------------------------------------------------------------------------------------

@@ -117,3 +117,34 @@ def test_compare_table_reads_the_arms_from_the_run_folders(tmp_path):
     assert pairs[("slea", "slea_task")]["diffs"] == [0.0, 0.25, 0.25]
     assert "| slea − grpo | 3 | s0 +0.250, s1 +0.250, s2 +0.250 | +0.250 ± 0.000 | 0.250 | 0.250 |" in md
     assert "| slea_task | 3 |" in md and (folder / "curves.png").is_file()
+
+
+def test_secondary_analyses_by_hand(tmp_path):
+    import json
+    import sqlite3
+
+    d = tmp_path / "slea-s0"
+    d.mkdir()
+    rows = [{"iteration": 0, "train/success": 0.0}, {"iteration": 1, "train/success": 0.0},
+            {"iteration": 2, "train/success": 0.03}]
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert S.first_success(d) == 2
+    lib = d / "library.sqlite"
+    with sqlite3.connect(lib) as conn:
+        conn.executescript("CREATE TABLE obs_clusters (cid INTEGER, prototype TEXT);"
+                           "CREATE TABLE entry_clusters (entry_id INTEGER, cluster_id INTEGER);"
+                           "CREATE TABLE entries (id INTEGER, zone TEXT, text TEXT, created_iter INTEGER);")
+        conn.executemany("INSERT INTO obs_clusters VALUES (?, ?)", [(1, GARDEN), (2, LIBRARY)])
+        conn.executemany("INSERT INTO entries VALUES (?, ?, ?, ?)", [
+            (1, "pos", WHISTLE["text"], 1),  # garden's right gesture, linked to the garden: counts
+            (2, "pos", "'whistle' earned the reward on this kind of task.", 1),  # linked to the library: wrong
+            (3, "pos", "'bow' earned the reward on this kind of task.", 3),  # right for the library, but too late
+            (4, "neg", "'bow' ended the episode in failure.", 0)])  # a warning is no winning lesson
+        conn.executemany("INSERT INTO entry_clusters VALUES (?, ?)", [(1, 1), (2, 2), (3, 2), (4, 2)])
+    assert S.winning_lessons(lib, 2) == 1 and S.winning_lessons(lib, 3) == 2
+    steps = d / "steps.jsonl"
+    trace = [dict(_row(GARDEN, "whistle", [WHISTLE]), won=True), dict(_row(FORGE, "bow", [WHISTLE]), won=True),
+             dict(_row(LIBRARY, "bow", [WHISTLE]), won=False), dict(_row(GARDEN, "whistle", [], cond="without"),
+                                                                    won=True)]
+    steps.write_text("".join(json.dumps(r) + "\n" for r in trace))
+    assert S.followed_on_wins(steps) == {"steps": 2, "followed": 0.5}  # won, with lessons: 1 of 2 copies the top
