@@ -58,6 +58,7 @@ from slea.algorithms.registry import get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, load_config, unused_settings
 from slea.evaluation import stats
+from slea.runs.jsonfile import CompareSpec, CompareTable, Summary, read_json
 from slea.runs.runlog import env_step_curve, read_metrics
 
 __all__ = ["Arm", "Plan", "SubRun", "compare", "default_out", "finished_runs", "paired", "parse_variants", "plan",
@@ -338,7 +339,7 @@ def stat(values: list[float]) -> dict[str, Any]:
 
 
 def _load(sub: SubRun) -> dict[str, Any]:
-    summary = json.loads((sub.dir / "eval" / "summary.json").read_text())
+    summary = read_json(sub.dir / "eval" / "summary.json", Summary)
     rows = read_metrics(sub.dir / "metrics.jsonl")
     x, ys = env_step_curve(rows)
     after = summary.get("after") or {}
@@ -441,9 +442,9 @@ def rewrite_table(out: str | Path, baseline: str | None = None) -> dict[str, Any
     out = Path(out)
     spec: dict[str, Any] = {}
     if (out / "compare.json").is_file():
-        spec = json.loads((out / "compare.json").read_text())
+        spec = read_json(out / "compare.json", CompareSpec)
     elif (out / "table.json").is_file():
-        spec = json.loads((out / "table.json").read_text()).get("spec") or {}
+        spec = read_json(out / "table.json", CompareTable).get("spec") or {}
     runs = finished_runs(out, spec.get("algorithms"))
     if not runs:
         raise ValueError(f"{out}: no finished sub-run under runs/<arm>-s<seed>/")

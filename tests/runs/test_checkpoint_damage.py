@@ -160,3 +160,89 @@ def test_every_trainers_state_json_passes_the_check(tmp_path):
     path = ckpt.save_checkpoint(tmp_path / "bad", 0, net, opt, extra={"stage": 1.5})
     with pytest.raises(ckpt.CheckpointError, match="state.json: stage"):
         ckpt.check_readable(path)
+
+
+# -- damaged or foreign metadata: skipped in one line, never a traceback -------------------------------------------
+def _deep(n: int) -> bytes:
+    return b"[" * n + b"]" * n
+
+
+@pytest.mark.parametrize(("name", "data", "says"), [
+    ("manifest.json", b'{"files": {"trainable.safetensors": 1, "state.json": 1, "rng.safetensors": 1}}',
+     "manifest.json: files.trainable.safetensors"),
+    ("manifest.json", b'{"files": {"trainable.safetensors": {"bytes": "9", "sha256": "ab"}}}', "files.trainable"),
+    ("manifest.json", b'["files"]', "manifest.json: Input should be"),
+    ("manifest.json", _deep(100_000), "manifest.json nests deeper than 64 levels"),
+    ("manifest.json", b'{"files": ' + _deep(200) + b"}", "manifest.json nests deeper than 64 levels"),
+    ("state.json", _deep(100_000), "state.json nests deeper than 64 levels"),
+    ("state.json", b'{"iteration": 1, "pending": "x"}', "state.json: pending"),
+    ("state.json", b"\xff\xfe not utf-8", "state.json is not JSON"),
+])
+def test_damaged_checkpoint_json_is_skipped_in_one_line_and_the_older_one_used(tmp_path, name, data, says):
+    """Before: a manifest of the wrong shape was an AttributeError, a 100 000-deep one a RecursionError, both
+    tracebacks in eval, report, serve and export, which all find the checkpoint through run_checkpoint."""
+    _, _, (old, new) = _saved(tmp_path / "checkpoints")
+    if name == "manifest.json":
+        (new / name).write_bytes(data)
+    else:  # the manifest kept true: the damage is in what the file says
+        _rewrite(new, name, data)
+    said: list[str] = []
+    assert ckpt.run_checkpoint(tmp_path, say=said.append) == old
+    assert len(said) == 1 and "\n" not in said[0] and len(said[0]) < 400, said
+    assert said[0].startswith("skipping damaged checkpoint iter_000001:") and says in said[0], said[0]
+    fresh = Net()  # resuming: the same skip, the older checkpoint loads
+    last, state = ckpt.load_latest(tmp_path / "checkpoints", fresh, torch.optim.AdamW(fresh.parameters()))
+    assert last == old and state["iteration"] == 0
+
+
+def test_a_json_file_past_its_cap_is_refused_before_it_is_read(tmp_path):
+    """A 600 MB manifest cost 1.5 GB of memory and 18 s to parse; a sparse one here (no disk used) is refused from
+    its size alone."""
+    import time
+
+    _, _, (old, new) = _saved(tmp_path / "checkpoints")
+    with (new / "manifest.json").open("wb") as fh:
+        fh.truncate(600 * 2**20)
+    said: list[str] = []
+    t0 = time.perf_counter()
+    assert ckpt.run_checkpoint(tmp_path, say=said.append) == old
+    assert time.perf_counter() - t0 < 2.0
+    assert "manifest.json is 600 MiB, more than the 1 MiB such a file may be" in said[0]
+
+
+def test_a_checkpoint_linked_from_another_run_is_foreign_and_skipped(tmp_path):
+    """A checkpoint (or one of its files) that is a link leading out of its run would silently load another run's
+    weights, optimizer and RNG states."""
+    _, _, (other, _) = _saved(tmp_path / "other" / "checkpoints")
+    _, _, (old, new) = _saved(tmp_path / "run" / "checkpoints")
+    linked = tmp_path / "run" / "checkpoints" / "iter_000005"
+    linked.symlink_to(other, target_is_directory=True)
+    said: list[str] = []
+    assert ckpt.run_checkpoint(tmp_path / "run", say=said.append) == new
+    assert len(said) == 1 and said[0].startswith("skipping damaged checkpoint iter_000005: ")
+    assert "is foreign: it leads to" in said[0] and str(other.resolve()) in said[0]
+    with pytest.raises(ckpt.CheckpointError, match="is foreign"):
+        ckpt.run_checkpoint(tmp_path / "run", "iter_000005")  # named: an error, never silently used
+    linked.unlink()
+    (new / "trainable.safetensors").unlink()  # a file linked in: foreign too
+    (new / "trainable.safetensors").symlink_to(other / "trainable.safetensors")
+    said.clear()
+    assert ckpt.run_checkpoint(tmp_path / "run", say=said.append) == old
+    assert "its trainable.safetensors is a link" in said[0]
+    inside = tmp_path / "run" / "checkpoints" / "iter_000007"  # a link within the run is its own checkpoint
+    inside.symlink_to(old, target_is_directory=True)
+    assert ckpt.run_checkpoint(tmp_path / "run") == inside
+
+
+def test_report_of_a_run_whose_newest_manifest_is_damaged_says_so_in_one_line(tmp_path, slea_cli):
+    from slea.config import dump_config, load_config
+
+    run = tmp_path / "run"
+    _, _, (_, new) = _saved(run / "checkpoints")
+    (run / "config.yaml").write_text(dump_config(load_config(Path(__file__).parents[2] / "configs" / "smoke.yaml")))
+    (new / "manifest.json").write_text('{"files": {"trainable.safetensors": 1}}')
+    r = slea_cli("report", run)
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr[-2000:]
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("report: skipping damaged checkpoint iter_000001:")
+    assert "manifest.json: files.trainable.safetensors" in lines[0]

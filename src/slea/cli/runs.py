@@ -3,7 +3,6 @@ stopped by Ctrl-C or SIGTERM (where it stopped, what its last checkpoint holds, 
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
@@ -51,12 +50,15 @@ def finished(run: Path, overrides: list[str]) -> bool:
     saying so, unless ``overrides`` extend it (a larger ``train.iterations`` or a budget; :data:`EXTEND_KEYS`);
     then its old summary is moved aside (``summary.json.previous``), so an extension stopped midway resumes as the
     unfinished run it is. An extension to no more iterations than were trained is one line, exit 2."""
+    from slea.runs.jsonfile import RunFileError, Summary, read_json
+
     path = run / "eval" / "summary.json"
     if not path.is_file():
         return False
     try:
-        summary = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
+        summary = read_json(path, Summary)
+    except RunFileError as exc:  # damaged: the run is treated as unfinished (its evaluation is redone)
+        err.print(f"train: {run}: {exc}; resuming it as unfinished", markup=False, highlight=False, soft_wrap=True)
         return False
     done = summary.get("stages", summary.get("iterations"))
     asked = {k.partition("=")[0].strip(): k.partition("=")[2] for k in overrides}

@@ -18,6 +18,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from slea.runs.jsonfile import CompareSpec, CompareTable, Evaluation, RunFileError, Summary, read_json
+
 log = logging.getLogger(__name__)
 
 MAX_ENTRIES = 5000  # library entries embedded (best score first)
@@ -74,10 +76,11 @@ def clean(x: Any) -> Any:
         return str(x)
 
 
-def _read_json(path: Path) -> Any:
+def _read_json(path: Path, schema=None) -> Any:
+    """A run-folder JSON file, capped and of ``schema``'s shape (slea/runs/jsonfile.py), or None after a warning."""
     try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
+        return read_json(path, schema)
+    except RunFileError as exc:
         log.warning("report: skipping %s (%s)", path, exc)
         return None
 
@@ -92,7 +95,8 @@ def run_overview(folder: Path) -> dict[str, Any]:
     except yaml.YAMLError:
         cfg = {}
     sec = lambda name: cfg.get(name) or {}
-    summary = _read_json(folder / "eval" / "summary.json") if (folder / "eval" / "summary.json").is_file() else None
+    summary = _read_json(folder / "eval" / "summary.json", Summary) if (folder / "eval" / "summary.json").is_file() \
+        else None
     facts = {"algorithm": sec("algorithm").get("name"), "env": sec("env").get("id"),
              "model": sec("model").get("name_or_path"), "seed": sec("run").get("seed"),
              "experience": sec("experience").get("mode")}
@@ -129,7 +133,7 @@ def eval_tables(folder: Path) -> list[dict[str, Any]]:
         if (folder / "eval").is_dir() else []
     order = {"before": 0, "after": 1}
     files.sort(key=lambda p: (order.get(p.stem, 2), p.stem))
-    results = [(p.stem, r) for p in files if isinstance(r := _read_json(p), dict)]
+    results = [(p.stem, r) for p in files if isinstance(r := _read_json(p, Evaluation), dict)]
     if not results:
         return []
     cols = ["evaluation", "env", "sampled success", "return", "invalid rate", "episode length", "episodes",
@@ -205,8 +209,8 @@ def _stat(s: dict[str, Any] | None) -> str:
 def compare_data(folder: Path) -> dict[str, Any]:
     from slea.runs.runlog import env_step_curve, read_metrics
 
-    spec = _read_json(folder / "compare.json") if (folder / "compare.json").is_file() else None
-    table = _read_json(folder / "table.json") if (folder / "table.json").is_file() else None
+    spec = _read_json(folder / "compare.json", CompareSpec) if (folder / "compare.json").is_file() else None
+    table = _read_json(folder / "table.json", CompareTable) if (folder / "table.json").is_file() else None
     spec = spec if isinstance(spec, dict) else (table or {}).get("spec") or {}
     table = table if isinstance(table, dict) else {}
     budgets = table.get("budgets") or []

@@ -19,7 +19,10 @@ A checkpoint folder is built under a temporary name, every file fsynced, and ren
 writer never leaves a half checkpoint; the last ``keep`` are kept. :func:`load_checkpoint` checks the manifest
 and reads every file into memory *before* touching the model, so a damaged checkpoint raises
 :class:`CheckpointError` and changes nothing; :func:`load_latest` walks back from the newest checkpoint to the
-first one that loads, warning about each one it skips.
+first one that loads, warning about each one it skips. The JSON files are read as untrusted input: capped in size
+(:data:`JSON_CAPS`) and depth, each of its schema's shape (:class:`Manifest`, :class:`CheckpointState`,
+:class:`OptimizerMeta`; slea/runs/jsonfile.py), and a checkpoint that is, or holds, a link leading out of its run
+is foreign (:func:`check_own`): each is damaged, and skipped like a truncated one.
 """
 
 from __future__ import annotations
@@ -33,13 +36,15 @@ import shutil
 import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
 import torch
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from safetensors.torch import load_file, save_file
 
 from slea.device import cuda_rng_states
+from slea.runs.jsonfile import MAX_BYTES, MIB, Loose, RunFileError, read_json, schema_error
 
 log = logging.getLogger(__name__)
 
@@ -190,13 +195,92 @@ def _read_safetensors(path: Path) -> dict[str, torch.Tensor]:
         raise CheckpointError(f"checkpoint file {path} is unreadable: {type(exc).__name__}: {exc}") from None
 
 
+# -- the checkpoint's JSON files: their caps and schemas (slea/runs/jsonfile.py reads them) ----------------------
+Count = Annotated[int, Field(strict=True, ge=0)]  # strict: true / 1.0 / "1" are not counts
+Seconds = Annotated[float, Field(strict=True, ge=0, allow_inf_nan=False)]
+Number = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+class FileEntry(BaseModel):
+    """One file of a manifest: its size and SHA-256."""
+
+    model_config = ConfigDict(extra="forbid")
+    bytes: Count
+    sha256: Annotated[str, Field(pattern=r"^[0-9a-f]{64}$")]
+
+
+def _only_checkpoint_files(files: Any) -> Any:
+    """A manifest lists a checkpoint's own files (:data:`FILES`) and nothing else, so nothing else is ever read."""
+    for name in files if isinstance(files, dict) else ():
+        if name not in FILES:
+            raise ValueError(f"lists an unexpected file {name!r}")
+    return files
+
+
+class Manifest(Loose):
+    """``manifest.json``: every file of the checkpoint with its size and checksum."""
+
+    iteration: Count | None = None
+    files: Annotated[dict[str, FileEntry], BeforeValidator(_only_checkpoint_files)]
+
+
+def _stage(v: Any) -> Any:
+    if isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool) and v >= 0):
+        return v
+    raise ValueError(f"expected a stage number or name, got {v!r:.60}")
+
+
+class CheckpointState(Loose):
+    """``state.json`` as the trainers write it (slea/trainer/rl.py, slea/trainer/team_checkpoint.py, the alignment
+    pipeline): ``iteration`` and the counters non-negative integers, the seconds finite and non-negative, ``betas``
+    and ``next_env_seeds`` lists of finite numbers, ``critic`` and ``pending`` objects or null; ``rng`` is checked
+    apart (:func:`check_state`: only a run that restores it needs it)."""
+
+    iteration: Count
+    episodes: Count = 0
+    env_steps: Count = 0
+    rollouts: Count = 0
+    processes: Count = 1
+    bad_update_streak: Count = 0
+    updates: Count = 0
+    messages: Count = 0
+    position: Count = 0
+    stage: Annotated[Any, BeforeValidator(_stage)] = None
+    wall_s: Seconds = 0.0
+    train_s: Seconds = 0.0
+    betas: list[Number] = Field(default_factory=list)
+    next_env_seeds: list[Number] = Field(default_factory=list)
+    critic: dict[str, Any] | None = None
+    pending: dict[str, Any] | None = None
+
+
+class ParamGroup(Loose):
+    """One param group of ``optimizer.json``: its parameters' indices (and its settings: lr, betas...)."""
+
+    params: list[Count]
+
+
+class OptimizerMeta(Loose):
+    """``optimizer.json``: the param groups and the per-parameter scalars (by parameter index)."""
+
+    param_groups: list[ParamGroup]
+    scalars: dict[Annotated[str, Field(pattern=r"^[0-9]+$")], dict[str, Any]] = Field(default_factory=dict)
+
+
+# the most bytes each may have (far above what a run writes: the state's RNG states are some kB, a team's pending
+# rollouts a few MB)
+JSON_CAPS = {MANIFEST: MIB, "state.json": 64 * MIB, "optimizer.json": 16 * MIB}
+SCHEMAS: dict[str, type[BaseModel]] = {MANIFEST: Manifest, "state.json": CheckpointState,
+                                       "optimizer.json": OptimizerMeta}
+
+
 def _read_json(path: Path) -> Any:
+    """A checkpoint's JSON file, capped and of its schema (:data:`JSON_CAPS`, :data:`SCHEMAS`), or a
+    :class:`CheckpointError` naming the checkpoint and what is wrong."""
     try:
-        return json.loads(path.read_text())
-    except FileNotFoundError:
-        raise CheckpointError(f"checkpoint file {path} is unreadable: it is missing") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"checkpoint {path.parent} is unreadable: {path.name}: {exc}") from None
+        return read_json(path, SCHEMAS.get(path.name), max_bytes=JSON_CAPS.get(path.name, MAX_BYTES))
+    except RunFileError as exc:
+        raise CheckpointError(f"checkpoint {path.parent} is unreadable: {exc}") from None
 
 
 # -- files ------------------------------------------------------------------------------------------------
@@ -358,47 +442,19 @@ def check_readable(folder: str | Path) -> None:
         _read_safetensors(folder / "trainable.safetensors")
 
 
-# state.json's counters as the trainers write them (slea/trainer/rl.py, slea/trainer/team_checkpoint.py)
-_COUNTERS = ("episodes", "env_steps", "rollouts", "processes", "bad_update_streak", "updates", "messages",
-             "position")
-_SECONDS = ("wall_s", "train_s")
-
-
 def check_state(state: Any, folder: str | Path, rng: bool = True) -> dict[str, Any]:
-    """``state.json`` checked field by field before anything is applied: ``iteration`` and the trainers'
-    counters are non-negative integers, ``wall_s`` / ``train_s`` finite non-negative numbers, ``betas`` and
-    ``next_env_seeds`` lists of numbers, ``rng`` (with ``rng``) python's and numpy's states as those libraries
-    accept them. A :class:`CheckpointError` naming the first field that is not."""
+    """``state.json`` checked before anything is applied: of :class:`CheckpointState`'s shape and, with ``rng``,
+    holding python's and numpy's RNG states as those libraries accept them. A :class:`CheckpointError` naming the
+    first field that is not; the state as it was read otherwise."""
     def bad(key: str, why: str) -> CheckpointError:
         return CheckpointError(f"checkpoint {folder} is unreadable: state.json: {key}: {why}")
 
     if not isinstance(state, dict):
         raise CheckpointError(f"checkpoint {folder} is unreadable: state.json is not a JSON object")
-    if "iteration" not in state:
-        raise CheckpointError(f"checkpoint {folder} is unreadable: state.json has no iteration")
-
-    def count(v: Any) -> bool:
-        return isinstance(v, int) and not isinstance(v, bool) and v >= 0
-
-    for key in ("iteration", *_COUNTERS):
-        if key in state and not count(state[key]):
-            raise bad(key, f"expected a non-negative integer, got {state[key]!r:.60}")
-    stage = state.get("stage")  # a team run's stage number, or an alignment run's "sft" / "align"
-    if "stage" in state and not (count(stage) or isinstance(stage, str)):
-        raise bad("stage", f"expected a stage number or name, got {stage!r:.60}")
-    for key in _SECONDS:
-        v = state.get(key)
-        if key in state and not (isinstance(v, (int, float)) and not isinstance(v, bool) and np.isfinite(v)
-                                 and v >= 0):
-            raise bad(key, f"expected a finite number of seconds, got {v!r:.60}")
-    for key in ("betas", "next_env_seeds"):
-        v = state.get(key)
-        if key in state and not (isinstance(v, list) and all(
-                isinstance(x, (int, float)) and not isinstance(x, bool) and np.isfinite(x) for x in v)):
-            raise bad(key, f"expected a list of numbers, got {v!r:.60}")
-    for key in ("critic", "pending"):
-        if state.get(key) is not None and not isinstance(state[key], dict):
-            raise bad(key, f"expected an object or null, got {state[key]!r:.60}")
+    try:
+        CheckpointState.model_validate(state)
+    except ValidationError as exc:
+        raise CheckpointError(f"checkpoint {folder} is unreadable: state.json: {schema_error(exc)}") from None
     if rng:
         meta = state.get("rng")
         if not isinstance(meta, dict) or "python" not in meta or "numpy" not in meta:
@@ -424,9 +480,24 @@ def trained_processes(run: str | Path) -> int:
         return 1
     try:
         n = _read_json(last / "state.json").get("processes", 1)
-    except (CheckpointError, AttributeError):
+    except CheckpointError:
         return 1
-    return n if isinstance(n, int) and n >= 1 else 1
+    return max(n, 1)
+
+
+def check_own(folder: str | Path) -> None:
+    """A checkpoint belongs to its run: a :class:`CheckpointError` when the folder (or the ``checkpoints`` folder
+    above it) is a link that leads out of the run folder (``<run>/checkpoints/<name>``), or when one of its files is
+    a link. Another run's weights, optimizer and RNG states would otherwise be used silently."""
+    folder = Path(folder).absolute()
+    run = folder.parent.parent
+    real = folder.resolve()
+    if not real.is_relative_to(run.resolve()):
+        raise CheckpointError(f"checkpoint {folder} is foreign: it leads to {real}, outside its run {run}")
+    links = [name for name in (*FILES, MANIFEST) if (folder / name).is_symlink()]
+    if links:
+        raise CheckpointError(f"checkpoint {folder} is foreign: its {links[0]} is a link (to "
+                              f"{(folder / links[0]).resolve()})")
 
 
 def verify_checkpoint(folder: str | Path) -> dict[str, Any]:
@@ -437,6 +508,7 @@ def verify_checkpoint(folder: str | Path) -> dict[str, Any]:
     folder = Path(folder)
     if not folder.is_dir():
         raise CheckpointError(f"checkpoint {folder} does not exist")
+    check_own(folder)
     required = ("trainable.safetensors", "state.json", "rng.safetensors")
     if not (folder / MANIFEST).is_file():
         missing = [f for f in required if not (folder / f).is_file()]
@@ -444,23 +516,18 @@ def verify_checkpoint(folder: str | Path) -> dict[str, Any]:
             raise CheckpointError(f"checkpoint {folder} is unreadable: it lacks {', '.join(missing)}")
         return {"files": {}}
     manifest = _read_json(folder / MANIFEST)
-    files = manifest.get("files") if isinstance(manifest, dict) else None
-    if not isinstance(files, dict):
-        raise CheckpointError(f"checkpoint {folder} is unreadable: {MANIFEST} has no file list")
+    files = manifest["files"]
     for name in required:
         if name not in files:
             raise CheckpointError(f"checkpoint {folder} is unreadable: {MANIFEST} does not list {name}")
-    for name, meta in files.items():
-        if name not in FILES:
-            raise CheckpointError(f"checkpoint {folder} is unreadable: {MANIFEST} lists an unexpected file "
-                                  f"{name!r}")
+    for name, meta in files.items():  # only names of FILES (the schema refused any other)
         path = folder / name
         if not path.is_file():
             raise CheckpointError(f"checkpoint {folder} is unreadable: {name} is missing")
-        if path.stat().st_size != meta.get("bytes"):
+        if path.stat().st_size != meta["bytes"]:
             raise CheckpointError(f"checkpoint {folder} is unreadable: {name} has {path.stat().st_size} bytes, "
-                                  f"the manifest says {meta.get('bytes')} (truncated or overwritten)")
-        if _sha256(path) != meta.get("sha256"):
+                                  f"the manifest says {meta['bytes']} (truncated or overwritten)")
+        if _sha256(path) != meta["sha256"]:
             raise CheckpointError(f"checkpoint {folder} is unreadable: {name} does not match its checksum")
     return manifest
 

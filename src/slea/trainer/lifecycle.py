@@ -30,7 +30,6 @@ trainer, a single-agent update of the team's (:class:`Run` lists what a trainer 
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
@@ -48,6 +47,7 @@ from slea.atomic import atomic_write_text
 from slea.config import RunConfig, dump_config
 from slea.evaluation.evaluate import write_eval
 from slea.runs import checkpoint as ckpt
+from slea.runs.jsonfile import Evaluation, RunFileError, read_json
 from slea.runs.runlog import RunLog, truncate_metrics
 from slea.trainer.guards import RunHalted
 from slea.trainer.interrupt import Interrupted, StopSignal
@@ -189,7 +189,13 @@ def evaluation_before(cfg: RunConfig, run_dir: Path, fresh: bool, evaluate: Call
             log.info(eval_line("untrained", before))
         return before
     path = Path(run_dir) / "eval" / "before.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    try:
+        return read_json(path, Evaluation)
+    except RunFileError as exc:  # damaged: the run goes on without it (the summary then has no "before")
+        log.warning("eval/%s; the evaluation before training is left out", exc)
+        return None
 
 
 def held_out_marks(before: dict | None, after: dict) -> dict[str, float]:
