@@ -56,6 +56,22 @@ def test_serve_refuses_a_bad_model_argument():
     assert r.returncode == 2 and "serve: 'no/such/model' is neither" in r.stderr
 
 
+@pytest.mark.parametrize(("args", "key"), [(["--api-key", ""], None), (["--api-key", " "], None), ([], ""),
+                                           ([], "  ")])
+def test_serve_refuses_an_empty_api_key(args, key):
+    """``--api-key "$KEY"`` (or ``SLEA_API_KEY=$KEY``) with KEY unset: one line and exit 2, never a server without a
+    key (before: it served, no key needed, and said nothing)."""
+    env = {k: v for k, v in ENV.items() if k != "SLEA_API_KEY"} | ({} if key is None else {"SLEA_API_KEY": key})
+    proc = subprocess.Popen([sys.executable, "-m", "slea.cli", "serve", "tiny", "--port", "0", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    out = proc.stdout.readline()  # "serving tiny at ..." when it serves; "" when it exits
+    proc.terminate()
+    errors = proc.communicate(timeout=30)[1]
+    assert "serving tiny" not in out and proc.returncode == 2, (proc.returncode, out, errors)
+    line = errors.strip()
+    assert "\n" not in line and line.startswith("serve: ") and "empty" in line, line
+
+
 def test_serve_computes_in_the_precision_model_dtype_auto_picks():
     """Without --dtype the server computes as ``slea agent``'s in-process engine does (``model.dtype: auto``): bf16
     only where this CPU computes it natively. (A bf16 default made a served agent ~30x slower than the in-process

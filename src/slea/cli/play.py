@@ -6,6 +6,7 @@ uploaded unless a run's trained adapter must reach the server (slea/policy/serve
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import typer
@@ -359,6 +360,7 @@ def serve(
     run = Path(model) if (Path(model) / "config.yaml").is_file() else None
     if checkpoint is not None and run is None:
         raise fail("serve: --checkpoint needs a run folder")
+    _refuse_an_empty_key(api_key)
     if tool_parser is not None:
         from slea.policy.tool_calls import TOOL_PARSERS
 
@@ -377,7 +379,7 @@ def serve(
     from slea.policy.server import ServeSettings, load_engine, make_server
     from slea.runs.checkpoint import CheckpointError
 
-    settings = ServeSettings(api_key=api_key or None, lora_dir=lora_dir, max_model_len=max_model_len,
+    settings = ServeSettings(api_key=api_key, lora_dir=lora_dir, max_model_len=max_model_len,
                              max_prompt_tokens=max_prompt_tokens, max_n=max_n, max_rows=max_rows,
                              max_logprobs=max_logprobs, max_stops=max_stops, max_stop_chars=max_stop_chars,
                              max_body_bytes=int(max_body_mb * 1e6), max_queue=max_queue,
@@ -407,3 +409,17 @@ def serve(
         pass
     finally:
         server.server_close()
+
+
+def _refuse_an_empty_key(api_key: str | None) -> None:
+    """An API key that is empty or blank — ``--api-key "$KEY"`` or ``SLEA_API_KEY=$KEY`` with KEY unset — is refused
+    (one line, exit 2): it would have served without a key, silently. Click reads an empty variable as unset, so
+    the environment is checked here."""
+    from slea.policy.server import API_KEY_ENV
+
+    if api_key is not None and (not api_key or api_key.strip() != api_key):
+        raise fail(f"serve: --api-key (or {API_KEY_ENV}) is empty or begins or ends with blanks (an unset variable?): "
+                   f"give a key, or leave both out to serve without one")
+    if api_key is None and os.environ.get(API_KEY_ENV, "x").strip() == "":
+        raise fail(f"serve: {API_KEY_ENV} is set but empty (an unset variable?): give a key, or unset it to serve "
+                   f"without one")

@@ -150,8 +150,8 @@ class ServeSettings:
                 continue
             if not (v >= 0 if f.name == "max_logprobs" else v > 0):
                 raise ValueError(f"{f.name} must be positive, got {v!r}")
-        if self.api_key is not None and not self.api_key:
-            raise ValueError("api_key must not be empty")
+        if self.api_key is not None and (not self.api_key or self.api_key.strip() != self.api_key):
+            raise ValueError("api_key must not be empty or begin or end with blanks")
         if self.tool_parser is not None:
             from slea.policy.tool_calls import TOOL_PARSERS
 
