@@ -5,6 +5,7 @@ of the audit against a ``slea serve`` process are tests/reliability/test_serve_h
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 
@@ -196,3 +197,43 @@ def test_serve_help_lists_the_limits():
                    "--max-body-mb", "--max-prompt-tokens", "--max-stops", "--max-queue", "--request-timeout",
                    "--checkpoint"):
         assert option in out, option
+
+
+def test_idle_connections_past_the_cap_are_closed_oldest_first(engine):
+    from slea.testing.serve_hostile import closed_by_server, health, held
+
+    with Running(engine, ServeSettings(max_idle_connections=4, header_timeout_s=30)) as s:
+        port = s.server.server_address[1]
+        with held(port, 7) as socks:
+            assert closed_by_server(socks[:3], 2.0) == 3  # the three oldest made way for the newer ones
+            assert closed_by_server(socks[3:], 0.3) == 0
+            assert health(port) == 200  # this newest connection closes the oldest of the four left
+
+
+def test_a_connection_must_send_its_headers_within_the_header_timeout_trickle_or_not(engine):
+    from slea.testing.serve_hostile import closed_by_server, held
+
+    with Running(engine, ServeSettings(header_timeout_s=1.0)) as s:
+        with held(s.server.server_address[1], 1, b"GET /v1/mo") as socks:
+            t0 = time.perf_counter()
+            for _ in range(6):  # a byte every 0.4 s does not extend the timeout (it would: closed after 3.4 s)
+                time.sleep(0.4)
+                with contextlib.suppress(OSError):
+                    socks[0].sendall(b"d")
+            assert closed_by_server(socks, 2.0) == 1 and time.perf_counter() - t0 < 3.0
+        assert s.client.get("/v1/models").status_code == 200
+
+
+def test_requests_in_flight_are_bounded_and_health_is_never_refused(engine):
+    """Requests that sent their headers but not their body are in flight: past ``max_in_flight`` a request is a
+    503, ``/health`` is answered all the same, and a stalled body is a 408 after the header timeout."""
+    from slea.testing.serve_hostile import held, request, statuses
+
+    head = request("POST", "/v1/completions", headers={"Content-Length": "50"})  # and the body never comes
+    with Running(engine, ServeSettings(max_in_flight=2, header_timeout_s=1.5)) as s:
+        with held(s.server.server_address[1], 2, head) as socks:
+            r = s.client.get("/v1/models")
+            assert r.status_code == 503 and r.json()["error"]["code"] == "server_busy"
+            assert s.client.get("/health").status_code == 200
+            assert [statuses(x.recv(4096)) for x in socks] == [[408], [408]]
+        assert s.client.get("/v1/models").status_code == 200

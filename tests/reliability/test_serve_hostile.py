@@ -57,3 +57,12 @@ def test_a_short_concurrent_soak_of_good_and_bad_requests_has_no_error(served):
     assert res["errors"] == 0, res["error_examples"]
     assert res["good"] >= 5 and res["bad"] >= 3 and res["normal_after"]["status"] == 200
     assert res["rss_end_mb"] - res["rss_start_mb"] < RSS_GROWTH_MB
+
+
+@pytest.mark.timeout(120)
+def test_good_requests_beside_an_idle_flood_are_answered(served):
+    """The soak beside :data:`H.IDLE_FLOOD` connections that send nothing (reopened as the server closes them):
+    every good request is answered (before: each was a 503 while the idle connections stayed open)."""
+    res = H.soak(served, seconds=8, clients=2, bad_frac=0.0, seed=2, idle_sockets=H.IDLE_FLOOD)
+    assert res["errors"] == 0, res["error_examples"]
+    assert res["good"] >= 5 and res["good_latency_p99_s"] < NORMAL_S

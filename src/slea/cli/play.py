@@ -336,8 +336,12 @@ def serve(
                                                                             "beyond)"),
     max_queue: int = typer.Option(16, "--max-queue", min=1, help="requests waiting for the engine or generating "
                                                                  "at most (429 beyond)"),
-    max_connections: int = typer.Option(64, "--max-connections", min=2, help="open connections at most (503 "
-                                                                             "beyond)"),
+    max_in_flight: int = typer.Option(64, "--max-in-flight", min=2, help="requests in progress at most (503 "
+                                      "beyond; idle connections and /health do not count)"),
+    header_timeout: float = typer.Option(10.0, "--header-timeout", min=0.1, help="seconds a connection has to send "
+                                         "its request line and headers; then it is closed"),
+    max_idle_connections: int = typer.Option(256, "--max-idle-connections", min=1, help="connections without a "
+                                             "request in progress at most; past it the one idle longest is closed"),
     request_timeout: float = typer.Option(300.0, "--request-timeout", min=0.1, help="seconds from a request's "
                                           "arrival to its answer; past it generation stops (504)"),
     max_tools: int = typer.Option(128, "--max-tools", min=1, help="tools in one chat request at most"),
@@ -383,7 +387,8 @@ def serve(
                              max_prompt_tokens=max_prompt_tokens, max_n=max_n, max_rows=max_rows,
                              max_logprobs=max_logprobs, max_stops=max_stops, max_stop_chars=max_stop_chars,
                              max_body_bytes=int(max_body_mb * 1e6), max_queue=max_queue,
-                             max_connections=max_connections, request_timeout_s=request_timeout,
+                             max_in_flight=max_in_flight, header_timeout_s=header_timeout,
+                             max_idle_connections=max_idle_connections, request_timeout_s=request_timeout,
                              max_tools=max_tools, tool_parser=tool_parser)
     torch.set_num_threads(threads)
     try:

@@ -59,7 +59,9 @@ naming it, and so are malformed tools, tool choices and tool-call histories, and
 refuses; every error has the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``.
 
 One generation at a time (the engine batches the answers of one request); up to ``max_queue`` requests wait or
-run, more are a 429, connections beyond ``max_connections`` a 503. A request that has not finished within
+run, more are a 429. Requests, not sockets, are bounded (slea/policy/serve_http.py): more than ``max_in_flight``
+in progress are a 503 (``/health`` is never refused); a connection must send its request line and headers within
+``header_timeout_s``, and past ``max_idle_connections`` idle ones the oldest is closed. A request that has not finished within
 ``request_timeout_s`` stops generating and is a 504 (503 when it never left the queue); a client that disconnects
 stops its generation between two decode steps, streamed or not (:class:`slea.policy.generation.GenerationCancelled`).
 With an API key (``--api-key`` or the ``SLEA_API_KEY`` environment variable) every route but ``/health`` needs
@@ -72,11 +74,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hmac
 import json
 import logging
 import os
-import socket
 import threading
 import time
 import uuid
@@ -103,6 +103,7 @@ from slea.policy.openai_protocol import (
     text,
     tool_request,
 )
+from slea.policy.serve_http import Front, Server, read_body
 
 try:  # the serve extra; FastAPI resolves the routes' (string) annotations in this module's namespace
     from fastapi import Request
@@ -114,11 +115,6 @@ CHAT_MAX_TOKENS = 256  # a chat request's default max_tokens (completions: 16, a
 API_KEY_ENV = "SLEA_API_KEY"  # where `slea serve` reads its API key when --api-key is not given
 MIN_TEMPERATURE = 1e-6  # below this (and above 0) logits / T overflows float32: refused, 0 is greedy
 MAX_KEY_INTS = 64  # ints per rng_keys key (slea's keys hold 2-6)
-MAX_URL_CHARS = 8192  # path + query of a request; longer: 414
-# h11 refuses (uvicorn: 400) a request line and headers that exceed this before they are complete. Its default
-# (16 KiB) made the answer to a 60 KB URL depend on TCP timing: 414 when it arrived in one read, 400 when in
-# several. Past MAX_URL_CHARS and up to this, a URL is always 414; memory is bounded by max_connections x this.
-MAX_HEADER_BYTES = 1 << 20
 
 
 @dataclass
@@ -137,7 +133,9 @@ class ServeSettings:
     max_stop_chars: int = 256  # characters per stop string
     max_body_bytes: int = 8 << 20  # a request body; larger: 413
     max_queue: int = 16  # requests waiting for the engine or generating; more: 429
-    max_connections: int = 64  # open connections; more: 503 (uvicorn's limit_concurrency)
+    max_in_flight: int = 64  # requests in progress (idle connections and /health not counted); more: 503
+    header_timeout_s: float = 10.0  # a connection's request line and headers, from its opening or last answer
+    max_idle_connections: int = 256  # connections without a request in progress; past it the oldest closes
     request_timeout_s: float = 300.0  # from arrival to the last token; past it: generation stops, 504
     max_log: int = 1024  # Engine.calls keeps the latest this many requests
     max_tools: int = 128  # tools in one chat request
@@ -581,31 +579,10 @@ async def _disconnected(request) -> None:
                 return
 
 
-async def _read_body(request, limit: int) -> bytes:
-    """The request body, at most ``limit`` bytes (a 413 beyond, also for a chunked body that grows past it)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise RequestError(413, f"the request body has {int(declared)} bytes, more than this server takes "
-                                f"({limit}: --max-body-mb)", code="request_too_large")
-    from starlette.requests import ClientDisconnect
-
-    chunks, size = [], 0
-    try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise RequestError(413, f"the request body is larger than this server takes ({limit} bytes: "
-                                        f"--max-body-mb)", code="request_too_large")
-            chunks.append(chunk)
-    except ClientDisconnect:  # gone before its body arrived: nobody to answer
-        raise RequestError(400, "the client disconnected before sending its body") from None
-    return b"".join(chunks)
-
-
 def _error(exc: RequestError):
     from fastapi.responses import JSONResponse
 
-    headers = {"Connection": "close"} if exc.status == 413 else None
+    headers = {"Connection": "close"} if exc.status in (408, 413) else None
     return JSONResponse(error_body(exc.status, str(exc), exc.param, exc.code), status_code=exc.status,
                         headers=headers)
 
@@ -672,7 +649,8 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
             watcher.cancel()
 
     async def _generate(request, method, schema):
-        raw = await _read_body(request, settings.max_body_bytes)
+        raw = await read_body(request, settings.max_body_bytes, settings.header_timeout_s,
+                               settings.request_timeout_s)
         body = parse_request(schema, raw or b"{}")  # a malformed body never waits for the engine
         answer = await _exclusive(request, lambda cancel: method(body, cancel=cancel))
         if answer is None:  # the client went away: nobody to answer
@@ -707,7 +685,8 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
         return await _generate(request, engine.chat, ChatRequest)
 
     async def _adapter(request, method):
-        raw = await _read_body(request, settings.max_body_bytes)
+        raw = await read_body(request, settings.max_body_bytes, settings.header_timeout_s,
+                               settings.request_timeout_s)
         body = parse_request(AdapterRequest, raw or b"{}")
         answer = await _exclusive(request, lambda cancel: method(body))
         return PlainTextResponse(answer or "")
@@ -754,92 +733,21 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
         log.exception("request failed")
         return JSONResponse(error_body(500, f"{type(exc).__name__}: {exc}"), status_code=500)
 
-    return _Front(app, engine, key)
-
-
-class _Front:
-    """The ASGI entry: every request is logged (``Engine.calls``), a trailing ``/`` dropped from its path, and,
-    with an API key, refused (401) without ``Authorization: Bearer <key>``; then the FastAPI app."""
-
-    def __init__(self, app, engine: Engine, key: bytes | None):
-        self.app, self.engine, self.key = app, engine, key
-        self.state = app.state
-
-    async def __call__(self, scope, receive, send):
-        if scope["type"] != "http":
-            return await self.app(scope, receive, send)
-        from fastapi.responses import JSONResponse
-
-        path = scope["path"]
-        query = scope.get("query_string", b"").decode("latin-1")
-        self.engine.log_call(f"{scope['method']} {path}" + (f"?{query}" if query else ""))
-        if len(path) + len(query) > MAX_URL_CHARS:
-            body = error_body(414, f"the URL has {len(path) + len(query)} characters, more than {MAX_URL_CHARS}", None,
-                              "uri_too_long")
-            return await JSONResponse(body, status_code=414)(scope, receive, send)
-        if len(path) > 1 and path.endswith("/"):
-            scope = {**scope, "path": path.rstrip("/") or "/"}
-        if self.key is not None and scope["path"] != "/health" and not self._authorized(scope):
-            body = error_body(401, "Incorrect or missing API key: send Authorization: Bearer <key> (slea serve "
-                                   "--api-key)", None, "invalid_api_key")
-            return await JSONResponse(body, status_code=401, headers={"WWW-Authenticate": "Bearer"})(
-                scope, receive, send)
-        return await self.app(scope, receive, send)
-
-    def _authorized(self, scope) -> bool:
-        for name, value in scope.get("headers", []):
-            if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(token.strip(), self.key)
-        return False
-
-
-class Server:
-    """``slea serve``'s HTTP server: uvicorn (h11) on a socket bound at construction, so ``server_address``
-    names the port before it serves (``port=0``: a free one). ``serve_forever`` blocks (in any thread; signals
-    are handled only in the main one); ``shutdown`` stops it from another thread and waits; in-flight
-    generations stop between two decode steps."""
-
-    def __init__(self, engine: Engine, host: str, port: int, settings: ServeSettings | None = None):
-        import uvicorn
-
-        self.engine = engine
-        self.app = build_app(engine, settings)
-        settings = engine.settings
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self.socket = socket.create_server((host, port), family=family, backlog=128)
-        self.server_address = self.socket.getsockname()[:2]
-        config = uvicorn.Config(self.app, http="h11", lifespan="off", log_config=None, access_log=False,
-                                limit_concurrency=settings.max_connections, timeout_keep_alive=5,
-                                h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_graceful_shutdown=5,
-                                server_header=False)
-        self._server = uvicorn.Server(config)
-        self._done = threading.Event()
-        self._done.set()
-
-    def serve_forever(self) -> None:
-        self._done.clear()
-        try:
-            self._server.run(sockets=[self.socket])
-        finally:
-            self.app.state.gate.stopping.set()
-            self._done.set()
-
-    def shutdown(self) -> None:
-        self.app.state.gate.stopping.set()
-        self._server.should_exit = True
-        self._done.wait(timeout=30)
-
-    def server_close(self) -> None:
-        self.socket.close()
-        self.app.state.gate.pool.shutdown(wait=False, cancel_futures=True)
+    return Front(app, engine.log_call, key, settings.max_in_flight)
 
 
 def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 8000,
                 settings: ServeSettings | None = None) -> Server:
     """The HTTP server over ``engine`` (``port=0``: a free port, ``server.server_address[1]``); ``settings``
     replace the engine's (:class:`ServeSettings`: limits, API key, adapter folder)."""
-    return Server(engine, host, port, settings)
+    from slea.policy.serve_http import ConnectionLimits
+
+    app = build_app(engine, settings)
+    s = engine.settings
+    gate = app.state.gate
+    limits = ConnectionLimits(s.header_timeout_s, s.max_idle_connections, s.max_in_flight)
+    return Server(app, host, port, limits, on_stop=gate.stopping.set,
+                  on_close=lambda: gate.pool.shutdown(wait=False, cancel_futures=True))
 
 
 def api_key_from_env() -> str | None:

@@ -6,6 +6,7 @@ and ``bench/soak.py serve`` use it; it only ever connects to the loopback addres
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
@@ -184,6 +185,69 @@ def _long_url_in_pieces(served: Served) -> int:
     return got[0] if got else 0
 
 
+IDLE_FLOOD = 100  # connections held open by a flood row: more than the 64 that locked the old server
+CLOSE_WAIT_S = 15.0  # a held connection must be closed by then (slea serve's --header-timeout: 10 s by default)
+
+
+@contextlib.contextmanager
+def held(port: int, n: int, prefix: bytes = b""):
+    """``n`` connections to the server, each sent ``prefix`` (nothing: an idle connection), held open; all closed on
+    exit."""
+    socks: list[socket.socket] = []
+    try:
+        for _ in range(n):
+            socks.append(socket.create_connection((HOST, port), timeout=5))
+            if prefix:
+                socks[-1].sendall(prefix)
+        time.sleep(0.2)  # accepted, and read, by the server
+        yield socks
+    finally:
+        for s in socks:
+            s.close()
+
+
+def closed_by_server(socks: list[socket.socket], within: float) -> int:
+    """How many of ``socks`` the server closes within ``within`` seconds (whatever it sends first)."""
+    deadline, closed = time.monotonic() + within, 0
+    for s in socks:
+        try:
+            while True:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                if not s.recv(1 << 16):
+                    closed += 1
+                    break
+        except TimeoutError:
+            break
+        except OSError:  # reset: closed too
+            closed += 1
+    return closed
+
+
+def health(port: int) -> int:
+    got = statuses(raw(port, request("GET", "/health"), 5))
+    return got[0] if got else 0
+
+
+def _beside(served: Served) -> int:
+    """``/health``, then a normal completion: 200 when both are answered 200, else the first other status."""
+    codes = [health(served.port), normal(served)[0]]
+    return next((c for c in codes if c != 200), 200)
+
+
+def _idle_flood(served: Served) -> int:
+    with held(served.port, IDLE_FLOOD):
+        return _beside(served)
+
+
+def _half_request_flood(served: Served) -> int:
+    """Half a request line on each held connection: the requests beside them are answered, and the server closes
+    every held one within :data:`CLOSE_WAIT_S` (408 when it does not)."""
+    with held(served.port, IDLE_FLOOD, b"GET /v1/mod") as socks:
+        status = _beside(served)
+        closed = closed_by_server(socks, CLOSE_WAIT_S)
+    return status if status != 200 or closed == len(socks) else 408
+
+
 def _bad_length(value: str) -> Callable[[Served], int]:
     def send(served: Served) -> int:
         got = statuses(raw(served.port, request("POST", "/v1/completions", b"{}", served.key,
@@ -219,7 +283,12 @@ HOSTILE: list[tuple[str, str, Callable[[Served], int], int]] = [
     ("7", "top_p NaN", _post(b'{"prompt": "ab", "top_p": NaN}'), 400),
     ("8", "stream: true, the client disconnects", lambda s: _disconnect(s, True), 499),
     ("8", "not streamed, the client disconnects", lambda s: _disconnect(s, False), 499),
+    ("13", f"{IDLE_FLOOD} connections that send nothing, held open: /health and a completion beside them",
+     _idle_flood, 200),
+    ("14", f"{IDLE_FLOOD} connections that send half a request line, held open: the same; all closed by the server",
+     _half_request_flood, 200),
 ]
+FLOODS = (_idle_flood, _half_request_flood)  # rows the soak's clients do not pick (its idle_sockets holds a flood)
 
 
 # -- the soak: good and bad requests from several clients at once -------------------------------------------------
@@ -232,12 +301,44 @@ def _good_kinds(served: Served) -> list[Callable[[], int]]:
             lambda: statuses(raw(served.port, request("GET", "/v1/models", key=served.key), 10) or [0])[0]]
 
 
-def soak(served: Served, seconds: float = 30.0, clients: int = 4, bad_frac: float = 0.4, seed: int = 0) -> dict:
+def _flood(port: int, n: int, stop: threading.Event, opened: list[int]) -> None:
+    """Keep ``n`` idle connections open until ``stop``: every 0.5 s, those the server closed are opened again
+    (``opened[0]`` counts the openings)."""
+    socks: list[socket.socket] = []
+    try:
+        while not stop.is_set():
+            socks = [s for s in socks if _still_open(s)]
+            while len(socks) < n:
+                socks.append(socket.create_connection((HOST, port), timeout=5))
+                opened[0] += 1
+            stop.wait(0.5)
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _still_open(s: socket.socket) -> bool:
+    """Whether the server has not closed ``s`` (a peek that does not wait); a closed one is closed here too."""
+    s.setblocking(False)
+    try:
+        if s.recv(1, socket.MSG_PEEK):
+            return True
+    except BlockingIOError:
+        return True
+    except OSError:
+        pass
+    s.close()
+    return False
+
+
+def soak(served: Served, seconds: float = 30.0, clients: int = 4, bad_frac: float = 0.4, seed: int = 0,
+         idle_sockets: int = 0) -> dict:
     """``clients`` threads send good and hostile requests (``bad_frac`` of them hostile: the table's rows but the
-    400 long URLs) for ``seconds``. An error: a good request not answered 200, or a hostile one not answered as
-    the table says. Returns requests, errors, p50 / p99 latency of the good requests and the server's RSS at the
-    start and end (MB)."""
-    bad = [h for h in HOSTILE if h[2] is not _long_urls]
+    400 long URLs and the floods) for ``seconds``, beside ``idle_sockets`` connections that send nothing (held open,
+    reopened when the server closes them). An error: a good request not answered 200, or a hostile one not
+    answered as the table says. Returns requests, errors, p50 / p99 latency of the good requests, the server's
+    RSS at the start and end (MB) and the idle connections opened."""
+    bad = [h for h in HOSTILE if h[2] is not _long_urls and h[2] not in FLOODS]
     good = _good_kinds(served)
     lat: list[float] = []
     errors: list[str] = []
@@ -272,11 +373,17 @@ def soak(served: Served, seconds: float = 30.0, clients: int = 4, bad_frac: floa
                     else:
                         errors.append(f"good request: {got}")
 
+    flooding, opened = threading.Event(), [0]
     threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    flood = threading.Thread(target=_flood, args=(served.port, idle_sockets, flooding, opened))
+    flood.start()
+    time.sleep(0.5 if idle_sockets else 0.0)  # the flood is in place before the first good request
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    flooding.set()
+    flood.join()
     status, after = normal(served)
     lat.sort()
 
@@ -286,4 +393,5 @@ def soak(served: Served, seconds: float = 30.0, clients: int = 4, bad_frac: floa
     return {"seconds": seconds, "clients": clients, "requests": counts["good"] + counts["bad"], **counts,
             "errors": len(errors), "error_examples": errors[:5], "good_latency_p50_s": q(0.50),
             "good_latency_p99_s": q(0.99), "rss_start_mb": round(rss_start, 1), "rss_end_mb": round(served.rss_mb(), 1),
-            "normal_after": {"status": status, "seconds": round(after, 3)}}
+            "normal_after": {"status": status, "seconds": round(after, 3)}, "idle_sockets": idle_sockets,
+            "idle_opened": opened[0]}
