@@ -555,3 +555,59 @@ def test_a_second_train_into_a_run_folder_is_refused_overwrite_starts_over_resum
     assert iterations() == [0] and len(list((run / "events").iterdir())) == 1
     assert [p.name for p in (run / "checkpoints").iterdir()] == ["iter_000000"]
     assert sorted(p.name for p in run.parent.iterdir()) == ["smoke"]  # no hidden leftover beside it
+
+
+def test_a_model_that_is_not_here_is_one_line_and_leaves_no_run_folder(tmp_path):
+    """Before: transformers' OSError, 314 lines of traceback (the offline hub lookup) and exit 1."""
+    run = tmp_path / "runs" / "x"
+    r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", "model.name_or_path=no-org/no-such-model", "--set",
+             f"run.dir={run}")  # a real process: its whole stderr, no library warning
+    one_line_exit_2(r, "config error: model.name_or_path: 'no-org/no-such-model' is neither 'embedded', 'tiny', a "
+                       "model folder (with config.json) nor a model in the local Hugging Face cache")
+    assert not run.exists()
+
+
+BAD_TOOLS = '''
+from slea.envs import register
+from slea.envs.tools import ToolEnv
+
+
+def answer(city: str) -> str:
+    """Give the final answer (no Args: line: its schema cannot be generated)."""
+    return city
+
+
+class NoArgsEnv(ToolEnv):
+    def __init__(self, split="train"):
+        super().__init__([answer], [{"goal": "Where?"}], lambda task, calls: 0.0, split=split)
+
+
+register("test/NoArgs-v0", "bad_tools_plugin:NoArgsEnv", family="tools", requires=("transformers",))
+'''
+
+
+def test_an_env_that_cannot_be_built_is_one_line_leaves_no_run_folder_and_debug_shows_the_traceback(tmp_path,
+                                                                                                   slea_cli):
+    """A tool function without an ``Args:`` line: before, 199 lines of traceback (transformers'
+    DocstringParsingException), exit 1, and an empty run folder holding only library.sqlite."""
+    (tmp_path / "bad_tools_plugin.py").write_text(BAD_TOOLS)
+    run = tmp_path / "runs" / "tools"
+    args = ["train", str(ROOT / "configs/smoke.yaml"), "--set", "plugins=[bad_tools_plugin]", "--set",
+            "env.id=test/NoArgs-v0", "--set", "env.kwargs={}", "--set", "env.eval_kwargs={}", "--set",
+            "algorithm.name=slea", "--set", f"run.dir={run}"]
+    r = slea_cli(*args, cwd=tmp_path)
+    one_line_exit_2(r, "config error: env.id: test/NoArgs-v0 cannot be built: DocstringParsingException: Cannot "
+                       "generate JSON schema for answer")
+    assert not run.exists()  # the trainer had made it (and the library in it) before the env failed
+    r = slea_cli("--debug", *args, cwd=tmp_path)
+    assert r.returncode == 2 and not run.exists()
+    lines = r.stderr.strip().splitlines()
+    assert lines[0] == "Traceback (most recent call last):" and "DocstringParsingException" in r.stderr
+    assert lines[-1].startswith("config error: env.id: test/NoArgs-v0 cannot be built")
+    broken = tmp_path / "broken-model"  # a folder that says it is a model but holds no tokenizer or weights
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "llama"}')
+    one_line_exit_2(slea_cli("train", str(ROOT / "configs/smoke.yaml"), "--set", f"model.name_or_path={broken}",
+                             "--set", f"run.dir={run}"), f"config error: model.name_or_path: '{broken}' does not "
+                                                         f"load: ")
+    assert not run.exists()

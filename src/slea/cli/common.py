@@ -1,8 +1,11 @@
-"""What every ``slea`` command shares: the consoles, one-line errors (exit code 2), config loading and the
-check that an env's optional extra is installed."""
+"""What every ``slea`` command shares: the consoles, one-line errors (exit code 2; ``slea --debug`` adds the
+traceback behind one), config loading and the check that an env's optional extra is installed."""
 
 from __future__ import annotations
 
+import os
+import sys
+import traceback
 from pathlib import Path
 
 import typer
@@ -10,10 +13,19 @@ from rich.console import Console
 
 console = Console()
 err = Console(stderr=True)
+DEBUG_ENV = "SLEA_DEBUG"  # set by `slea --debug`: also read by the processes a command starts (--nproc ranks)
+
+
+def debugging() -> bool:
+    """Whether ``slea --debug`` (or ``SLEA_DEBUG=1``) asked for the traceback behind every one-line error."""
+    return os.environ.get(DEBUG_ENV, "") not in ("", "0")
 
 
 def fail(msg: str, code: int = 2) -> typer.Exit:
-    """Print one line on stderr; return the Exit to raise (``raise fail(...) from None``)."""
+    """Print one line on stderr; return the Exit to raise (``raise fail(...) from None``). Under ``--debug`` the
+    traceback of the exception being handled (and of its cause) comes first."""
+    if debugging() and sys.exc_info()[1] is not None:
+        traceback.print_exc()
     err.print(msg, markup=False, highlight=False, soft_wrap=True)
     return typer.Exit(code)
 

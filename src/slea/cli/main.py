@@ -11,10 +11,10 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from slea.cli.common import console, err, fail, plain, require_env, run_config
+from slea.cli.common import DEBUG_ENV, console, err, fail, plain, require_env, run_config
 from slea.cli.data import data_app
 from slea.cli.library import library_app
-from slea.cli.play import CHECKPOINT_HELP, agent, eval_, say_skipped, serve
+from slea.cli.play import CHECKPOINT_HELP, _model_target, agent, eval_, say_skipped, serve
 from slea.cli.runs import finished, fit_with_signals, summary_table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn agentic RL with a per-step "
@@ -24,9 +24,12 @@ app.add_typer(data_app, name="data")
 
 
 @app.callback()
-def _setup() -> None:
+def _setup(debug: bool = typer.Option(False, "--debug", help="print the full traceback behind a one-line error "
+                                      "(slea --debug train ...)")) -> None:
     from slea.progress import setup_logging
 
+    if debug:
+        os.environ[DEBUG_ENV] = "1"
     setup_logging()
 
 
@@ -56,23 +59,27 @@ def train(
     else:
         cfg = run_config(config, set_)
     require_env(cfg.env.id)
-    from slea.algorithms.registry import get_algorithm
     from slea.config import ConfigError
     from slea.parallel.checks import check_data_parallel
     from slea.trainer.guards import RunHalted
     from slea.trainer.lifecycle import RunDirError, fresh_run_dir, run_dir_for
-    from slea.trainer.select import build_trainer, trainer_kind
+    from slea.trainer.select import build_trainer, check_config
 
-    try:  # the trainer is chosen by what the algorithm declares it needs (slea/trainer/select.py)
-        trainer_kind(get_algorithm(cfg.algorithm.name))
+    try:  # the trainer is chosen by what the algorithm declares it needs, and its own checks run (select.py)
+        check_config(cfg)
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
+    for key, name in (("model.name_or_path", cfg.model.name_or_path), ("model.tokenizer", cfg.model.tokenizer)):
+        if name is not None and not _model_target(name):  # offline: a name that is not here is never downloaded
+            raise fail(f"config error: {key}: {name!r} is neither 'embedded', 'tiny', a model folder (with "
+                       f"config.json) nor a model in the local Hugging Face cache (nothing is downloaded)")
     run_dir = run_dir_for(cfg)  # chosen once: a timestamped name must not change between here and the trainer
     if resume is None and int(os.environ.get("RANK", "0")) == 0:  # a new run (under torchrun: its rank 0 checks)
         try:  # never two runs in one folder: refused, or cleared with --overwrite, before any model loads
             fresh_run_dir(run_dir, overwrite)
         except RunDirError as exc:
             raise fail(f"train: {exc}") from None
+    created = not run_dir.exists()  # a folder this command makes is removed again if no training starts in it
     from slea.parallel.distributed import DataParallel, init_from_torchrun, is_torchrun
     from slea.runs.checkpoint import trained_processes
 
@@ -85,7 +92,7 @@ def train(
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
     if nproc > 1:
-        _train_data_parallel(cfg, nproc, resume is not None, run_dir)
+        _train_data_parallel(cfg, nproc, resume is not None, run_dir, created)
         return
 
     if is_torchrun():
@@ -109,11 +116,14 @@ def train(
     try:
         check_data_parallel(cfg, DataParallel())  # one process: train.fsdp is refused
         trainer = build_trainer(cfg, run_dir)  # the single-agent RL trainer, or the team trainer (TeamTR)
-    except ConfigError as exc:  # a value the trainer cannot use, or one checkable only against the model
+    except ConfigError as exc:  # a value the trainer cannot use, one checkable only against the model, a model
+        _discard(run_dir, created)  # that does not load, an env that cannot be built
         raise fail(f"config error: {exc}") from None
     except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
+        _discard(run_dir, created)
         raise fail(str(exc)) from None
     except KeyboardInterrupt:
+        _discard(run_dir, created)
         raise fail("Ctrl-C: stopped while the model loaded; nothing was trained", 130) from None
     plain(f"run folder: {trainer.dir}")
     try:  # Ctrl-C / SIGTERM: the step in progress is finished and checkpointed, then the resume command
@@ -162,6 +172,15 @@ def align(
         greedy = f"greedy success {g['success']:.3f}" if g else "greedy success — (eval.greedy is off)"
         plain(f"{split}: sampled success {s['success']:.3f}, {greedy}")
 
+def _discard(run_dir: Path, created: bool) -> None:
+    """Remove the run folder this command created when no training started in it (the trainer could not be built):
+    no empty or half-made folder is left behind."""
+    import shutil
+
+    if created and not (run_dir / "config.yaml").exists():
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
 def _build_cached_model(model_cfg) -> None:
     """Build the cached ``tiny`` / ``embedded`` model folders a run names, in this process before it joins a
     process group: in a rank > 0 of one, transformers' ``save_pretrained`` writes nothing."""
@@ -171,7 +190,7 @@ def _build_cached_model(model_cfg) -> None:
         resolve(name)
 
 
-def _train_data_parallel(cfg, nproc: int, resume: bool, run_dir: Path) -> None:
+def _train_data_parallel(cfg, nproc: int, resume: bool, run_dir: Path, created: bool) -> None:
     """``slea train --nproc N``: N spawned ranks in one group (slea/parallel/distributed.py; gloo on CPU, NCCL
     with one GPU per rank). (Under
     ``torchrun --nproc-per-node N -m slea.cli train ...`` each process joins torchrun's group instead.)"""
@@ -190,6 +209,8 @@ def _train_data_parallel(cfg, nproc: int, resume: bool, run_dir: Path) -> None:
     try:
         launch(_train_rank, nproc, cfg, run_dir, resume, device=cfg.run.device)
     except mp.ProcessExitedException as exc:  # a rank exited 2 or 3 after printing its one line
+        if exc.exit_code == 2:
+            _discard(run_dir, created)
         raise typer.Exit(exc.exit_code if exc.exit_code in (2, 3) else 1) from None
 
 
@@ -209,7 +230,7 @@ def _train_rank(cfg, run_dir: Path, resume: bool) -> None:
     try:
         trainer = Trainer(cfg, run_dir=run_dir)
     except ConfigError as exc:
-        err.print(f"config error: {exc}", markup=False, highlight=False)
+        fail(f"config error: {exc}")  # the line (and under --debug the traceback); this rank's exit code below
         sys.exit(2)
     try:
         summary = trainer.fit(resume=resume)

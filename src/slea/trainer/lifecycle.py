@@ -30,12 +30,13 @@ trainer, a single-agent update of the team's (:class:`Run` lists what a trainer 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
@@ -44,7 +45,7 @@ import numpy as np
 import torch
 
 from slea.atomic import atomic_write_text
-from slea.config import RunConfig, dump_config
+from slea.config import ConfigError, RunConfig, dump_config
 from slea.evaluation.evaluate import write_eval
 from slea.runs import checkpoint as ckpt
 from slea.runs.jsonfile import Evaluation, RunFileError, read_json
@@ -107,6 +108,22 @@ def clear_run_dir(run_dir: str | Path) -> None:
     shutil.rmtree(aside, ignore_errors=True)
     path.rename(aside)
     shutil.rmtree(aside)
+
+
+@contextlib.contextmanager
+def building(what: str, catch: tuple[type[BaseException], ...] = (Exception,)) -> Iterator[None]:
+    """Building a run's model or envs: an exception of ``catch`` raised inside becomes one
+    :class:`slea.config.ConfigError` line, ``what`` then the exception's type and the first line of its message
+    (transformers' ``OSError`` for a model folder it cannot load, an env constructor's error such as a tool
+    function without an ``Args:`` line); the exception stays its cause, which ``slea --debug`` prints. A
+    ``ConfigError`` passes as it is."""
+    try:
+        yield
+    except ConfigError:
+        raise
+    except catch as exc:
+        first = next((line.strip() for line in str(exc).splitlines() if line.strip()), "")
+        raise ConfigError(f"{what}: {type(exc).__name__}" + (f": {first[:300]}" if first else "")) from exc
 
 
 def seed_everything(seed: int) -> None:

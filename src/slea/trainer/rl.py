@@ -207,7 +207,8 @@ class Trainer:
         seed_everything(cfg.run.seed)
         self.device = run_device(cfg.run.device)  # run.device (slea/device.py): a missing GPU is a ConfigError here
         server = start_server(cfg.model, self.device)  # a managed vLLM server, before the trainer takes GPU memory
-        self.model, self.tok = load_policy(cfg.model, device=self.device)
+        with lifecycle.building(f"model.name_or_path: {cfg.model.name_or_path!r} does not load", (OSError, ValueError)):
+            self.model, self.tok = load_policy(cfg.model, device=self.device)
         if cfg.train.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         if cfg.train.fsdp:  # the frozen base weights sharded over the ranks; the LoRA weights stay whole
@@ -220,7 +221,8 @@ class Trainer:
         self.experience = experience_manager(cfg, self.spec, self.out, self.generator)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
-        self.rollouts = schemes.scheme_for(self.spec.needs)(self.collector, cfg, self.dp)  # chosen by the spec's needs
+        with lifecycle.building(f"env.id: {cfg.env.id} cannot be built"):  # its constructor's error, one line
+            self.rollouts = schemes.scheme_for(self.spec.needs)(self.collector, cfg, self.dp)  # by the spec's needs
         self.pool = self.rollouts.pool
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),

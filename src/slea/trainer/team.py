@@ -78,7 +78,7 @@ from slea.trainer import lifecycle
 from slea.trainer.budgets import stop_reason
 from slea.trainer.guards import faulted
 from slea.trainer.interrupt import Interrupted, StopSignal
-from slea.trainer.lifecycle import WallClock, held_out_marks, run_dir_for, seed_everything
+from slea.trainer.lifecycle import WallClock, building, held_out_marks, run_dir_for, seed_everything
 from slea.trainer.metrics import response_metrics
 from slea.trainer.team_checkpoint import TeamCheckpoints
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
@@ -187,7 +187,8 @@ class TeamTrainer(TeamCheckpoints):
         torch.set_num_threads(cfg.run.threads)
         seed_everything(cfg.run.seed)
         self.device = run_device(cfg.run.device)  # run.device (slea/device.py): a missing GPU is a ConfigError here
-        self.team = build_team_policy(cfg.model, self.task.agents, device=self.device)
+        with building(f"model.name_or_path: {cfg.model.name_or_path!r} does not load", (OSError, ValueError)):
+            self.team = build_team_policy(cfg.model, self.task.agents, device=self.device)
         self.generator = make_generator(cfg.model, self.team.model, self.team.tok,
                                         max_batch=cfg.rollout.max_batch)  # hf (check_team_config)
         t = cfg.team
@@ -195,7 +196,8 @@ class TeamTrainer(TeamCheckpoints):
                                     message_max_chars=t.message_max_chars, one_shot=cfg.rollout.one_shot)
         self.collector = TeamCollector(self.team, self.generator, builder, self.task, get_router(t.router),
                                        cfg.rollout, t.max_turns)
-        self.pool = make_pool(cfg.env, cfg.rollout.groups, cfg.rollout.group_size)
+        with building(f"env.id: {cfg.env.id} cannot be built"):  # its constructor's error, one line
+            self.pool = make_pool(cfg.env, cfg.rollout.groups, cfg.rollout.group_size)
         n = len(self.task.roles)
         self.optimizers = [torch.optim.AdamW(self.team.parameters(j), lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                              weight_decay=cfg.train.weight_decay) for j in range(n)]
