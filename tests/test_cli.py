@@ -176,6 +176,10 @@ def test_smoke_preset_writes_the_run_folder(tmp_path, slea_cli):
     for key in ("train/success", "train/return", "train/invalid_rate", "tokens/generated", "time/generation_s",
                 "time/env_s", "time/train_s"):
         assert key in rows[0], key
+    # the preset trains: returns differ within a task group and optimizer steps are taken (before, every answer
+    # of the random model was invalid, every return -0.30, and the loss was "—" in every iteration)
+    assert any(r.get("update/trained_samples", 0) > 0 and r["collapse/equal_return_frac"] < 1 for r in rows), rows
+    assert re.search(r"iter \d/2 .* loss [-+]\d\.\d{4}", r.stdout), r.stdout[-3000:]
     after = json.loads((run / "eval/after.json").read_text())
     assert 0.0 <= after["sampled"]["success"] <= 1.0
     # stdout is a pipe here, not a terminal: plain progress lines (phase, episodes done, elapsed)
@@ -611,3 +615,19 @@ def test_an_env_that_cannot_be_built_is_one_line_leaves_no_run_folder_and_debug_
                              "--set", f"run.dir={run}"), f"config error: model.name_or_path: '{broken}' does not "
                                                          f"load: ")
     assert not run.exists()
+
+
+@pytest.mark.slow
+def test_an_iteration_whose_groups_all_returned_the_same_says_why_nothing_was_trained(tmp_path):
+    """With the strict parser every answer of the random model is invalid, every return equal: the iteration's line
+    shows "loss —", and the next line says why, naming the metric."""
+    pytest.importorskip("textworld")
+    run = tmp_path / "run"
+    r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", "rollout.fuzzy_cutoff=0.75", "--set",
+             "train.iterations=1", "--set", "eval.before=false", "--set", "eval.greedy=false", "--set",
+             "eval.games=1", "--set", "eval.episodes_per_game=1", "--set", f"run.dir={run}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    lines = r.stdout.splitlines()
+    i = next(i for i, x in enumerate(lines) if "iter 1/1" in x)
+    assert "loss —" in lines[i]
+    assert lines[i + 1].endswith("no update: all 2 groups had equal returns (collapse/equal_return_frac 1.0)")

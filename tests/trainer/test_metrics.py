@@ -69,3 +69,25 @@ def test_response_lengths_count_every_turn_and_the_share_cut_at_max_new_tokens()
     assert m["time/rollout_s"] == 2.0 and m["time/advantages_s"] == 0.5
     m = iteration_metrics(Phases(played, 3, RolloutStats(), {}, {}, np.zeros(4), 0, 0, 0), 3, 5)
     assert "update/lr" not in m  # no optimizer said so: no made-up value
+
+
+def test_no_update_line_names_the_groups_and_the_metric_only_when_every_group_returned_the_same():
+    """Before, an iteration whose task groups all returned the same showed only ``loss —`` (TeamTR: ``0 steps``):
+    nothing said why. ``collapse/groups`` counts the groups of two or more episodes (a lone episode has no pair)."""
+    from slea.trainer.metrics import group_collapse, no_update_line
+    from slea.types import Step, Trajectory
+
+    def traj(g, i, reward):
+        return Trajectory(g, i, steps=[Step(g, i, 0, "o", [1], [2], [0.0], reward=reward, action="go")])
+
+    flat = [traj(0, 0, -0.3), traj(0, 1, -0.3), traj(1, 2, 1.0), traj(1, 3, 1.0), traj(2, 4, 0.0), traj(2, 5, 0.0),
+            traj(3, 6, 5.0)]  # group 3 has one episode: not counted
+    row = group_collapse(flat)
+    assert row["collapse/groups"] == 3.0 and row["collapse/equal_return_frac"] == 1.0
+    assert no_update_line(row) == "no update: all 3 groups had equal returns (collapse/equal_return_frac 1.0)"
+    assert no_update_line(group_collapse(flat[:2])) == ("no update: its one group had equal returns "
+                                                       "(collapse/equal_return_frac 1.0)")
+    mixed = group_collapse([*flat[:4], traj(2, 4, 0.0), traj(2, 5, 1.0)])
+    assert mixed["collapse/equal_return_frac"] == pytest.approx(2 / 3) and no_update_line(mixed) is None
+    alone = group_collapse([traj(0, 0, 1.0), traj(1, 1, 0.0)])  # no group of two: nothing to say
+    assert alone["collapse/groups"] == 0.0 and no_update_line(alone) is None

@@ -1,7 +1,8 @@
 """One iteration's metrics row (metrics.jsonl, TensorBoard), assembled from what each phase returned.
 
 Keys are ``section/name``: ``train/*`` (success, return, invalid rate, episode length of every episode played),
-``adv/*``, ``collapse/*`` (equal-return task groups, distinct first actions: slea.evaluation.collapse),
+``adv/*``, ``collapse/*`` (equal-return task groups, distinct first actions: slea.evaluation.collapse; ``groups``,
+the task groups of two or more episodes those are taken over),
 ``budget/*`` (this iteration's rollouts and env steps, RTPO's siblings included), ``rollout/*``
 (what the rollout scheme reports; ``rollout/retokenized``: generated rows whose trained token ids differ from
 the ids the engine consumed or produced, which must stay 0; ``rollout/entropy``: the mean token entropy of the
@@ -13,6 +14,7 @@ entropy), ``critic/*``, ``tokens/*``, ``time/*``, ``throughput/*``, and the run'
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -43,6 +45,25 @@ class Phases:
     env_steps: int = 0  # env steps played this iteration
     max_new_tokens: int = 0  # rollout.max_new_tokens: a response this long was cut there (0: unknown)
     lr: float | None = None  # the optimizer's learning rate during this iteration's update
+
+
+def group_collapse(played: list[Trajectory]) -> dict[str, float]:
+    """``collapse/*`` of the episodes an update learns from (slea.evaluation.collapse), and ``collapse/groups``: how
+    many task groups of two or more episodes ``equal_return_frac`` is the share of."""
+    sizes = Counter(t.group_id for t in played)
+    return {**{f"collapse/{k}": v for k, v in collapse_metrics(played).items()},
+            "collapse/groups": float(sum(1 for n in sizes.values() if n >= 2))}
+
+
+def no_update_line(row: dict[str, float]) -> str | None:
+    """Why a step trained nothing, in one line, when every task group's episodes returned the same (a group-relative
+    estimator then has no signal: every advantage is 0), e.g. ``no update: all 3 groups had equal returns
+    (collapse/equal_return_frac 1.0)``; None when some group's returns differed (or none had two episodes)."""
+    frac, groups = row.get("collapse/equal_return_frac"), int(row.get("collapse/groups", 0))
+    if not isinstance(frac, float) or not frac >= 1.0 or groups < 1:
+        return None
+    which = f"all {groups} groups" if groups > 1 else "its one group"
+    return f"no update: {which} had equal returns (collapse/equal_return_frac {frac:.1f})"
 
 
 # update/critic metrics that add up over an iteration's rounds (the others are averaged over the rounds)
@@ -119,7 +140,7 @@ def iteration_metrics(p: Phases, episodes: int, env_steps: int, rollouts: int | 
     if getattr(r, "entropy_tokens", 0):  # engines that report the sampling distribution's entropy
         m["rollout/entropy"] = r.entropy_sum / r.entropy_tokens
     m.update({f"response/{k}": v for k, v in response_metrics(p.played, p.max_new_tokens).items()})
-    m.update({f"collapse/{k}": v for k, v in collapse_metrics(p.played).items()})
+    m.update(group_collapse(p.played))
     m.update({f"library/{k}": float(v) for k, v in p.library.items()})
     m.update({f"update/{k}": v for k, v in p.update.items()})
     if p.lr is not None:

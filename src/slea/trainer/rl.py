@@ -75,7 +75,14 @@ from slea.trainer.lifecycle import (
     run_dir_for,
     seed_everything,
 )
-from slea.trainer.metrics import Phases, iteration_metrics, merge_library, merge_updates, sum_metrics
+from slea.trainer.metrics import (
+    Phases,
+    iteration_metrics,
+    merge_library,
+    merge_updates,
+    no_update_line,
+    sum_metrics,
+)
 from slea.trainer.select import TRAINERS
 from slea.trainer.update import Sample, ppo_update, to_samples
 from slea.types import Trajectory, flatten
@@ -471,6 +478,10 @@ class Trainer:
         """The iteration's log line; the guards stop the run before its checkpoint (the last one stays the last
         good one)."""
         log.info(_iter_line(it, self.cfg.train.iterations, m))
+        loss = m.get("update/loss")
+        quiet = no_update_line(m) if not (isinstance(loss, float) and math.isfinite(loss)) else None
+        if quiet:  # "loss —" says nothing was trained; this line says why
+            log.info(quiet)
         self.bad_updates.check(it, self.last_checkpoint)
         check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
                          self.cfg.env.max_fault_rate, it, schemes.last_error(self.rollouts), self.last_checkpoint)

@@ -79,7 +79,7 @@ from slea.trainer.budgets import stop_reason
 from slea.trainer.guards import faulted
 from slea.trainer.interrupt import Interrupted, StopSignal
 from slea.trainer.lifecycle import WallClock, building, held_out_marks, run_dir_for, seed_everything
-from slea.trainer.metrics import response_metrics
+from slea.trainer.metrics import group_collapse, no_update_line, response_metrics
 from slea.trainer.team_checkpoint import TeamCheckpoints
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
 from slea.trainer.update import Sample, accumulated_step, response_logprobs, right_aligned, to_samples
@@ -428,6 +428,7 @@ class TeamTrainer(TeamCheckpoints):
                                "rollout/retokenized": retokenized(st for e in episodes for st in e.trajectory.steps)}
         played = summarize([e.trajectory for e in episodes])  # the rollouts this update learns from
         row.update({f"train/{key}": played[key] for key in ("success", "return", "invalid_rate")})
+        row.update(group_collapse([e.trajectory for e in episodes]))
         row.update({f"response/{key}": v for key, v in response_metrics([e.trajectory for e in episodes],
                                                                        cfg.rollout.max_new_tokens).items()})
         if weights is not None:
@@ -483,6 +484,9 @@ class TeamTrainer(TeamCheckpoints):
                  row["stage"] + 1, self.cfg.train.iterations, row["position"] + 1, len(self.task.roles), row["role"],
                  row["team/return_before"], after, row["teamtr/token_kl"], row["teamtr/beta"], row["teamtr/steps"],
                  row["time/stage_s"])
+        quiet = no_update_line(row) if not row["teamtr/steps"] else None
+        if quiet:  # "0 steps" says the agent did not move; this line says why
+            log.info(quiet)
 
     def interrupted(self, k: int) -> Interrupted:
         """The stop a signal asked for, after update ``k`` (-1: before any)."""
