@@ -25,6 +25,10 @@ list carries no information. Anything not in the list is ``invalid`` (the game d
 ``reset(seed=k)`` plays game ``k`` of the split (``k % num_games`` when ``num_games`` is set); ``options={"game":
 k}`` does the same. Deterministic: a game is a function of (split, game). ``get_state()/set_state()`` are exact.
 ``info["walkthrough"]`` holds the game's right gestures (the expert; never shown to the agent).
+
+State key (:meth:`RecallEnv.state_key`): the chamber type, recognised from its fixed description in the
+observation, with the warden's name and the object as slots: ``library chamber: the warden and the object``
+with ``{"warden": "Jory", "object": "a folded map"}``. The right gesture is never read.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slea.envs.base import StepResult, TextEnv, register, user_turn
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 # The gestures (A = 4). Single words, none of them a look/wait verb, none suggested by a chamber's text.
 GESTURES: tuple[str, ...] = ("whistle", "bow", "clap", "kneel")
@@ -153,6 +157,34 @@ def generate_game(split: str, game: int, chambers: int = 3, kinds: tuple[str, ..
 _WORD = re.compile(r"[a-z]+")
 
 
+def _template(text: str) -> re.Pattern[str]:
+    """A regex of a text with ``{name}``/``{thing}`` slots: the slots become named groups, the rest literal."""
+    parts = re.split(r"\{(name|thing)\}", text)
+    return re.compile("".join(re.escape(p) if i % 2 == 0 else f"(?P<{p}>.+?)" for i, p in enumerate(parts)))
+
+
+# The visible texts a game shows, as patterns: each chamber type's description, the lost and the won text.
+_CHAMBER_TEXTS: tuple[tuple[str, re.Pattern[str]], ...] = tuple((kind, _template(desc)) for kind, desc in CHAMBERS)
+_LOSE_TEXT = _template(LOSE_TEXT)
+
+
+def chamber_key(observation: str) -> StateKey | None:
+    """Recall's state key of an observation (:meth:`RecallEnv.state_key`): the chamber type (``<type> chamber:
+    the warden and the object``), the warden's refusal (``the warden refused the gesture``) or the crossed
+    vault; the warden's name and the object are the slots ``warden`` and ``object``. None for any other text."""
+    for kind, pattern in _CHAMBER_TEXTS:
+        m = pattern.fullmatch(observation.strip())
+        if m is not None:
+            return StateKey(f"{kind} chamber: the warden and the object",
+                            {"warden": m["name"], "object": m["thing"]})
+    m = _LOSE_TEXT.fullmatch(observation.strip())
+    if m is not None:
+        return StateKey("the warden refused the gesture: the attempt is over", {"warden": m["name"]})
+    if observation.strip() == WIN_TEXT:
+        return StateKey("the vault is crossed")
+    return None
+
+
 class RecallEnv(TextEnv):
     """The Recall vault (module docstring).
 
@@ -235,6 +267,14 @@ class RecallEnv(TextEnv):
         return {"won": self._won, "lost": self._lost, "game": self._game, "chamber": self._pos,
                 "kind": room.kind if room is not None and not (self._won or self._lost) else "",
                 "walkthrough": [r.right for r in self._rooms]}
+
+    def state_key(self, observation: str) -> StateKey | None:
+        """The chamber type this observation describes, recognised from the type's fixed description (the text
+        the agent reads), with the warden's name and the object as slots. Keeps: the type, or that the attempt
+        was refused or won. Drops: the names and objects of the game (held-out games draw them from other
+        pools). Never reads the right gesture or the game's hidden rooms. Example: ``library chamber: the warden
+        and the object`` with ``{"warden": "Jory", "object": "a folded map"}``."""
+        return chamber_key(observation)
 
     # -- snapshots ------------------------------------------------------------------------------------------
     def get_state(self) -> dict[str, Any]:
