@@ -45,9 +45,11 @@ def test_compare_two_algorithms_then_reuse(tmp_path, slea_cli):
     assert [(p["a"], p["b"], p["n"], p["p_min"]) for p in table["pairs"]] == [("rloo", "grpo", 1, 1.0)]
     assert table["pairs"][0]["p"] == 1.0 and table["pairs"][0]["verdict"] == "not separated"
     assert table["pairs"][0]["ci_method"] == "seeds, then games"  # per-game wins are in each eval/summary.json
-    for text in (md, r.stdout):  # table.md, and the terminal
-        assert "p (exact sign-flip)" in text and "95% CI (bootstrap)" in text
-        assert "| rloo − grpo | 1 |" in text and "not separated" in text
+    assert "p (exact sign-flip)" in md and "95% CI (bootstrap)" in md  # table.md: every column
+    assert "| rloo − grpo | 1 |" in md and "not separated" in md
+    assert "  rloo − grpo: " in r.stdout and "  n=1  p=1.000  95% CI [" in r.stdout  # the terminal: within 80
+    table_lines = r.stdout[r.stdout.index("algorithm  "):r.stdout.index("\nwrote ")].splitlines()
+    assert max(map(len, table_lines)) <= 80
     # second invocation: everything reused (nothing trained: the sub-runs' files are untouched)
     stamps = {p: p.stat().st_mtime_ns for p in (out / "runs").rglob("*") if p.is_file()}
     r = slea_cli(*args)
@@ -165,8 +167,11 @@ def test_table_only_writes_the_table_again_and_prints_p_and_ci(tmp_path, slea_cl
             _fake_run(tmp_path, arm, seed, [0.0], [10], 0.5 if arm == "a" else 0.25, [1, 1] if arm == "a" else [1, 0])
     r = slea_cli("compare", "--table-only", "--out", str(tmp_path), "--baseline", "b")
     assert r.returncode == 0, r.stderr
-    assert "| a − b | 3 | s0 +0.250, s1 +0.250, s2 +0.250 | +0.250 ± 0.000 | 0.250 | 0.250 |" in r.stdout
-    assert "95% CI (bootstrap)" in r.stdout and not (tmp_path / "curves.png").exists()
+    assert "  a − b: +0.250 ± 0.000  n=3  p=0.250  95% CI [" in r.stdout and "not separated" in r.stdout
+    assert max(map(len, r.stdout.splitlines())) <= 80 or "wrote" in max(r.stdout.splitlines(), key=len)
+    md = (tmp_path / "table.md").read_text()  # every column, and the per-seed differences, in table.md
+    assert "| a − b | 3 | s0 +0.250, s1 +0.250, s2 +0.250 | +0.250 ± 0.000 | 0.250 | 0.250 |" in md
+    assert "95% CI (bootstrap)" in md and not (tmp_path / "curves.png").exists()
     r = slea_cli("compare", "--table-only", "--out", str(tmp_path), "--baseline", "z")
     assert r.returncode == 2 and "baseline z" in r.stderr
     r = slea_cli("compare", "--table-only")
@@ -332,3 +337,31 @@ def test_a_sub_run_stopped_before_its_first_checkpoint_starts_over_in_a_cleared_
     assert seen == [(False, None)]  # trained in an empty folder
     assert [json.loads(x)["iteration"] for x in (stale / "metrics.jsonl").read_text().splitlines()] == [0]
     assert not (stale / "events").exists() and any("starting it over" in s for s in said)
+
+
+def test_the_terminal_table_fits_80_columns_and_table_md_keeps_every_column(tmp_path):
+    """Before, the terminal printed table.md: 6 algorithms at 4 budgets ran 540 characters wide."""
+    from slea.compare import terminal_table
+
+    arms = ["grpo", "rloo", "gigpo", "ppo", "turn_ppo", "slea-with-a-rather-long-variant-label-that-goes-on"]
+    runs = [_fake_run(tmp_path, a, s, [0.1, 0.2, 0.3, 0.4], [100, 200, 300, 400], 0.25 + 0.125 * (i % 3),
+                      [i % 2, 1, s % 2, 1]) for i, a in enumerate(arms) for s in range(3)]
+    t = summarize_runs(runs)
+    t["spec"] = {"config": "configs/smoke.yaml", "seeds": [0, 1, 2], "overrides": ["rollout.groups=4"] * 6}
+    md = table_markdown(t)
+    assert max(map(len, md.splitlines())) > 200  # what the terminal used to get
+    text = terminal_table(t)
+    lines = text.splitlines()
+    assert max(map(len, lines)) <= 80, max(lines, key=len)
+    head, *rows = lines[:1 + len(arms)]
+    assert head.split() == ["algorithm", "seeds", "held-out", "success", "env", "steps", "wall", "(min)"]
+    assert [r.split()[0] for r in rows[:5]] == arms[:5] and rows[5].split()[0].endswith("…")
+    # seeds, held-out success, env steps, wall minutes (each mean ± std over the seeds)
+    assert rows[0].split()[1:] == ["3", "0.250", "±", "0.000", "400", "±", "0", "1.0", "±", "0.0"]
+    assert "against grpo, held-out success paired by seed:" in text
+    pair = next(x for x in lines if x.startswith("  rloo − grpo: "))
+    c = t["pairs"][0]
+    assert pair.startswith(f"  rloo − grpo: +0.125 ± 0.000  n=3  p={c['p']:.3f}  95% CI [")
+    assert "not separated" in text and text.count(" − grpo: ") == len(arms) - 1
+    narrow = terminal_table(t, width=50)  # the pair lines wrap, and every line fits
+    assert max(map(len, narrow.splitlines())) <= 50 and "    not separated" in narrow

@@ -62,7 +62,7 @@ from slea.runs.jsonfile import CompareSpec, CompareTable, Summary, read_json
 from slea.runs.runlog import env_step_curve, read_metrics
 
 __all__ = ["Arm", "Plan", "SubRun", "compare", "default_out", "finished_runs", "paired", "parse_variants", "plan",
-           "rewrite_table", "run", "summarize_runs", "train_sub_run", "write_outputs"]
+           "rewrite_table", "run", "summarize_runs", "terminal_table", "train_sub_run", "write_outputs"]
 
 BUDGET_FRACTIONS = (0.25, 0.5, 0.75, 1.0)
 
@@ -464,6 +464,11 @@ def _fmt(s: dict[str, Any], digits: int = 3) -> str:
     return f"{s['mean']:.{digits}f}"
 
 
+def _minutes(wall: dict[str, Any]) -> dict[str, Any]:
+    """A ``stat`` of wall seconds in minutes."""
+    return {**wall, "mean": wall["mean"] / 60, "std": (wall["std"] or 0) / 60} if wall["mean"] else wall
+
+
 def table_markdown(table: dict[str, Any]) -> str:
     budgets = table["budgets"]
     spec = table.get("spec", {})
@@ -472,12 +477,10 @@ def table_markdown(table: dict[str, Any]) -> str:
     head += ["env steps", "rollouts", "wall (min)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for algo, a in table["algorithms"].items():
-        wall = a["wall_s"]
-        wall_min = {**wall, "mean": wall["mean"] / 60, "std": (wall["std"] or 0) / 60} if wall["mean"] else wall
         cells = [algo, str(len(a["seeds"])), _fmt(a["heldout_success"]), _fmt(a["heldout_greedy_success"]),
                  _fmt(a["heldout_success_before"])]
         cells += [_fmt(a["train_success_at_env_steps"][str(b)]) for b in budgets]
-        cells += [_fmt(a["env_steps"], 0), _fmt(a.get("rollouts", {}), 0), _fmt(wall_min, 1)]
+        cells += [_fmt(a["env_steps"], 0), _fmt(a.get("rollouts", {}), 0), _fmt(_minutes(a["wall_s"]), 1)]
         lines.append("| " + " | ".join(cells) + " |")
     variants = spec.get("variants") or {}
     notes = [
@@ -499,6 +502,49 @@ def table_markdown(table: dict[str, Any]) -> str:
         notes += ["", f"Held-out success against {table['baseline']}, paired by seed:", "",
                   stats.markdown_table(pairs).rstrip()]
     return "\n".join(lines + notes) + "\n"
+
+
+TERMINAL_WIDTH = 80
+
+
+def _fit(parts: list[str], width: int, indent: str = "    ") -> list[str]:
+    """``parts`` joined by two spaces into lines of at most ``width`` columns, later lines indented."""
+    lines = [parts[0]]
+    for part in parts[1:]:
+        if len(lines[-1]) + 2 + len(part) <= width:
+            lines[-1] += "  " + part
+        else:
+            lines.append(indent + part)
+    return lines
+
+
+def terminal_table(table: dict[str, Any], width: int = TERMINAL_WIDTH) -> str:
+    """The comparison as a terminal shows it, every line within ``width`` columns: per arm its seeds, held-out
+    success (mean ± std over seeds), env steps and wall minutes; then every arm against the baseline, paired by seed
+    (the mean ± std of the differences, n, the exact sign-flip p, the 95% bootstrap CI, the verdict). The other
+    columns (greedy, untrained, train success at equal env-step budgets, rollouts, per-seed differences, the
+    smallest possible p) are in ``table.md``."""
+    cols = (("seeds", 5), ("held-out success", 16), ("env steps", 11), ("wall (min)", 10))
+    label_w = max(3, min(max((len(a) for a in table["algorithms"]), default=3), width - sum(w + 2 for _, w in cols)))
+    kind = "variant" if (table.get("spec") or {}).get("variants") else "algorithm"
+
+    def cell(text: str, w: int) -> str:
+        return text if len(text) <= w else text[:w - 1] + "…"
+
+    lines = [cell(kind, label_w).ljust(label_w) + "".join("  " + name.rjust(w) for name, w in cols)]
+    for algo, a in table["algorithms"].items():
+        values = [str(len(a["seeds"])), _fmt(a["heldout_success"]), _fmt(a["env_steps"], 0),
+                  _fmt(_minutes(a["wall_s"]), 1)]
+        lines.append(cell(algo, label_w).ljust(label_w) + "".join(f"  {cell(v, w).rjust(w)}"
+                                                                   for v, (_, w) in zip(values, cols)))
+    pairs = table.get("pairs") or []
+    if pairs:
+        lines += ["", f"against {table['baseline']}, held-out success paired by seed:"]
+        for c in pairs:
+            p = stats.format_p(c["p"]) + ("" if c["p_exact"] or c["p"] is None else " (sampled)")
+            lines += _fit([f"  {c['a']} − {c['b']}: {stats.format_mean_std(c)}", f"n={c['n']}", f"p={p}",
+                           f"95% CI {stats.format_ci(c['ci'], 2)}", c["verdict"]], width)
+    return "\n".join(line[:width] for line in lines) + "\n"
 
 
 def plot_compare(runs: list[SubRun], out: Path, points: int = 50) -> None:

@@ -144,6 +144,39 @@ def test_a_compare_folder_reports_its_table_and_every_sub_run(tmp_path):
     assert t["rows"][1][:3] == ["slea", "0", "0.750"] and t["rows"][1][-1] == "2.0"
     assert [(r["algorithm"], r["seed"], r["x"]) for r in d["runs"]] == [("grpo", "0", [10.0, 20.0, 30.0]),
                                                                        ("slea", "0", [10.0, 20.0, 30.0])]
+    assert d["pairs"] is None  # a table.json without pairs (an older slea's): no paired table
+
+
+def test_a_compare_page_shows_the_paired_p_ci_and_verdict_of_table_md(tmp_path):
+    """Before, the page showed the per-arm table only: the paired differences, p, CI and verdict that table.md
+    gives were missing."""
+    from slea.compare import SubRun, summarize_runs, table_markdown
+    from slea.evaluation.html_report import render
+
+    out = tmp_path / "cmp"
+    runs = []
+    for arm, wins in (("grpo", [0, 1, 1, 2]), ("slea", [2, 1, 1, 2])):
+        for seed in range(3):
+            d = out / "runs" / f"{arm}-s{seed}"
+            (d / "eval").mkdir(parents=True)
+            (d / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "env_steps": 10, "train/success": 0.5}) + "\n")
+            after = {"games": 4, "sampled": {"success": sum(wins) / 8, "episodes": 8.0}, "per_game_wins": wins}
+            (d / "eval/summary.json").write_text(json.dumps({"after": after, "wall_s": 60}))
+            runs.append(SubRun(arm, seed, d))
+    table = summarize_runs(runs)
+    (out / "table.json").write_text(json.dumps(table))
+    d = gather(out)
+    pairs = d["pairs"]
+    assert pairs["title"] == "Against grpo, held-out success paired by seed"
+    assert pairs["columns"] == ["comparison", "n", "per-seed differences", "mean ± std", "p (exact sign-flip)",
+                                "smallest possible p", "95% CI (bootstrap)", "verdict"]
+    row = pairs["rows"][0]
+    assert row[:6] == ["slea − grpo", "3", "s0 +0.250, s1 +0.250, s2 +0.250", "+0.250 ± 0.000", "0.250", "0.250"]
+    assert row[-1] == "not separated" and row[6].endswith("(seeds, games)")
+    assert "| " + " | ".join(row) + " |" in table_markdown(table)  # the same cells as table.md's row
+    assert "sign-flip" in pairs["note"]
+    page = render(d)
+    assert '"Against grpo, held-out success paired by seed"' in page and 'section("pairs"' in page
 
 
 def test_cli_report_writes_the_page_and_refuses_a_bad_path_in_one_line(run_dir, tmp_path):

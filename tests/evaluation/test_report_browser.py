@@ -150,9 +150,12 @@ def test_a_compare_folder_and_a_bare_run_render_without_errors(tmp_path, driver)
             {"iteration": i, "env_steps": 10 * (i + 1), "train/success": 0.1 * i, "train/return": 0.2 * i,
              "train/invalid_rate": 0.5}) + "\n" for i in range(4)))
     stat = {"mean": 0.5, "std": 0.1, "n": 2, "values": [0.4, 0.6]}
+    from slea.evaluation.stats import paired_comparison
+
+    pair = paired_comparison({0: 0.6, 1: 0.7}, {0: 0.5, 1: 0.5}, names=("slea", "grpo")).to_dict()
     (out / "table.json").write_text(json.dumps({"budgets": [40], "algorithms": {
         a: {"seeds": [0, 1], "heldout_success": stat, "train_success_at_env_steps": {"40": stat}}
-        for a in ("grpo", "slea")}}))
+        for a in ("grpo", "slea")}, "baseline": "grpo", "pairs": [pair]}))
     (out / "compare.json").write_text(json.dumps({"config": "c.yaml", "algorithms": ["grpo", "slea"],
                                                   "seeds": [0, 1], "overrides": []}))
     driver.get(write_report(out).resolve().as_uri())
@@ -162,6 +165,9 @@ def test_a_compare_folder_and_a_bare_run_render_without_errors(tmp_path, driver)
     assert all(len(c.find_elements(By.CSS_SELECTOR, "path.series")) == 3 for c in charts)  # one per sub-run
     cells = [td.text for td in driver.find_elements(By.CSS_SELECTOR, ".comparison tbody tr:first-child td")]
     assert cells[:3] == ["grpo", "0, 1", "0.500 ± 0.100"]
+    paired = [td.text for td in driver.find_elements(By.CSS_SELECTOR, "#pairs tbody tr:first-child td")]
+    assert paired[:4] == ["slea − grpo", "2", "s0 +0.100, s1 +0.200", "+0.150 ± 0.071"]  # the pairs of table.md
+    assert paired[4] == "0.500" and paired[-1] == "not separated"
 
     bare = tmp_path / "bare"  # no library, no episodes, no evaluations: the page says so
     bare.mkdir()

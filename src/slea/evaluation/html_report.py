@@ -18,6 +18,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from slea.evaluation import stats
 from slea.runs.jsonfile import CompareSpec, CompareTable, Evaluation, RunFileError, Summary, read_json
 
 log = logging.getLogger(__name__)
@@ -232,12 +233,20 @@ def compare_data(folder: Path) -> dict[str, Any]:
                      "series": {k: v.tolist() for k, v in ys.items()}})
     note = (f"config {spec.get('config')}, seeds {spec.get('seeds')}, overrides {spec.get('overrides')}"
             if spec else "")
+    pairs = [c for c in table.get("pairs") or [] if isinstance(c, dict)]
+    try:  # each arm against the baseline, paired by seed: table.md's table of p, CI and verdict
+        against = {"title": f"Against {table.get('baseline')}, held-out success paired by seed",
+                   "columns": [h.strip() for h in stats.TABLE_HEAD.strip("|").split("|")],
+                   "rows": [stats.table_cells(c) for c in pairs], "note": stats.TABLE_NOTE} if pairs else None
+    except (KeyError, TypeError, ValueError, IndexError) as exc:  # a table.json not of this shape: left out, said
+        log.warning("report: leaving out the paired comparisons of %s (%s)", folder / "table.json", exc)
+        against = None
     return {"kind": "compare", "name": folder.resolve().name, "facts": {
         "algorithms": ", ".join(spec.get("algorithms") or (table.get("algorithms") or {}).keys()),
         "seeds": ", ".join(map(str, spec.get("seeds") or []))},
         "config_text": json.dumps(spec, indent=2) if spec else "",
         "comparison": {"title": "Algorithms compared", "columns": cols, "rows": rows, "note": note},
-        "runs": runs}
+        "pairs": against, "runs": runs}
 
 
 # -- the page ------------------------------------------------------------------------------------------------

@@ -302,28 +302,36 @@ TABLE_HEAD = ("| comparison | n | per-seed differences | mean ± std | p (exact 
               "95% CI (bootstrap) | verdict |")
 
 
+TABLE_NOTE = ("Paired by seed (same task groups, same held-out games). p: two-sided exact sign-flip permutation test "
+              "over seeds (all 2^n sign assignments); with n seeds it cannot go below 2/2^n (the smallest possible "
+              "p). 95% CI: percentile bootstrap of the mean difference, 10,000 resamples of the seeds and then, "
+              "within each seed, of its held-out games (seeds only where no per-game score is stored); with few "
+              "seeds it is too narrow (it never leaves the range of the observed per-seed differences), so the "
+              "verdict goes by p: \"separated\" only at p < 0.05.")
+
+
+def table_cells(c: PairedComparison | Mapping[str, Any], digits: int = 3, metric: bool = False) -> list[str]:
+    """One comparison's cells under :data:`TABLE_HEAD` (a Markdown table's row, the report page's): the pair (and
+    its metric with ``metric``), n, the per-seed differences, mean ± std, p (``(sampled)`` when not exact), the
+    smallest possible p, the CI and how it was resampled, the verdict."""
+    seeds, diffs = _get(c, "seeds"), _get(c, "diffs")
+    per = ", ".join(f"s{s} {d:+.{digits}f}" for s, d in zip(seeds, diffs)) or "–"
+    p = _get(c, "p")
+    verdict = "separated" if p is not None and p < _get(c, "alpha") else "not separated"
+    how = "seeds, games" if _get(c, "ci_method") == "seeds, then games" else "seeds"
+    what = f", {_get(c, 'metric')}" if metric else ""
+    return [f"{_get(c, 'a')} − {_get(c, 'b')}{what}", str(len(seeds)), per, format_mean_std(c, digits),
+            f"{format_p(p)}{'' if _get(c, 'p_exact') or p is None else ' (sampled)'}", format_p(_get(c, "p_min")),
+            f"{format_ci(_get(c, 'ci'), digits)} ({how})", verdict]
+
+
 def markdown_table(comparisons: Sequence[PairedComparison | Mapping[str, Any]], digits: int = 3,
                    note: bool = True) -> str:
     """The comparisons as a Markdown table (one row each), with a note on how each figure is computed; the
     metric follows the pair's names where the rows compare more than one."""
     lines = [TABLE_HEAD, "|---|---:|---|---:|---:|---:|---:|---|"]
     several = len({_get(c, "metric") for c in comparisons}) > 1
-    for c in comparisons:
-        seeds, diffs = _get(c, "seeds"), _get(c, "diffs")
-        per = ", ".join(f"s{s} {d:+.{digits}f}" for s, d in zip(seeds, diffs)) or "–"
-        p = _get(c, "p")
-        verdict = "separated" if p is not None and p < _get(c, "alpha") else "not separated"
-        how = "seeds, games" if _get(c, "ci_method") == "seeds, then games" else "seeds"
-        what = f", {_get(c, 'metric')}" if several else ""
-        lines.append(f"| {_get(c, 'a')} − {_get(c, 'b')}{what} | {len(seeds)} | {per} | {format_mean_std(c, digits)} | "
-                     f"{format_p(p)}{'' if _get(c, 'p_exact') or p is None else ' (sampled)'} | "
-                     f"{format_p(_get(c, 'p_min'))} | {format_ci(_get(c, 'ci'), digits)} ({how}) | {verdict} |")
+    lines += ["| " + " | ".join(table_cells(c, digits, several)) + " |" for c in comparisons]
     if note:
-        lines += ["", ("Paired by seed (same task groups, same held-out games). p: two-sided exact sign-flip "
-                       "permutation test over seeds (all 2^n sign assignments); with n seeds it cannot go below "
-                       "2/2^n (the smallest possible p). 95% CI: percentile bootstrap of the mean difference, "
-                       "10,000 resamples of the seeds and then, within each seed, of its held-out games (seeds "
-                       "only where no per-game score is stored); with few seeds it is too narrow (it never leaves "
-                       "the range of the observed per-seed differences), so the verdict goes by p: \"separated\" "
-                       "only at p < 0.05.")]
+        lines += ["", TABLE_NOTE]
     return "\n".join(lines) + "\n"
