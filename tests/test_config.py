@@ -208,3 +208,47 @@ def test_a_trained_run_folder_s_config_loads_back(tiny_run):
     saved = load_config(tiny_run / "config.yaml", check_unused=False)
     assert saved == tiny_slea_config(tiny_run)
     assert [k for k in unused_settings(saved) if k.startswith("algorithm.")] == []
+
+
+@pytest.mark.parametrize("override, line", [
+    ("train.learning_rate=1e-5", "train.learning_rate: unknown key; did you mean train.lr? (TRL's learning_rate)"),
+    ("learning_rate=1e-5", "learning_rate: unknown key; did you mean train.lr? (TRL's learning_rate)"),
+    ("rollout.num_generations=8", ("rollout.num_generations: unknown key; did you mean rollout.group_size? "
+                                  "(TRL's num_generations)")),
+    ("actor_rollout_ref.actor.optim.lr=1e-6", ("actor_rollout_ref.actor.optim.lr: unknown key; did you mean "
+                                              "train.lr? (verl's actor_rollout_ref.actor.optim.lr)")),
+    ("algorithm.kl_loss_coef=0.001", ("algorithm.kl_loss_coef: unknown key; did you mean algorithm.kl_coef? "
+                                     "(verl's actor_rollout_ref.actor.kl_loss_coef)")),
+    ("rollout.n=8", "rollout.n: unknown key; did you mean rollout.group_size? (verl's actor_rollout_ref.rollout.n)"),
+    ("train.beta=0.9", "train.beta: unknown key; did you mean train.betas?"),  # a slip of the keyboard wins
+    ("train.optim.lr=1e-6", "train.optim: unknown key"),  # verl's actor or critic rate: no guess
+    ("env.path=x", "env.path: unknown key"),
+])
+def test_a_trl_or_verl_key_is_refused_naming_slea_s(override, line):
+    """Before, ``train.learning_rate`` was "unknown key" with no hint; the hint comes from one mapping
+    (slea/config/foreign.py), which docs/evaluation.md shows."""
+    with pytest.raises(ConfigError) as exc:
+        build_config({}, [override])
+    assert str(exc.value) == line
+
+
+def test_the_foreign_key_table_of_the_docs_is_the_mapping_and_every_key_in_it_is_real():
+    """docs/evaluation.md's table of TRL and verl config names lists exactly slea/config/foreign.py's mapping; each
+    slea key there is a config key, and each foreign name is unknown to slea (else its hint could never show)."""
+    import re
+
+    from slea.config.foreign import EQUIVALENTS, FOREIGN_KEYS
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "evaluation.md").read_text()
+    section = doc[doc.index("### Config keys in TRL and verl"):]
+    rows = re.findall(r"^\| `([\w.]+)` \| (.*?) \| (.*?) \|$", section, re.MULTILINE)
+    names = lambda cell: tuple(re.findall(r"`([\w.]+)`", cell))
+    assert {key: (names(trl), names(verl)) for key, trl, verl in rows} == EQUIVALENTS
+    assert len(rows) == len(EQUIVALENTS)
+    tree = build_config().model_dump()
+    for key in EQUIVALENTS:
+        section_, _, name = key.partition(".")
+        assert name in tree[section_], key
+    for name in FOREIGN_KEYS:
+        with pytest.raises(ConfigError, match=r"unknown key; did you mean"):
+            build_config({}, [f"{name}=1"])

@@ -11,8 +11,9 @@ setting the chosen algorithm, loss or trainer path never reads is refused when i
 loss's settings are their functions' keyword-only parameters, read from the registry; the trainer's own are
 listed once, with the module that reads each (:data:`TRAINER_SETTINGS`).
 
-The package: :mod:`slea.config.schema` (the sections), :mod:`slea.config.checks` (the checks beyond types) and
-:mod:`slea.config.loading` (YAML, overrides, one-line errors).
+The package: :mod:`slea.config.schema` (the sections), :mod:`slea.config.checks` (the checks beyond types),
+:mod:`slea.config.loading` (YAML, overrides, one-line errors) and :mod:`slea.config.foreign` (TRL's and verl's names
+for its keys: an unknown key that is one of them is refused naming slea's).
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ import yaml
 from pydantic import ValidationError
 
 from slea.config.checks import did_you_mean
+from slea.config.foreign import foreign_hint
 from slea.config.schema import AlgorithmSection, ConfigError, RunConfig
 
 
@@ -22,9 +23,16 @@ def _one_line(err: ValidationError) -> str:
     msg = e["msg"]
     if e["type"] == "extra_forbidden":
         known = _keys_at(e["loc"][:-1])
-        hint = did_you_mean(str(e["loc"][-1]), known) if known else ""
-        if hint:  # the whole dotted key, as it is typed: rollout.group_size
-            hint = hint.replace("'", "").replace("mean ", "mean " + "".join(f"{p}." for p in e["loc"][:-1]), 1)
+        typo = did_you_mean(str(e["loc"][-1]), known, cutoff=0.8) if known else ""  # a likely slip of the keyboard
+        hint = "" if typo else did_you_mean(str(e["loc"][-1]), known) if known else ""
+        if typo or hint:  # the whole dotted key, as it is typed: rollout.group_size
+            typo, hint = ((h.replace("'", "").replace("mean ", "mean " + "".join(f"{p}." for p in e["loc"][:-1]), 1)
+                           if h else "") for h in (typo, hint))
+        typed = _typed(key, e.get("input"))  # a new section's keys as they were typed: actor_rollout_ref.actor...
+        foreign = "" if typo else foreign_hint(typed)  # a TRL or verl name: slea's (slea/config/foreign.py)
+        if foreign:
+            return f"{typed}: unknown key; {foreign}"
+        hint = typo or hint
         return f"{key}: unknown key" + (f"; {hint}" if hint else "")
     if e["type"] == "literal_error":  # one of a fixed set of values: suggest the closest
         options = re.findall(r"'([^']*)'", str((e.get("ctx") or {}).get("expected", "")))
@@ -35,6 +43,15 @@ def _one_line(err: ValidationError) -> str:
     if e["type"] == "value_error" and msg.startswith(f"Value error, {key}."):  # a section's validator names it
         return msg.removeprefix("Value error, ")
     return f"{key}: {msg} (got {e.get('input')!r})"
+
+
+def _typed(key: str, value: Any) -> str:
+    """``key`` followed by the first nested key path of ``value`` (an unknown section given as a dict, as
+    ``--set a.b.c=1`` makes one): the key as the user typed it."""
+    while isinstance(value, dict) and len(value) == 1:
+        (sub, value), = value.items()
+        key = f"{key}.{sub}"
+    return key
 
 
 def _keys_at(loc: tuple) -> list[str]:
