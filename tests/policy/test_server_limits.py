@@ -195,7 +195,8 @@ def test_serve_help_lists_the_limits():
     out = CliRunner().invoke(app, ["serve", "--help"], env={"COLUMNS": "200"}).output
     for option in ("--api-key", "SLEA_API_KEY", "--lora-dir", "--max-model-len", "--max-n", "--max-logprobs",
                    "--max-body-mb", "--max-prompt-tokens", "--max-stops", "--max-queue", "--request-timeout",
-                   "--checkpoint"):
+                   "--checkpoint", "--max-in-flight", "--header-timeout", "--max-idle-connections",
+                   "--max-prompt-chars", "--max-messages", "--max-tool-chars"):
         assert option in out, option
 
 
@@ -237,3 +238,74 @@ def test_requests_in_flight_are_bounded_and_health_is_never_refused(engine):
             assert s.client.get("/health").status_code == 200
             assert [statuses(x.recv(4096)) for x in socks] == [[408], [408]]
         assert s.client.get("/v1/models").status_code == 200
+
+
+def _renders(engine, monkeypatch) -> list[bool]:
+    """Record each chat rendering: whether the engine was generating for another request meanwhile."""
+    seen, real = [], engine._render
+
+    def render(*args, **kwargs):
+        seen.append(engine.lock.locked())
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine, "_render", render)
+    return seen
+
+
+def test_oversized_chats_are_refused_before_rendering_or_tokenizing(engine, monkeypatch):
+    """An 8 MB chat, 128 tools of 60 KB, 2,000 messages: 400s naming the limit, and nothing rendered (before: an 8
+    MB chat held the engine 7-12 s, the tools 11.6 s, each refused only after its prompt was rendered and
+    tokenized)."""
+    renders = _renders(engine, monkeypatch)
+    tool = {"type": "function", "function": {"name": "t", "description": "d" * 60_000,
+                                             "parameters": {"type": "object"}}}
+    hi = [{"role": "user", "content": "hi"}]
+    cases = [({"messages": [{"role": "user", "content": "word " * 1_550_000}]}, "messages", "--max-prompt-chars"),
+             ({"messages": hi, "tools": [{**tool, "function": {**tool["function"], "name": f"t{i}"}}
+                                         for i in range(128)]}, "tools", "--max-tool-chars"),
+             ({"messages": hi * 2000}, "messages", "--max-messages")]
+    with Running(engine, ServeSettings()) as s:
+        for body, param, option in cases:
+            t0 = time.perf_counter()
+            r = s.client.post("/v1/chat/completions", json={**body, "max_tokens": 2})
+            err = r.json()["error"]
+            assert r.status_code == 400 and err["param"] == param and option in err["message"], err
+            assert time.perf_counter() - t0 < 2.0 and renders == [], (option, time.perf_counter() - t0, renders)
+        r = s.client.post("/v1/completions", json={"prompt": "word " * 100_000, "max_tokens": 2})
+        assert r.status_code == 400 and "--max-prompt-chars" in r.json()["error"]["message"]
+
+
+def test_the_character_cap_refuses_nothing_the_token_cap_takes(engine):
+    """No token decodes to more characters than :func:`longest_token_chars` counts, so a prompt past the default
+    cap (max prompt tokens x that) has more tokens than the token cap takes; at the cap it passes the check."""
+    from slea.policy.serve_caps import check_text, longest_token_chars
+
+    tok = engine.tok
+    longest = longest_token_chars(tok)
+    assert max(len(tok.decode([i])) for i in range(len(tok))) <= longest
+    assert engine.caps.prompt_chars == engine.max_prompt * longest == 4095 * longest
+    check_text("a" * engine.caps.prompt_chars, engine.caps, "prompt")
+    with pytest.raises(RequestError, match=r"prompt: \d+ characters, more than this server takes"):
+        check_text("a" * (engine.caps.prompt_chars + 1), engine.caps, "prompt")
+
+
+def test_prompts_are_tokenized_off_the_engine_and_within_the_request_timeout(engine, monkeypatch):
+    """A chat is rendered while another request generates (before: only once the engine was free), and a
+    rendering past the request's time limit is a 504 at the limit."""
+    renders = _renders(engine, monkeypatch)
+    chat = {"messages": [{"role": "user", "content": "You see a coin."}], "max_tokens": 2, "temperature": 0}
+    with Running(engine, ServeSettings(request_timeout_s=3.0)) as s:
+        long = threading.Thread(target=lambda: s.client.post("/v1/completions", json={
+            "prompt": "Hi", "max_tokens": 4000, "n": 32, "temperature": 0}))
+        long.start()
+        time.sleep(1.0)  # generating, until its time limit (3 s)
+        with httpx.Client(base_url=s.url, timeout=30) as other:
+            assert other.post("/v1/chat/completions", json=chat).status_code == 200  # once the other one stopped
+        long.join()
+        assert renders == [True]
+        real = engine._render
+        monkeypatch.setattr(engine, "_render", lambda *a, **k: (time.sleep(4.0), real(*a, **k))[1])
+        t0 = time.perf_counter()
+        r = s.client.post("/v1/chat/completions", json=chat)
+        assert r.status_code == 504 and r.json()["error"]["code"] == "timeout" and time.perf_counter() - t0 < 3.8
+

@@ -345,6 +345,13 @@ def serve(
     request_timeout: float = typer.Option(300.0, "--request-timeout", min=0.1, help="seconds from a request's "
                                           "arrival to its answer; past it generation stops (504)"),
     max_tools: int = typer.Option(128, "--max-tools", min=1, help="tools in one chat request at most"),
+    max_tool_chars: int = typer.Option(32768, "--max-tool-chars", min=1, help="characters of one tool's JSON at "
+                                       "most"),
+    max_messages: int = typer.Option(1024, "--max-messages", min=1, help="messages in one chat request at most"),
+    max_prompt_chars: int | None = typer.Option(None, "--max-prompt-chars", min=1, help="characters of one prompt "
+                                                "at most, checked before it is tokenized (a chat's: its messages "
+                                                "and tools; default: max-prompt-tokens x the longest token's "
+                                                "characters, which refuses nothing the token cap would take)"),
     tool_parser: str | None = typer.Option(None, "--tool-parser", help="the tool-call syntax chat answers are "
                                            "parsed in: hermes | llama3_json (default: the one the chat template "
                                            "speaks, else hermes)"),
@@ -389,7 +396,8 @@ def serve(
                              max_body_bytes=int(max_body_mb * 1e6), max_queue=max_queue,
                              max_in_flight=max_in_flight, header_timeout_s=header_timeout,
                              max_idle_connections=max_idle_connections, request_timeout_s=request_timeout,
-                             max_tools=max_tools, tool_parser=tool_parser)
+                             max_tools=max_tools, max_tool_chars=max_tool_chars, max_messages=max_messages,
+                             max_prompt_chars=max_prompt_chars, tool_parser=tool_parser)
     torch.set_num_threads(threads)
     try:
         engine = load_engine(model, dtype=dtype, settings=settings, checkpoint=checkpoint,

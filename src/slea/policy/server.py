@@ -53,7 +53,9 @@ beyond), parsed and validated against typed models of the OpenAI schema (slea/po
 strict types, finite numbers, no lone surrogates, bounded nesting); prompt + ``max_tokens`` must fit the model's
 context (``max_model_len``), and ``n``, the rows of a request, ``logprobs``, the prompt's tokens and the stop
 strings are capped (:class:`ServeSettings`, ``slea serve --help``); with tools the prompt counted is the rendered
-one. A field that would change the answer and that the server cannot honour (tools on ``/v1/completions``, the
+one. Cheap caps come first: a prompt's characters, a chat's messages and tools and each tool's JSON are refused
+before anything is rendered or tokenized (slea/policy/serve_caps.py), and a request is checked, rendered and
+tokenized off the engine, within its time limit (slea/policy/serve_gate.py). A field that would change the answer and that the server cannot honour (tools on ``/v1/completions``, the
 legacy functions / function_call, logit_bias, penalties, suffix, best_of, echo, a JSON response format) is a 400
 naming it, and so are malformed tools, tool choices and tool-call histories, and messages the chat template
 refuses; every error has the OpenAI shape ``{"error": {"message", "type", "param", "code"}}``.
@@ -72,7 +74,6 @@ OpenAI server: HTTP framing (Content-Length, chunked bodies, header sizes, keep-
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
@@ -81,7 +82,6 @@ import threading
 import time
 import uuid
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -103,6 +103,8 @@ from slea.policy.openai_protocol import (
     text,
     tool_request,
 )
+from slea.policy.serve_caps import SizeCaps, check_chat, check_text, longest_token_chars
+from slea.policy.serve_gate import Gate
 from slea.policy.serve_http import Front, Server, read_body
 
 try:  # the serve extra; FastAPI resolves the routes' (string) annotations in this module's namespace
@@ -139,6 +141,9 @@ class ServeSettings:
     request_timeout_s: float = 300.0  # from arrival to the last token; past it: generation stops, 504
     max_log: int = 1024  # Engine.calls keeps the latest this many requests
     max_tools: int = 128  # tools in one chat request
+    max_tool_chars: int = 32768  # characters of one tool's JSON
+    max_messages: int = 1024  # messages in one chat request
+    max_prompt_chars: int | None = None  # a prompt's characters; None: max_prompt_tokens x the longest token's
     tool_parser: str | None = None  # the tool-call syntax answers are parsed in; None: the tokenizer's own
 
     def __post_init__(self) -> None:
@@ -186,6 +191,32 @@ class Events:
     chunks: list[dict]
 
 
+@dataclass
+class Plan:
+    """How a request's rows are generated, checked before the engine runs."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    top_k: int
+    stops: list[str]
+    keys: list | None
+
+
+@dataclass
+class Job:
+    """A request checked, rendered and tokenized off the engine's slot (:meth:`Engine.prepare_completion`,
+    :meth:`Engine.prepare_chat`): what :meth:`Engine.run` generates, and how it shapes the answer."""
+
+    kind: str  # "completion" or "chat"
+    name: str  # the model asked for: the base or the adapter
+    body: dict
+    rows: list[list[int]]
+    plan: Plan
+    prompt_tokens: int
+    tools: bool = False  # chat: tools offered, calls parsed
+
+
 class Engine:
     """The served model: a base model, at most one LoRA adapter on it, and the HF engine over them."""
 
@@ -217,6 +248,8 @@ class Engine:
         self.parser = parser_for(self.tok, settings.tool_parser)  # tool calls: the template's syntax, or the named
         self.context = settings.max_model_len or model_len or 4096
         self.max_prompt = min(settings.max_prompt_tokens or self.context - 1, self.context - 1)
+        chars = settings.max_prompt_chars or self.max_prompt * longest_token_chars(self.tok)
+        self.caps = SizeCaps(chars, settings.max_messages, settings.max_tools, settings.max_tool_chars)
         self.calls = deque(self.calls, maxlen=settings.max_log)
 
     def log_call(self, line: str) -> None:
@@ -309,10 +342,14 @@ class Engine:
             raise RequestError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
         return name
 
-    def _answers(self, name: str, rows: list[list[int]], body: dict, default_max: int, cancel=None,
-                 param: str = "prompt") -> list[Answer]:
-        """The engine's answers to ``rows`` (one per row), cut at ``stop``; prompt + ``max_tokens`` must fit the
-        context (without ``max_tokens``: ``default_max`` or what the context leaves)."""
+    def _too_long(self, param: str, tokens: int) -> RequestError:
+        return RequestError(400, f"{param}: {tokens} tokens, more than this server takes ({self.max_prompt}: "
+                                 f"--max-prompt-tokens, within the {self.context}-token context)", param=param,
+                            code="context_length_exceeded")
+
+    def _plan(self, rows: list[list[int]], body: dict, default_max: int, param: str) -> Plan:
+        """How ``rows`` are generated, checked: prompt + ``max_tokens`` must fit the context (without
+        ``max_tokens``: ``default_max`` or what the context leaves)."""
         limits = self.settings
         temp = number(body, "temperature", 1.0, lo=0.0)
         if 0 < temp < MIN_TEMPERATURE:
@@ -322,32 +359,35 @@ class Engine:
         asked = integer(body, "max_completion_tokens", None, lo=1) or integer(body, "max_tokens", None, lo=1)
         longest = max(len(r) for r in rows)
         if longest > self.max_prompt:
-            raise RequestError(400, f"{param}: {longest} tokens, more than this server takes ({self.max_prompt}: "
-                                    f"--max-prompt-tokens, within the {self.context}-token context)", param=param,
-                               code="context_length_exceeded")
+            raise self._too_long(param, longest)
         room = self.context - longest
         if asked is not None and asked > room:
             raise RequestError(400, f"This model's maximum context length is {self.context} tokens. However, you "
                                     f"requested {longest + asked} tokens ({longest} in the prompt, {asked} in the "
                                     f"completion). Please reduce the length of the prompt or completion.",
                                param="max_tokens", code="context_length_exceeded")
-        max_tokens = asked if asked is not None else min(default_max, room)
         stops = stop_list(body.get("stop"), limits.max_stops, limits.max_stop_chars)
-        keys = self._keys(body, len(rows), temp)
+        return Plan(asked if asked is not None else min(default_max, room), temp, top_p, top_k, stops,
+                    self._keys(body, len(rows), temp))
+
+    def _generate(self, job: Job, cancel=None) -> list[Answer]:
+        """The engine's answers to ``job``'s rows (one per row), cut at its stop strings."""
+        p = job.plan
         with self.lock:
-            off = name == self.base_id and hasattr(self.model, "disable_adapter")
+            self._model({"model": job.name})  # an adapter unloaded or replaced since the request was prepared
+            off = job.name == self.base_id and hasattr(self.model, "disable_adapter")
             with self.model.disable_adapter() if off else contextlib.nullcontext():
-                gens = self.gen.generate(rows, max_new_tokens=max_tokens, temperature=temp, top_p=top_p,
-                                         top_k=top_k, rng_keys=keys, stop_at_newline="\n" in stops, stop=stops,
-                                         cancel=cancel)
-        skip = bool(body.get("skip_special_tokens", True))
-        include = bool(body.get("include_stop_str_in_output"))
+                gens = self.gen.generate(job.rows, max_new_tokens=p.max_tokens, temperature=p.temperature,
+                                         top_p=p.top_p, top_k=p.top_k, rng_keys=p.keys,
+                                         stop_at_newline="\n" in p.stops, stop=p.stops, cancel=cancel)
+        skip = bool(job.body.get("skip_special_tokens", True))
+        include = bool(job.body.get("include_stop_str_in_output"))
         out = []
         for g in gens:
-            ids, text_, stopped = cut_at_stop(lambda t: self.tok.decode(t, skip_special_tokens=skip), g.ids, stops,
+            ids, text_, stopped = cut_at_stop(lambda t: self.tok.decode(t, skip_special_tokens=skip), g.ids, p.stops,
                                               include)
             eos = bool(ids) and ids[-1] == self.tok.eos_token_id
-            finish = "stop" if stopped or eos or len(g.ids) < max_tokens else "length"
+            finish = "stop" if stopped or eos or len(g.ids) < p.max_tokens else "length"
             out.append(Answer(ids, list(g.logprobs[:len(ids)]), text_, finish))
         return out
 
@@ -362,8 +402,22 @@ class Engine:
         return n
 
     def complete(self, body: dict | bytes, cancel=None) -> dict | Events:
-        """``/v1/completions`` (a body as a dict or raw JSON): a completion object, or its chunks when
-        ``stream``. ``cancel``: checked between decode steps (:meth:`HFGenerator.generate`)."""
+        """``/v1/completions`` (a body as a dict or raw JSON): :meth:`prepare_completion`, then :meth:`run`."""
+        return self.run(self.prepare_completion(body), cancel)
+
+    def chat(self, body: dict | bytes, cancel=None) -> dict | Events:
+        """``/v1/chat/completions``: :meth:`prepare_chat`, then :meth:`run`."""
+        return self.run(self.prepare_chat(body), cancel)
+
+    def run(self, job: Job, cancel=None) -> dict | Events:
+        """The answer to a prepared request: its rows generated (``cancel``: checked between decode steps,
+        :meth:`HFGenerator.generate`), as a completion or chat completion object, or their chunks when ``stream``."""
+        answers = self._generate(job, cancel)
+        return (self._completion if job.kind == "completion" else self._chat_completion)(job, answers)
+
+    def prepare_completion(self, body: dict | bytes) -> Job:
+        """A ``/v1/completions`` request checked and tokenized: everything but generating, the cheap checks first
+        (the prompts' number and characters before any is tokenized)."""
         body = parse_request(CompletionRequest, body)
         name = self._model(body)
         refuse_unsupported(body)
@@ -371,27 +425,24 @@ class Engine:
         if lp is not None and lp > self.settings.max_logprobs:
             raise RequestError(400, f"logprobs: at most {self.settings.max_logprobs} (--max-logprobs)",
                                param="logprobs")
-        prompts = self._prompts(body.get("prompt"))
+        prompts = _prompt_list(body.get("prompt"))
         n = self._count(body, len(prompts))
-        rows = [p for p in prompts for _ in range(n)]
-        answers = self._answers(name, rows, body, 16, cancel)
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": name}
-        usage = _usage(sum(len(p) for p in prompts), answers)
-        if body.get("stream"):
-            return Events(self._completion_chunks(head, answers, body, usage))
-        return {**head, "choices": [self._choice(i, a, body) for i, a in enumerate(answers)], "usage": usage}
+        ids = [self._tokens(p) for p in prompts]
+        rows = [p for p in ids for _ in range(n)]
+        return Job("completion", name, body, rows, self._plan(rows, body, 16, "prompt"), sum(len(p) for p in ids))
 
-    def chat(self, body: dict | bytes, cancel=None) -> dict | Events:
-        """``/v1/chat/completions``: the messages through the model's chat template (with ``tools``: the
-        template's own tools rendering, else the fallback one, as the trainer's prompts), then as completions;
-        an answer making tool calls in the parser's syntax returns them as ``tool_calls``."""
+    def prepare_chat(self, body: dict | bytes) -> Job:
+        """A ``/v1/chat/completions`` request checked, rendered and tokenized: the messages through the model's
+        chat template (with ``tools``: the template's own tools rendering, else the fallback one, as the trainer's
+        prompts). The number of messages and tools and their characters are checked before anything is
+        rendered (:func:`slea.policy.serve_caps.check_chat`)."""
         body = parse_request(ChatRequest, body)
         name = self._model(body)
         refuse_unsupported(body, allow=("tools", "tool_choice"))
         if integer(body, "top_logprobs", 0, lo=0):
             raise RequestError(400, "top_logprobs is not supported (logprobs: true gives the sampled token's)",
                                param="top_logprobs")
+        check_chat(body, self.caps)
         tools, choice = tool_request(body.get("tools"), body.get("tool_choice"), self.settings.max_tools)
         msgs = chat_messages(body.get("messages"))
         if not getattr(self.tok, "chat_template", None):
@@ -402,13 +453,27 @@ class Engine:
             raise RequestError(400, "continue_final_message: the last message must be the assistant's",
                                param="continue_final_message")
         offered = tools if choice != "none" else None  # tool_choice none: no tools shown, none parsed
-        prompt = self._render(msgs, offered, cont, body.get("add_generation_prompt", True) is not False)
         n = self._count(body, 1)
-        answers = self._answers(name, [prompt] * n, body, CHAT_MAX_TOKENS, cancel, param="messages")
-        replies = [self._reply(a, offered is not None, body.get("parallel_tool_calls") is not False)
-                   for a in answers]
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": name}
-        usage = _usage(len(prompt), answers)
+        prompt = self._render(msgs, offered, cont, body.get("add_generation_prompt", True) is not False)
+        rows = [prompt] * n
+        return Job("chat", name, body, rows, self._plan(rows, body, CHAT_MAX_TOKENS, "messages"), len(prompt),
+                   tools=offered is not None)
+
+    def _completion(self, job: Job, answers: list[Answer]) -> dict | Events:
+        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                "model": job.name}
+        usage = _usage(job.prompt_tokens, answers)
+        if job.body.get("stream"):
+            return Events(self._completion_chunks(head, answers, job.body, usage))
+        return {**head, "choices": [self._choice(i, a, job.body) for i, a in enumerate(answers)], "usage": usage}
+
+    def _chat_completion(self, job: Job, answers: list[Answer]) -> dict | Events:
+        """A chat completion object: an answer making tool calls in the parser's syntax returns them as
+        ``tool_calls``."""
+        body = job.body
+        replies = [self._reply(a, job.tools, body.get("parallel_tool_calls") is not False) for a in answers]
+        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": job.name}
+        usage = _usage(job.prompt_tokens, answers)
         if body.get("stream"):
             return Events(self._chat_chunks(head, answers, replies, body, usage))
         choices = []
@@ -423,7 +488,7 @@ class Engine:
             choices.append(c)
         out = {**head, "object": "chat.completion", "choices": choices, "usage": usage}
         if body.get("return_token_ids"):
-            out["prompt_token_ids"] = prompt
+            out["prompt_token_ids"] = job.rows[0]
         return out
 
     def _render(self, msgs: list[dict], tools: list[dict] | None, cont: bool, generation_prompt: bool) -> list[int]:
@@ -453,23 +518,21 @@ class Engine:
                        "function": {"name": c["name"], "arguments": json.dumps(c["arguments"], ensure_ascii=False)}}
                       for c in calls], "tool_calls")
 
-    def _prompts(self, prompt) -> list[list[int]]:
+    def _tokens(self, prompt: str | list[int]) -> list[int]:
+        """One prompt's ids: a text within ``max_prompt_chars`` characters, tokenized; an id list within
+        ``max_prompt_tokens`` ids, each in the vocabulary (its length checked before its ids)."""
         if isinstance(prompt, str):
-            prompt = [prompt]
-        if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
-            prompt = [prompt]
-        if not isinstance(prompt, list) or not prompt:
-            raise RequestError(400, "prompt: expected a string, a token-id list, or a non-empty list of them",
-                               param="prompt")
+            check_text(text(prompt, "prompt"), self.caps, "prompt")
+            ids = self.tok(prompt, add_special_tokens=False).input_ids
+        else:
+            ids = prompt
+        if isinstance(ids, list) and len(ids) > self.max_prompt:
+            raise self._too_long("prompt", len(ids))
         vocab = len(self.tok)
-        out = []
-        for p in prompt:
-            ids = self.tok(text(p, "prompt"), add_special_tokens=False).input_ids if isinstance(p, str) else p
-            if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
-                raise RequestError(400, f"prompt: each prompt must be non-empty text or token ids in 0..{vocab - 1}",
-                                   param="prompt")
-            out.append(ids)
-        return out
+        if not isinstance(ids, list) or not ids or not all(isinstance(t, int) and 0 <= t < vocab for t in ids):
+            raise RequestError(400, f"prompt: each prompt must be non-empty text or token ids in 0..{vocab - 1}",
+                               param="prompt")
+        return ids
 
     @staticmethod
     def _keys(body: dict, rows: int, temp: float):
@@ -554,29 +617,21 @@ class Engine:
         return chunks
 
 
+def _prompt_list(prompt) -> list:
+    """``prompt`` as a list of prompts (texts or id lists), unchecked but for its shape."""
+    if isinstance(prompt, str):
+        prompt = [prompt]
+    if isinstance(prompt, list) and prompt and all(isinstance(t, int) for t in prompt):
+        prompt = [prompt]
+    if not isinstance(prompt, list) or not prompt:
+        raise RequestError(400, "prompt: expected a string, a token-id list, or a non-empty list of them",
+                           param="prompt")
+    return prompt
+
+
 def _usage(prompt_tokens: int, answers: list[Answer]) -> dict:
     used = sum(len(a.ids) for a in answers)
     return {"prompt_tokens": prompt_tokens, "completion_tokens": used, "total_tokens": prompt_tokens + used}
-
-
-class _Gate:
-    """The engine's queue: one generation at a time, at most ``max_queue`` requests waiting or running."""
-
-    def __init__(self, settings: ServeSettings):
-        self.settings = settings
-        self.pending = 0
-        self.slot = asyncio.Semaphore(1)
-        self.stopping = threading.Event()  # the server shuts down: in-flight generations stop
-        self.pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="slea-serve")
-
-
-async def _disconnected(request) -> None:
-    """Returns when the client has gone (after the body was read, the next ASGI message is the disconnect)."""
-    with contextlib.suppress(Exception):  # a receive that fails: the connection is gone all the same
-        while True:
-            message = await request.receive()
-            if message["type"] == "http.disconnect":
-                return
 
 
 def _error(exc: RequestError):
@@ -595,64 +650,38 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
     from fastapi.responses import JSONResponse, PlainTextResponse, Response
     from starlette.exceptions import HTTPException
 
-    from slea.policy.generation import GenerationCancelled
-
     if settings is not None:
         engine.configure(settings)
     settings = engine.settings
-    gate = _Gate(settings)
+    gate = Gate(settings.max_queue, settings.request_timeout_s)
     app = FastAPI(title="slea serve", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gate = gate
     key = settings.api_key.encode() if settings.api_key else None
 
-    async def _exclusive(request, work):
-        """``work(cancel)`` in a worker thread once the engine is free; its time limit and the client's
-        disconnect stop it (``cancel``)."""
-        loop = asyncio.get_running_loop()
-        deadline = time.monotonic() + settings.request_timeout_s
-        if gate.pending >= settings.max_queue:
-            raise RequestError(429, f"the server is busy: {gate.pending} requests are waiting or running "
-                                    f"(--max-queue {settings.max_queue}); retry later", code="rate_limit_exceeded")
-        gate.pending += 1
-        gone = threading.Event()
-        watcher = asyncio.ensure_future(_disconnected(request))
-        watcher.add_done_callback(lambda t: t.cancelled() or gone.set())
+    async def _run(request, work, prepare=None):
+        """``prepare()`` off the engine, then ``work(prepared, cancel)`` on it, within the request's deadline
+        (slea/policy/serve_gate.py); ``None`` when the client went away."""
+        ticket = gate.admit(request, request.state.deadline)
         try:
-            acquire = asyncio.ensure_future(gate.slot.acquire())
-            done, _ = await asyncio.wait({acquire, watcher}, timeout=max(0.0, deadline - time.monotonic()),
-                                         return_when=asyncio.FIRST_COMPLETED)
-            if acquire not in done:
-                acquire.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await acquire
-                if not acquire.cancelled():
-                    gate.slot.release()
-                if gone.is_set():
-                    return None
-                raise RequestError(503, f"no answer within {settings.request_timeout_s:g}s: the request waited for "
-                                        f"the engine all that time (--request-timeout)", code="timeout")
+            prepared = await gate.prepare(ticket, prepare) if prepare is not None else None
+            future = await gate.start(ticket, lambda cancel: work(prepared, cancel))
+        except BaseException:
+            ticket.close()
+            raise
+        if future is None:
+            ticket.close()
+            return None
+        return await gate.result(ticket, future)
 
-            def cancel() -> bool:
-                return gone.is_set() or gate.stopping.is_set() or time.monotonic() > deadline
-
-            try:
-                return await loop.run_in_executor(gate.pool, work, cancel)
-            except GenerationCancelled:
-                if gone.is_set() or gate.stopping.is_set():
-                    return None
-                raise RequestError(504, f"no answer within {settings.request_timeout_s:g}s (--request-timeout): "
-                                        f"generation stopped", code="timeout") from None
-            finally:
-                gate.slot.release()
-        finally:
-            gate.pending -= 1
-            watcher.cancel()
-
-    async def _generate(request, method, schema):
+    async def _body(request) -> bytes:
+        request.state.deadline = time.monotonic() + settings.request_timeout_s  # from the request's arrival
         raw = await read_body(request, settings.max_body_bytes, settings.header_timeout_s,
-                               settings.request_timeout_s)
-        body = parse_request(schema, raw or b"{}")  # a malformed body never waits for the engine
-        answer = await _exclusive(request, lambda cancel: method(body, cancel=cancel))
+                              settings.request_timeout_s)
+        return raw or b"{}"
+
+    async def _generate(request, prepare):
+        raw = await _body(request)
+        answer = await _run(request, engine.run, lambda: prepare(raw))
         if answer is None:  # the client went away: nobody to answer
             log.info("%s: the client disconnected; generation stopped", request.url.path)
             return Response(status_code=499)
@@ -678,17 +707,15 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        return await _generate(request, engine.complete, CompletionRequest)
+        return await _generate(request, engine.prepare_completion)
 
     @app.post("/v1/chat/completions")
     async def chat(request: Request):
-        return await _generate(request, engine.chat, ChatRequest)
+        return await _generate(request, engine.prepare_chat)
 
     async def _adapter(request, method):
-        raw = await read_body(request, settings.max_body_bytes, settings.header_timeout_s,
-                               settings.request_timeout_s)
-        body = parse_request(AdapterRequest, raw or b"{}")
-        answer = await _exclusive(request, lambda cancel: method(body))
+        body = parse_request(AdapterRequest, await _body(request))
+        answer = await _run(request, lambda _, cancel: method(body))
         return PlainTextResponse(answer or "")
 
     @app.post("/v1/load_lora_adapter")
@@ -746,8 +773,7 @@ def make_server(engine: Engine, host: str = "127.0.0.1", port: int = 8000,
     s = engine.settings
     gate = app.state.gate
     limits = ConnectionLimits(s.header_timeout_s, s.max_idle_connections, s.max_in_flight)
-    return Server(app, host, port, limits, on_stop=gate.stopping.set,
-                  on_close=lambda: gate.pool.shutdown(wait=False, cancel_futures=True))
+    return Server(app, host, port, limits, on_stop=gate.stopping.set, on_close=gate.close)
 
 
 def api_key_from_env() -> str | None:
