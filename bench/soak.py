@@ -11,11 +11,14 @@ library and held-out eval equal the uninterrupted run's.
     .venv/bin/python bench/soak.py                  # ~6 min on 2 busy cores; writes bench/results/soak.json
     .venv/bin/python bench/soak.py --iterations 8 --kills 3 --fuzz 20000   # a quicker pass
     .venv/bin/python bench/soak.py serve --seconds 60   # `slea serve` under hostile and good requests: "serve"
+    .venv/bin/python bench/soak.py serve --seconds 30 --bad-frac 0 --idle-sockets 200   # beside an idle flood
 
 ``serve``: a ``slea serve tiny`` process on 127.0.0.1 gets each hostile request of docs/reliability.md's serving
 table once (each followed by a normal request, timed), then ``--clients`` threads send good and hostile requests
 for ``--seconds`` (slea/testing/serve_hostile.py); the requests, errors, p50 / p99 latency of the good requests
-and the server's RSS at the start and end go to soak.json's ``serve`` field (the rest of the file is kept).
+and the server's RSS at the start and end go to soak.json's ``serve`` field (the rest of the file is kept). With
+``--idle-sockets N`` the table is skipped and the clients run beside N connections that send nothing (held open,
+reopened as the server closes them): soak.json's ``serve_idle`` field.
 
 The training processes run ``slea train`` through this file's ``child`` entry, which only adds the fault
 injectors (the faulty env id, the NaN loss, the garbage generator) before calling the CLI.
@@ -196,7 +199,7 @@ def compare(run: Path, ref: Path, iterations: int) -> dict:
     mismatched = sorted(r["iteration"] for r in got if r["iteration"] in by_it and (
         _comparable(r).keys() != by_it[r["iteration"]].keys()
         or not all(_same(v, by_it[r["iteration"]][k]) for k, v in _comparable(r).items())))
-    expected_ck = [f"iter_{i:06d}" for i in range(max(0, iterations - 2), iterations)]
+    expected_ck = [f"iter_{i:06d}" for i in range(max(1, iterations - 1), iterations + 1)]  # named by iterations done
     intact = []
     for name in expected_ck:
         try:
@@ -341,6 +344,8 @@ def serve_soak(argv: list[str]) -> None:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--bad-frac", type=float, default=0.4, help="the share of hostile requests")
+    ap.add_argument("--idle-sockets", type=int, default=0, help="idle connections held open beside the clients")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     sys.path.insert(0, str(ROOT / "src"))
@@ -351,7 +356,7 @@ def serve_soak(argv: list[str]) -> None:
         status, _ = H.normal(served)
         assert status == 200, status
         rss0, table_rows = served.rss_mb(), []
-        for row, what, send, want in H.HOSTILE:
+        for row, what, send, want in [] if args.idle_sockets else H.HOSTILE:
             got = send(served)
             after, seconds = H.normal(served)
             table_rows.append({"row": row, "sent": what, "answer": got, "expected": want,
@@ -359,14 +364,15 @@ def serve_soak(argv: list[str]) -> None:
             print(f"row {row:>2} {what}: {got} (expected {want}); a normal request then: {after} in {seconds:.2f}s",
                   flush=True)
         rss1 = served.rss_mb()
-        res = H.soak(served, seconds=args.seconds, clients=args.clients, seed=args.seed)
+        res = H.soak(served, seconds=args.seconds, clients=args.clients, seed=args.seed, bad_frac=args.bad_frac,
+                     idle_sockets=args.idle_sockets)
     finally:
         served.stop()
     res = {"hostile": table_rows, "hostile_rss_mb": [round(rss0, 1), round(rss1, 1)], "soak": res,
            "python": sys.version.split()[0]}
     print(json.dumps(res["soak"], indent=2))
     whole = json.loads(args.out.read_text()) if args.out.is_file() else {}
-    whole["serve"] = res
+    whole["serve_idle" if args.idle_sockets else "serve"] = res
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(whole, indent=2, default=str) + "\n")
     bad = [r for r in table_rows if r["answer"] != r["expected"] or r["normal_after"] != 200]

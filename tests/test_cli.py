@@ -557,7 +557,7 @@ def test_a_second_train_into_a_run_folder_is_refused_overwrite_starts_over_resum
     r = slea_cli("train", smoke, *small, "--overwrite")  # start over: the old run is gone, nothing mixes
     assert r.returncode == 0, r.stderr[-3000:]
     assert iterations() == [0] and len(list((run / "events").iterdir())) == 1
-    assert [p.name for p in (run / "checkpoints").iterdir()] == ["iter_000000"]
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["iter_000001"]  # iteration 1, as the log counts
     assert sorted(p.name for p in run.parent.iterdir()) == ["smoke"]  # no hidden leftover beside it
 
 

@@ -55,7 +55,7 @@ def test_gather_reads_every_part_of_a_run_folder(run_dir):
     d = gather(run)
     assert d["kind"] == "run" and d["facts"]["algorithm"] == "slea" and d["facts"]["iterations"] == 2
     c = d["curves"]
-    assert c["x"] == [0, 1] and c["main"] == ["train/success", "train/return"]
+    assert c["x"] == [1, 2] and c["main"] == ["train/success", "train/return"]  # counted from 1, as the log
     assert c["series"]["update/loss"] == [None, 0.2] and "note" not in c["series"]  # NaN -> null; text not a curve
     summary, *paper = d["evals"]
     assert [r[0] for r in summary["rows"]] == ["before", "after"]  # summary.json is not an evaluation

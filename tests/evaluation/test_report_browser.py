@@ -179,7 +179,8 @@ def test_a_compare_folder_and_a_bare_run_render_without_errors(tmp_path, driver)
 
 
 def test_charts_tick_iterations_as_integers_and_never_repeat_a_label(tmp_path, driver):
-    """A two-iteration run: the x ticks are 0 and 1 (no 0.2 ... 0.8), and a metric that barely moves
+    """A two-iteration run: the x ticks are 1 and 2 (no 1.2 ... 1.8; iterations counted from 1, as the log lines
+    count them), and a metric that barely moves
     (time/iteration_s 0.181 → 0.183) gets y labels that differ; the training-signals charts are drawn."""
     import json
 
@@ -201,7 +202,7 @@ def test_charts_tick_iterations_as_integers_and_never_repeat_a_label(tmp_path, d
     for fig in figs:
         xs = [t.text for t in fig.find_elements(By.CSS_SELECTOR, "text.xtick")]
         ys = [t.text for t in fig.find_elements(By.CSS_SELECTOR, "text.ytick")]
-        assert xs == ["0", "1"], (fig.get_attribute("data-metric"), xs)
+        assert xs == ["1", "2"], (fig.get_attribute("data-metric"), xs)
         assert len(ys) == len(set(ys)) >= 2, (fig.get_attribute("data-metric"), ys)
     lr = next(f for f in figs if f.get_attribute("data-keys") == "update/lr")  # a constant 3e-4: its own scale
     ticks = [float(t.text) for t in lr.find_elements(By.CSS_SELECTOR, "text.ytick")]

@@ -54,12 +54,13 @@ def test_runs_reused_and_the_table(bench, capsys):
     assert bench.train("teamtr", 0, SMOKE, TINY) == "reused"
     with pytest.raises(SystemExit, match="another config"):
         bench.train("teamtr", 0, SMOKE, [*TINY, "train.lr=0.1"])
-    # an unfinished run (no eval/summary.json; killed after update 2, before its checkpoint) is resumed: update 3
-    # is redone from the checkpoint of update 2, and the run ends as the uninterrupted one did
+    # an unfinished run (no eval/summary.json; killed after its 4th update, before that update's checkpoint
+    # iter_000004) is resumed: the 4th update is redone from the 3rd's checkpoint, and the run ends as the
+    # uninterrupted one did
     d = bench.run_dir("naive", 0)
     want = (d / "eval" / "after.json").read_text()
     (d / "eval" / "summary.json").unlink()
-    shutil.rmtree(d / "checkpoints" / "iter_000003")
+    shutil.rmtree(d / "checkpoints" / "iter_000004")
     assert bench.train("naive", 0, SMOKE, TINY) == "resumed"
     assert "resuming" in capsys.readouterr().out
     rows = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]

@@ -50,8 +50,8 @@ def test_interrupted_two_process_run_resumes_to_the_uninterrupted_one(tmp_path, 
     assert any(r.get("update/loss", 0.0) != 0.0 for r in want_rows[KILL_AT:]), "the resumed iterations must train"
     rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), want_rows)
     (name, want), (got_name, got) = _final(ref), _final(run)
-    assert got_name == name == "iter_000002" and got.keys() == want.keys()
-    start = load_file(str(ref / "checkpoints" / "iter_000001" / "trainable.safetensors"))
+    assert got_name == name == "iter_000003" and got.keys() == want.keys()  # after iteration 3 of 3
+    start = load_file(str(ref / "checkpoints" / "iter_000002" / "trainable.safetensors"))
     assert any(not torch.equal(start[k], want[k]) for k in want), "the last iteration never moved the weights"
     # bit-exact: case 1 of slea.testing.numerics, both runs on this machine (the same CPU kind, the same thread
     # count and process count); another ISA or thread count reduces in another order
@@ -102,8 +102,8 @@ def test_sigkilled_fsdp_cli_run_resumes_without_nproc_to_the_uninterrupted_one(t
     r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={run}", *over), env={**env, "SLEA_TEST_KILL_AT": "1"},
                        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode != 0, r.stdout[-2000:]
-    assert (run / "checkpoints" / ".tmp-iter_000001" / "manifest.json").is_file()  # killed mid-checkpoint
-    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000000"]
+    assert (run / "checkpoints" / ".tmp-iter_000002" / "manifest.json").is_file()  # killed mid-checkpoint
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000001"]
 
     r = subprocess.run(_slea("train", "--resume", str(run)), env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=600, check=False)
@@ -111,5 +111,5 @@ def test_sigkilled_fsdp_cli_run_resumes_without_nproc_to_the_uninterrupted_one(t
     assert "(2 data-parallel processes)" in r.stdout and "resumed after iteration 1/" in r.stdout, r.stdout[-2000:]
     rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl"))
     (name, want), (got_name, got) = _final(ref), _final(run)
-    assert got_name == name == "iter_000001" and got.keys() == want.keys()  # killed inside the last checkpoint
+    assert got_name == name == "iter_000002" and got.keys() == want.keys()  # killed inside the last checkpoint
     assert all(torch.equal(got[k], want[k]) for k in want)

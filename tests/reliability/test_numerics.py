@@ -95,20 +95,22 @@ def test_nan_rewards_skip_updates_then_stop_the_run_with_the_last_good_checkpoin
         return orig(it)
 
     trainer.iteration = poison_from_2
-    with pytest.raises(RunHalted, match=r"2 updates in a row hit NaN/inf .*last good checkpoint is iter_000002"):
+    with pytest.raises(RunHalted, match=r"at iteration 4: 2 updates in a row hit NaN/inf .*last good checkpoint is "
+                                        r"iter_000003"):
         trainer.fit()
     rows = trainer.log.rows()
     assert [r["iteration"] for r in rows] == [0, 1, 2, 3]
     assert [r["guard/bad_update_streak"] for r in rows] == [0, 0, 1, 2]
     assert rows[2]["guard/nonfinite_rewards"] > 0 and rows[2]["update/skipped_updates"] >= 1
     assert "update/loss" not in rows[2]  # skipped whole: no optimizer step ran
-    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "checkpoints")] == ["iter_000001", "iter_000002"]
-    # the last good checkpoint is intact and finite; iteration 2's weights equal iteration 1's (no step taken)
+    # named by the iterations done (iter_000003: iteration 3, the first poisoned one, whose update was skipped)
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "checkpoints")] == ["iter_000002", "iter_000003"]
+    # the last good checkpoint is intact and finite; iteration 3's weights equal iteration 2's (no step taken)
     last = ckpt.latest_checkpoint(tmp_path / "checkpoints")
-    assert last.name == "iter_000002" and ckpt.verify_checkpoint(last)
+    assert last.name == "iter_000003" and ckpt.verify_checkpoint(last)
     from safetensors.torch import load_file
 
-    w1 = load_file(str(tmp_path / "checkpoints/iter_000001/trainable.safetensors"))
+    w1 = load_file(str(tmp_path / "checkpoints/iter_000002/trainable.safetensors"))
     w2 = load_file(str(last / "trainable.safetensors"))
     assert all(torch.equal(w1[k], w2[k]) and torch.isfinite(w2[k]).all() for k in w1)
 
@@ -128,6 +130,7 @@ def test_non_finite_weights_are_never_checkpointed(tmp_path, rel):
         return m
 
     trainer.iteration = corrupt_at_1
-    with pytest.raises(RunHalted, match="weights hold NaN/inf.*last good checkpoint is iter_000000"):
+    with pytest.raises(RunHalted, match="stopped at iteration 2/2: the weights hold NaN/inf.*last good checkpoint is "
+                                        "iter_000001"):
         trainer.fit()
-    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "checkpoints")] == ["iter_000000"]
+    assert [p.name for p in ckpt.list_checkpoints(tmp_path / "checkpoints")] == ["iter_000001"]

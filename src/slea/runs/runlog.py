@@ -115,7 +115,7 @@ def plot_curves(rows: list[dict[str, Any]], out: Path, evals: dict[str, float] |
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    its = [r["iteration"] for r in rows]
+    its = [r["iteration"] + 1 for r in rows]  # counted from 1, as the log lines and checkpoint folders count
     fig, axes = plt.subplots(1, len(panels), figsize=(max(13.0, 3.4 * len(panels)), 3.6))
     for ax, (key, title) in zip(axes, panels):
         ax.plot(its, [r.get(key, float("nan")) for r in rows], marker="o")

@@ -1,10 +1,10 @@
 """A plugin module that SIGKILLs its own process inside one checkpoint, for the resume tests.
 
 ``plugins: [slea.testing.kill_checkpoint]`` with ``$SLEA_TEST_KILL_AT=N``: when
-:func:`slea.runs.checkpoint.save_checkpoint` writes checkpoint ``N`` (``iter_N``: an iteration of the
-single-agent trainer, a single-agent update of the team trainer), the process kills itself after every file of
-it is written and fsynced, before the folder is renamed into place, so a half-done ``.tmp-iter_N`` is left
-behind and the previous checkpoint is the newest intact one. Without ``$SLEA_TEST_KILL_AT`` it does nothing, so a
+:func:`slea.runs.checkpoint.save_checkpoint` writes the checkpoint of step ``N`` (counted from 0: an iteration of
+the single-agent trainer, a single-agent update of the team trainer; its folder is ``iter_<N + 1>``), the process
+kills itself after every file of it is written and fsynced, before the folder is renamed into place, so a half-done
+``.tmp-iter_<N + 1>`` is left behind and the previous checkpoint is the newest intact one. Without ``$SLEA_TEST_KILL_AT`` it does nothing, so a
 resumed process (same config, same plugin) runs on. Nothing in slea imports it.
 """
 

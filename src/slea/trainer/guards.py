@@ -53,7 +53,8 @@ class BadUpdateGuard:
         return self.streak
 
     def check(self, iteration: int, last_checkpoint: str | None = None) -> None:
-        """:class:`RunHalted` when the streak reached ``max_bad`` (0 disables the guard)."""
+        """:class:`RunHalted` when the streak reached ``max_bad`` (0 disables the guard); ``iteration`` as the log
+        lines count it, from 1."""
         if self.max_bad > 0 and self.streak >= self.max_bad:
             where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint yet"
             raise RunHalted(f"stopped at iteration {iteration}: {self.streak} updates in a row hit NaN/inf "
@@ -69,7 +70,7 @@ def fault_rate(stats: Mapping[str, float]) -> float:
 def check_fault_rate(stats: Mapping[str, float], max_rate: float, iteration: int, last_error: str = "",
                      last_checkpoint: str | None = None) -> float:
     """The iteration's env fault rate; :class:`RunHalted` when it exceeds ``max_rate`` (``max_rate >= 1``
-    never stops)."""
+    never stops); ``iteration`` as the log lines count it, from 1."""
     rate = fault_rate(stats)
     if rate > max_rate and not math.isclose(rate, max_rate):
         where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint yet"

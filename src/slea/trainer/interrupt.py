@@ -44,7 +44,7 @@ class StopSignal:
 
     def __init__(self) -> None:
         self.requested: str | None = None
-        self.doing = "setting up"
+        self.doing = "setting up"  # '' once the step a first signal asked to stop after is checkpointed
 
     def _handle(self, signum, frame) -> None:
         name = signal.Signals(signum).name

@@ -242,8 +242,8 @@ def eval_line(label: str, res: dict) -> str:
 
 
 class Run(Protocol):
-    """What a trainer gives :func:`fit`. Steps are numbered from 0 (checkpoint folders and ``metrics.jsonl``
-    rows use that number; log lines count from 1)."""
+    """What a trainer gives :func:`fit`. Steps are indexed from 0 (``metrics.jsonl`` rows and ``state.json`` keep
+    that index); log lines, checkpoint folders and the report's charts count them from 1."""
 
     cfg: RunConfig
     dir: Path  # the run folder
@@ -356,6 +356,7 @@ def train_step(run: Run, k: int) -> dict[str, Any]:
     if checkpoint_due(run.cfg, k, run.total_steps) or run.stop.requested:
         run.save(k)
     if run.stop.requested:
+        run.stop.doing = ""  # the step is checkpointed: a second signal from here abandons nothing of it
         raise run.interrupted(k)
     return row
 

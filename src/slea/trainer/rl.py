@@ -377,17 +377,17 @@ class Trainer:
     def save(self, it: int) -> None:
         """Checkpoint iteration ``it`` (never weights that hold NaN/inf)."""
         cfg = self.cfg
-        check_saveable((p for p in self.model.parameters() if p.requires_grad), f"iteration {it}",
+        check_saveable((p for p in self.model.parameters() if p.requires_grad), self.step_name(it),
                        self.last_checkpoint)
         if not self.dp.main:  # rank 0 writes the checkpoint; every rank holds the same weights
-            self.last_checkpoint = f"{ckpt.PREFIX}{it:06d}"
+            self.last_checkpoint = f"{ckpt.PREFIX}{it + 1:06d}"
             self.saved_step = f"iteration {it + 1}/{cfg.train.iterations}"
             return
         if self.experience is not None:
             self.experience.save()
         critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
-        path = ckpt.save_checkpoint(
-            self.dir / "checkpoints", it, self.model, self.optimizer, critic=critic_t,
+        path = ckpt.save_checkpoint(  # named by the iterations done (iter_000006: iteration 6/N), as the logs count
+            self.dir / "checkpoints", it, self.model, self.optimizer, critic=critic_t, number=it + 1,
             extra={"episodes": self.episodes, "env_steps": self.env_steps, "rollouts": self.rollout_count,
                    "processes": self.dp.world,  # `slea train --resume` restarts as many (checkpoint.py)
                    "critic": critic_meta,
@@ -423,7 +423,7 @@ class Trainer:
         self.last_checkpoint = last.name
         total = self.cfg.train.iterations
         self.saved_step = f"iteration {it + 1}/{total}"
-        # one numbering in every line a person reads: iterations count from 1 (checkpoint folders from 0)
+        # one numbering in every line a person reads: iterations count from 1, and so do checkpoint folders
         announce_resume(log, f"iteration {it + 1}/{total}", last.name,
                         f"iteration {it + 2}/{total}" if it + 1 < total else None, "every iteration is done")
         return True
@@ -478,13 +478,13 @@ class Trainer:
         """The iteration's log line; the guards stop the run before its checkpoint (the last one stays the last
         good one)."""
         log.info(_iter_line(it, self.cfg.train.iterations, m))
-        loss = m.get("update/loss")
+        loss = m.get("update/loss")  # the guards below count iterations as the log lines do, from 1
         quiet = no_update_line(m) if not (isinstance(loss, float) and math.isfinite(loss)) else None
         if quiet:  # "loss —" says nothing was trained; this line says why
             log.info(quiet)
-        self.bad_updates.check(it, self.last_checkpoint)
+        self.bad_updates.check(it + 1, self.last_checkpoint)
         check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
-                         self.cfg.env.max_fault_rate, it, schemes.last_error(self.rollouts), self.last_checkpoint)
+                         self.cfg.env.max_fault_rate, it + 1, schemes.last_error(self.rollouts), self.last_checkpoint)
 
     def interrupted(self, it: int) -> Interrupted:
         """The stop a signal asked for, after iteration ``it`` (-1: none yet in this process); ``curves.png``

@@ -32,17 +32,19 @@ class TeamCheckpoints:
     """Checkpoint and resume methods of the TeamTR trainer (module docstring)."""
 
     def save(self, k: int) -> None:
-        """Checkpoint single-agent update ``k``, the one just logged (``checkpoints/iter_<k>``): every agent's
+        """Checkpoint single-agent update ``k``, the one just logged (``checkpoints/iter_<k + 1>``: named by the
+        updates done, as the log lines count them): every agent's
         adapter and optimizer, the RNG states, and in ``state.json`` the stage and position, β per agent, the
         counters and the pending rollouts (what the stage's next update learns from; ``None`` after a stage's last
         update). Weights that hold NaN/inf are never written (:class:`RunHalted`)."""
-        check_saveable(self.weights.values(), f"update {k}", self.last_checkpoint)
+        check_saveable(self.weights.values(), self.step_name(k), self.last_checkpoint)
         stage, position = divmod(k, len(self.task.roles))
         pending = self.pending
         rollouts = None if pending is None else {"episodes": [episode_state(e) for e in pending[0]],
                                                  "log_ratio": [float(x) for x in pending[1]]}
         path = ckpt.save_checkpoint(
             self.dir / "checkpoints", k, self.weights, self.optimizer_set, keep=self.cfg.train.keep_checkpoints,
+            number=k + 1,
             extra={"stage": stage, "position": position, "updates": self.updates, "episodes": self.episodes,
                    "messages": self.messages, "env_steps": self.env_steps, "betas": list(self.betas),
                    "train_s": self.train_s + self.clock.training_seconds(), "agents": list(self.task.agents),
