@@ -210,21 +210,16 @@ def test_rtpo_preset_plans_against_grpo_and_gigpo_at_one_budget(tmp_path):
         plan(str(ROOT / "configs" / "rtpo.yaml"), ["grpo"], [0], tmp_path, overrides=["rollout.trunks=2"])
 
 
-def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
-    import torch
-
-    from slea.compare import run
-    from slea.runs import checkpoint as ckpt
-    from slea.trainer import rl
-
-    calls = []
+def _fake_trainer(record):
+    """A trainer class for a sub-run that trains nothing: ``record(run_dir, resume)`` when it is fit, then a finished
+    run's files (one metrics row, a summary)."""
 
     class FakeTrainer:
         def __init__(self, cfg, run_dir=None):
             self.cfg, self.dir = cfg, Path(run_dir)
 
         def fit(self, resume=False):
-            calls.append((self.dir.name, resume))
+            record(self.dir, resume)
             self.dir.mkdir(parents=True, exist_ok=True)
             (self.dir / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "train/success": 0.5,
                                                                 "env_steps": 12}) + "\n")
@@ -234,7 +229,18 @@ def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
         def close(self):
             pass
 
-    monkeypatch.setattr(rl, "Trainer", FakeTrainer)
+    return FakeTrainer
+
+
+def test_unfinished_sub_run_resumes_finished_is_reused(tmp_path, monkeypatch):
+    import torch
+
+    from slea.compare import run
+    from slea.runs import checkpoint as ckpt
+    from slea.trainer import rl
+
+    calls = []
+    monkeypatch.setattr(rl, "Trainer", _fake_trainer(lambda d, resume: calls.append((d.name, resume))))
     p = plan(SMOKE, ["grpo", "rloo"], [0], tmp_path)
     net = torch.nn.Linear(2, 1)  # rloo-s0 was interrupted after its first checkpoint
     ckpt.save_checkpoint(tmp_path / "runs/rloo-s0/checkpoints", 0, net, torch.optim.AdamW(net.parameters()))
@@ -311,23 +317,8 @@ def test_a_sub_run_stopped_before_its_first_checkpoint_starts_over_in_a_cleared_
     from slea.trainer import rl
 
     seen = []
-
-    class FakeTrainer:
-        def __init__(self, cfg, run_dir=None):
-            self.dir = Path(run_dir)
-
-        def fit(self, resume=False):
-            seen.append((resume, sorted(p.name for p in self.dir.iterdir()) if self.dir.exists() else None))
-            self.dir.mkdir(parents=True, exist_ok=True)
-            (self.dir / "metrics.jsonl").write_text(json.dumps({"iteration": 0, "train/success": 0.5,
-                                                                "env_steps": 12}) + "\n")
-            (self.dir / "eval").mkdir(exist_ok=True)
-            (self.dir / "eval/summary.json").write_text(json.dumps({"after": {"sampled": {"success": 0.25}}}))
-
-        def close(self):
-            pass
-
-    monkeypatch.setattr(rl, "Trainer", FakeTrainer)
+    monkeypatch.setattr(rl, "Trainer", _fake_trainer(
+        lambda d, resume: seen.append((resume, sorted(p.name for p in d.iterdir()) if d.exists() else None))))
     p = plan(SMOKE, ["grpo"], [0], tmp_path)
     stale = tmp_path / "runs" / "grpo-s0"
     (stale / "events").mkdir(parents=True)
