@@ -309,3 +309,73 @@ def test_prompts_are_tokenized_off_the_engine_and_within_the_request_timeout(eng
         r = s.client.post("/v1/chat/completions", json=chat)
         assert r.status_code == 504 and r.json()["error"]["code"] == "timeout" and time.perf_counter() - t0 < 3.8
 
+
+def _lora(folder, r: int = 4, seed: int = 0):
+    """A LoRA adapter of the tiny model in ``folder`` (rank ``r`` on q_proj and v_proj, random B: it changes the
+    answers); returns the folder."""
+    import torch
+
+    from slea.config import ModelSection
+    from slea.policy.adapters import save_adapter
+    from slea.policy.model import load_policy
+
+    model, _ = load_policy(ModelSection(name_or_path="tiny", dtype="float32", lora=True, lora_r=r, lora_alpha=8,
+                                        lora_targets=["q_proj", "v_proj"]))
+    gen = torch.Generator().manual_seed(seed)
+    for name, p in model.named_parameters():
+        if "lora_B" in name:
+            p.data = torch.randn(p.shape, generator=gen) * 0.5
+    return save_adapter(model, folder)
+
+
+def _bad_adapters(root, embed_shape) -> dict:
+    """Adapter folders the server must refuse, by the reason it must name."""
+    import json
+
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    def edit(name, state=None, config=None):
+        folder = _lora(root / name)
+        if state is not None:
+            save_file(state(load_file(str(folder / "adapter_model.safetensors"))), str(folder / "adapter_model.safetensors"))
+        if config is not None:
+            raw = json.loads((folder / "adapter_config.json").read_text())
+            (folder / "adapter_config.json").write_text(json.dumps(config(raw)))
+        return folder
+
+    shape = _lora(root / "shape", r=8)  # its tensors are rank 8, its config says 4
+    (shape / "adapter_config.json").write_text((shape / "adapter_config.json").read_text().replace('"r": 8', '"r": 4'))
+    embed = "base_model.model.model.embed_tokens.weight"  # the base model's own name for its embeddings
+    return {"not a LoRA tensor": edit("embed", state=lambda s: {**s, embed: torch.zeros(embed_shape)}),
+            "has shape": shape,
+            "NaN": edit("nan", state=lambda s: {k: torch.full_like(v, float("nan")) for k, v in s.items()}),
+            "modules_to_save": edit("save", config=lambda c: {**c, "modules_to_save": ["lm_head"]})}
+
+
+def test_a_refused_adapter_changes_nothing(engine, tmp_path):
+    """An adapter holding the base's embeddings, one whose tensors do not fit its config, an all-NaN one and one
+    with modules_to_save: each a 400 naming the file and the reason, and the served adapter, the base model and
+    /v1/models are as before (before: the embeddings overwrote the base model, the size mismatch was a 500 that
+    left the adapter half-overwritten and listed, the NaN adapter loaded and its log-prob requests were 500s)."""
+    root = tmp_path / "adapters"
+    good, bad = _lora(root / "good"), _bad_adapters(root, engine.model.get_input_embeddings().weight.shape)
+
+    def answers(client) -> dict:
+        ask = {"prompt": "You see a coin.", "max_tokens": 6, "temperature": 0, "logprobs": 1}
+        got = {m: client.post("/v1/completions", json={**ask, "model": m}).json()["choices"][0]["logprobs"]
+               for m in ("tiny", "good")}
+        return {"answers": got, "models": client.get("/v1/models").json()["data"]}
+
+    with Running(engine, ServeSettings(lora_dir=root)) as s:
+        assert s.client.post("/v1/load_lora_adapter", json={"lora_name": "good", "lora_path": str(good)}
+                             ).status_code == 200
+        before = answers(s.client)
+        assert before["answers"]["tiny"] != before["answers"]["good"]
+        for reason, folder in bad.items():
+            r = s.client.post("/v1/load_lora_adapter", json={"lora_name": folder.name, "lora_path": str(folder)})
+            assert r.status_code == 400, (reason, r.status_code, r.text)
+            err = r.json()["error"]
+            assert str(folder) in err["message"] and reason in err["message"], (reason, err)
+            assert answers(s.client) == before, reason
+        assert s.client.post("/v1/unload_lora_adapter", json={"lora_name": "good"}).status_code == 200

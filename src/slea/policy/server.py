@@ -41,8 +41,11 @@ RL rollouts need):
 - ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}``: a LoRA adapter folder (slea/policy/adapters.py:
   peft's ``adapter_config.json`` + ``adapter_model.safetensors``, what the trainer's weight sync writes); one
   adapter at a time, a new one replaces the old. Off (403) unless the server was started with a folder
-  (``--lora-dir``, :attr:`ServeSettings.lora_dir`), and then only folders under it. ``POST
-  /v1/unload_lora_adapter`` ``{"lora_name"}``.
+  (``--lora-dir``, :attr:`ServeSettings.lora_dir`), and then only folders under it. Checked before anything
+  changes (:func:`slea.policy.adapters.read_lora`): a plain LoRA config, exactly the LoRA tensors it gives this
+  model (names and shapes), all finite; then loaded beside the served adapter, which it replaces only once
+  loaded (:func:`~slea.policy.adapters.swap_lora`). A refused adapter is a 400 naming the file and the reason,
+  and changes nothing. ``POST /v1/unload_lora_adapter`` ``{"lora_name"}``.
 - ``POST /sleep`` (``?level=``), ``POST /wake_up``, ``GET /is_sleeping``: vLLM's sleep-mode endpoints, as no-ops
   that keep the state (this server frees nothing): a trainer's sleep/wake calls can be run against it.
   ``GET /health``: 200 while the server runs (no key needed). ``Engine.calls`` lists the latest requests
@@ -268,33 +271,21 @@ class Engine:
         self.gen = HFGenerator(self.model, self.tok, dtype=self.dtype, stop_at_newline=False)
 
     # -- adapters --------------------------------------------------------------------------------------------
-    def attach(self, name: str, config, state: dict | None = None, trainable_dir: Path | None = None) -> None:
-        """Make ``name`` the adapter: wrap the base with ``config`` (re-wrap when the shape differs) and load
-        ``state`` (peft's saved names) or a slea checkpoint's ``trainable.safetensors``."""
-        from peft import set_peft_model_state_dict
-
-        from slea.policy.adapters import same_shape
+    def attach(self, name: str, config, trainable_dir: Path) -> None:
+        """Make ``name`` the adapter: the base wrapped with ``config``, a slea checkpoint's
+        ``trainable.safetensors`` loaded (``slea serve RUN``)."""
         from slea.policy.model import add_lora
+        from slea.runs.checkpoint import load_trainable
 
         with self.lock:
-            if hasattr(self.model, "peft_config") and not same_shape(self.model.peft_config["default"], config):
-                self.model = self.model.unload()  # back to the bare base model
             if not hasattr(self.model, "peft_config"):
                 self.model = add_lora(self.model, config)
-            if trainable_dir is not None:
-                from slea.runs.checkpoint import load_trainable
-
-                load_trainable(self.model, trainable_dir)
-            if state is not None:
-                res = set_peft_model_state_dict(self.model, state)
-                bad = [k for k in getattr(res, "unexpected_keys", []) if "lora_" in k]
-                if bad:
-                    raise RequestError(400, f"adapter has weights this model lacks, e.g. {bad[0]}")
+            load_trainable(self.model, trainable_dir)
             self.lora = name
             self._engine()
 
     def load_lora(self, body: dict) -> str:
-        from slea.policy.adapters import read_adapter
+        from slea.policy.adapters import read_lora, swap_lora
 
         root = self.settings.lora_dir
         if root is None:
@@ -315,11 +306,15 @@ class Engine:
         if not inside:  # resolved: a symlink or ../ out of the folder is outside it
             raise RequestError(403, f"lora_path must be a folder under {root} (this server's --lora-dir)",
                                param="lora_path", code="lora_path_not_allowed")
-        try:
-            config, state = read_adapter(path)
+        try:  # every check before anything changes: a refused adapter leaves the served one as it was
+            config, state = read_lora(path, self.model.config)
         except (FileNotFoundError, OSError, ValueError, TypeError) as exc:
-            raise RequestError(400, f"cannot read adapter {path}: {exc}") from None
-        self.attach(name, config, state)
+            raise RequestError(400, f"cannot load adapter {path}: {exc}; nothing was changed", param="lora_path",
+                               code="invalid_adapter") from None
+        with self.lock:
+            self.model = swap_lora(self.model, config, state)
+            self.lora = name
+            self._engine()
         log.info("loaded LoRA adapter %s from %s", name, path)
         return f"Success: LoRA adapter '{name}' added successfully."
 
