@@ -22,16 +22,21 @@ Seeds: ``reset(seed=k)`` plays game ``k`` of the split (``k % num_games`` when s
 the chore is a function of (split, game); training and held-out splits use disjoint chores. Anything not in the
 current list is ``invalid`` (the ballot stays open). ``get_state()/set_state()`` are exact; ``info["walkthrough"]``
 is :func:`scripted`'s answers (member 1 takes it on, the others leave it).
+
+State key (:meth:`BallotEnv.state_key`): which ballot of how many is open, with the voter's own words as slots
+(``ballot 2 of 4: the take word or the leave word`` with ``{"take word": "cat", "leave word": "dog", "chore":
+"sweep the hall"}``), or the count's announcement; never the votes cast before or the hidden count.
 """
 
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from slea.envs.base import StepResult, TextEnv, register, user_turn
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 SPLITS = ("train", "heldout")
 CHORES: dict[str, tuple[str, ...]] = {
@@ -66,6 +71,9 @@ def success(p: float, n: int) -> float:
 
 
 REWARDS = ("exact", "graded")
+_BALLOT = re.compile(r"Ballot (\d+) of (\d+)\. ")
+_RESULT = re.compile(r"All (\d+) ballots are in: ")
+_CHORE = re.compile(r"take on the chore: (.+?)\. If nobody")
 
 
 def graded_reward(takes: int, n: int) -> float:
@@ -175,6 +183,23 @@ class BallotEnv(TextEnv):
         return {"won": self._done and self._takes == 1, "lost": self._done and self._takes != 1,
                 "game": self._game_id, "ballot": len(self._votes), "takes": self._takes,
                 "walkthrough": scripted(self._game.ballots) if self._game else []}
+
+    def state_key(self, observation: str) -> StateKey | None:
+        """Which ballot is open, read from the observation (``Ballot j of n``), with the voter's two words from its
+        list of valid commands as the slots ``take word`` (listed first) and ``leave word``, and the goal's
+        chore as ``chore``. Keeps: the ballot's position (member j's best vote depends on it under a
+        convention). Drops: the words and the chore (the slots). After the last ballot: ``all n ballots are
+        counted``, without the count. Example: ``ballot 2 of 4: the take word or the leave word`` with
+        ``{"take word": "cat", "leave word": "dog", "chore": "sweep the hall"}``."""
+        chore = _CHORE.search(self._goal)
+        slots = {"chore": chore[1]} if chore else {}
+        if (m := _BALLOT.match(observation)) is not None and len(self._admissible or []) == 2:
+            take, leave = self._admissible  # type: ignore[misc]
+            return StateKey(f"ballot {m[1]} of {m[2]}: the take word or the leave word",
+                            {"take word": take, "leave word": leave, **slots})
+        if (m := _RESULT.match(observation)) is not None:
+            return StateKey(f"all {m[1]} ballots are counted", slots)
+        return None
 
     def get_state(self) -> dict[str, Any]:
         if self._game is None:
