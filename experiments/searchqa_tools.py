@@ -232,6 +232,8 @@ def load(r: compare.SubRun, root: Path, seen: list[bool] | None = None) -> dict[
         "sft_games": _games(sft),
         "train_success": rows[-1].get("train/success") if rows else None,
         "train_invalid_rate": rows[-1].get("train/invalid_rate") if rows else None,
+        "train_invalid_by_iteration": [r.get("train/invalid_rate") for r in rows],
+        "train_success_by_iteration": [r.get("train/success") for r in rows],
         "wall_s": wall,
         "timing": timing,
     }
@@ -266,11 +268,73 @@ def comparisons(
     return out
 
 
+def grpo_gains(loaded: dict[tuple[str, int], dict[str, Any]]) -> list[stats.PairedComparison]:
+    """Per arm, held-out EM after GRPO − after SFT alone: both stages' policies play the same held-out questions
+    greedily, so the comparison pairs by seed and, within a seed, question by question. The per-seed
+    differences, the exact sign-flip p over seeds and the two-level bootstrap CI, resampling seeds and then each
+    drawn seed's questions (:func:`slea.evaluation.stats.hierarchical_bootstrap_ci`, through
+    :func:`slea.evaluation.stats.paired_comparison`)."""
+    out = []
+    for arm in dict.fromkeys(a for a, _ in loaded):
+        mine = {s: d for (a, s), d in loaded.items() if a == arm}
+        c = stats.paired_comparison(
+            {s: d["em"] for s, d in mine.items()},
+            {s: d["sft_em"] for s, d in mine.items()},
+            a_games={s: d["games"] for s, d in mine.items()},
+            b_games={s: d["sft_games"] for s, d in mine.items()},
+            names=(f"{arm}: after GRPO", "after SFT"),
+            metric="held-out EM",
+        )
+        if c.n:
+            out.append(c)
+    return out
+
+
+# the tables' note (stats.markdown_table's own says a bootstrap interval never leaves the range of the per-seed
+# differences, which holds for the seed-only interval and not for the two-level one)
+CI_NOTE = (
+    "Paired by seed, and within a seed by held-out question. p: two-sided exact sign-flip test over seeds (all 2^n "
+    "sign assignments; with n seeds it cannot go below 2/2^n). 95% CI: percentile bootstrap of the mean difference, "
+    "10,000 resamples of the seeds and then of each drawn seed's questions (\"seeds, games\"), or of the seeds only "
+    "(\"seeds\"), where the runs hold no per-question score; the seed-only interval never leaves the range of the "
+    "per-seed differences, and with 3 seeds either is too narrow, so the verdict goes by p: \"separated\" only at "
+    "p < 0.05."
+)
+
+
 def _ms(xs: list[Any], digits: int = 1) -> str:
     v = [float(x) for x in xs if x is not None and math.isfinite(float(x))]
     if not v:
         return "–"
     return f"{np.mean(v):.{digits}f} ± {np.std(v, ddof=1):.{digits}f}" if len(v) > 1 else f"{v[0]:.{digits}f}"
+
+
+def _span(xs: list[Any], digits: int) -> str:
+    v = [float(x) for x in xs if x is not None and math.isfinite(float(x))]
+    return f"{min(v):.{digits}f}-{max(v):.{digits}f}" if v else "–"
+
+
+def _ranges(loaded: dict[tuple[str, int], dict[str, Any]]) -> str:
+    """One line: per arm, the lowest and highest train invalid-step rate and train success over every GRPO
+    iteration of every seed, and each run's wall time (SFT + GRPO)."""
+    arms = list(dict.fromkeys(a for a, _ in loaded))
+
+    def per_arm(key: str, digits: int, scale: float = 1.0) -> str:
+        values = {
+            arm: [x / scale for (a, _), d in loaded.items() if a == arm for x in _list(d[key]) if x is not None]
+            for arm in arms
+        }
+        return ", ".join(f"{arm} {_span(v, digits)}" for arm, v in values.items())
+
+    return (
+        "Over the GRPO iterations, lowest-highest over every iteration of every seed (training split, sampled): "
+        f"invalid-step rate {per_arm('train_invalid_by_iteration', 3)}; train success "
+        f"{per_arm('train_success_by_iteration', 3)}. Wall per run (min, SFT + GRPO): {per_arm('wall_s', 1, 60.0)}."
+    )
+
+
+def _list(x: Any) -> list[Any]:
+    return [] if x is None else x if isinstance(x, list) else [x]
 
 
 def _settings(runs: list[compare.SubRun], root: Path) -> str:
@@ -312,11 +376,13 @@ def table(root: Path | None = None, seen: list[bool] | None = None) -> dict[str,
     loaded = {(r.algorithm, r.seed): load(r, root, seen) for r in runs}
     arms = list(dict.fromkeys(r.algorithm for r in runs))
     pairs = comparisons(loaded) if {"tools", BASELINE} <= set(arms) else []
+    gains = grpo_gains(loaded)
     tab: dict[str, Any] = {
         "config": "configs/align_searchqa.yaml",
         "common": list(COMMON),
         "arms": {},
         "pairs": [c.to_dict() for c in pairs],
+        "grpo_gains": [c.to_dict() for c in gains],
         "heldout_seen_in_training": seen,
     }
     settings = _settings(runs, root)
@@ -366,7 +432,7 @@ def table(root: Path | None = None, seen: list[bool] | None = None) -> dict[str,
             f"{_ms([d['novel_em'] for d in ds])} | "
             f"{_ms([d['train_success'] for d in ds], 3)} | {_ms(wall)} |"
         )
-    lines += ["", "EM and F1 in %, mean ± std over seeds (sample std; one seed: the value)."]
+    lines += ["", "EM and F1 in %, mean ± std over seeds (sample std; one seed: the value).", "", _ranges(loaded)]
     if seen:
         lines += [
             "",
@@ -382,7 +448,7 @@ def table(root: Path | None = None, seen: list[bool] | None = None) -> dict[str,
             "",
             "tools − tags, paired by seed (EM, F1 in points):",
             "",
-            stats.markdown_table(pairs, digits=2).rstrip(),
+            stats.markdown_table(pairs, digits=2, note=False).rstrip(),
         ]
         if n < SEEDS_TO_CLAIM:
             lines += [
@@ -393,6 +459,15 @@ def table(root: Path | None = None, seen: list[bool] | None = None) -> dict[str,
                     f"the {SEEDS_TO_CLAIM}-seed standard."
                 ),
             ]
+    if gains:
+        lines += [
+            "",
+            "What GRPO added to each arm's SFT policy: held-out EM after GRPO − after SFT alone (points):",
+            "",
+            stats.markdown_table(gains, digits=2, note=False).rstrip(),
+        ]
+    if pairs or gains:
+        lines += ["", CI_NOTE]
     md = "\n".join(lines) + "\n"
     (root / "table.json").write_text(json.dumps(tab, indent=2) + "\n")
     (root / "table.md").write_text(md)

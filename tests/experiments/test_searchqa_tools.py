@@ -4,6 +4,7 @@ trained)."""
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 from pathlib import Path
 
@@ -97,6 +98,21 @@ def test_table_pairs_tools_with_tags_by_seed(tmp_path):
     )
     assert "3 seeds: the smallest reachable p is 0.250" in md and "needs the 8-seed standard" in md
     assert json.loads((tmp_path / "table.json").read_text())["pairs"] == tab["pairs"]
+    # after GRPO − after SFT, per arm, paired by seed and question: tags gains question 0 on every seed (SFT
+    # answered none); tools gains question 0 on seeds 0-1, and on seed 2 trades question 1 for question 0
+    gains = {g["a"]: g for g in tab["grpo_gains"]}
+    assert gains["tags: after GRPO"]["diffs"] == pytest.approx([25.0] * 3)
+    # every tags seed's question differences are (+100, 0, 0, 0), so a resample's mean is 100/12 × a Binomial(12,
+    # 1/4) count: P(0) = 0.032 > 0.025 and P(≥ 7) = 0.014 < 0.025 ≤ P(≥ 6) = 0.054, so the 95 % interval is [0, 50]
+    assert gains["tags: after GRPO"]["ci"] == pytest.approx([0.0, 50.0])
+    tools = gains["tools: after GRPO"]
+    assert tools["diffs"] == pytest.approx([25.0, 25.0, 0.0]) and tools["p"] == pytest.approx(0.5)
+    assert tools["ci_method"] == "seeds, then games" and tools["games"] == q
+    # seed 2's per-question differences are +100 and −100: resampling its questions reaches beyond the per-seed
+    # differences' range [0, 25], which a seed-only interval never leaves
+    assert tools["ci"][0] < 0.0 and tools["ci"][1] > 25.0
+    assert "| tools: after GRPO − after SFT | 3 | s0 +25.00, s1 +25.00, s2 +0.00 | +16.67 ± 14.43 | 0.500 |" in md
+    assert "train success tags 0.250-0.250, tools 0.250-0.250" in md and "tools 7.0-7.0." in md
 
 
 def test_the_settings_line_names_the_sft_and_grpo_settings_read_from_the_runs_configs(tmp_path):
@@ -231,3 +247,73 @@ def test_a_pilot_condition_already_measured_is_read_back_not_played_again(tmp_pa
     assert res == {"success": 2.0, "invalid_rate": 0.25, "episode_len": 2.0, "episodes": 3.0,
                    "per_game_wins": [0, 2, 4], "wall_s": 12.3}
     assert S.mixed_groups(res["per_game_wins"], episodes=4) == 1
+
+
+# -- the committed runs: the tables and the page ----------------------------------------------------------------
+COMMITTED = Path(__file__).resolve().parents[2] / "experiments" / "results" / "searchqa_tools"
+PAGE = Path(__file__).resolve().parents[2] / "docs" / "results" / "searchqa_tools.md"
+STUDIES = {"first": COMMITTED, "second": COMMITTED / "second", "third": COMMITTED / "third"}
+
+
+def _remade(tmp_path: Path, study: str) -> dict:
+    """The table command run on a copy of a committed study's run folders (its runs and SFT stages only)."""
+    root = tmp_path / study
+    for part in ("runs", "sft"):
+        shutil.copytree(STUDIES[study] / part, root / part)
+    return S.table(root)
+
+
+@pytest.mark.parametrize("study", list(STUDIES))
+def test_the_committed_tables_are_what_the_table_command_makes_of_the_committed_runs(tmp_path, study):
+    tab = _remade(tmp_path, study)
+    assert (tmp_path / study / "table.md").read_text() == (STUDIES[study] / "table.md").read_text()
+    assert tab == json.loads((STUDIES[study] / "table.json").read_text())
+
+
+def _page(x: float) -> str:
+    """A figure as the page writes it: one decimal, signed, a true minus sign, and 0.0 unsigned."""
+    r = round(x, 1)
+    return "0.0" if r == 0 else f"{r:+.1f}".replace("-", "−")
+
+
+def test_the_page_quotes_the_third_runs_table_remade_from_the_committed_runs(tmp_path):
+    page = " ".join(PAGE.read_text().split())
+    tab = _remade(tmp_path, "third")
+    em = next(c for c in tab["pairs"] if c["metric"] == "held-out EM")
+    assert f"{_page(em['mean'])} ± {em['std']:.1f}" == "−9.3 ± 3.2" and em["p"] == 0.25
+    assert f"CI [{_page(em['ci'][0])}, {_page(em['ci'][1])}]" == "CI [−18.5, 0.0]"
+    assert "−9.3 ± 3.2 (s0 −11.1, s1 −5.6, s2 −11.1; n = 3, p = 0.25, CI [−18.5, 0.0])" in page
+    gains = {g["a"].split(":")[0]: g for g in tab["grpo_gains"]}
+    assert all(g["ci_method"] == "seeds, then games" and g["games"] == 18 for g in gains.values())
+    tags, tools = gains["tags"], gains["tools"]
+    assert (
+        f"after GRPO − after SFT {_page(tags['mean'])} ± {tags['std']:.1f} EM points, n = 3, p = 0.25, "
+        f"CI [{_page(tags['ci'][0])}, {_page(tags['ci'][1])}]"
+    ) in page
+    assert (
+        f"(s0 {tools['diffs'][0] / (100 / 18):+.0f}, s1 {tools['diffs'][1] / (100 / 18):.0f}, s2 −1: "
+        f"{_page(tools['mean'])} ± {tools['std']:.1f}, p = {tools['p']:.1f}, "
+        f"CI [{_page(tools['ci'][0])}, {_page(tools['ci'][1])}])"
+    ) in page
+    assert tags["ci"] == pytest.approx([5.556, 25.926], abs=1e-3)
+    assert tools["ci"] == pytest.approx([-9.259, 9.259], abs=1e-3)
+
+
+def test_the_pages_training_ranges_and_wall_times_are_the_first_runs_metrics(tmp_path):
+    page = " ".join(PAGE.read_text().split())
+    per_seed = _remade(tmp_path, "first")["arms"]
+
+    def span(arm: str, key: str) -> tuple[float, float]:
+        xs = [x for d in per_seed[arm]["per_seed"].values() for x in d[key]]
+        return min(xs), max(xs)
+
+    lo, hi = span("tools", "train_invalid_by_iteration")
+    assert (round(lo, 2), round(hi, 2)) == (0.35, 0.65)
+    assert f"`train/invalid_rate` {lo:.2f}-{hi:.2f} over the 6 iterations of the 3 seeds" in page
+    assert f"{100 * lo:.0f}-{100 * hi:.0f} % of the sampled tool steps are invalid in every iteration" in page
+    assert f"against 0-{100 * span('tags', 'train_invalid_by_iteration')[1]:.0f} % for the tags" in page
+    assert f"Train success stays at 0-{100 * span('tools', 'train_success_by_iteration')[1]:.0f} %" in page
+    wall = {arm: sorted(d["wall_s"] / 60 for d in per_seed[arm]["per_seed"].values()) for arm in S.ARMS}
+    assert f"a `tags` run took {wall['tags'][0]:.1f}-{wall['tags'][-1]:.1f} min" in page
+    assert f"a `tools` run {wall['tools'][0]:.1f}-{wall['tools'][-1]:.1f} min" in page
+    assert f"The tools runs took {wall['tools'][0]:.0f}-{wall['tools'][-1]:.0f} min each" in page
