@@ -21,6 +21,14 @@ reward 0 and ``info["invalid"] = True`` (the rollout collector applies any penal
 Instructions (:data:`INSTRUCTIONS`): pick one command from the list of valid commands; the example is a coin
 room in TextWorld's own words.
 
+State key
+---------
+:meth:`TextWorldEnv.state_key` (:func:`textworld_state_key`) names the kind of state from the observation, the
+goal and the admissible commands only: a room (and whether the goal names it) or the first clause of the
+feedback, the exits by direction with their doors, where the goal's object is (the goal's last "take/retrieve/
+recover/pick up/lift the X from the Y"), and counts of the other objects, containers and supporters; names fill
+the slots (``goal object``, ``goal room``, ``goal place``, ``other object 1``, ``container 1``, ``door 1``...).
+
 Snapshots
 ---------
 ``get_state()`` returns ``{"game": index, "game_seed": seed, "spec": spec, "actions": [...]}`` (the game and
@@ -34,6 +42,7 @@ import contextlib
 import re
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +64,7 @@ from slea.envs.textworld_games import (  # noqa: F401  (re-exported: the public 
     prepare_games,
     split_games,
 )
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 # ------------------------------------------------------------------------------------------------------
 # Observation cleaning
@@ -109,6 +118,231 @@ INSTRUCTIONS = Instructions(
         "-= Pantry =-\nYou've entered a pantry. There is an exit to the west.\n\nThere is a coin on the floor.",
         ["go west", "take coin"]), "take coin"),),
 )
+
+
+# ------------------------------------------------------------------------------------------------------
+# State keys (SLEA-RL's structurally equivalent states)
+# ------------------------------------------------------------------------------------------------------
+_HEADER = re.compile(r"^-= (.+?) =-$", re.MULTILINE)
+DIRECTIONS = ("north", "south", "east", "west")
+# a sentence of TextWorld's exit grammar has one of these words ("You need an unblocked exit? You should try going
+# east."): a direction elsewhere in the room text is not an exit
+_EXIT_WORDS = re.compile(r"\b(?:exits?|going|go|leading|leads?|leave|doors?|entranceway)\b", re.IGNORECASE)
+_DOOR_SENTENCE = re.compile(r"\bThere is (an open|a closed|a locked) (.+?) leading (north|south|east|west)\b")
+# the door nouns of TextWorld's object grammar: an openable named like this is a door, not a container
+DOOR_NOUNS = frozenset({"door", "portal", "gate", "passageway", "gateway", "hatch"})
+# the goal's last taking instruction, "retrieve the coin from the floor of the attic", "recover the keycard from
+# the rack" (TextWorld's instruction grammar: take/retrieve/recover/pick up/pick-up/lift)
+_GOAL_TAKE = re.compile(
+    r"\b(?:take|retrieve|recover|pick up|pick-up|lift)\s+the\s+(.+?)\s+(?:from|in|that's in)\s+the\s+"
+    r"(floor of the\s+)?(.+?)(?=[.,!;]|\s+(?:and|within|inside)\b|$)",
+    re.IGNORECASE,
+)
+_COMMANDS = (  # (pattern, what each group names): TextWorld's admissible commands, read for who is where
+    (re.compile(r"^take (.+) from (.+)$"), ("held", "holder")),
+    (re.compile(r"^take (.+)$"), ("floor",)),
+    (re.compile(r"^put (.+) on (.+)$"), ("carried", "supporter")),
+    (re.compile(r"^insert (.+) into (.+)$"), ("carried", "container")),
+    (re.compile(r"^unlock (.+) with (.+)$"), ("locked", "carried")),
+    (re.compile(r"^lock (.+) with (.+)$"), ("closed", "carried")),
+    (re.compile(r"^(?:drop|eat|drink) (.+)$"), ("carried",)),
+    (re.compile(r"^open (.+)$"), ("closed",)),
+    (re.compile(r"^close (.+)$"), ("open",)),
+)
+_READ_VERBS = frozenset({"go", "take", "put", "insert", "unlock", "lock", "drop", "eat", "drink", "open", "close"})
+_ROLE_WORDS = {  # role -> how the key's text writes an entity of that role
+    "goal object": "the goal's object", "goal place": "the goal's place", "other object": "another object",
+    "carried object": "a carried object", "door": "a door", "container": "a container", "supporter": "a supporter",
+}
+
+
+@dataclass
+class _Scene:
+    """Who is where, as the commands and the room text show it (names lower-case)."""
+
+    floor: list[str] = field(default_factory=list)  # portable objects on the floor
+    held: dict[str, str] = field(default_factory=dict)  # portable object -> what it is on or in
+    carried: list[str] = field(default_factory=list)
+    kinds: dict[str, str] = field(default_factory=dict)  # fixture -> "container" | "supporter" | "door" | ""
+    state: dict[str, str] = field(default_factory=dict)  # openable -> "closed" | "open" | "locked"
+    passable: list[str] = field(default_factory=list)  # directions a ``go`` command takes
+    verbs: set[str] = field(default_factory=set)  # first words of the commands
+    door_dirs: dict[str, str] = field(default_factory=dict)  # door -> the exit it stands in (room text)
+
+
+def _read_commands(commands: Sequence[str]) -> _Scene:
+    scene = _Scene()
+    for cmd in (" ".join(c.lower().split()) for c in commands):
+        if cmd.startswith("go ") and cmd[3:] in DIRECTIONS:
+            scene.passable.append(cmd[3:])
+        scene.verbs.add(cmd.split(" ", 1)[0])
+        match = next((m for m in (p.match(cmd) for p, _ in _COMMANDS) if m), None)
+        if match is None:
+            continue
+        roles = next(r for p, r in _COMMANDS if p is match.re)
+        for role, name in zip(roles, match.groups(), strict=True):
+            if role == "floor":
+                scene.floor.append(name)
+            elif role == "held":
+                scene.held[name] = match.group(2)
+            elif role == "carried":
+                scene.carried.append(name)
+            elif role in ("holder", "supporter", "container"):
+                scene.kinds[name] = role if role != "holder" else scene.kinds.get(name, "")
+            else:  # closed / open / locked: an openable
+                scene.state[name] = "locked" if "locked" in (role, scene.state.get(name)) else role
+                scene.kinds.setdefault(name, "")
+    return scene
+
+
+def _read_room(body: str, scene: _Scene) -> list[str]:
+    """The exits a room's text names, in :data:`DIRECTIONS` order; its doors go into ``scene``."""
+    for how, name, direction in _DOOR_SENTENCE.findall(body):
+        name = name.lower()
+        scene.door_dirs[name], scene.kinds[name] = direction, "door"
+        scene.state.setdefault(name, how.split()[-1])
+    said = " ".join(s for s in re.split(r"(?<=[.?!])\s+", body) if _EXIT_WORDS.search(s))
+    return [d for d in DIRECTIONS if re.search(rf"\b{d}\b", said)]
+
+
+def _goal_target(goal: str) -> tuple[str, str, bool]:
+    """The goal's object, where the goal says it is, and whether that place is a room (``from the floor of
+    the ...``); empty strings when the goal names no object to take (cooking's recipe goal)."""
+    found = _GOAL_TAKE.findall(goal or "")
+    if not found:
+        return "", "", False
+    name, floor, place = found[-1]
+    return name.strip().lower(), place.strip().lower(), bool(floor)
+
+
+def textworld_state_key(observation: str, goal: str, commands: Sequence[str] | None) -> StateKey:
+    """The structural key of a TextWorld observation, from what the agent sees: the observation, the goal
+    and the admissible commands (:meth:`TextWorldEnv.state_key`; the module docstring's "State key").
+
+    Kept: what the observation is (a room, and whether the goal names it; or the first clause of the feedback
+    to the last command, its entities written as roles, and whether the game is over); the exits by direction,
+    with the state of a door that stands in one; where the goal's object is (on the floor, in or on what,
+    carried, not in view); how many other objects are in view and carried; the closed, locked and open
+    containers and the supporters the commands name; verbs beyond moving, taking, putting and opening.
+    Dropped: room and entity names (they fill the slots), filler sentences, fixtures no command acts on, the
+    score line. Example: ``a room (the goal's room) | exits east, north, south | the goal's object on the floor
+    | 1 other object``, slots ``{"goal object": "fly larva", "other object 1": "stapler", "goal room":
+    "studio"}``.
+    """
+    text = observation or ""
+    low = text.lower()
+    scene = _read_commands(commands or [])
+    goal_object, goal_place, place_is_room = _goal_target(goal)
+    header = _HEADER.search(text)
+    exits = _read_room(text[header.end():], scene) if header else [d for d in DIRECTIONS if d in scene.passable]
+    for name, kind in list(scene.kinds.items()):
+        if not kind:  # a holder or an openable no command typed: an openable is a container unless door-named
+            door = name.split()[-1] in DOOR_NOUNS and name not in scene.held.values()
+            scene.kinds[name] = "supporter" if name not in scene.state else "door" if door else "container"
+
+    # roles: the goal's object and place, then the rest numbered (containers by state), in order of mention
+    def seen(name: str) -> tuple[int, str]:
+        match = re.search(rf"\b{re.escape(name)}\b", low)
+        return (match.start() if match else len(low)), name
+
+    slots: dict[str, str] = {}
+    if goal_object:
+        slots["goal object"] = goal_object
+    if goal_place and not place_is_room and goal_place in scene.kinds:
+        slots["goal place"] = goal_place
+    in_view = [n for n in dict.fromkeys([*scene.floor, *scene.held]) if n != goal_object]
+    fixtures = {k: sorted((n for n, kind in scene.kinds.items() if kind == k and n not in slots.values()), key=seen)
+                for k in ("door", "container", "supporter")}
+    groups = {
+        "other object": sorted(in_view, key=seen),
+        "carried object": sorted({n for n in scene.carried if n != goal_object and n not in in_view}, key=seen),
+        "door": sorted(fixtures["door"], key=lambda n: DIRECTIONS.index(scene.door_dirs.get(n, "north"))
+                       + 4 * (n not in scene.door_dirs)),
+        "container": sorted(fixtures["container"], key=lambda n: _state_word(scene, n)),
+        "supporter": fixtures["supporter"],
+    }
+    role_of = {name: _ROLE_WORDS[role] for role, name in slots.items()}
+    for group, names in groups.items():
+        for i, name in enumerate(names, 1):
+            role_of.setdefault(name, _ROLE_WORDS[group])
+            slots[f"{group} {i}"] = name
+
+    if header:
+        parts = ["a room"]
+        if place_is_room and header.group(1).strip().lower() == goal_place:
+            parts, slots["goal room"] = ["a room (the goal's room)"], goal_place
+    else:
+        parts = ["after: " + _feedback_template(text, role_of)]
+        if "*** the end ***" in low or "*** you lost! ***" in low:
+            parts.append("the game is over: " + ("lost" if "you lost!" in low else "won"))
+            return _key(parts, slots)
+    door_at = {d: n for n, d in scene.door_dirs.items()}
+    shown = [f"{d} ({scene.state.get(door_at[d], 'closed')} door)" if d in door_at else d for d in exits]
+    parts.append("exits " + ", ".join(shown) if shown else "no exits")
+    parts += [_a(f"{scene.state.get(n, 'closed')} door") for n in groups["door"] if n not in scene.door_dirs]
+    if goal_object:
+        parts.append("the goal's object " + _where(goal_object, scene, slots.get("goal place", "")))
+        if "goal place" in slots:
+            parts.append("the goal's place: " + _a(_state_word(scene, goal_place) + scene.kinds[goal_place]))
+    if groups["other object"]:
+        parts.append(_count(len(groups["other object"]), "other object"))
+    if groups["carried object"]:
+        parts.append("carrying " + _count(len(groups["carried object"]), "other object"))
+    states = [_state_word(scene, n) for n in groups["container"]]
+    parts += [_count(states.count(word), f"{word}container") for word in sorted(set(states))]
+    if groups["supporter"]:
+        parts.append(_count(len(groups["supporter"]), "supporter"))
+    if scene.verbs - _READ_VERBS:
+        parts.append("can also " + ", ".join(sorted(scene.verbs - _READ_VERBS)))
+    return _key(parts, slots)
+
+
+def _where(name: str, scene: _Scene, goal_place: str) -> str:
+    """Where the goal's object is: on the floor, in/on the goal's place, a container or a supporter, carried,
+    or not in view."""
+    if name in scene.floor:
+        return "on the floor"
+    if name in scene.held:
+        holder = scene.held[name]
+        inside = "in" if scene.kinds.get(holder) == "container" else "on"
+        if holder == goal_place:
+            return f"{inside} the goal's place"
+        return f"{inside} a container" if inside == "in" else "on a supporter"
+    return "carried" if name in scene.carried else "not in view"
+
+
+def _key(parts: list[str], slots: dict[str, str]) -> StateKey:
+    """The key of ``parts``, with the slots of the roles its text speaks of (``other object 2`` is spoken of by
+    "2 other objects", ``carried object 1`` by "carrying ...")."""
+    text = " | ".join(parts)
+    said = {"goal object": "the goal's object", "goal place": "the goal's place", "goal room": "the goal's room",
+            "carried object": "carr"}
+    return StateKey(text, {role: name for role, name in slots.items()
+                           if said.get(role.rstrip("0123456789 "), role.rstrip("0123456789 ")) in text})
+
+
+def _a(words: str) -> str:
+    return ("an " if words[:1] in "aeiou" else "a ") + words
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}" + ("s" if n != 1 else "")
+
+
+def _state_word(scene: _Scene, name: str) -> str:
+    """``"closed "`` / ``"open "`` / ``"locked "`` for an openable, ``""`` for a supporter."""
+    return f"{scene.state[name]} " if scene.kinds.get(name) != "supporter" and name in scene.state else ""
+
+
+def _feedback_template(text: str, role_of: dict[str, str]) -> str:
+    """The first clause of a feedback observation (up to its first ``.,:;!?``), lower-cased, quoted titles
+    written as ``a text``, every known entity (longest names first, with its article) written as its role,
+    numbers as ``#``."""
+    line = re.sub(r'"[^"]*"', "a text", (text.strip().splitlines() or [""])[0].lower())
+    line = re.split(r"[.,:;!?]", line, maxsplit=1)[0]
+    for name in sorted(role_of, key=lambda n: (-len(n), n)):
+        line = re.sub(rf"\b(?:(?:a|an|the|some)\s+)?{re.escape(name)}\b", role_of[name], line)
+    return re.sub(r"\d+", "#", " ".join(line.split()))
 
 
 # ------------------------------------------------------------------------------------------------------
@@ -279,6 +513,16 @@ class TextWorldEnv(TextEnv):
             reward = delta / self._max_score if self._max_score > 0 else 0.0
         obs = clean_observation(gs.get("feedback") or "")
         return obs, reward, self._done, False, {"invalid": False}
+
+    def state_key(self, observation: str) -> StateKey:
+        """The observation's structural key (:func:`textworld_state_key`), read from the observation, the goal
+        and the admissible commands only: never the walkthrough, the score or the game's hidden state. It keeps
+        the kind of observation (a room, or the feedback's first line with entities as roles), the exits with
+        their doors, where the goal's object is, and the counts of other objects, containers and supporters;
+        it drops names (they fill the slots) and filler. Example: ``a room | exits east, north, south | the
+        goal's object on the floor | 1 other object``, slots ``{"goal object": "fly larva", "other object 1":
+        "stapler"}``."""
+        return textworld_state_key(observation, self._goal, self._admissible)
 
     def _info_defaults(self) -> dict[str, Any]:
         info: dict[str, Any] = {
