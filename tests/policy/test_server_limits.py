@@ -379,3 +379,65 @@ def test_a_refused_adapter_changes_nothing(engine, tmp_path):
             assert str(folder) in err["message"] and reason in err["message"], (reason, err)
             assert answers(s.client) == before, reason
         assert s.client.post("/v1/unload_lora_adapter", json={"lora_name": "good"}).status_code == 200
+
+
+def _hold_decoding(engine, monkeypatch, at: int = 0) -> dict:
+    """Count the engine's forward passes (``steps``); the ``at``-th waits until ``release`` is set, at most 10 s
+    (``timed_out`` when it gave up)."""
+    state = {"steps": 0, "release": threading.Event(), "timed_out": False}
+    real = engine.gen._forward
+
+    def forward(*args, **kwargs):
+        state["steps"] += 1
+        if state["steps"] == at:
+            state["timed_out"] = not state["release"].wait(10)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(engine.gen, "_forward", forward)
+    return state
+
+
+def _events(lines) -> list[dict]:
+    import json
+
+    return [json.loads(line[6:]) for line in lines if line.startswith("data: {")]
+
+
+def test_streamed_tokens_are_sent_as_they_are_decoded(engine, monkeypatch):
+    """The engine is held at its 20th decode step: ten chunks reach the client meanwhile (before: the first byte
+    came once the whole answer was built), and the chunks join to the unstreamed answers."""
+    body = {"prompt": "Hi", "max_tokens": 300, "n": 2, "temperature": 1.0, "seed": 5}
+    with Running(engine, ServeSettings()) as s:
+        whole = s.client.post("/v1/completions", json={**body, "return_token_ids": True}).json()["choices"]
+        assert max(len(c["token_ids"]) for c in whole) >= 40  # the generation runs past the held step
+        hold = _hold_decoding(engine, monkeypatch, at=20)
+        chunks, early = [], None
+        with s.client.stream("POST", "/v1/completions", json={**body, "stream": True}) as r:
+            for line in r.iter_lines():
+                chunks += _events([line])
+                if early is None and len(chunks) >= 10:
+                    early = not hold["timed_out"]
+                    hold["release"].set()
+    assert early, "no chunk arrived while the engine was held at its 20th step"
+    assert ["".join(c["choices"][0]["text"] for c in chunks if c["choices"][0]["index"] == i) for i in (0, 1)] == \
+        [c["text"] for c in whole]
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"][0]["finish_reason"]] == \
+        [c["finish_reason"] for c in whole]
+
+
+def test_a_client_that_leaves_a_stream_stops_its_generation_and_a_late_one_gets_an_error_event(engine, monkeypatch):
+    long = {"prompt": "Hi", "max_tokens": 4000, "n": 32, "temperature": 1.0, "seed": 5, "stream": True}
+    hold = _hold_decoding(engine, monkeypatch)
+    with Running(engine, ServeSettings(request_timeout_s=3.0)) as s:
+        with s.client.stream("POST", "/v1/completions", json=long) as r:
+            lines = r.iter_lines()
+            first = [next(x for x in lines if x.startswith("data: {")) for _ in range(3)]
+        time.sleep(1.0)
+        stopped_at = hold["steps"]
+        time.sleep(0.5)
+        assert len(first) == 3 and hold["steps"] == stopped_at < 1000, (stopped_at, hold["steps"])
+        assert s.client.post("/v1/completions", json={"prompt": "Hi", "max_tokens": 2}).status_code == 200
+        with s.client.stream("POST", "/v1/completions", json=long) as r:  # runs past its 3 s
+            assert r.status_code == 200
+            data = [x[6:] for x in r.iter_lines() if x.startswith("data: ")]
+    assert data[-1] == "[DONE]" and _events(["data: " + data[-2]])[0]["error"]["code"] == "timeout"

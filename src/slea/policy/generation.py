@@ -129,13 +129,16 @@ class HFGenerator:
     def generate(self, prompts: list[list[int]], *, max_new_tokens: int = 12, temperature: float = 1.0,
                  top_p: float = 1.0, top_k: int = 0, rng_keys: Sequence[Sequence[int]] | None = None,
                  stop_at_newline: bool | None = None, stop: Sequence[str] = (),
-                 cancel: Callable[[], bool] | None = None) -> list[Generation]:
+                 cancel: Callable[[], bool] | None = None,
+                 on_token: Callable[[list[int], list[int], list[float]], None] | None = None) -> list[Generation]:
         """One answer per prompt. ``rng_keys``: one key (a sequence of non-negative ints) per prompt, the seed
         of that row's own random stream (module docstring); without keys rows sample from torch's global RNG.
         ``stop_at_newline``: this call's choice (``None``: the generator's default). ``stop``: strings that end a
         row at the token completing one (kept, as every token generated). ``cancel``: called before
         each chunk's prefill and between decode steps; when it returns true the call raises
-        :class:`GenerationCancelled`. No row decodes past the model's context (:func:`decode_steps`)."""
+        :class:`GenerationCancelled`. ``on_token(rows, tokens, logprobs)``: called after each decode step with the
+        prompts (their indices) that drew a token and what they drew (a server streams them). No row decodes past
+        the model's context (:func:`decode_steps`)."""
         self.calls += 1
         if rng_keys is not None and len(rng_keys) != len(prompts):
             raise ValueError(f"{len(rng_keys)} rng_keys for {len(prompts)} prompts")
@@ -157,8 +160,10 @@ class HFGenerator:
             if rng_keys is not None and temperature > 0:
                 uniforms = torch.from_numpy(np.stack([row_uniforms(rng_keys[i], steps) for i in idx]
                                                      )).to(device)
+            drew = None if on_token is None else (
+                lambda rows, t, lp, idx=idx: on_token([idx[r] for r in rows], t, lp))
             gens = self._generate_chunk([prompts[i] for i in idx], steps, temperature, top_p, top_k,
-                                        uniforms, stops, cancel, tuple(s for s in stop if s))
+                                        uniforms, stops, cancel, tuple(s for s in stop if s), drew)
             for i, g in zip(idx, gens):
                 out[i] = g
         return out  # type: ignore[return-value]
@@ -170,7 +175,7 @@ class HFGenerator:
         return res.logits[:, -1].float(), res.cache
 
     def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k, uniforms, stops, cancel=None,
-                        stop_strings: tuple[str, ...] = ()) -> list[Generation]:
+                        stop_strings: tuple[str, ...] = (), on_token=None) -> list[Generation]:
         from transformers import DynamicCache
 
         was_training = self.model.training
@@ -197,12 +202,12 @@ class HFGenerator:
             cache.batch_select_indices(sel)
             logits, mask, last_pos = logits[sel], mask[sel], pos[sel, -1]
             return self._decode(logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k,
-                                uniforms, stops, cancel, stop_strings)
+                                uniforms, stops, cancel, stop_strings, on_token)
         finally:
             self.model.train(was_training)
 
     def _decode(self, logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k, uniforms,
-                stop_ids, cancel=None, stop_strings: tuple[str, ...] = ()):
+                stop_ids, cancel=None, stop_strings: tuple[str, ...] = (), on_token=None):
         n = logits.shape[0]
         dev = logits.device
         stops = set(stop_ids) | {self.tok.eos_token_id}
@@ -222,6 +227,8 @@ class HFGenerator:
                 toks[row].append(int(t))
                 lps[row].append(lp)
                 ents[row].append(h)
+            if on_token is not None:
+                on_token(list(live), [int(t) for t in host_tok], list(host_lp))
             keep = [j for j, t in enumerate(host_tok) if int(t) not in stops
                     and not (stop_strings and self._stopped(toks[live[j]], stop_strings, window))]
             if step == max_new_tokens - 1 or not keep:

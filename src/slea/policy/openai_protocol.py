@@ -1,7 +1,7 @@
 """The OpenAI wire format ``slea serve`` speaks: typed request models of the OpenAI schema (pydantic; a body that
 does not fit is a 400 naming the field), and small pure functions: request fields read and checked, an answer cut
-at its stop strings, chat messages read, errors and server-sent events shaped. The engine that generates is
-:mod:`slea.policy.server`; nothing here touches a model (``decode`` is handed in)."""
+at its stop strings, chat messages read, errors shaped (streamed chunks: slea/policy/serve_stream.py). The engine
+that generates is :mod:`slea.policy.server`; nothing here touches a model (``decode`` is handed in)."""
 
 from __future__ import annotations
 
@@ -223,23 +223,6 @@ def cut_at_stop(decode: Callable[[list[int]], str], ids: Sequence[int], stops: S
     return kept, decode(kept) if include else text[:at], True
 
 
-def deltas(decode: Callable[[list[int]], str], ids: Sequence[int], text: str) -> list[str]:
-    """One piece of ``text`` per token of ``ids`` (the streamed chunks): token k's piece is the text its prefix
-    ``ids[:k+1]`` adds, clipped to ``text``; the pieces join to ``text`` exactly (a token that completes no
-    character, or falls after a stop, gets ``""``)."""
-    out, at = [], 0
-    for k in range(1, len(ids) + 1):
-        upto = len(decode(list(ids[:k])))
-        end = max(at, min(upto, len(text)))
-        if k == len(ids):
-            end = len(text)
-        out.append(text[at:end])
-        at = end
-    if not ids and text:
-        out.append(text)
-    return out
-
-
 def chat_messages(raw: object) -> list[dict[str, Any]]:
     """``messages`` as ``[{"role", "content"}]`` with text content (a list of ``{"type": "text"}`` parts is
     joined), in transformers' tool format where they carry tool calls: an assistant message's ``tool_calls`` as
@@ -364,8 +347,3 @@ def tool_request(tools: object, choice: object, max_tools: int) -> tuple[list[di
     if fn["name"] not in names:
         raise RequestError(400, f"tool_choice: no tool named {fn['name'][:64]!r} in tools", param="tool_choice")
     return schemas, fn["name"]
-
-
-def sse(chunks: Sequence[dict]) -> bytes:
-    """Server-sent events: one ``data: {json}`` event per chunk, then ``data: [DONE]``."""
-    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks).encode() + b"data: [DONE]\n\n"

@@ -12,12 +12,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from slea.policy.openai_protocol import RequestError
+from slea.policy.openai_protocol import RequestError, error_body
+from slea.policy.serve_stream import sse_event
+
+log = logging.getLogger(__name__)
 
 
 class Ticket:
@@ -111,6 +115,39 @@ class Gate:
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
         self.prep.shutdown(wait=False, cancel_futures=True)
+
+
+class Pipe:
+    """A streamed answer's chunks, from the engine's thread (:meth:`put`) to the response (:meth:`events`), in
+    order."""
+
+    END = object()
+
+    def __init__(self):
+        self.loop = asyncio.get_running_loop()
+        self.queue: asyncio.Queue = asyncio.Queue()
+
+    def put(self, chunk: dict) -> None:
+        """In the engine's thread: ``chunk`` as a server-sent event (encoded here, off the event loop)."""
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, sse_event(chunk))
+
+    async def events(self, gate: Gate, ticket: Ticket, future: asyncio.Future):
+        """The events as they come; once the work ends, an error event if it failed (past its time limit: the
+        504's error), then ``data: [DONE]``. A client that stops reading stops the generation."""
+        future.add_done_callback(lambda f: self.queue.put_nowait(self.END))
+        try:
+            while (event := await self.queue.get()) is not self.END:
+                yield event
+            try:
+                await gate.result(ticket, future)
+            except RequestError as exc:
+                yield sse_event(error_body(exc.status, str(exc), exc.param, exc.code))
+            except Exception as exc:  # the stream has begun: the error goes in it
+                log.exception("streamed request failed")
+                yield sse_event(error_body(500, f"{type(exc).__name__}: {exc}"))
+            yield b"data: [DONE]\n\n"
+        finally:
+            ticket.gone.set()
 
 
 async def _disconnected(request) -> None:

@@ -36,8 +36,10 @@ RL rollouts need):
   accepted but not enforced (no constrained decoding): the prompt and the parse are ``auto``'s, so an answer
   without a call comes back as text with finish ``stop``, and a call to another tool is returned as made. A call
   is returned whatever its name: the client checks it against its tools.
-- ``stream: true`` is served as server-sent events (one chunk per token, then ``data: [DONE]``;
-  ``stream_options.include_usage`` adds the usage chunk). The answer is generated whole first, then sent.
+- ``stream: true`` is served as server-sent events, sent as the tokens are decoded (slea/policy/serve_stream.py:
+  a chunk per token and answer, then ``data: [DONE]``; ``stream_options.include_usage`` adds the usage chunk;
+  a chat answer with tools offered is sent when whole, its calls read from all of it). A failure once the
+  stream has begun (its time limit) is an event holding the error.
 - ``POST /v1/load_lora_adapter`` ``{"lora_name", "lora_path"}``: a LoRA adapter folder (slea/policy/adapters.py:
   peft's ``adapter_config.json`` + ``adapter_model.safetensors``, what the trainer's weight sync writes); one
   adapter at a time, a new one replaces the old. Off (403) unless the server was started with a folder
@@ -95,20 +97,19 @@ from slea.policy.openai_protocol import (
     RequestError,
     chat_messages,
     cut_at_stop,
-    deltas,
     error_body,
     integer,
     number,
     parse_request,
     refuse_unsupported,
-    sse,
     stop_list,
     text,
     tool_request,
 )
 from slea.policy.serve_caps import SizeCaps, check_chat, check_text, longest_token_chars
-from slea.policy.serve_gate import Gate
+from slea.policy.serve_gate import Gate, Pipe
 from slea.policy.serve_http import Front, Server, read_body
+from slea.policy.serve_stream import Streamer
 
 try:  # the serve extra; FastAPI resolves the routes' (string) annotations in this module's namespace
     from fastapi import Request
@@ -365,8 +366,9 @@ class Engine:
         return Plan(asked if asked is not None else min(default_max, room), temp, top_p, top_k, stops,
                     self._keys(body, len(rows), temp))
 
-    def _generate(self, job: Job, cancel=None) -> list[Answer]:
-        """The engine's answers to ``job``'s rows (one per row), cut at its stop strings."""
+    def _generate(self, job: Job, cancel=None, on_token=None) -> list[Answer]:
+        """The engine's answers to ``job``'s rows (one per row), cut at its stop strings (``on_token``: the
+        generator's per-step callback, :meth:`HFGenerator.generate`)."""
         p = job.plan
         with self.lock:
             self._model({"model": job.name})  # an adapter unloaded or replaced since the request was prepared
@@ -374,7 +376,8 @@ class Engine:
             with self.model.disable_adapter() if off else contextlib.nullcontext():
                 gens = self.gen.generate(job.rows, max_new_tokens=p.max_tokens, temperature=p.temperature,
                                          top_p=p.top_p, top_k=p.top_k, rng_keys=p.keys,
-                                         stop_at_newline="\n" in p.stops, stop=p.stops, cancel=cancel)
+                                         stop_at_newline="\n" in p.stops, stop=p.stops, cancel=cancel,
+                                         on_token=on_token)
         skip = bool(job.body.get("skip_special_tokens", True))
         include = bool(job.body.get("include_stop_str_in_output"))
         out = []
@@ -404,11 +407,22 @@ class Engine:
         """``/v1/chat/completions``: :meth:`prepare_chat`, then :meth:`run`."""
         return self.run(self.prepare_chat(body), cancel)
 
-    def run(self, job: Job, cancel=None) -> dict | Events:
+    def run(self, job: Job, cancel=None, emit=None) -> dict | Events | None:
         """The answer to a prepared request: its rows generated (``cancel``: checked between decode steps,
-        :meth:`HFGenerator.generate`), as a completion or chat completion object, or their chunks when ``stream``."""
-        answers = self._generate(job, cancel)
-        return (self._completion if job.kind == "completion" else self._chat_completion)(job, answers)
+        :meth:`HFGenerator.generate`), as a completion or chat completion object. A ``stream`` request's chunks
+        go to ``emit`` as its tokens are decoded (slea/policy/serve_stream.py), or, without ``emit``, come back
+        together (:class:`Events`)."""
+        if not job.body.get("stream"):
+            answers = self._generate(job, cancel)
+            return (self._completion if job.kind == "completion" else self._chat_completion)(job, answers)
+        chunks: list[dict] = []
+        skip = bool(job.body.get("skip_special_tokens", True))
+        streamer = Streamer(job, self._head(job), lambda t: self.tok.decode(t, skip_special_tokens=skip),
+                            lambda t: self.tok.decode([t]), emit or chunks.append)
+        answers = self._generate(job, cancel, streamer.step)
+        replies = self._replies(job, answers) if job.kind == "chat" else None
+        streamer.finish(answers, replies, _usage(job.prompt_tokens, answers))
+        return None if emit is not None else Events(chunks)
 
     def prepare_completion(self, body: dict | bytes) -> Job:
         """A ``/v1/completions`` request checked and tokenized: everything but generating, the cheap checks first
@@ -454,25 +468,27 @@ class Engine:
         return Job("chat", name, body, rows, self._plan(rows, body, CHAT_MAX_TOKENS, "messages"), len(prompt),
                    tools=offered is not None)
 
-    def _completion(self, job: Job, answers: list[Answer]) -> dict | Events:
-        head = {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
-                "model": job.name}
-        usage = _usage(job.prompt_tokens, answers)
-        if job.body.get("stream"):
-            return Events(self._completion_chunks(head, answers, job.body, usage))
-        return {**head, "choices": [self._choice(i, a, job.body) for i, a in enumerate(answers)], "usage": usage}
+    @staticmethod
+    def _head(job: Job) -> dict:
+        if job.kind == "completion":
+            return {"id": f"cmpl-{uuid.uuid4().hex}", "object": "text_completion", "created": int(time.time()),
+                    "model": job.name}
+        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": job.name}
 
-    def _chat_completion(self, job: Job, answers: list[Answer]) -> dict | Events:
+    def _completion(self, job: Job, answers: list[Answer]) -> dict:
+        return {**self._head(job), "choices": [self._choice(i, a, job.body) for i, a in enumerate(answers)],
+                "usage": _usage(job.prompt_tokens, answers)}
+
+    def _replies(self, job: Job, answers: list[Answer]) -> list[Reply]:
+        parallel = job.body.get("parallel_tool_calls") is not False
+        return [self._reply(a, job.tools, parallel) for a in answers]
+
+    def _chat_completion(self, job: Job, answers: list[Answer]) -> dict:
         """A chat completion object: an answer making tool calls in the parser's syntax returns them as
         ``tool_calls``."""
         body = job.body
-        replies = [self._reply(a, job.tools, body.get("parallel_tool_calls") is not False) for a in answers]
-        head = {"id": f"chatcmpl-{uuid.uuid4().hex}", "created": int(time.time()), "model": job.name}
-        usage = _usage(job.prompt_tokens, answers)
-        if body.get("stream"):
-            return Events(self._chat_chunks(head, answers, replies, body, usage))
         choices = []
-        for i, (a, r) in enumerate(zip(answers, replies)):
+        for i, (a, r) in enumerate(zip(answers, self._replies(job, answers))):
             message = {"role": "assistant", "content": r.content}
             if r.calls:
                 message["tool_calls"] = r.calls
@@ -481,7 +497,8 @@ class Engine:
             if body.get("return_token_ids"):
                 c["token_ids"] = a.ids
             choices.append(c)
-        out = {**head, "object": "chat.completion", "choices": choices, "usage": usage}
+        out = {**self._head(job), "object": "chat.completion", "choices": choices,
+               "usage": _usage(job.prompt_tokens, answers)}
         if body.get("return_token_ids"):
             out["prompt_token_ids"] = job.rows[0]
         return out
@@ -566,51 +583,6 @@ class Engine:
         return [{"token": p, "logprob": lp, "bytes": list(p.encode()), "top_logprobs": []}
                 for p, lp in zip(self._pieces(a), a.logprobs)]
 
-    def _stream_pieces(self, a: Answer, body: dict) -> list[str]:
-        skip = bool(body.get("skip_special_tokens", True))
-        return deltas(lambda t: self.tok.decode(t, skip_special_tokens=skip), a.ids, a.text)
-
-    def _completion_chunks(self, head: dict, answers: list[Answer], body: dict, usage: dict) -> list[dict]:
-        chunks = []
-        for i, a in enumerate(answers):
-            for k, piece in enumerate(self._stream_pieces(a, body)):
-                lp = None
-                if body.get("logprobs") is not None and k < len(a.ids):
-                    lp = {"tokens": [self.tok.decode([a.ids[k]])], "token_logprobs": [a.logprobs[k]],
-                          "top_logprobs": None, "text_offset": [0]}
-                chunks.append({**head, "choices": [{"index": i, "text": piece, "logprobs": lp,
-                                                    "finish_reason": None}]})
-            chunks.append({**head, "choices": [{"index": i, "text": "", "logprobs": None,
-                                                "finish_reason": a.finish}]})
-        if (body.get("stream_options") or {}).get("include_usage"):
-            chunks.append({**head, "choices": [], "usage": usage})
-        return chunks
-
-    def _chat_chunks(self, head: dict, answers: list[Answer], replies: list[Reply], body: dict,
-                     usage: dict) -> list[dict]:
-        head = {**head, "object": "chat.completion.chunk"}
-        chunks = []
-        for i, (a, r) in enumerate(zip(answers, replies)):
-            chunks.append({**head, "choices": [{"index": i, "delta": {"role": "assistant", "content": ""},
-                                                "logprobs": None, "finish_reason": None}]})
-            entries = self._token_logprobs(a) if body.get("logprobs") else []
-            if r.calls:  # the answer is whole: its text outside the calls, then each call in one chunk
-                pieces = [{"content": r.content}] if r.content else []
-                pieces += [{"tool_calls": [{"index": k, **call}]} for k, call in enumerate(r.calls)]
-                for k, delta in enumerate(pieces):
-                    lp = {"content": entries} if k == 0 and entries else None
-                    chunks.append({**head, "choices": [{"index": i, "delta": delta, "logprobs": lp,
-                                                        "finish_reason": None}]})
-            else:
-                for k, piece in enumerate(self._stream_pieces(a, body)):
-                    lp = {"content": entries[k:k + 1]} if entries else None
-                    chunks.append({**head, "choices": [{"index": i, "delta": {"content": piece}, "logprobs": lp,
-                                                        "finish_reason": None}]})
-            chunks.append({**head, "choices": [{"index": i, "delta": {}, "logprobs": None, "finish_reason": r.finish}]})
-        if (body.get("stream_options") or {}).get("include_usage"):
-            chunks.append({**head, "choices": [], "usage": usage})
-        return chunks
-
 
 def _prompt_list(prompt) -> list:
     """``prompt`` as a list of prompts (texts or id lists), unchecked but for its shape."""
@@ -642,7 +614,7 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
     if Request is None:
         raise ImportError("slea serve needs FastAPI and uvicorn: pip install 'slea[serve]'")
     from fastapi import FastAPI
-    from fastapi.responses import JSONResponse, PlainTextResponse, Response
+    from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
     from starlette.exceptions import HTTPException
 
     if settings is not None:
@@ -653,9 +625,10 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
     app.state.gate = gate
     key = settings.api_key.encode() if settings.api_key else None
 
-    async def _run(request, work, prepare=None):
-        """``prepare()`` off the engine, then ``work(prepared, cancel)`` on it, within the request's deadline
-        (slea/policy/serve_gate.py); ``None`` when the client went away."""
+    async def _start(request, work, prepare=None):
+        """``prepare()`` off the engine, then ``work(prepared, cancel)`` started on it, within the request's
+        deadline (slea/policy/serve_gate.py): ``(ticket, prepared, future)``, or ``None`` when the client went away
+        first."""
         ticket = gate.admit(request, request.state.deadline)
         try:
             prepared = await gate.prepare(ticket, prepare) if prepare is not None else None
@@ -666,7 +639,7 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
         if future is None:
             ticket.close()
             return None
-        return await gate.result(ticket, future)
+        return ticket, prepared, future
 
     async def _body(request) -> bytes:
         request.state.deadline = time.monotonic() + settings.request_timeout_s  # from the request's arrival
@@ -674,16 +647,23 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
                               settings.request_timeout_s)
         return raw or b"{}"
 
+    def _gone(request):
+        log.info("%s: the client disconnected; generation stopped", request.url.path)
+        return Response(status_code=499)  # nobody to answer
+
     async def _generate(request, prepare):
         raw = await _body(request)
-        answer = await _run(request, engine.run, lambda: prepare(raw))
-        if answer is None:  # the client went away: nobody to answer
-            log.info("%s: the client disconnected; generation stopped", request.url.path)
-            return Response(status_code=499)
-        if isinstance(answer, Events):
-            return Response(sse(answer.chunks), media_type="text/event-stream",
-                            headers={"Cache-Control": "no-cache"})
-        return JSONResponse(answer)
+        pipe = Pipe()
+        started = await _start(request, lambda job, cancel: engine.run(
+            job, cancel, pipe.put if job.body.get("stream") else None), lambda: prepare(raw))
+        if started is None:
+            return _gone(request)
+        ticket, job, future = started
+        if job.body.get("stream"):  # the events go as the engine makes them
+            return StreamingResponse(pipe.events(gate, ticket, future), media_type="text/event-stream",
+                                     headers={"Cache-Control": "no-cache"})
+        answer = await gate.result(ticket, future)
+        return _gone(request) if answer is None else JSONResponse(answer)
 
     @app.get("/health")
     async def health():
@@ -710,7 +690,8 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
 
     async def _adapter(request, method):
         body = parse_request(AdapterRequest, await _body(request))
-        answer = await _run(request, lambda _, cancel: method(body))
+        started = await _start(request, lambda _, cancel: method(body))
+        answer = await gate.result(started[0], started[2]) if started else None
         return PlainTextResponse(answer or "")
 
     @app.post("/v1/load_lora_adapter")

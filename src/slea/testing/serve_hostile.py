@@ -101,16 +101,28 @@ def raw(port: int, data: bytes, wait: float = 10.0, close_after: float | None = 
 
 
 def _complete(data: bytes) -> int:
-    """How many whole responses (headers and a Content-Length body) ``data`` holds; a response that closes the
-    connection counts only when the server closes it."""
+    """How many whole responses (headers and a Content-Length or chunked body) ``data`` holds; a response that
+    closes the connection counts only when the server closes it."""
     n = 0
     while True:
         head, sep, rest = data.partition(b"\r\n\r\n")
         m = re.search(rb"(?i)content-length: (\d+)", head)
-        if not sep or m is None or len(rest) < int(m.group(1)) or b"connection: close" in head.lower():
+        size = int(m.group(1)) if m else _chunked_size(rest) if b"transfer-encoding: chunked" in head.lower() else None
+        if not sep or size is None or len(rest) < size or b"connection: close" in head.lower():
             return n
         n += 1
-        data = rest[int(m.group(1)):]
+        data = rest[size:]
+
+
+def _chunked_size(body: bytes) -> int | None:
+    """The length of a whole chunked body at the start of ``body``, or None before its last chunk has come."""
+    at = 0
+    while (end := body.find(b"\r\n", at)) >= 0:
+        size = int(body[at:end].split(b";")[0] or b"0", 16)
+        at = end + 2 + size + 2
+        if size == 0:
+            return at if len(body) >= at else None
+    return None
 
 
 def statuses(data: bytes) -> list[int]:
