@@ -27,6 +27,11 @@ box is a valid move that changes nothing. Reward: 1 when every box is on a targe
 move. ``info["lost"]`` flags a simple deadlock (a box off-target in a corner); with
 ``terminate_on_deadlock=True`` the episode then ends. Max steps are the rollout collector's business.
 ``get_state()/set_state()`` are exact snapshots (no replay needed).
+
+State key (:func:`board_key`, read from the board in the observation): what the player has next to it on each
+side, where the nearest loose box is, where that box's nearest free target is, and how many boxes are placed;
+the room's layout and positions are dropped (room 0: ``up free, down free, left wall, right wall; loose box
+up-right, its target down; 0/1 placed``).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from slea.envs.base import StepResult, TextEnv, register, user_turn
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 Pos = tuple[int, int]
 ACTIONS = ("up", "down", "left", "right")
@@ -371,6 +376,65 @@ def deadlocked(room: Room, boxes: frozenset[Pos]) -> bool:
     return False
 
 
+_BOARD_CHARS = frozenset("#_.$*@+")
+
+
+def _compass(dr: int, dc: int) -> str:
+    """The direction of a vector as one of 8 compass words (``up``, ``down-left``, ...) or ``here``."""
+    vert = "up" if dr < 0 else "down" if dr > 0 else ""
+    horiz = "left" if dc < 0 else "right" if dc > 0 else ""
+    return "-".join(w for w in (vert, horiz) if w) or "here"
+
+
+def board_key(observation: str) -> StateKey | None:
+    """Sokoban's state key of an observation, read from its board only (the lines of board symbols at its top).
+
+    The text names, for each move, what the player would walk into (``wall``, ``free`` floor or target, a ``box``
+    that would move, a ``stuck box`` with a wall or a box behind it, a ``placed box`` on its target), the
+    direction of the nearest box off a target (``loose box``), the direction from that box to its nearest free
+    target, how many boxes are placed, and ``a box is cornered`` when a loose box sits in a corner (a deadlock).
+    Positions, the room's size and layout are dropped. No slots (boxes and targets have no names). None when the
+    observation holds no board with a player."""
+    rows = []
+    for line in observation.splitlines():
+        if not line or not set(line) <= _BOARD_CHARS:
+            break
+        rows.append(line)
+    cells = {(r, c): ch for r, row in enumerate(rows) for c, ch in enumerate(row)}
+    player = next((p for p, ch in sorted(cells.items()) if ch in "@+"), None)
+    if player is None:
+        return None
+
+    def at(p: Pos) -> str:
+        return cells.get(p, "#")
+
+    sides = []
+    for name in ACTIONS:
+        nxt = _add(player, MOVES[name])
+        ch, beyond = at(nxt), at(_add(nxt, MOVES[name]))
+        what = {"#": "wall", "_": "free", ".": "free", "*": "placed box"}.get(ch)
+        if what is None:  # a box off its target
+            what = "box" if beyond in "_." else "stuck box"
+        sides.append(f"{name} {what}")
+    loose = sorted(p for p, ch in cells.items() if ch == "$")
+    boxes = sum(ch in "$*" for ch in cells.values())
+    placed = f"{boxes - len(loose)}/{boxes} placed"
+    if not loose:
+        return StateKey(f"{', '.join(sides)}; all {boxes} boxes placed")
+
+    def dist(a: Pos, b: Pos) -> int:
+        return abs(a[0] - b[0]) + abs(a[1] - b[1])
+
+    box = min(loose, key=lambda p: dist(p, player))
+    free = sorted(p for p, ch in cells.items() if ch in ".+")
+    target = min(free, key=lambda p: dist(p, box)) if free else box
+    text = (f"{', '.join(sides)}; loose box {_compass(*_sub(box, player))}, its target "
+            f"{_compass(*_sub(target, box))}; {placed}")
+    cornered = any((at(_add(b, (-1, 0))) == "#" or at(_add(b, (1, 0))) == "#")
+                   and (at(_add(b, (0, -1))) == "#" or at(_add(b, (0, 1))) == "#") for b in loose)
+    return StateKey(text + ("; a box is cornered" if cornered else ""))
+
+
 def normalize_action(action: str) -> str | None:
     """``up``/``down``/``left``/``right`` from a loosely written action, or ``None``."""
     words = re.sub(r"[^a-z ]", " ", str(action).lower()).split()
@@ -532,6 +596,14 @@ class SokobanEnv(TextEnv):
             "boxes_on_target": len(self._boxes & room.targets) if room else 0,
             "num_boxes": len(room.boxes) if room else self.num_boxes,
         }
+
+    def state_key(self, observation: str) -> StateKey | None:
+        """The board's structure around the player (:func:`board_key`), read from the observation alone. Keeps:
+        what each move walks into (wall, free cell, a box that moves or is stuck, a placed box), the directions
+        of the nearest loose box and of its nearest free target, the boxes placed, a cornered box. Drops: the
+        room's size, layout and positions, and the positions in words. Never reads the solution. Example:
+        ``up free, down free, left wall, right wall; loose box up-right, its target down; 0/1 placed``."""
+        return board_key(observation)
 
     def get_state(self) -> dict[str, Any]:
         """An exact snapshot (the room is immutable and shared, the rest is copied)."""
