@@ -75,8 +75,9 @@ VARIANTS = {
     "slea_w0": ("slea", ["algorithm.step_weight=0"]),
     "slea_nolib": ("slea", ["experience.mode=off"]),
     "slea_tt": ("slea", ["experience.empty_fallback=task_type"]),
-    # clusters, Eq.5 step groups and retrieval on the env's state key, lessons with its roles as placeholders
-    "slea_key": ("slea", ["experience.cluster_on=state_key"]),
+    # clusters, Eq.5 step groups and retrieval on the env's state key, lessons with its roles as placeholders; the
+    # key is canonical, so equal keys are one state (δ = 1; at 0.85 keys that differ in one exit or count merge)
+    "slea_key": ("slea", ["experience.cluster_on=state_key", "experience.cluster_threshold=1.0"]),
 }
 LIBRARY_VARIANTS = ("slea", "slea_task", "slea_w0", "slea_tt", "slea_key")
 PORTABLE_ANCHORS = ("experiments/results/evidence/", "configs/")  # where saved absolute paths are cut

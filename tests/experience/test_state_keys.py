@@ -126,3 +126,19 @@ def test_library_show_summarises_the_clusters(tmp_path):
     m.close()
     s = cluster_summary(tmp_path / "lib.sqlite")  # {A, B} share the key; a repeat of A is no new member
     assert s == {"built_on": "state_key", "clusters": 2, "members": 1.5, "singletons": 0.5}
+
+
+def test_an_eq2_hit_is_right_only_when_its_lessons_come_from_the_same_kind(tmp_path):
+    m = ExperienceManager(cfg(cluster_threshold=1.0, fallback_threshold=0.05), tmp_path / "lib.sqlite")
+    t, lost = _won(SLOTS_A, ROOM_A, KEY), _won(SLOTS_A, ROOM_A, KEY, traj_id=2)
+    lost.won, lost.steps[0].reward, lost.steps[0].action = False, 0.0, "go east"
+    for x in (t, lost):
+        x.steps[0].cluster_id = m.cluster(ROOM_A, "tw", state_key=KEY)
+    m.evolve([t, lost], iteration=0)
+    # another kind of state, no lessons linked: Eq.2 matches the lessons by their words, but they were learned
+    # where the goal's object was in view, not here
+    r = m.retrieve(ROOM_C, task_type="tw", iteration=1, state_key=KEY + " | 1 other object", slots=SLOTS_B,
+                   goal="take the sock: the goal's object is in view")
+    assert r.entry_ids and m.retriever.lib.get(r.entry_ids[0]).clusters and r.right_state is False
+    r = m.retrieve(ROOM_B, task_type="tw", iteration=1, state_key=KEY, slots=SLOTS_B)  # Eq.1, the same kind
+    assert r.entry_ids and r.right_state is True

@@ -120,6 +120,9 @@ def test_experience_modes(tiny_policy, mode):
         assert all(text_in_prompt) and all(s.experience_ids == [1, 2] for s in steps)
         if mode == "step":
             assert exp.retrieved == len(steps) and all(s.cluster_id == 42 for s in steps)
+            # TextWorld gives every observation a state key: the library got it, and the step row keeps it
+            assert all(s.state_key and s.state_slots.get("goal object") for s in steps)
+            assert exp.keys == [(s.state_key, s.state_slots) for s in steps]
         else:  # task mode: one retrieval per episode, the cluster still per step's observation
             assert exp.retrieved == 2 and exp.clustered == len(steps)
             assert all(s.cluster_id == len(s.anchor) % 5 for s in steps)

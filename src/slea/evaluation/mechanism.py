@@ -1,8 +1,9 @@
 """Whether SLEA-RL's mechanism acts, measured on the steps played: pure functions over trajectories.
 
 * ``retrieval_hit_rate`` — the share of decision steps whose prompt held retrieved lessons;
-* ``retrieval_right_state`` — of those hits with a state key, the share whose cluster holds the step's own kind
-  of state (its first member's key is the step's key: ``Step.info["right_state"]``, set by the collector);
+* ``retrieval_right_state`` — of those hits with a state key, the share whose lessons come from the step's own
+  kind of state (an Eq.1 hit's cluster has the step's key as its first member's; an Eq.2 hit's lessons are each
+  linked to another cluster with it: ``Step.info["right_state"]``, set by the collector);
 * ``lesson_followed`` — of the hits whose lessons quote commands, the share whose action is one of them
   (placeholders filled: ``Step.info["lesson_actions"]``);
 * ``step_group_size`` — the mean size of a step row's SLEA-RL Eq.5 step group: the rows of its task group in

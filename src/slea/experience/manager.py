@@ -141,6 +141,18 @@ class ExperienceManager:
         return cfg.mode != "off" and gate(iteration, len(self.library), warmup_iters=cfg.warmup_iters,
                                           min_entries=cfg.min_entries, strict=cfg.min_entries_strict)
 
+    def _lessons_right_state(self, res, cluster_id: int, state_key: str) -> bool | None:
+        """Whether a hit's lessons come from the step's own kind of state: an Eq.1 hit's cluster holds it
+        (:meth:`right_state`); an Eq.2 (or task-type) hit's lessons were learned elsewhere, so each one shown must
+        be linked to some other cluster whose first key is the step's. None without a key."""
+        if not state_key:
+            return None
+        if not (res.fallback or res.task_fallback):
+            return self.right_state(cluster_id, state_key)
+        entries = [self.library.get(eid) for eid in res.entry_ids]
+        return all(e is not None and any(c != cluster_id and self.cluster_keys.get(c) == state_key
+                                         for c in e.clusters) for e in entries)
+
     def retrieve(self, observation: str, *, task_type: str = "", goal: str = "", iteration: int,
                  state_key: str = "", slots: dict[str, str] | None = None) -> RetrievalResult:
         """The step's cluster (:meth:`cluster`) and, once the gate is open, its lessons (Eq.1, else Eq.2) with
@@ -156,7 +168,7 @@ class ExperienceManager:
         self.stats["retrieved"] += bool(res.entry_ids)
         self.stats["fallbacks"] += res.fallback
         self.stats["task_fallbacks"] += res.task_fallback
-        right = self.right_state(cid, state_key) if res.entry_ids else None
+        right = self._lessons_right_state(res, cid, state_key) if res.entry_ids else None
         actions = tuple(a for t in res.texts for a in quoted_commands(t))
         return RetrievalResult(cid, res.entry_ids, res.text, right, actions)
 
