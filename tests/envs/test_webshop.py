@@ -502,3 +502,19 @@ def test_catalog_is_identical_across_processes():
     c = build_catalog(0, 200)
     mine = repr([(p.asin, p.title, p.price, p.options, g.instruction) for p, g in zip(c.products, c.goals)])
     assert out.stdout.strip() == hashlib.sha1(mine.encode()).hexdigest()
+
+
+def test_server_client_pages_have_the_offline_shops_state_keys(shop_server):
+    """The server's pages (its own texts: ``Current Query``, ``< Back to Results``) get the keys of
+    :func:`slea.envs.webshop.page_key`, with slots from the page and the instruction."""
+    env = make("slea/WebShopServer-v0", base_url=shop_server, split="heldout")
+    _, info = env.reset(seed=7)
+    assert (info["state_key"], info["state_slots"]) == ("search page", {"request": "a blue shirt, size large"})
+    _, _, _, _, info = env.step("search[blue shirt]")
+    assert info["state_key"] == "results page 1, more pages: best title covers most of the request, within budget"
+    assert info["state_slots"] == {"best product": "b0aaaaaaa1", "best title": "Blue Cotton Shirt"}
+    _, _, _, _, info = env.step("click[b0aaaaaaa1]")
+    assert info["state_key"] == "item page: size to pick; title covers most of the request, within budget"
+    assert info["state_slots"] == {"goal size": "large", "title": "Blue Cotton Shirt"}
+    _, _, _, _, info = env.step("click[buy now]")
+    assert info["state_key"] == "purchase done" and info["state_slots"] == {}

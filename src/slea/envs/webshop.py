@@ -37,6 +37,12 @@ Splits and seeds: ``reset(seed=k)`` plays goal ``k % n`` of the split (``n`` = i
 held out (200 of the 1,000 goals of the default catalog). Server: the official goal index ranges, ``heldout``
 = 0-499 (WebShop's test goals), ``dev`` = 500-1499, ``train`` = 1500-12086, addressed through WebShop's
 ``fixed_<index>`` session ids.
+
+State key (:func:`page_key`, both envs): the kind of page and what on it bears on the goal, read from the page
+text, the instruction and the listed clicks: on a results page how well the best-matching title covers the
+request and whether its price is within the budget, on an item page each option's state (the goal's value to
+pick, picked, or not asked); product ids, titles, brands and values are slots (``results page 1, more pages:
+best title covers most of the request, within budget`` with ``{"best product": "b008o34e03", ...}``).
 """
 
 from __future__ import annotations
@@ -52,7 +58,7 @@ from typing import Any
 
 from slea.envs.base import StepResult, TextEnv, register, user_turn
 from slea.envs.webshop_catalog import Catalog, Goal, Product, build_catalog, expert_actions, get_reward
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 SEP = " [SEP] "
 TABS = ("description", "features", "reviews")
@@ -78,6 +84,127 @@ def parse_action(action: str) -> tuple[str, str] | None:
     if m is None:
         return None
     return m.group(1).lower(), " ".join(m.group(2).split()).lower()
+
+
+NAV_BUTTONS = frozenset({"back to search", "next >", "< prev", *TABS, "attributes", "buy now"})
+_REQUEST_LEAD = re.compile(r"^(?:i need|i am looking for|i'm looking for|i want to buy|i want|i would like|find me|"
+                           r"get me|buy me|show me)\s+(?:to buy\s+|to get\s+)?", re.IGNORECASE)
+_PRICE_CLAUSE = re.compile(r",?\s*(?:and\s+)?price lower than\s+([\d,]+(?:\.\d+)?)\s*dollars", re.IGNORECASE)
+_PAGE_NO = re.compile(r"Page (\d+) \(Total results: (\d+)\)")
+_MONEY = re.compile(r"\$\s*([\d,]+(?:\.\d+)?)")
+_WORDS = re.compile(r"[a-z0-9]+")
+_CLICKED = re.compile(r"You have clicked (.+)\.$")
+# words of a request that no title is expected to hold
+_FILLER = frozenset(["a", "an", "the", "that", "is", "are", "for", "in", "of", "and", "with", "to", "i", "me", "my",
+                     "it", "its", "size", "color"])
+
+
+def _request(goal: str) -> str:
+    """The goal without its lead-in (``i need``...) and its price clause: what the shopper asks for."""
+    return _REQUEST_LEAD.sub("", _PRICE_CLAUSE.sub("", goal.strip())).strip(" ,.")
+
+
+def _budget(goal: str) -> float | None:
+    m = _PRICE_CLAUSE.search(goal)
+    return float(m[1].replace(",", "")) if m else None
+
+
+def _coverage(title: str, request_words: list[str]) -> tuple[int, str]:
+    """How many of the request's words a title holds, and that as ``all``/``most``/``some``/``none`` of them."""
+    words = set(_WORDS.findall(title.lower()))
+    words |= {w[:-1] for w in words if w.endswith("s")}
+    hits = sum(w in words or w.rstrip("s") in words for w in request_words)
+    share = hits / len(request_words) if request_words else 0.0
+    return hits, "all" if share >= 1.0 else "most" if share >= 0.5 else "some" if share > 0 else "none"
+
+
+def _budget_word(price_text: str, budget: float | None) -> str:
+    m = _MONEY.search(price_text)
+    if budget is None or m is None:
+        return "no budget" if budget is None else "no price"
+    return "within budget" if float(m[1].replace(",", "")) < budget else "over budget"
+
+
+def _role(name: str) -> str:
+    return " ".join(_WORDS.findall(name.lower())) or "option"
+
+
+def _phrase_in(value: str, text: str) -> bool:
+    return re.search(rf"(?<![a-z0-9]){re.escape(value)}(?![a-z0-9])", text) is not None
+
+
+def page_key(observation: str, goal: str, admissible: list[str] | None) -> StateKey | None:
+    """WebShop's state key of a page (:meth:`WebShopEnv.state_key`, :meth:`WebShopServerEnv.state_key`), from the
+    page text, the instruction and the listed ``click[...]`` actions only.
+
+    * search page (no list: the open search): ``search page``, slot ``request`` (the instruction without its
+      lead-in and price clause);
+    * results page: which page, whether more follow, how much of the request the best-matching title holds
+      (``all``/``most``/``some``/``none`` of its words) and whether its price is within the budget; slots ``best
+      product`` (its id as clicked) and ``best title``;
+    * item page: per option dimension, in page order, ``<name> to pick`` (the goal's value is listed, not picked),
+      ``<name> picked`` (it is: the offline shop's ``You have clicked`` lines say so; a server page that shows no
+      picks stays at ``to pick``), ``<name> not asked`` (the goal names none of its values); then the title's
+      coverage and the budget; slots ``goal <name>`` for the goal's values and ``title``;
+    * a detail tab (description, features, reviews) and the thank-you page: ``item detail tab`` / ``purchase
+      done``, without the score.
+    """
+    parts = [p.strip() for p in observation.split("[SEP]") if p.strip()]
+    if parts and parts[0].startswith("Thank you for shopping"):
+        return StateKey("purchase done")
+    request = _request(goal)
+    if admissible is None:
+        return StateKey("search page", {"request": request} if request else {})
+    clicks = {a[len("click["):-1] for a in admissible if a.startswith("click[") and a.endswith("]")}
+    words = [w for w in _WORDS.findall(request.lower()) if w not in _FILLER]
+    budget = _budget(goal)
+    lowered = [p.lower() for p in parts]
+    if "buy now" in clicks:
+        return _item_key(parts, lowered, clicks, request, words, budget)
+    page_no = _PAGE_NO.search(observation)
+    products = [(lowered[i], parts[i + 1], parts[i + 2]) for i in range(len(parts) - 2)
+                if lowered[i] in clicks and lowered[i] not in NAV_BUTTONS and not lowered[i].startswith("<")]
+    if page_no is None and not products:
+        return StateKey("item detail tab")
+    where = "results page 1" if page_no is None or page_no[1] == "1" else "a later results page"
+    more = "more pages" if "next >" in clicks else "last page"
+    if not products:
+        return StateKey(f"{where}, {more}: no products")
+    best = max(products, key=lambda p: _coverage(p[1], words)[0])  # the first of the best on ties
+    cover = _coverage(best[1], words)[1]
+    return StateKey(f"{where}, {more}: best title covers {cover} of the request, {_budget_word(best[2], budget)}",
+                    {"best product": best[0], "best title": best[1]})
+
+
+def _item_key(parts: list[str], lowered: list[str], clicks: set[str], request: str, words: list[str],
+              budget: float | None) -> StateKey:
+    """:func:`page_key` of an item page: its option dimensions (names, then their values) sit between the last
+    ``<`` / ``back to search`` button and the title, the part before ``Price:``."""
+    price_at = next((i for i, p in enumerate(parts) if p.startswith("Price:")), len(parts))
+    title = parts[price_at - 1] if price_at > 0 else ""
+    start = max((i + 1 for i, p in enumerate(lowered[:price_at]) if p == "back to search" or p.startswith("<")),
+                default=0)
+    picked = {m[1].lower() for p in parts if (m := _CLICKED.match(p))}
+    dims: list[tuple[str, list[str]]] = []
+    for part, low in zip(parts[start:price_at - 1], lowered[start:price_at - 1]):
+        if low in clicks and dims:
+            dims[-1][1].append(low)
+        elif low not in clicks:
+            dims.append((_role(part), []))
+    states, slots = [], {}
+    req = request.lower()
+    for name, values in dims:
+        wanted = max((v for v in values if _phrase_in(v, req)), key=len, default=None)
+        if wanted is None:
+            states.append(f"{name} not asked")
+            continue
+        states.append(f"{name} {'picked' if wanted in picked else 'to pick'}")
+        slots[f"goal {name}"] = wanted
+    cover = _coverage(title, words)[1]
+    price = parts[price_at] if price_at < len(parts) else ""
+    options = ", ".join(states) if states else "no options"
+    text = f"item page: {options}; title covers {cover} of the request, {_budget_word(price, budget)}"
+    return StateKey(text, {**slots, "title": title} if title else slots)
 
 
 class WebShopEnv(TextEnv):
@@ -281,6 +408,15 @@ class WebShopEnv(TextEnv):
                 None if self._s["page"] == "search" else [f"click[{c}]" for c in self.clickables()]
             )
         return super()._fill(info)
+
+    def state_key(self, observation: str) -> StateKey | None:
+        """The page's kind and what on it bears on the goal (:func:`page_key`): read from the page text, the
+        instruction and the listed clicks, never from the goal's target product, options or the reward. Keeps
+        the page kind, results paging, how much of the request the best title covers, the budget check and each
+        option's state; drops ids, titles, brands and values (slots). Example: ``item page: size to pick, color
+        to pick; title covers most of the request, within budget`` with ``{"goal size": "queen", "goal color":
+        "white", "title": "Noququ Cooling Wrinkle Resistant Bed Sheets"}``."""
+        return page_key(observation, self._goal, self._admissible)
 
     def _info_defaults(self) -> dict[str, Any]:
         g, s = self._task, self._s
@@ -544,6 +680,10 @@ class WebShopServerEnv(TextEnv):
                 None if self._page.search is not None else [f"click[{c}]" for c in self.clickables()]
             )
         return super()._fill(info)
+
+    def state_key(self, observation: str) -> StateKey | None:
+        """As :meth:`WebShopEnv.state_key` (:func:`page_key`), on the server's page text, instruction and clicks."""
+        return page_key(observation, self._goal, self._admissible)
 
     def _info_defaults(self) -> dict[str, Any]:
         page = self._page
