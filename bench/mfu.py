@@ -49,13 +49,18 @@ MFU = model FLOPs / step time / peak bf16 matmul FLOP/s (the step's matmuls run 
 ``mfu_fp32`` divides by the fp32 peak instead (what the same FLOPs would be worth against fp32 matmuls: it can
 pass 100 %). ``matmul_bound_s``: the step's executed FLOPs at the measured speed of each kind's
 shapes (linears, LoRA, head, attention approximated by a batched matmul of its shape): the time the matmuls
-alone would take; the rest of the step is element-wise work, dispatch and memory traffic. One such cost is
-measured (``weight_cast``): bf16 autocast casts each frozen fp32 weight again at every use (it caches the casts
-of trainable leaves only), so every forward call (two per micro-batch with a shared prefix) casts the whole
-frozen model: the time of one cast of every frozen weight matrix, times the calls. ``frozen_bf16``: the same
-step, and a 10-token generation (``HFGenerator``, 1 and 16 copies of one prompt, EOS hidden so every row decodes
-10 tokens), with the setting ``model.base_dtype: bfloat16`` (the frozen base loaded in bf16, the LoRA adapters
-fp32; the default on CUDA, a choice on CPU), against the fp32 base (CPU's default) in the same run.
+alone would take; the rest of the step is element-wise work, dispatch and memory traffic.
+
+The base's storage (``model.base_dtype``, slea/device.py): the timed step uses the default, which on a CPU under
+bf16 is ``bfloat16_linears`` (the frozen linears and the LM head stored in bf16, embeddings and norms fp32: the
+numbers bf16 autocast computes from an fp32 base, bit for bit). Two other storages are timed in the same run on
+the same batch: ``fp32_base`` (``base_dtype: float32``, CPU's default before 2026-12-07: autocast then casts each
+frozen fp32 weight again at every use, since it caches the casts of trainable leaves only, so every forward call,
+two per micro-batch with a shared prefix, casts the whole frozen model; ``weight_cast``: the time of one cast of
+every frozen weight matrix, times the calls) and ``frozen_bf16`` (``base_dtype: bfloat16``: every base weight
+bf16, the residual stream too: other numbers). Each gets its step time, its MFU against the same peak and the
+default's speedup over it; likewise a 10-token generation (``HFGenerator``, 1 and 16 copies of one prompt, EOS
+hidden so every row decodes 10 tokens) with each storage.
 
     PYTHONPATH=src .venv/bin/python bench/mfu.py [--model embedded] [--steps 4] [--out ...]
 
@@ -311,24 +316,34 @@ def counted_flops(step) -> dict:
 
 
 def timed_calls(fn, n: int, min_cpu_per_wall: float | None = None, retries: int = 2) -> dict:
-    """``n`` calls of ``fn()``: median wall seconds, every call's wall seconds, and the process's CPU seconds per
-    wall second over them (about the thread count when the job had the cores to itself; less: it waited for a
-    core). Below ``min_cpu_per_wall`` the ``n`` calls are taken again, up to ``retries`` times, and the try with
-    the most CPU per wall second is kept (``tries``: how many were taken)."""
+    """:func:`timed_rounds` of the one callable ``fn``."""
+    return timed_rounds({"fn": fn}, n, min_cpu_per_wall, retries)["fn"]
+
+
+def timed_rounds(fns: dict, n: int, min_cpu_per_wall: float | None = None, retries: int = 2) -> dict[str, dict]:
+    """``n`` rounds of one call of each ``fns[key]()`` in turn (interleaved, so a drift of the machine's speed hits
+    every variant alike): per key the median wall seconds, every call's wall seconds, and the process's CPU
+    seconds per wall second over its calls (about the thread count when the job had the cores to itself; less: it
+    waited for a core). Below ``min_cpu_per_wall`` for some key the rounds are taken again, up to ``retries``
+    times, and the try whose lowest CPU per wall second is highest is kept (``tries``: how many were taken)."""
     best: dict | None = None
     for tries in range(1, 2 + (retries if min_cpu_per_wall else 0)):
-        wall, cpu = [], []
+        wall: dict[str, list[float]] = {k: [] for k in fns}
+        cpu: dict[str, list[float]] = {k: [] for k in fns}
         for _ in range(n):
-            w0, c0 = time.perf_counter(), time.process_time()
-            fn()
-            cpu.append(time.process_time() - c0)
-            wall.append(time.perf_counter() - w0)
-        got = {"s": statistics.median(wall), "s_all": wall, "cpu_per_wall": sum(cpu) / sum(wall)}
-        if best is None or got["cpu_per_wall"] > best["cpu_per_wall"]:
+            for key, fn in fns.items():
+                w0, c0 = time.perf_counter(), time.process_time()
+                fn()
+                cpu[key].append(time.process_time() - c0)
+                wall[key].append(time.perf_counter() - w0)
+        got = {k: {"s": statistics.median(wall[k]), "s_all": wall[k], "cpu_per_wall": sum(cpu[k]) / sum(wall[k])}
+               for k in fns}
+        low = min(g["cpu_per_wall"] for g in got.values())
+        if best is None or low > min(g["cpu_per_wall"] for g in best.values()):
             best = got
-        if min_cpu_per_wall is None or got["cpu_per_wall"] >= min_cpu_per_wall:
+        if min_cpu_per_wall is None or low >= min_cpu_per_wall:
             break
-    return {**best, "tries": tries}
+    return {k: {**v, "tries": tries} for k, v in best.items()}
 
 
 def weight_cast_s(model, reps: int = 3) -> float:
@@ -345,14 +360,19 @@ def weight_cast_s(model, reps: int = 3) -> float:
     return statistics.median(times)
 
 
-def bf16_base(name: str, lora_layers: int):
-    """The same policy with ``model.base_dtype: bfloat16`` (autocast then has nothing to cast but the
-    activations and the LoRA weights), its adapters initialised as the fp32 one's (same seed)."""
+STORAGES = ("fp32_base", "frozen_bf16")  # timed beside the default: model.base_dtype float32 and bfloat16
+BASE_DTYPE = {"fp32_base": "float32", "bf16_linears": "bfloat16_linears", "frozen_bf16": "bfloat16"}
+
+
+def policy_with(name: str, lora_layers: int, storage: str):
+    """The policy with the base stored as ``storage`` (a key of :data:`BASE_DTYPE`), its adapters initialised as
+    every other's (same seed)."""
     from slea.policy.model import load_policy
 
     torch.manual_seed(0)
-    cfg = trl_step.model_section(name, lora_layers, "bfloat16").model_copy(update={"base_dtype": "bfloat16"})
-    return load_policy(cfg)[0]
+    cfg = trl_step.model_section(name, lora_layers, "bfloat16").model_copy(
+        update={"base_dtype": BASE_DTYPE[storage]})
+    return load_policy(cfg)
 
 
 class NoEos:
@@ -371,25 +391,26 @@ class NoEos:
 def generation_what_if(name: str, lora_layers: int, reps: int, min_cpu_per_wall: float | None,
                        copies: tuple[int, ...] = (1, 16), new_tokens: int = 10) -> dict:
     """``HFGenerator`` on G copies of one turn-0 prompt (``rollout_prompts``, history 1), ``new_tokens`` per
-    row, with the fp32 base (CPU's default) and then with ``model.base_dtype: bfloat16``."""
+    row, with each base storage (:data:`BASE_DTYPE`); speedups of the default (``bf16_linears``) and of
+    ``frozen_bf16`` over ``fp32_base``."""
     from slea.policy.generation import HFGenerator
-    from slea.policy.model import load_policy
     from slea.policy.prompt_builder import PromptBuilder
 
-    model, tok = load_policy(trl_step.model_section(name, lora_layers, "bfloat16"))
-    gen = HFGenerator(model, NoEos(tok), dtype="bfloat16", stop_at_newline=False)
-    builder = PromptBuilder(tok, history=1, obs_max_chars=300)
-    batches = {g: rollout_prompts(builder, random.Random(0), 1, g, later=False) for g in copies}
     out: dict = {"new_tokens": new_tokens}
-    for label in ("fp32", "frozen_bf16"):
+    calls = {}
+    for label in BASE_DTYPE:
+        model, tok = policy_with(name, lora_layers, label)
+        gen = HFGenerator(model, NoEos(tok), dtype="bfloat16", stop_at_newline=False)
+        builder = PromptBuilder(tok, history=1, obs_max_chars=300)
+        batches = {g: rollout_prompts(builder, random.Random(0), 1, g, later=False) for g in copies}
         gen.generate(batches[copies[0]], max_new_tokens=2)  # warm-up
         for g, batch in batches.items():
-            t = timed_calls(lambda b=batch, e=gen: e.generate(b, max_new_tokens=new_tokens), reps,
-                            min_cpu_per_wall)
-            out[f"{label}/G={g}"] = {"s": t["s"], "cpu_per_wall": t["cpu_per_wall"]}
-        gen = HFGenerator(bf16_base(name, lora_layers), NoEos(tok), dtype="bfloat16", stop_at_newline=False)
+            calls[f"{label}/G={g}"] = lambda b=batch, e=gen: e.generate(b, max_new_tokens=new_tokens)
+    for key, t in timed_rounds(calls, reps, min_cpu_per_wall).items():
+        out[key] = {"s": t["s"], "cpu_per_wall": t["cpu_per_wall"]}
     for g in copies:
-        out[f"speedup/G={g}"] = out[f"fp32/G={g}"]["s"] / out[f"frozen_bf16/G={g}"]["s"]
+        for label in ("bf16_linears", "frozen_bf16"):
+            out[f"speedup/{label}/G={g}"] = out[f"fp32_base/G={g}"]["s"] / out[f"{label}/G={g}"]["s"]
     return out
 
 
@@ -399,31 +420,35 @@ def measure_step(name: str, shape: str, lora_layers: int, steps: int, micro: int
 
     rows = trl_step.batch(load_tokenizer(name), shape)
     model, _, step, fill_old = trl_step.slea_engine(name, rows, lora_layers, "bfloat16")
-    fill_old()
     arch = Arch.of(model)
     batches = micro_batches(rows, micro)
-    step()  # warm-up
-    t = timed_calls(step, steps, min_cpu_per_wall)
+    others = {storage: policy_with(name, lora_layers, storage)[0] for storage in STORAGES}
+    steps_of = {"default": step}
+    for storage, other in others.items():  # the same step with the base stored otherwise
+        _, _, steps_of[storage], fill = trl_step.slea_engine(name, rows, lora_layers, "bfloat16", model=other)
+        fill()
+    fill_old()
+    for fn in steps_of.values():
+        fn()  # warm-up
+    times = timed_rounds(steps_of, steps, min_cpu_per_wall)
+    t = times["default"]
     res = {"rows": len(rows), "tokens": sum(len(p) + len(c) for p, c in rows),
            "response_tokens": sum(len(c) for _, c in rows), "micro_batches": [asdict(mb) for mb in batches],
            "step_s": t["s"], "step_s_all": t["s_all"], "cpu_per_wall": t["cpu_per_wall"], "tries": t["tries"],
            "model_flops": step_flops(arch, batches, executed=False),
            "executed_flops": step_flops(arch, batches, executed=True)}
-    cast = weight_cast_s(model)
+    for storage in STORAGES:
+        o = times[storage]
+        res[storage] = {"step_s": o["s"], "step_s_all": o["s_all"], "cpu_per_wall": o["cpu_per_wall"],
+                        "speedup": o["s"] / t["s"]}  # the default's speedup over this storage
+    cast = weight_cast_s(others["fp32_base"])  # what autocast casts per forward call with an fp32 base
     calls = sum(2 if mb.prefix else 1 for mb in batches)  # forward calls: the prefix's, then the rows'
     res["weight_cast"] = {"s_per_forward": cast, "forward_calls": calls, "s_per_step": cast * calls,
-                          "share_of_step": cast * calls / res["step_s"]}
+                          "share_of_fp32_base_step": cast * calls / res["fp32_base"]["step_s"]}
     if count:
         c = counted_flops(step)
         c["rel_diff_vs_executed"] = abs(c["total"] - res["executed_flops"]["total"]) / c["total"]
         res["flop_counter"] = c
-    _, _, step, fill_old = trl_step.slea_engine(name, rows, lora_layers, "bfloat16",
-                                                model=bf16_base(name, lora_layers))  # no per-call weight casts
-    fill_old()
-    step()
-    t = timed_calls(step, steps, min_cpu_per_wall)
-    res["frozen_bf16"] = {"step_s": t["s"], "step_s_all": t["s_all"], "cpu_per_wall": t["cpu_per_wall"],
-                          "speedup": res["step_s"] / t["s"]}
     return res, arch
 
 
@@ -434,6 +459,8 @@ def utilisation(step: dict, matmul: dict) -> dict:
     bound = sum(v / (rates[key.rsplit("_", 1)[0]] * 1e9) for key, v in ex.items() if key != "total")
     return {"achieved_model_gflops": model["total"] / s / 1e9, "achieved_executed_gflops": ex["total"] / s / 1e9,
             "mfu_bf16": model["total"] / s / (matmul["peak_bf16_gflops"] * 1e9),
+            **{f"mfu_bf16_{storage}": model["total"] / step[storage]["step_s"] / (matmul["peak_bf16_gflops"] * 1e9)
+               for storage in STORAGES},
             "mfu_fp32": model["total"] / s / (matmul["peak_fp32_gflops"] * 1e9),
             "hfu_bf16": ex["total"] / s / (matmul["peak_bf16_gflops"] * 1e9),
             "executed_over_model": ex["total"] / model["total"], "matmul_bound_s": bound,
@@ -454,12 +481,16 @@ def table(res: dict) -> str:
                      f"{r['model_flops']['total'] / 1e9:.2f} | {r['executed_flops']['total'] / 1e9:.2f} | {counted} | "
                      f"{u['achieved_model_gflops']:.1f} | {u['mfu_bf16']:.1%} | {u['hfu_bf16']:.1%} | "
                      f"{u['matmul_bound_s']:.3f} | {r['weight_cast']['s_per_step']:.3f} |")
-    lines.append("")
-    lines.append("model.base_dtype: bfloat16 (no per-call casts of the frozen weights): " + ", ".join(
-        f"{shape} step {r['frozen_bf16']['step_s']:.3f} s ({r['frozen_bf16']['speedup']:.2f}x)"
-        for shape, r in res["steps"].items()) + "; " + ", ".join(
-        f"generation {key.split('/')[1]} {v:.2f}x" for key, v in res["generation_frozen_bf16"].items()
-        if key.startswith("speedup")))
+    lines += ["", "The same step with the base stored otherwise (MFU against the same peak; the default's speedup):", "",
+              "| batch | base | step s | MFU (bf16 peak) | default's speedup |", "|---|---|---:|---:|---:|"]
+    for shape, r in res["steps"].items():
+        lines.append(f"| {shape} | default (bfloat16_linears) | {r['step_s']:.3f} | {r['utilisation']['mfu_bf16']:.1%} "
+                     f"| 1.00x |")
+        lines += [f"| {shape} | {BASE_DTYPE[st]} | {r[st]['step_s']:.3f} | {r['utilisation'][f'mfu_bf16_{st}']:.1%} | "
+                  f"{r[st]['speedup']:.2f}x |" for st in STORAGES]
+    g = res["generation_frozen_bf16"]
+    lines += ["", "generation, 10 tokens per row, speedup over the float32 base: " + ", ".join(
+        f"{key.split('/')[1]} {key.split('/')[2]} {v:.2f}x" for key, v in g.items() if key.startswith("speedup"))]
     return "\n".join(lines)
 
 

@@ -12,7 +12,14 @@ import pytest
 import torch
 
 from slea.config import ConfigError, build_config
-from slea.device import backend_for, model_device, resolve_base_dtype, resolve_device, run_device
+from slea.device import (
+    backend_for,
+    model_device,
+    resolve_base_dtype,
+    resolve_base_storage,
+    resolve_device,
+    run_device,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -70,6 +77,12 @@ def test_backend_of_a_device():
 def test_base_dtype_auto_is_bf16_only_for_lora_on_cuda_in_bf16():
     bf16, fp32 = torch.bfloat16, torch.float32
     assert resolve_base_dtype("auto", device="cpu", lora=True, dtype="bfloat16") == fp32  # CPU numerics kept
+    # ... by storing only the frozen linears in bf16: the numbers autocast computes from fp32 ones
+    assert resolve_base_storage("auto", device="cpu", lora=True, dtype="bfloat16") == "bfloat16_linears"
+    assert resolve_base_storage("auto", device="cpu", lora=True, dtype="float32") == "float32"
+    assert resolve_base_storage("auto", device="cpu", lora=False, dtype="bfloat16") == "float32"
+    assert resolve_base_storage("auto", device="cuda:0", lora=True, dtype="bfloat16") == "bfloat16"
+    assert resolve_base_dtype("bfloat16_linears", device="cpu", lora=True, dtype="bfloat16") == fp32  # then cast
     assert resolve_base_dtype("auto", device="cuda:0", lora=True, dtype="bfloat16") == bf16
     assert resolve_base_dtype("auto", device="cuda:0", lora=False, dtype="bfloat16") == fp32  # full FT trains it
     assert resolve_base_dtype("auto", device="cuda:0", lora=True, dtype="float32") == fp32

@@ -80,13 +80,28 @@ def model_device(model) -> torch.device:
     return torch.device("cpu")
 
 
-def resolve_base_dtype(setting: str, *, device: str | torch.device, lora: bool, dtype: str) -> torch.dtype:
-    """The storage dtype of a model's frozen base weights (``model.base_dtype``): ``auto`` is bf16 on CUDA when
-    only LoRA adapters train and the compute precision (``model.dtype``) is bf16, and fp32 otherwise (so CPU runs
-    keep their fp32 master weights and numerics). Trainable weights are always fp32."""
+BASE_STORAGES = ("float32", "bfloat16", "bfloat16_linears")
+
+
+def resolve_base_storage(setting: str, *, device: str | torch.device, lora: bool, dtype: str) -> str:
+    """How a model's frozen base weights are stored (``model.base_dtype``): ``float32``; ``bfloat16`` (every base
+    weight, so the residual stream is bf16 too); or ``bfloat16_linears`` (only the frozen weights that feed a
+    matmul, :func:`slea.policy.model.store_frozen_linears`: what bf16 autocast computes from an fp32 base, bit for
+    bit, without a cast per forward call). ``auto``, when only LoRA adapters train and the compute precision
+    (``model.dtype``) is bf16: ``bfloat16`` on CUDA, ``bfloat16_linears`` on the CPU (same numbers as fp32
+    storage); ``float32`` otherwise. Trainable weights are always fp32."""
     if setting == "auto":
-        setting = "bfloat16" if torch.device(device).type == "cuda" and lora and dtype == "bfloat16" else "float32"
-    return torch.bfloat16 if setting == "bfloat16" else torch.float32
+        if not (lora and dtype == "bfloat16"):
+            return "float32"
+        return "bfloat16" if torch.device(device).type == "cuda" else "bfloat16_linears"
+    return setting
+
+
+def resolve_base_dtype(setting: str, *, device: str | torch.device, lora: bool, dtype: str) -> torch.dtype:
+    """The dtype the base model is loaded in (``model.base_dtype``, :func:`resolve_base_storage`): bf16 for a
+    ``bfloat16`` base, fp32 otherwise (``bfloat16_linears`` casts its linears after loading)."""
+    storage = resolve_base_storage(setting, device=device, lora=lora, dtype=dtype)
+    return torch.bfloat16 if storage == "bfloat16" else torch.float32
 
 
 def cuda_rng_states() -> list[torch.Tensor] | None:

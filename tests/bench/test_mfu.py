@@ -80,9 +80,12 @@ def test_json(tmp_path):
         assert u["mfu_bf16"] / u["hfu_bf16"] == pytest.approx(r["model_flops"]["total"] / r["executed_flops"]["total"])
         assert u["achieved_model_gflops"] == pytest.approx(r["model_flops"]["total"] / r["step_s"] / 1e9)
         assert r["weight_cast"]["forward_calls"] == 2 and r["weight_cast"]["s_per_forward"] > 0
-        assert r["frozen_bf16"]["step_s"] > 0 and r["frozen_bf16"]["speedup"] > 0
+        for storage in ("fp32_base", "frozen_bf16"):  # the same step with the base stored otherwise
+            assert r[storage]["speedup"] == pytest.approx(r[storage]["step_s"] / r["step_s"])
+            assert u[f"mfu_bf16_{storage}"] / u["mfu_bf16"] == pytest.approx(r["step_s"] / r[storage]["step_s"])
     gen = res["generation_frozen_bf16"]
-    assert gen["new_tokens"] == 10 and all(gen[f"speedup/G={g}"] > 0 for g in (1, 16))
+    assert gen["new_tokens"] == 10 and all(gen[f"speedup/{s}/G={g}"] > 0 for g in (1, 16)
+                                           for s in ("bf16_linears", "frozen_bf16"))
     assert res["arch"]["lora_params"] > 0 and "MFU (bf16 peak)" in res["table"]
 
 
@@ -98,3 +101,10 @@ def test_timed_calls_retakes_a_try_that_waited():
     t = M.timed_calls(idle, 2, min_cpu_per_wall=1.0, retries=2)
     assert t["tries"] == 3 and len(calls) == 6 and len(t["s_all"]) == 2 and t["cpu_per_wall"] < 0.5
     assert M.timed_calls(idle, 2)["tries"] == 1
+
+
+def test_timed_rounds_interleave_the_variants():
+    order = []
+    t = M.timed_rounds({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, 3)
+    assert order == ["a", "b"] * 3  # round by round, so a drift of the machine's speed hits both alike
+    assert set(t) == {"a", "b"} and all(len(v["s_all"]) == 3 and v["tries"] == 1 for v in t.values())

@@ -157,3 +157,66 @@ def test_gradient_checkpointing_gives_the_plain_forwards_gradients_and_refuses_t
         c, _ = response_logprobs(ckpt, samples, temperature=1.0, dtype="float32", share_prefix=True)
     # case 2: the prefix-shared forward (the prefix's KV cache, then the rest) against the plain one
     assert_within(c, a, logp_bound, why="shared-prefix forward against the plain forward")
+
+
+def _bf16_step(model, samples):
+    """Log-probs (with the shared prefix), the LoRA gradients of their sum and a sampled answer, under bf16."""
+
+    from slea.policy.generation import HFGenerator
+    from slea.policy.model import load_tokenizer
+    from slea.trainer.update import response_logprobs
+
+    model.train()
+    model.zero_grad()
+    logp, mask = response_logprobs(model, samples, temperature=1.0, dtype="bfloat16", share_prefix=True)
+    (logp * mask).sum().backward()
+    grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.requires_grad}
+    gen = HFGenerator(model, load_tokenizer("tiny"), dtype="bfloat16", stop_at_newline=False)
+    out = gen.generate([s.prompt_ids for s in samples], max_new_tokens=6, rng_keys=[[0, i] for i in range(2)])
+    return logp.detach(), grads, [(g.ids, g.logprobs) for g in out]
+
+
+def test_bf16_linears_compute_the_fp32_bases_numbers_bit_for_bit(device):
+    """model.base_dtype: bfloat16_linears (auto on the CPU under bf16) stores the frozen linears and the LM head in
+    bf16, the embeddings and norms in fp32; store_frozen_linears(model, float32) undoes it."""
+    import torch
+
+    from slea.policy.model import store_frozen_linears
+
+    cfg = ModelSection(name_or_path="tiny", dtype="bfloat16", lora_r=4, lora_layers=1)
+    if device == "cpu":
+        assert load_policy(cfg)[0].get_base_model().model.layers[0].mlp.up_proj.weight.dtype == torch.bfloat16
+    model, _ = load_policy(cfg.model_copy(update={"base_dtype": "bfloat16_linears"}), device=device)
+    ref, _ = load_policy(cfg.model_copy(update={"base_dtype": "float32"}), device=device)
+    base = model.get_base_model()
+    frozen = {n: p.dtype for n, p in model.named_parameters() if not p.requires_grad}
+    assert {d for n, d in frozen.items() if "proj" in n or n.endswith("lm_head.weight")} == {torch.bfloat16}
+    assert {d for n, d in frozen.items() if "norm" in n or "embed_tokens" in n} == {torch.float32}
+    assert all(p.dtype == torch.float32 for p in model.parameters() if p.requires_grad)
+    assert base.lm_head.weight is not base.model.embed_tokens.weight  # the head's own bf16 copy
+    assert torch.equal(base.lm_head.weight, base.model.embed_tokens.weight.to(torch.bfloat16))
+    _nonzero_lora(model)
+    _nonzero_lora(ref)
+    got, want = _bf16_step(model, _samples()), _bf16_step(ref, _samples())
+    # case 1 of slea.testing.numerics: under bf16 autocast every frozen linear computes on its weight cast to bf16
+    # (round to nearest even), which is the tensor the bf16 storage holds; the embeddings, norms, adapters and the
+    # residual stream are fp32 in both. So every kernel runs on the same inputs: logits, gradients and samples equal
+    why = "a bf16-stored frozen weight is the tensor bf16 autocast casts the fp32 one to"
+    if exact_on(device):
+        assert_same(got, want, why=why)
+    store_frozen_linears(model, torch.float32)
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert base.lm_head.weight is base.model.embed_tokens.weight  # tied again
+    if exact_on(device):
+        assert_same(_bf16_step(model, _samples()), want, why=why + " (and back in fp32, exactly)")
+
+
+def test_bf16_linears_is_refused_where_it_cannot_mean_anything():
+    from slea.config import build_config
+
+    with pytest.raises(ConfigError, match="model.base_dtype: bfloat16_linears .* model.lora: false"):
+        build_config({"model": {"base_dtype": "bfloat16_linears", "lora": False}})
+    with pytest.raises(ConfigError, match="model.base_dtype: bfloat16_linears .* model.dtype: float32"):
+        build_config({"model": {"base_dtype": "bfloat16_linears", "dtype": "float32"}})
+    # on a CPU without native bf16, model.dtype: auto computes in bf16 for this base (its linears are bf16)
+    assert build_config({"model": {"base_dtype": "bfloat16_linears"}}).model.dtype == "bfloat16"

@@ -117,7 +117,7 @@ def _resolve_precision(cfg: RunConfig) -> RunConfig:
         warn_if_slow(cfg.model.dtype, cfg.run.device)
     else:
         # an explicit bf16 base computes in bf16 whatever the hardware
-        native = cfg.model.base_dtype == "bfloat16" or device_native_bf16(cfg.run.device)
+        native = cfg.model.base_dtype.startswith("bfloat16") or device_native_bf16(cfg.run.device)
         model = cfg.model.model_copy(update={"dtype": resolve_dtype("auto", native_bf16=native)})
         cfg = cfg.model_copy(update={"model": model})
     return _resolve_old_logprobs(cfg)

@@ -97,9 +97,10 @@ class ModelSection(_Section):
     # autocast dtype; trainable weights stay fp32. auto: bfloat16 where the device computes it natively (CUDA,
     # CPUs with AVX-512-BF16 or AMX), float32 elsewhere (slea/precision.py); the saved config records the result
     dtype: Literal["auto", "bfloat16", "float32"] = "auto"
-    # storage dtype of the frozen base weights under LoRA (adapters stay fp32): auto = bfloat16 on CUDA when
-    # model.dtype is bfloat16, float32 on CPU (today's numerics; bfloat16 there is a speed lever, docs/gpu.md)
-    base_dtype: Literal["auto", "float32", "bfloat16"] = "auto"
+    # storage dtype of the frozen base weights under LoRA (adapters stay fp32): auto = when model.dtype is
+    # bfloat16, bfloat16 on CUDA and bfloat16_linears on CPU (only the frozen linears in bf16: bit for bit the
+    # numbers of a float32 base, without autocast's cast of every weight per forward), else float32
+    base_dtype: Literal["auto", "float32", "bfloat16", "bfloat16_linears"] = "auto"
     lora: bool = True
     lora_r: int = Field(16, ge=1)
     lora_alpha: int = Field(32, ge=1)
@@ -126,12 +127,12 @@ class ModelSection(_Section):
             raise ValueError(f"model.openai: not read by model.generator {self.generator}")
         if self.generator != "vllm" and self.vllm != VLLMSection():
             raise ValueError(f"model.vllm: not read by model.generator {self.generator}")
-        if self.base_dtype == "bfloat16" and not self.lora:
-            raise ValueError("model.base_dtype: bfloat16 stores the frozen base weights in bf16, but with "
+        if self.base_dtype.startswith("bfloat16") and not self.lora:
+            raise ValueError(f"model.base_dtype: {self.base_dtype} stores frozen base weights in bf16, but with "
                              "model.lora: false every weight trains (fp32); set model.lora: true or base_dtype auto")
-        if self.base_dtype == "bfloat16" and self.dtype == "float32":
-            raise ValueError("model.base_dtype: bfloat16 computes the base layers in bf16, which model.dtype: "
-                             "float32 rules out; set model.dtype: bfloat16 or base_dtype auto")
+        if self.base_dtype.startswith("bfloat16") and self.dtype == "float32":
+            raise ValueError(f"model.base_dtype: {self.base_dtype} computes the base layers in bf16, which "
+                             "model.dtype: float32 rules out; set model.dtype: bfloat16 or base_dtype auto")
         if served and not self.lora and trains:
             raise ValueError(f"model.generator: {self.generator} sends weights to the server as LoRA adapters; "
                              f"set model.lora: true")

@@ -7,9 +7,10 @@
 - anything else: an HF model folder (or a name already in the local HF cache; downloads stay off).
 
 Trainable weights are fp32; bf16 is applied by autocast in generation and training. The frozen base weights of
-a LoRA policy are stored in ``model.base_dtype`` (:func:`slea.device.resolve_base_dtype`: bf16 on CUDA, fp32 on
-CPU unless set): a bf16 base halves the model's memory and spares autocast a cast of every weight at every
-forward. The model is loaded straight onto the run's device (``device``; default the CPU). LoRA (peft) is on by
+a LoRA policy are stored in ``model.base_dtype`` (:func:`slea.device.resolve_base_storage`: under bf16 compute,
+the whole base in bf16 on CUDA; on the CPU only its linears, :func:`store_frozen_linears`, which computes the
+same numbers as an fp32 base): a bf16 base halves the model's memory and spares autocast a cast of every weight
+at every forward. The model is loaded straight onto the run's device (``device``; default the CPU). LoRA (peft) is on by
 default, its adapters in fp32 whatever the base's dtype; with LoRA, the reference policy is the base model with
 the adapters disabled.
 """
@@ -98,13 +99,16 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None, *, device: str
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
-    from slea.device import resolve_base_dtype
+    from slea.device import resolve_base_dtype, resolve_base_storage
 
     hf_logging.disable_progress_bar()  # a "Loading weights" bar per load clutters logs and error output
     device = torch.device(device or "cpu")
+    linears_bf16 = False
     if base_dtype is None:
-        base_dtype = resolve_base_dtype(getattr(model_cfg, "base_dtype", "auto"), device=device,
-                                        lora=model_cfg.lora, dtype=model_cfg.dtype)
+        setting = getattr(model_cfg, "base_dtype", "auto")
+        base_dtype = resolve_base_dtype(setting, device=device, lora=model_cfg.lora, dtype=model_cfg.dtype)
+        linears_bf16 = resolve_base_storage(setting, device=device, lora=model_cfg.lora,
+                                            dtype=model_cfg.dtype) == "bfloat16_linears"
     path = resolve(model_cfg.name_or_path)
     tok = load_tokenizer(model_cfg.tokenizer or model_cfg.name_or_path)
     # safetensors only: never unpickle a weights file (a pytorch_model.bin is refused); on a GPU the weights go
@@ -118,7 +122,47 @@ def load_policy(model_cfg, adapter_dir: str | Path | None = None, *, device: str
         from slea.runs.checkpoint import load_trainable
 
         load_trainable(model, adapter_dir)
+    if linears_bf16:
+        store_frozen_linears(model, torch.bfloat16)
     return model, tok
+
+
+def _is_adapter(name: str) -> bool:
+    """Whether the module ``name`` belongs to a LoRA adapter (peft's ``lora_A``/``lora_B``/... containers)."""
+    return any(part.startswith("lora_") for part in name.split("."))
+
+
+def store_frozen_linears(model, dtype: torch.dtype) -> int:
+    """``model.base_dtype: bfloat16_linears``: every frozen linear's weight (and bias) — the base model's
+    projections, peft's ``base_layer`` of each adapted one, the LM head — stored in ``dtype``; the embeddings,
+    norms and every LoRA adapter (active or not) kept as they are. Returns how many tensors changed.
+
+    Under bf16 autocast a linear casts its fp32 weight to bf16 at every call (autocast caches the casts of
+    trainable weights only): once per frozen weight per forward call, 47 ms per call for the embedded model
+    (bench/mfu.py), the whole of a decode step's weights each step. A weight stored in bf16 is the very tensor that
+    cast makes (round to nearest even), so logits, log-probs, gradients and samples are bit for bit those of the
+    fp32 base (tests/policy/test_model.py); the residual stream stays fp32, since the embeddings and norms do.
+    A LM head tied to the input embeddings gets its own bf16 copy (the embeddings stay fp32).
+
+    ``torch.float32`` undoes it exactly (bf16 to fp32 is exact) and ties the head to the embeddings again where
+    the config ties them: FSDP needs one dtype per sharded unit (:func:`slea.parallel.distributed.shard_frozen_base`)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    head, embed = base.get_output_embeddings(), base.get_input_embeddings()
+    tie = bool(getattr(base.config, "tie_word_embeddings", False))
+    changed = 0
+    for name, mod in model.named_modules():
+        if not isinstance(mod, torch.nn.Linear) or _is_adapter(name):
+            continue
+        for key in ("weight", "bias"):
+            p = getattr(mod, key)
+            if p is None or p.requires_grad or p.dtype == dtype:
+                continue
+            if mod is head and key == "weight" and tie and dtype == embed.weight.dtype:
+                mod.weight = embed.weight  # tied again: the embeddings' own tensor
+            else:
+                setattr(mod, key, torch.nn.Parameter(p.detach().to(dtype), requires_grad=False))
+            changed += 1
+    return changed
 
 
 def enable_gradient_checkpointing(model) -> None:

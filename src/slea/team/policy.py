@@ -97,12 +97,13 @@ class TeamPolicy:
 
 def build_team_policy(model_cfg, agents: list[str], device: str | torch.device | None = None) -> TeamPolicy:
     """Load the base model once (``model_cfg``) on ``device`` (default the CPU) and give it one LoRA adapter per
-    agent name. The base is frozen, so it is stored in ``model.base_dtype`` (bf16 on CUDA by default); every
-    adapter is fp32 and on the base's device.
+    agent name. The base is frozen, so it is stored in ``model.base_dtype`` (bf16 on CUDA by default; its linears
+    in bf16 on the CPU under bf16 compute, the same numbers as fp32); every adapter is fp32 and on the base's
+    device.
 
     The team needs LoRA (``model.lora: true``): separate full models per agent are not built here."""
-    from slea.device import resolve_base_dtype
-    from slea.policy.model import add_lora, load_policy, lora_config
+    from slea.device import resolve_base_dtype, resolve_base_storage
+    from slea.policy.model import add_lora, load_policy, lora_config, store_frozen_linears
 
     if not model_cfg.lora:
         raise ConfigError("model.lora: a team's agents are LoRA adapters on one base model; set model.lora: true")
@@ -114,6 +115,9 @@ def build_team_policy(model_cfg, agents: list[str], device: str | torch.device |
     model = add_lora(base, lcfg, adapter_name=agents[0])
     for name in agents[1:]:
         model.add_adapter(name, lcfg)
+    if resolve_base_storage(model_cfg.base_dtype, device=device or "cpu", lora=True,
+                            dtype=model_cfg.dtype) == "bfloat16_linears":
+        store_frozen_linears(model, torch.bfloat16)  # after every adapter: theirs stay fp32
     team = TeamPolicy(model, tok, agents)
     team.activate(0)
     return team

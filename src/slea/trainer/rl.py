@@ -42,12 +42,12 @@ import torch
 from slea.algorithms.batch import Advantages, StepBatch, estimate
 from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.config import ConfigError, RunConfig, estimator_settings
-from slea.device import model_device, run_device
+from slea.device import model_device, resolve_base_storage, run_device
 from slea.evaluation.evaluate import evaluate, write_eval
 from slea.parallel.checks import check_data_parallel
 from slea.parallel.distributed import DataParallel, full_weights, shard_frozen_base
 from slea.policy.engines import close_generator, make_generator, sleep_generator, start_server
-from slea.policy.model import enable_gradient_checkpointing, load_policy
+from slea.policy.model import enable_gradient_checkpointing, load_policy, store_frozen_linears
 from slea.policy.prompt_builder import PromptBuilder
 from slea.progress import Progress
 from slea.rollout import schemes
@@ -219,6 +219,9 @@ class Trainer:
         if cfg.train.gradient_checkpointing:
             enable_gradient_checkpointing(self.model)
         if cfg.train.fsdp:  # the frozen base weights sharded over the ranks; the LoRA weights stay whole
+            if resolve_base_storage(cfg.model.base_dtype, device=self.device, lora=cfg.model.lora,
+                                    dtype=cfg.model.dtype) == "bfloat16_linears":
+                store_frozen_linears(self.model, torch.float32)  # FSDP: one dtype per unit; the same numbers
             shard_frozen_base(self.model)
         self.reference = self._frozen_reference()
         self.generator = make_generator(cfg.model, self.model, self.tok, max_batch=cfg.rollout.max_batch,
