@@ -525,8 +525,8 @@ def terminal_table(table: dict[str, Any], width: int = TERMINAL_WIDTH) -> str:
     columns (greedy, untrained, train success at equal env-step budgets, rollouts, per-seed differences, the
     smallest possible p) are in ``table.md``."""
     cols = (("seeds", 5), ("held-out success", 16), ("env steps", 11), ("wall (min)", 10))
-    label_w = max(3, min(max((len(a) for a in table["algorithms"]), default=3), width - sum(w + 2 for _, w in cols)))
     kind = "variant" if (table.get("spec") or {}).get("variants") else "algorithm"
+    label_w = min(max(len(kind), *(len(a) for a in table["algorithms"])), width - sum(w + 2 for _, w in cols))
 
     def cell(text: str, w: int) -> str:
         return text if len(text) <= w else text[:w - 1] + "…"
