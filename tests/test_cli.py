@@ -258,7 +258,7 @@ def test_a_run_halted_by_the_env_fault_guard_is_exit_code_3(tmp_path):
              "--set", "env.id=slea/test-Faulty-v0", "--set", "env.kwargs={inner: slea/Sokoban-v0, reset_crash_prob: 1.0}",
              "--set", "env.eval_kwargs={}", "--set", "env.max_fault_rate=0.2", "--set", "eval.before=false",
              "--set", f"run.dir={run}")
-    halted(r, "run halted: stopped at iteration 0", "env.max_fault_rate=0.2", "InjectedFault")
+    halted(r, "run halted: stopped at iteration 1", "env.max_fault_rate=0.2", "InjectedFault")  # as the log counts
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert [x["iteration"] for x in rows] == [0] and rows[0]["faults/reset_errors"] == 8  # 2 x 2 envs, each reset retried once
 

@@ -451,13 +451,13 @@ def test_sigint_to_slea_train_says_how_to_resume_and_the_resumed_run_equals_unin
     assert f"Ctrl-C: stopping after iteration {k}/4, which is then checkpointed" in out, out[-2000:]
     assert errs.strip().splitlines() == [
         f"Ctrl-C: stopped after iteration {k}/4",
-        f"last checkpoint: iteration {k}/4 ({run / 'checkpoints' / f'iter_{k - 1:06d}'})",
+        f"last checkpoint: iteration {k}/4 ({run / 'checkpoints' / f'iter_{k:06d}'})",
         f"resume with: slea train --resume {run}"], errs[-3000:]
 
     r = subprocess.run(_slea("train", "--resume", str(run)), env=env, cwd=tmp_path, capture_output=True, text=True,
                        timeout=600, check=False)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert f"resumed after iteration {k}/4 (checkpoints/iter_{k - 1:06d}); continuing with iteration {k + 1}/4" \
+    assert f"resumed after iteration {k}/4 (checkpoints/iter_{k:06d}); continuing with iteration {k + 1}/4" \
         in r.stdout, r.stdout[-2000:]
     rel.assert_same_metrics(read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl"))
     got, want = _final_weights(run), _final_weights(ref)

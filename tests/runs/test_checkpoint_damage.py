@@ -93,7 +93,8 @@ def test_without_a_manifest_truncated_weights_are_damaged(tmp_path):
 # -- the commands, on a real (tiny) run ---------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def run(tmp_path_factory) -> Path:
-    """A two-iteration tiny run (checkpoints iter_000000 and iter_000001) whose newest weights are truncated."""
+    """A two-iteration tiny run (checkpoints iter_000001 and iter_000002: named by the iterations done) whose
+    newest weights are truncated."""
     from slea.testing.tiny_run import tiny_slea_run
 
     folder = tiny_slea_run(tmp_path_factory.mktemp("damage") / "run", iterations=2)
@@ -105,23 +106,23 @@ def run(tmp_path_factory) -> Path:
 
 def test_export_serve_and_report_say_which_damaged_checkpoint_they_skip(run, tmp_path, slea_cli):
     names = [p.name for p in ckpt.list_checkpoints(run / "checkpoints")]
-    assert names == ["iter_000000", "iter_000001"]
+    assert names == ["iter_000001", "iter_000002"]
     r = slea_cli("export", run, tmp_path / "out")
     assert r.returncode == 0, r.stderr[-2000:]
     lines = [x for x in r.stderr.splitlines() if x.strip()]
-    assert len(lines) == 1 and lines[0].startswith("export: skipping damaged checkpoint iter_000001:")
-    r = slea_cli("export", run, tmp_path / "out2", "--checkpoint", "iter_000001")
+    assert len(lines) == 1 and lines[0].startswith("export: skipping damaged checkpoint iter_000002:")
+    r = slea_cli("export", run, tmp_path / "out2", "--checkpoint", "iter_000002")
     assert r.returncode == 2 and "Traceback" not in r.stderr
-    assert r.stderr.strip().startswith("export: checkpoint") and "iter_000001" in r.stderr
+    assert r.stderr.strip().startswith("export: checkpoint") and "iter_000002" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "out2").exists()
     r = slea_cli("report", run, "--out", tmp_path / "report.html")
-    assert r.returncode == 0 and "report: skipping damaged checkpoint iter_000001" in r.stderr
+    assert r.returncode == 0 and "report: skipping damaged checkpoint iter_000002" in r.stderr
 
     from slea.policy.server import load_engine
 
     said: list[str] = []
     engine = load_engine(str(run), dtype="float32", say=said.append)
-    assert engine.lora == "run" and len(said) == 1 and said[0].startswith("skipping damaged checkpoint iter_000001")
+    assert engine.lora == "run" and len(said) == 1 and said[0].startswith("skipping damaged checkpoint iter_000002")
     r = slea_cli("serve", run, "--checkpoint", "iter_000009")
     assert r.returncode == 2 and "no checkpoint 'iter_000009'" in r.stderr and "Traceback" not in r.stderr
 
@@ -136,7 +137,7 @@ def test_eval_of_a_run_whose_state_json_is_malformed_is_one_line_exit_2(run, tmp
                      "eval.episodes_per_game=1")
         assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr[-2000:]
         lines = [x for x in r.stderr.splitlines() if x.strip()]
-        assert lines[0].startswith("eval: skipping damaged checkpoint iter_000001")
+        assert lines[0].startswith("eval: skipping damaged checkpoint iter_000002")
         assert "state.json: iteration" in lines[1] and lines[-1].startswith("eval: run ")
     finally:
         (old / "state.json").write_bytes(state)

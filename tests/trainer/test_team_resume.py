@@ -93,7 +93,7 @@ def test_killed_after_update_k_then_resumed_equals_uninterrupted(tmp_path, refer
         victim.fit()
     victim.close()
     assert [r["iteration"] for r in read_metrics(run / "metrics.jsonl")] == list(range(k + 1))
-    assert ckpt.latest_checkpoint(run / "checkpoints").name == f"iter_{k - 1:06d}"
+    assert ckpt.latest_checkpoint(run / "checkpoints").name == f"iter_{k:06d}"  # named by the updates done: k
     state = json.loads((ckpt.latest_checkpoint(run / "checkpoints") / "state.json").read_text())
     assert (state["pending"] is None) == (k == 2)  # mid-stage checkpoints keep the next update's rollouts
 
@@ -102,7 +102,7 @@ def test_killed_after_update_k_then_resumed_equals_uninterrupted(tmp_path, refer
     with caplog.at_level("INFO", logger="slea"):
         summary = resumed.fit(resume=True)
     this_process = time.perf_counter() - t0
-    assert any(f"(checkpoints/iter_{k - 1:06d}); " in r.getMessage() for r in caplog.records)
+    assert any(f"(checkpoints/iter_{k:06d}); " in r.getMessage() for r in caplog.records)
     # the wall time counts the killed process up to its checkpoint too, not only the resumed fit
     assert state["wall_s"] > 0 and summary["wall_s"] > this_process
     assert summary["wall_s"] == pytest.approx(state["wall_s"] + this_process, abs=this_process)
