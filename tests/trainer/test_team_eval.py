@@ -39,7 +39,7 @@ def test_solo_arm_trains_one_agent_per_stage_and_evaluates_on_heldout_games(tmp_
     monkeypatch.setattr(factory, "EnvPool", recording_pool)
     cfg = load_config(ROOT / "configs/teamtr_smoke.yaml",
                       [*SMALL, "team.task=textworld_solo_actor", "eval.before=true", "eval.greedy=true",
-                       "eval.seed=3"])
+                       "eval.seed=3", "rollout.fuzzy_cutoff=0.75"])  # the strict parser: see the end
     tr = TeamTrainer(cfg, tmp_path / "run")
     assert tr.team.agents == ["actor"] and len(tr.optimizers) == 1
     calls = []
@@ -70,7 +70,8 @@ def test_solo_arm_trains_one_agent_per_stage_and_evaluates_on_heldout_games(tmp_
     assert after["sampled"]["episodes"] == 4 and after["greedy"]["episodes"] == 2
     assert after["sampled"]["temperature"] == 1.0 and after["greedy"]["temperature"] == 0.0
     assert sum(after["per_game_wins"]) == round(after["sampled"]["success"] * 4)
-    # every command of the random tiny model is invalid here (keyed sampling: the same draws every run), so all
+    # with the strict parser (fuzzy_cutoff 0.75, not the preset's loose 0.3) every command of the random tiny model is
+    # invalid here (keyed sampling: the same draws every run), so all
     # returns are equal, every advantage 0 and the update skipped: the same weights give the same held-out numbers,
     # episode for episode
     assert rows[0]["teamtr/steps"] == 0
