@@ -65,3 +65,34 @@ def test_a_damaged_summary_or_before_evaluation_is_one_line_not_a_traceback(tmp_
     (run / "eval" / "summary.json").write_text('{"after": {"sampled": {"success": [1]}}}')
     with pytest.raises(RunFileError, match="summary.json: after.sampled.success"):
         summarize_runs([SubRun("grpo", 0, run)])
+
+
+def test_a_damaged_metrics_or_episodes_line_is_skipped_not_a_traceback(tmp_path, caplog):
+    """metrics.jsonl and episodes.jsonl lines are read as the JSON files are: a 100k-deep line was a RecursionError
+    in the report, compare and resume, a string iteration or env-step count a TypeError later; now each such line
+    is skipped (metrics: with a warning naming the line and why) and the others kept."""
+    from slea.runs.episodes import read_episodes
+    from slea.runs.runlog import env_step_curve, read_metrics, truncate_metrics
+
+    good = [{"iteration": i, "env_steps": 10.0 * (i + 1), "train/success": 0.5} for i in range(3)]
+    lines = [json.dumps(good[0]), "[" * 100_000 + "]" * 100_000, json.dumps({"iteration": "1", "env_steps": 5}),
+             json.dumps({"iteration": 1, "env_steps": "many"}), json.dumps(good[1]), '{"iteration": 2, "train/succ',
+             json.dumps(good[2]), json.dumps({"iteration": 3, "pad": "x" * (2**20)})]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    with caplog.at_level("WARNING"):
+        rows = read_metrics(path)
+    assert rows == good
+    warned = [r.getMessage() for r in caplog.records]
+    assert len(warned) == 5 and "metrics.jsonl:2: skipping malformed metrics line (nests deeper than 64" in warned[0]
+    assert "(iteration: Input should be a valid integer)" in warned[1] and "(env_steps: " in warned[2]
+    assert "(not JSON" in warned[3] and "(longer than 1048576 characters)" in warned[4]
+    x, ys = env_step_curve(rows)
+    assert x.tolist() == [10.0, 20.0, 30.0] and ys["train/success"].tolist() == [0.5] * 3
+    truncate_metrics(path, 1)  # a resume keeps the good rows up to its checkpoint
+    assert read_metrics(path) == good[:2]
+    eps = tmp_path / "episodes.jsonl"
+    eps.write_text("\n".join([json.dumps({"iteration": 0, "steps": []}), "[" * 100_000,
+                              json.dumps({"iteration": "0", "steps": []}), json.dumps({"iteration": 1, "steps": 3}),
+                              json.dumps({"iteration": 1, "steps": [{"action": "go"}]})]) + "\n")
+    assert read_episodes(eps) == [{"iteration": 0, "steps": []}, {"iteration": 1, "steps": [{"action": "go"}]}]

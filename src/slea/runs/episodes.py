@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from slea.atomic import atomic_write_text
+from slea.runs.jsonfile import EpisodeRow, read_jsonl
 from slea.types import Trajectory
 
 log = logging.getLogger(__name__)
@@ -156,16 +157,6 @@ class EpisodeSampler:
 
 
 def read_episodes(path: Path) -> list[dict[str, Any]]:
-    """Every episode row of an episodes.jsonl; torn or malformed lines are skipped."""
-    path = Path(path)
-    if not path.is_file():
-        return []
-    out = []
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(row, dict):
-            out.append(row)
-    return out
+    """Every episode row of an episodes.jsonl; torn or malformed lines (not of :class:`slea.runs.jsonfile.
+    EpisodeRow`'s shape, too long or too deep) are skipped."""
+    return read_jsonl(path, EpisodeRow)

@@ -96,6 +96,48 @@ def read_json(path: str | Path, schema: type[BaseModel] | None = None, *, max_by
     return value
 
 
+def parse_line(line: str, schema: type[BaseModel] | None = None, max_chars: int = MIB) -> tuple[Any, str]:
+    """One line of a JSON-lines file as ``(object, "")``, or ``(None, why)`` when it is not a JSON object within
+    ``max_chars`` characters and :data:`MAX_DEPTH` levels of ``schema``'s shape (blank: ``(None, "")``)."""
+    if not line.strip():
+        return None, ""
+    if len(line) > max_chars:
+        return None, f"longer than {max_chars} characters"
+    try:
+        row = json.loads(line)
+    except RecursionError:
+        return None, f"nests deeper than {MAX_DEPTH} levels"
+    except ValueError as exc:
+        return None, f"not JSON ({str(exc)[:80]})"
+    if not isinstance(row, dict):
+        return None, "not a JSON object"
+    if depth(row) > MAX_DEPTH:
+        return None, f"nests deeper than {MAX_DEPTH} levels"
+    if schema is not None:
+        try:
+            schema.model_validate(row)
+        except ValidationError as exc:
+            return None, schema_error(exc)
+    return row, ""
+
+
+def read_jsonl(path: str | Path, schema: type[BaseModel] | None = None, say=None) -> list[dict[str, Any]]:
+    """Every good line of a JSON-lines file (:func:`parse_line`: a run's ``metrics.jsonl``, ``episodes.jsonl``);
+    each other non-blank line is skipped, told to ``say(number, line, why)`` when given (a line torn by a kill
+    loses that row only, never the file)."""
+    path = Path(path)
+    if not path.is_file():
+        return []
+    rows = []
+    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), start=1):
+        row, why = parse_line(line, schema)
+        if row is not None:
+            rows.append(row)
+        elif why and say is not None:
+            say(number, line, why)
+    return rows
+
+
 # -- the evaluation and summary files every reader of a run reads -----------------------------------------------------
 Num = Annotated[float, Field(strict=True)]  # a JSON number (an integer too), never a string or true/false
 Int = Annotated[int, Field(strict=True)]
@@ -128,6 +170,28 @@ class Summary(Loose):
     episodes: Num | None = None
     iterations: Int | None = None
     stages: Int | None = None
+
+
+class MetricsRow(Loose):
+    """A ``metrics.jsonl`` row: its step index, and the numbers the curves and tables compute with."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+    iteration: Annotated[int, Field(strict=True, ge=0)]
+    env_steps: Num | None = None
+    episodes: Num | None = None
+    rollouts: Num | None = None
+    train_success: Num | None = Field(None, alias="train/success")
+    train_return: Num | None = Field(None, alias="train/return")
+    train_invalid_rate: Num | None = Field(None, alias="train/invalid_rate")
+    train_episode_len: Num | None = Field(None, alias="train/episode_len")
+    train_episodes: Num | None = Field(None, alias="train/episodes")
+
+
+class EpisodeRow(Loose):
+    """An ``episodes.jsonl`` row (slea/runs/episodes.py): the iteration it was played in and its steps."""
+
+    iteration: Annotated[int, Field(strict=True, ge=0)]
+    steps: list[dict[str, Any]] = Field(default_factory=list)
 
 
 class CompareSpec(Loose):

@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from slea.atomic import atomic_write_text
+from slea.runs.jsonfile import MetricsRow, read_jsonl
 from slea.runs.loggers import open_sinks, safe_call
 
 log = logging.getLogger(__name__)
@@ -50,19 +51,13 @@ class RunLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """Every row of a metrics.jsonl. A line that is not a JSON object (one torn by a kill, or corrupted)
-    is skipped with a warning naming the file and line number; the rows after it are kept."""
-    if not Path(path).is_file():
-        return []
-    rows = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        row = _parse_row(line)
-        if row is None:
-            if line.strip():
-                log.warning("%s:%d: skipping malformed metrics line %.80r", path, number, line)
-            continue
-        rows.append(row)
-    return rows
+    """Every row of a metrics.jsonl. A line that is not a JSON object of a row's shape (one torn by a kill, or
+    corrupted: slea/runs/jsonfile.py's :class:`MetricsRow`, capped in length and depth) is skipped with a warning
+    naming the file, the line number and why; the rows after it are kept."""
+    def say(number: int, line: str, why: str) -> None:
+        log.warning("%s:%d: skipping malformed metrics line (%s) %.80r", path, number, why, line)
+
+    return read_jsonl(path, MetricsRow, say)
 
 
 def env_step_curve(rows: list[dict[str, Any]]) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -82,15 +77,6 @@ def env_step_curve(rows: list[dict[str, Any]]) -> tuple[np.ndarray, dict[str, np
     ys = {k: np.array([float(r.get(k, math.nan)) for r in rows])
           for k in ("train/success", "train/return", "train/invalid_rate")}
     return x, ys
-
-
-def _parse_row(line: str) -> dict[str, Any] | None:
-    """The JSON object on ``line``, or None when it is blank, not JSON, or not an object."""
-    try:
-        row = json.loads(line)
-    except json.JSONDecodeError:
-        return None
-    return row if isinstance(row, dict) else None
 
 
 def truncate_metrics(path: Path, last_iteration: int) -> None:
