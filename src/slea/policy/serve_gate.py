@@ -119,21 +119,33 @@ class Gate:
 
 class Pipe:
     """A streamed answer's chunks, from the engine's thread (:meth:`put`) to the response (:meth:`events`), in
-    order."""
+    order. The chunks put while the event loop is busy go on together, as one write (a decode step's rows)."""
 
     END = object()
 
     def __init__(self):
         self.loop = asyncio.get_running_loop()
         self.queue: asyncio.Queue = asyncio.Queue()
+        self.lock = threading.Lock()
+        self.waiting: list[bytes] = []  # events put, not yet handed to the loop
 
     def put(self, chunk: dict) -> None:
         """In the engine's thread: ``chunk`` as a server-sent event (encoded here, off the event loop)."""
-        self.loop.call_soon_threadsafe(self.queue.put_nowait, sse_event(chunk))
+        event = sse_event(chunk)
+        with self.lock:
+            self.waiting.append(event)
+            if len(self.waiting) > 1:  # a hand-over is already on its way: it takes this one too
+                return
+        self.loop.call_soon_threadsafe(self._hand_over)
+
+    def _hand_over(self) -> None:
+        with self.lock:
+            events, self.waiting = self.waiting, []
+        self.queue.put_nowait(b"".join(events))
 
     async def events(self, gate: Gate, ticket: Ticket, future: asyncio.Future):
         """The events as they come; once the work ends, an error event if it failed (past its time limit: the
-        504's error), then ``data: [DONE]``. A client that stops reading stops the generation."""
+        504's error), then ``data: [DONE]``. A client that leaves stops the generation."""
         future.add_done_callback(lambda f: self.queue.put_nowait(self.END))
         try:
             while (event := await self.queue.get()) is not self.END:
