@@ -295,9 +295,9 @@ HOSTILE: list[tuple[str, str, Callable[[Served], int], int]] = [
     ("7", "top_p NaN", _post(b'{"prompt": "ab", "top_p": NaN}'), 400),
     ("8", "stream: true, the client disconnects", lambda s: _disconnect(s, True), 499),
     ("8", "not streamed, the client disconnects", lambda s: _disconnect(s, False), 499),
-    ("13", f"{IDLE_FLOOD} connections that send nothing, held open: /health and a completion beside them",
+    ("14", f"{IDLE_FLOOD} connections that send nothing, held open: /health and a completion beside them",
      _idle_flood, 200),
-    ("14", f"{IDLE_FLOOD} connections that send half a request line, held open: the same; all closed by the server",
+    ("15", f"{IDLE_FLOOD} connections that send half a request line, held open: the same; all closed by the server",
      _half_request_flood, 200),
 ]
 FLOODS = (_idle_flood, _half_request_flood)  # rows the soak's clients do not pick (its idle_sockets holds a flood)
