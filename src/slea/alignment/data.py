@@ -15,6 +15,7 @@ gold_answer   Search-QA         ``<search>question</search>`` (a retrieval step)
                                 tools version: the same as ``search`` and ``answer`` calls)
 solver        Sokoban           a shortest solution (BFS)
 sampled       (any)             a trajectory sampled from a policy (the failures the pairs are built from)
+demonstration tool envs         a user's scripted plays: calls per task, or a function that plays a task
 ============  ================  ====================================================================
 
 :func:`replay_expert` plays those actions in the real env and renders each turn through the rollout's own
@@ -23,6 +24,14 @@ window, observation clipping, the one-shot example), and every expert action goe
 (``parse_action``) before it steps the env: an action the rollout would not play as written, or that the env
 refuses, is left out (and counted); a replay that does not end in a win within the step budget is dropped (and
 counted).
+
+A tool env of a user's own (:class:`slea.envs.tools.ToolEnv`) has no expert of its own; the user scripts one.
+:func:`replay_demonstration` plays a *demonstration* (a list of calls per turn for a task seed, or a function
+``play(task, call)`` that makes the calls and reads their results) in the real env through the same state
+machine and prompt builder, so its turns are the prompts a rollout renders and the answers a model making those
+calls writes. It is strict where the expert replay forgives: a call the env refuses, a tool that fails, a play
+that goes on after the episode ended, runs past the step budget, or does not end in a win drops the
+demonstration, with the reason.
 
 A turn stores chat messages and the action text, not token ids, so a data file serves any tokenizer;
 :func:`encode_turn` gives the ids a training step needs: the prompt as ``PromptBuilder.encode`` renders it, and
@@ -36,6 +45,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -46,7 +56,8 @@ from slea.policy.prompt_builder import PromptBuilder, parse_action
 from slea.rollout.collector import final_info
 from slea.rollout.view import AgentView
 
-SOURCES = ("walkthrough", "gold_path", "expert_plan", "goal_product", "gold_answer", "solver", "sampled")
+SOURCES = ("walkthrough", "gold_path", "expert_plan", "goal_product", "gold_answer", "solver", "sampled",
+           "demonstration")
 
 
 @dataclass
@@ -242,10 +253,18 @@ def replay_expert(env, env_id: str, seed: int, builder: PromptBuilder, *, split:
             break
     if not (done and info.get("won")):
         return None, "not won"
+    return _won(env_id, split, seed, source, view.goal, info, turns, ret, builder, skipped=skipped,
+                env_kwargs=env_kwargs), ""
+
+
+def _won(env_id: str, split: str, seed: int, source: str, goal: str, info: dict[str, Any], turns: list[Turn],
+         ret: float, builder: PromptBuilder, *, skipped: int = 0,
+         env_kwargs: dict[str, Any] | None = None) -> EpisodeRecord:
+    """The record of a replay that ended in a win (``info``: the env's last info)."""
     return EpisodeRecord(env=env_id, task=task_id(split, seed), split=split, seed=int(seed), source=source,
-                      success=True, ret=ret, turns=turns, goal=view.goal, task_type=str(info.get("task_type", "")),
-                      skipped=skipped, env_kwargs=dict(env_kwargs or {}), prompt=prompt_settings(builder),
-                      final_info=final_info(info)), ""
+                         success=True, ret=ret, turns=turns, goal=goal, task_type=str(info.get("task_type", "")),
+                         skipped=skipped, env_kwargs=dict(env_kwargs or {}), prompt=prompt_settings(builder),
+                         final_info=final_info(info))
 
 
 def tool_answer(calls_json: str, builder: PromptBuilder) -> tuple[str, str | None]:
@@ -304,6 +323,168 @@ def expert_trajectories(env_id: str, env_kwargs: dict[str, Any], seeds: list[int
                                       max_steps=max_steps, fuzzy_cutoff=fuzzy_cutoff, env_kwargs=env_kwargs)
             if traj is None:
                 dropped[why] += 1
+            else:
+                kept.append(traj)
+    finally:
+        env.close()
+    return kept, dropped
+
+
+# -- demonstrations: a user's scripted plays of a tool env ------------------------------------------------------
+Calls = list[dict[str, Any]]  # one turn's calls, canonical: [{"name": ..., "arguments": {...}}]
+
+
+class DemonstrationFailed(Exception):
+    """A demonstration that is not kept; the message says why (a refused call, not won, ...)."""
+
+
+@dataclass(frozen=True)
+class Demonstration:
+    """A scripted play of one task: the env seed that picks the task, and the calls of each turn in order."""
+
+    seed: int
+    turns: list[Calls]
+
+
+def parse_demonstrations(rows: Any) -> list[Demonstration]:
+    """Demonstrations from JSON: a list of ``{"seed": int, "calls": [...]}``, each element of ``calls`` one turn:
+    a call ``{"name": str, "arguments": {...}}``, or a list of calls made in one turn. A malformed one raises
+    ``ValueError`` naming its index, anything but a list ``TypeError`` (the calls themselves are checked by the
+    env when they are played)."""
+    if not isinstance(rows, list):
+        raise TypeError(f"expected a JSON list of demonstrations, got {type(rows).__name__}")
+    out = []
+    for k, row in enumerate(rows):
+        if not isinstance(row, dict) or set(row) != {"seed", "calls"}:
+            raise ValueError(f"demonstration {k}: expected {{'seed': int, 'calls': [...]}}")
+        seed, turns = row["seed"], row["calls"]
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise ValueError(f"demonstration {k}: seed must be an integer >= 0, got {seed!r}")
+        if not isinstance(turns, list) or not turns:
+            raise ValueError(f"demonstration {k}: calls must be a non-empty list")
+        calls = [t if isinstance(t, list) else [t] for t in turns]
+        if any(not c or not all(isinstance(x, dict) and isinstance(x.get("name"), str)
+                                and isinstance(x.get("arguments", {}), dict) for x in c) for c in calls):
+            raise ValueError(f"demonstration {k}: every call is an object with a 'name' and 'arguments'")
+        out.append(Demonstration(seed, calls))
+    return out
+
+
+def load_demonstrations(path: str | Path) -> list[Demonstration]:
+    """:func:`parse_demonstrations` of a JSON file; a bad file raises ``ValueError`` naming it."""
+    path = Path(path)
+    try:
+        return parse_demonstrations(json.loads(path.read_text(encoding="utf-8")))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise ValueError(f"{path}: {exc}") from None
+
+
+class ScriptedPlay:
+    """One scripted episode of a tool env, as a rollout would play it: each turn is rendered from the rollout's
+    state (:class:`AgentView`, ``builder``) before the calls are made, the calls are written in the builder's
+    tool-call syntax and read back by the rollout's parser (:func:`tool_answer`), and the env steps on what was
+    read. ``play(tool, **arguments)`` makes one call in a turn of its own and returns the tool's result (the
+    observation); :meth:`turn` makes several calls in one turn. A refused call, a failing tool, a call after the
+    end or past ``max_steps`` raises :class:`DemonstrationFailed`."""
+
+    def __init__(self, env, seed: int, builder: PromptBuilder, max_steps: int | None = None) -> None:
+        self.env, self.builder, self.max_steps = env, builder, max_steps
+        obs, info = env.reset(seed=seed)
+        self.view = AgentView.start(obs, info)
+        self.info = info
+        self.turns: list[Turn] = []
+        self.ret, self.done = 0.0, False
+
+    def task(self, seed: int) -> dict[str, Any]:
+        """What the play function is given: the task dict a :class:`~slea.envs.tools.ToolEnv` picks for ``seed``
+        (``tasks[seed % len(tasks)]``, as its reset does), or ``{"goal": ...}`` for another tool env."""
+        tasks = getattr(self.env, "tasks", None)
+        if not isinstance(tasks, list) or not tasks:
+            return {"goal": self.view.goal}
+        task = dict(tasks[int(seed) % len(tasks)])
+        if str(task.get("goal", "")) != self.view.goal:  # a subclass that picks its tasks otherwise
+            return {"goal": self.view.goal}
+        return task
+
+    def __call__(self, tool: str, /, **arguments: Any) -> str:
+        return self.turn([{"name": tool, "arguments": arguments}])
+
+    def turn(self, calls: Calls) -> str:
+        """One turn making ``calls`` in order; the result (several calls: a JSON array of results)."""
+        if self.done:
+            raise DemonstrationFailed("a call after the episode ended")
+        if self.max_steps is not None and len(self.turns) >= self.max_steps:
+            raise DemonstrationFailed(f"too many steps (more than {self.max_steps})")
+        try:
+            calls = [{"name": c["name"], "arguments": c.get("arguments", {})} for c in calls]
+            text, action = tool_answer(json.dumps(calls), self.builder)
+        except (TypeError, ValueError, KeyError, AttributeError) as exc:  # not calls, or not JSON values
+            raise DemonstrationFailed(f"not a list of JSON calls ({type(exc).__name__}: {exc})") from None
+        if action is None:
+            raise DemonstrationFailed(f"the rollout's parser reads no call in {text[:80]!r}")
+        messages = self.view.messages(self.builder, self.env.instructions)
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if info.get("fault"):
+            raise DemonstrationFailed(f"a tool failed: {info.get('error', '')}")
+        if info.get("invalid"):
+            raise DemonstrationFailed(f"a call was refused: {info.get('error', '')}")
+        self.view.advance(text, action, obs, info)
+        self.turns.append(Turn(messages, text))
+        self.info, self.ret = info, self.ret + float(reward)
+        self.done = bool(terminated or truncated)
+        return obs
+
+
+PlayFn = Callable[[dict[str, Any], ScriptedPlay], Any]  # play(task, call): makes the calls of one task
+
+
+def calls_play(demo: Demonstration) -> PlayFn:
+    """The play function of a list demonstration: its turns' calls, in order."""
+    def play(task: dict[str, Any], call: ScriptedPlay) -> None:
+        for calls in demo.turns:
+            call.turn(calls)
+
+    return play
+
+
+def replay_demonstration(env, env_id: str, seed: int, builder: PromptBuilder, play: PlayFn, *, split: str = "",
+                         max_steps: int | None = None, env_kwargs: dict[str, Any] | None = None
+                         ) -> tuple[EpisodeRecord | None, str]:
+    """Play ``play(task, call)`` on ``env`` reset with ``seed`` (:class:`ScriptedPlay`); ``(trajectory, "")``
+    with source ``demonstration``, or ``(None, why)`` when a call is refused, a tool fails, the play goes on
+    after the end or past ``max_steps``, raises, or stops before the episode ends or without a win."""
+    episode = ScriptedPlay(env, seed, builder, max_steps)
+    try:
+        play(episode.task(seed), episode)
+    except DemonstrationFailed as exc:
+        return None, str(exc)
+    except Exception as exc:  # noqa: BLE001  (the user's play function failed on this task: dropped, with why)
+        return None, f"the play function raised {type(exc).__name__}: {exc}"[:200]
+    if not episode.done:
+        return None, "not finished (no final tool was called)"
+    if not episode.info.get("won"):
+        return None, f"not won (return {episode.ret:g})"
+    return _won(env_id, split, seed, "demonstration", episode.view.goal, episode.info, episode.turns, episode.ret,
+                builder, env_kwargs=env_kwargs), ""
+
+
+def demonstration_trajectories(env_id: str, env_kwargs: dict[str, Any], plays: list[tuple[int, PlayFn]],
+                               builder: PromptBuilder, *, max_steps: int | None = None
+                               ) -> tuple[list[EpisodeRecord], list[tuple[int, str]]]:
+    """The demonstrations ``plays`` (``(env seed, play function)``, :func:`calls_play` for a list of calls) replayed
+    on one env built with ``env_kwargs`` (``split`` included): the won trajectories, and ``(seed, why)`` for each
+    one dropped. A non-tool env raises ``ValueError`` (demonstrations are tool calls)."""
+    if not getattr(env_class(env_id), "tool_env", False):
+        raise ValueError("not a tool env (demonstrations are tool calls)")
+    kept: list[EpisodeRecord] = []
+    dropped: list[tuple[int, str]] = []
+    env = make(env_id, **env_kwargs)
+    try:
+        for seed, play in plays:
+            traj, why = replay_demonstration(env, env_id, seed, builder, play, split=str(getattr(env, "split", "")),
+                                             max_steps=max_steps, env_kwargs=env_kwargs)
+            if traj is None:
+                dropped.append((seed, why))
             else:
                 kept.append(traj)
     finally:

@@ -7,7 +7,8 @@ interrupted anywhere resumes at the stage it was in (the stage is redone from it
 stage    output                                             what it does
 =======  ================================================  ===================================================
 expert   ``expert.jsonl``                                   the env's expert replayed on ``align.expert_episodes``
-                                                            tasks of ``align.expert_split`` (slea.alignment.data)
+                                                            tasks of ``align.expert_split`` (slea.alignment.data),
+                                                            or a copy of ``align.expert_file`` (checked)
 sft      ``checkpoints/iter_000001``, ``sft.json``          ``align.sft_epochs`` of SFT on the expert turns;
                                                             with ``model.init_from`` the run's weights instead
 sample   ``samples.jsonl``                                  ``align.samples_per_task`` episodes per expert task
@@ -40,6 +41,7 @@ import torch
 
 from slea.alignment.data import (
     encode_turn,
+    expert_source,
     expert_trajectories,
     load_jsonl,
     prompt_settings,
@@ -73,6 +75,30 @@ def method_spec(name: str):
     except KeyError:
         raise ConfigError(f"align.method: unknown method {name!r}; known: "
                           f"{', '.join(alignment_method_names())}") from None
+
+
+def expert_file(path: str, env_id: str, env_kwargs: dict[str, Any], prompt: dict[str, Any], max_steps: int
+                ) -> list:
+    """The trajectories of ``align.expert_file``, each checked against the run: played on ``env_id`` built with
+    ``env_kwargs`` (the split included), rendered with the prompt settings ``prompt``, at most ``max_steps``
+    turns; anything else (or an empty or unreadable file) is a :class:`ConfigError` naming the episode."""
+    try:
+        trajs = load_jsonl(path)
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"align.expert_file: {exc}") from None
+    if not trajs:
+        raise ConfigError(f"align.expert_file: {path} holds no episode")
+    for n, t in enumerate(trajs, 1):
+        wrong = [f"env {t.env} (the run plays {env_id})"] if t.env != env_id else []
+        if t.env_kwargs != env_kwargs:
+            wrong.append(f"env kwargs {t.env_kwargs} (the run's: {env_kwargs})")
+        if t.prompt != prompt:
+            wrong.append(f"prompt settings {t.prompt} (the run's rollout: {prompt})")
+        if len(t.turns) > max_steps:
+            wrong.append(f"{len(t.turns)} turns (env.max_steps is {max_steps})")
+        if wrong:
+            raise ConfigError(f"align.expert_file: {path}:{n} was made with {wrong[0]}")
+    return trajs
 
 
 class AlignPipeline:
@@ -159,6 +185,14 @@ class AlignPipeline:
         cfg, a = self.cfg, self.cfg.align
         builder = PromptBuilder.from_rollout(None, cfg.rollout)  # messages only
         kwargs = {**cfg.env.kwargs, "split": a.expert_split}
+        if a.expert_file:
+            trajs = expert_file(a.expert_file, cfg.env.id, kwargs, prompt_settings(builder), cfg.env.max_steps)
+            self.say(f"  read {len(trajs)} expert episodes from {a.expert_file}")
+            save_jsonl(self.dir / "expert.jsonl", trajs)
+            return trajs
+        if expert_source(cfg.env.id) is None:
+            raise ConfigError(f"align: {cfg.env.id} has no expert of its own; make expert data for it (a tool env: "
+                              "`slea data demos`) and name the file in align.expert_file")
         trajs, dropped = expert_trajectories(cfg.env.id, kwargs, list(range(a.expert_episodes)), builder,
                                              max_steps=cfg.env.max_steps, fuzzy_cutoff=cfg.rollout.fuzzy_cutoff)
         self.say(f"  kept {len(trajs)} of {a.expert_episodes} expert episodes"

@@ -335,6 +335,10 @@ class AlignSection(_Section):
     method: str = "tlm_dre"  # a registered alignment method: sft | dpo | turn_dpo | dil | tlm_dre
     expert_split: str = "train"  # the env split the expert tasks come from
     expert_episodes: int = Field(32, ge=1)  # expert tasks: env seeds 0 .. n-1 (replays that fail are dropped)
+    # a JSONL file of expert data made beforehand (`slea data demos`, `slea data expert`): the expert stage reads
+    # it instead of replaying the env's expert (expert_episodes then unused); its env, split and prompt settings
+    # must be this config's
+    expert_file: str | None = None
     sft_epochs: int = Field(3, ge=0)  # paper: 3
     sft_lr: float = Field(1e-4, gt=0)
     sft_batch_size: int = Field(4, ge=1)  # expert trajectories per SFT step
