@@ -7,7 +7,6 @@ import pytest
 from slea.alignment.data import (
     EpisodeRecord,
     Turn,
-    action_ids,
     encode_turn,
     expert_source,
     expert_trajectories,
@@ -18,28 +17,12 @@ from slea.alignment.data import (
 from slea.config import RolloutSection
 from slea.envs import make
 from slea.envs.pool import EnvPool
-from slea.policy.generation import Generation
 from slea.policy.prompt_builder import PromptBuilder
 from slea.rollout.collector import RolloutCollector
+from slea.testing.scripted import ExpertGenerator
 
 TW = "slea/TextWorld-v0"
 TW_KW = {"tasks": ["coin_collector:3", "treasure_hunter:1"], "num_games": 2, "split": "train"}
-
-
-class ExpertGenerator:
-    """A generator that answers each env's expert action: the rollout key carries (salt, env seed, copy, turn)."""
-
-    def __init__(self, tokenizer, walkthroughs: dict[int, list[str]]):
-        self.tok = tokenizer
-        self.walks = walkthroughs
-
-    def generate(self, prompts, *, rng_keys, **kw):
-        out = []
-        for _, seed, _, turn in rng_keys:
-            action = self.walks[seed][turn]
-            ids = action_ids(self.tok, action)
-            out.append(Generation(ids, [0.0] * len(ids), action))
-        return out
 
 
 @pytest.fixture(scope="module")
