@@ -37,6 +37,11 @@ else the question id): ``sha1("slea-qa/" + group)`` read as a fraction of 2^32 b
 (default 0.2) is ``heldout``, else ``train``; ``split="all"`` keeps everything. Sub-questions of one
 multi-hop question therefore never straddle the splits. ``reset(seed=k)`` plays question ``k % n`` of the
 split; ``options={"index": k}`` the same; ``options={"question": q, "answers": [...]}`` an ad-hoc question.
+
+State key (:func:`qa_key`, both the tag and the tool version): the question's kind (``what``, ``who``, ``how
+many``...), whether documents are shown, whether one of them is the page of the question's subject and how many
+of the asked-for words the best one holds; the subject and the titles are slots (``what question: 3 documents,
+the subject's page is doc 1, it holds all of the asked words`` with ``{"subject": "Macau", ...}``).
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ from slea.envs.qa_corpus import (
     package_data_dir,
 )
 from slea.envs.qa_metrics import answer_aliases, exact_match, f1_score, loose_recall, normalize_answer
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 SEARCH_R1_INSTRUCTION = (
     "Answer the given question. You must conduct reasoning inside <think> and </think> first every time you "
@@ -100,6 +105,113 @@ def parse_action(text: str) -> tuple[str, str] | None:
         return closed.group(1).lower(), " ".join(closed.group(2).split())
     rest = text[first.end() :].split("<", 1)[0]  # an unclosed tag: up to the next tag or the end
     return first.group(1).lower(), " ".join(rest.split())
+
+
+_WH = ("how many", "how much", "how old", "how long", "what", "which", "who", "whom", "whose", "when", "where",
+       "why", "how")
+_YES_NO = frozenset(["is", "are", "was", "were", "do", "does", "did", "can", "could", "has", "have", "had", "will",
+                     "would", "should"])
+_CAP = r"[A-Z0-9][\w'’.&-]*"
+_SUBJECT = re.compile(rf"{_CAP}(?:\s+(?:(?:of|the|and|de|del|la|le|von|van|du)\s+)*{_CAP})*")
+_DOC = re.compile(r"Doc \d+\(Title: (.*?)\) ", re.DOTALL)
+_QA_WORDS = re.compile(r"[a-z0-9]+")
+_QA_FILLER = frozenset(["a", "an", "the", "of", "in", "on", "at", "to", "for", "by", "and", "or", "is", "are", "was",
+                        "were", "be", "been", "do", "does", "did", "what", "which", "who", "whom", "whose", "when",
+                        "where", "why", "how", "many", "much", "that", "this", "it", "its", "from", "with", "as",
+                        "name", "find", "list", "s"])
+
+
+def question_kind(question: str) -> str:
+    """The kind of a question: its first wh-phrase (``how many``, ``what``, ``who``...), ``yes-no`` when it opens
+    with an auxiliary verb, else ``other`` (``Find the largest continent``)."""
+    words = _QA_WORDS.findall(question.lower())
+    if words and words[0] in _YES_NO:
+        return "yes-no"
+    text = " " + " ".join(words) + " "
+    found = [(text.find(f" {wh} "), -len(wh), wh) for wh in _WH if f" {wh} " in text]
+    return min(found)[2] if found else "other"
+
+
+def question_names(question: str) -> list[str]:
+    """The names a question holds as written: its runs of capitalised words (``Star Wars``, ``University of
+    Oxford``), the opening word left out, longest first (the first of equal ones first)."""
+    words = question.split(maxsplit=1)
+    rest = words[1] if len(words) > 1 else ""
+    runs = [m.group(0).rstrip(".'’-").removesuffix("'s").removesuffix("’s") for m in _SUBJECT.finditer(rest)]
+    return sorted(dict.fromkeys(r for r in runs if r), key=len, reverse=True)
+
+
+def _norm(text: str) -> str:
+    return " ".join(_QA_WORDS.findall(text.lower()))
+
+
+def _documents(observation: str) -> list[tuple[str, str]] | None:
+    """The (title, text) of every ``Doc k(Title: t) text`` in an observation (a tool version's JSON array of
+    results included), or None when it shows no search result at all."""
+    text = observation
+    if observation.startswith("["):
+        try:
+            text = "\n".join(str(r) for r in json.loads(observation))
+        except (ValueError, TypeError):
+            text = observation
+    marks = list(_DOC.finditer(text))
+    if not marks:
+        return [] if "No documents found." in text else None
+    ends = [m.start() for m in marks[1:]] + [len(text)]
+    return [(m.group(1), text[m.end():end]) for m, end in zip(marks, ends)]
+
+
+def _holds(asked: list[str], text: str) -> str:
+    words = set(_QA_WORDS.findall(text.lower()))
+    words |= {w[:-1] for w in words if w.endswith("s")}
+    hits = sum(w in words or w.rstrip("s") in words for w in asked)
+    return "all" if hits == len(asked) else "some" if hits else "none"
+
+
+def qa_key(observation: str, question: str) -> StateKey | None:
+    """Search-QA's state key of an observation (:meth:`SearchQAEnv.state_key`), from the observation and the
+    question (the goal) only.
+
+    The text starts with the question's kind (:func:`question_kind`) and says what the observation is: the
+    question alone (``no documents yet``), ``no documents found``, or ``k documents``, then whether one of them is
+    the page of the question's subject and its rank (``doc 1`` or ``a lower doc``), and how many of the asked-for
+    words (the question's words without the subject's and the filler) that page, or else the document holding
+    most of them, contains (``all``/``some``/``none``). The subject is the first name of the question
+    (:func:`question_names`, longest first) that a shown title equals or holds (or is held by), else its longest
+    name. An invalid action's hint and a submitted answer have their own keys. Slots: ``subject``, ``subject
+    page``, ``top document`` (the first title), ``answer`` (the submitted one)."""
+    kind = f"{question_kind(question)} question"
+    names = question_names(question)
+    slots = {"subject": names[0]} if names else {}
+    obs = observation.strip()
+    if obs == INVALID_HINT:
+        return StateKey(f"{kind}: the last action was invalid", slots)
+    submitted = re.search(r"Answer submitted: (.*?)\"?\]?$", obs, re.DOTALL)
+    if submitted is not None:
+        return StateKey(f"{kind}: answer submitted", {**slots, "answer": submitted.group(1).strip()})
+    docs = _documents(obs)
+    if docs is None:
+        return StateKey(f"{kind}: no documents yet", slots) if "Question:" in obs else None
+    if not docs:
+        return StateKey(f"{kind}: no documents found", slots)
+    titles = [_norm(title) for title, _ in docs]
+    pages = [(i, name) for name in names for i, t in enumerate(titles)
+             if t and _norm(name) and (f" {t} " in f" {_norm(name)} " or f" {_norm(name)} " in f" {t} ")]
+    subject = pages[0][1] if pages else (names[0] if names else "")
+    subject_words = set(_norm(subject).split())
+    asked = [w for w in _QA_WORDS.findall(question.lower()) if w not in _QA_FILLER and w not in subject_words]
+    slots["top document"] = docs[0][0]
+    if pages:
+        i = pages[0][0]
+        slots["subject"], slots["subject page"] = subject, docs[i][0]
+        where = "doc 1" if i == 0 else "a lower doc"
+        text = f"the subject's page is {where}, it holds {_holds(asked, docs[i][1])} of the asked words"
+    else:
+        order = ("all", "some", "none")
+        best = min((_holds(asked, body) for _, body in docs), key=order.index)
+        text = f"no document is the subject's page, the best holds {best} of the asked words"
+    n = len(docs)
+    return StateKey(f"{kind}: {n} document{'s' if n != 1 else ''}, {text}", slots)
 
 
 @dataclass(frozen=True)
@@ -426,6 +538,15 @@ class SearchQAEnv(TextEnv):
                 f"<answer>{it.answers[0] if it.answers else ''}</answer>",
             ],
         }
+
+    def state_key(self, observation: str) -> StateKey | None:
+        """The question's kind and what the observation shows of the evidence (:func:`qa_key`), from the
+        observation and the question only: never the gold answers, the evidence titles or the score. Keeps the
+        kind, whether documents are shown, whether one is the subject's page (and if it is the first) and how
+        many of the asked-for words the evidence holds; drops the subject and the titles (slots). Example: ``what
+        question: 3 documents, the subject's page is doc 1, it holds all of the asked words`` with
+        ``{"subject": "Macau", "top document": "Macau", "subject page": "Macau"}``."""
+        return qa_key(observation, self._goal)
 
     def get_state(self) -> dict[str, Any]:
         if self._item is None:

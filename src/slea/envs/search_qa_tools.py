@@ -8,7 +8,9 @@ documents (``Doc 1(Title: t) text ...``), an ``answer`` call ends the episode wi
 :mod:`slea.envs.tools` (the rollout parses them from the model's own tool syntax); a bad call is an invalid step
 with the reason, never the tag version's format hint. Several calls in one turn run in order, up to the first
 ``answer``; their results are a JSON array. The expert (``slea data expert``, ``slea align``) is the tag
-version's: ``search`` for the question, then ``answer`` the first gold answer.
+version's: ``search`` for the question, then ``answer`` the first gold answer. The state key is the tag version's
+too (:func:`slea.envs.search_qa.qa_key` reads a ``search`` result's documents, bare or in a JSON array, as it
+reads an ``<information>`` block).
 
 ``slea/SearchQA-tools-v0`` (FanOutQA sub-questions over wiki-offline, as ``slea/SearchQA-v0``) and
 ``slea/SearchQA-tools-file-v0`` (your file, as ``slea/SearchQA-file-v0``).
