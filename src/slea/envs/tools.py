@@ -18,6 +18,12 @@ then the episode's reward (``calls``: every valid call so far, ``{"name", "argum
 episode is won when it reaches ``win_at``. Tasks are a list of dicts, or a callable ``tasks(split) -> list``;
 each has a ``goal`` (the text shown) and anything the reward needs.
 
+State key (:meth:`ToolEnv.state_key`): the tools called so far in order (the agent's own calls, which its
+history shows) and the kind of the last result (:func:`result_kind`: a number, a list, an object and its keys,
+a short or long text, a not-found or error text); the last calls' argument values and a short result are slots
+(ToolCalc's first expert call: ``called multiply; last result: a number`` with ``{"multiply a": "8", "multiply b":
+"8", "result": "64"}``; ToolCalc adds the question's numbers).
+
 ``slea/ToolCalc-v0`` is the built-in example: arithmetic questions, tools ``add``, ``multiply`` and ``answer``.
 """
 
@@ -27,11 +33,12 @@ import concurrent.futures
 import inspect
 import json
 import random
+import re
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
 from slea.envs.base import StepResult, TextEnv, register
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 MAX_CALLS_PER_STEP = 8
 RESULT_MAX_CHARS = 4000
@@ -75,6 +82,84 @@ def _type_ok(value: Any, spec: dict[str, Any]) -> bool:
         if isinstance(value, types):
             return "enum" not in spec or value in spec["enum"]
     return False
+
+
+_ROLE_WORDS = re.compile(r"[a-z0-9]+")
+_NOT_FOUND = re.compile(r"\b(?:error|not found|no results?|unknown|invalid|failed|none found)\b", re.IGNORECASE)
+SHORT_RESULT = 60  # a result up to this many characters is a slot; a text result up to it is a "short text"
+
+
+def _role(*words: str) -> str:
+    return " ".join(w for word in words for w in _ROLE_WORDS.findall(word.lower()))
+
+
+def result_kind(text: str) -> str:
+    """The kind of a tool result, the names in it dropped: ``an empty result``, ``a number``, ``a boolean``,
+    ``null``, ``an empty list``, ``a list of 1``, ``a list of several``, ``an object with keys <k1, k2...>`` (sorted,
+    the first four), ``a not-found or error text``, ``a short text`` (up to :data:`SHORT_RESULT` characters) or ``a
+    long text``."""
+    text = text.strip()
+    if not text:
+        return "an empty result"
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        value = text
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return "an empty list" if not value else "a list of 1" if len(value) == 1 else "a list of several"
+    if isinstance(value, dict):
+        keys = sorted(_role(str(k)) for k in value)
+        return f"an object with keys {', '.join(keys[:4])}{', ...' if len(keys) > 4 else ''}"
+    text = str(value)
+    if _NOT_FOUND.search(text):
+        return "a not-found or error text"
+    return "a short text" if len(text) <= SHORT_RESULT else "a long text"
+
+
+def call_history(names: list[str], keep: int = 6) -> str:
+    """Tool names in call order, repeats folded (``search x3``), the last ``keep`` runs (``...`` before them)."""
+    runs: list[list[Any]] = []
+    for name in names:
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    words = [name if n == 1 else f"{name} x{n}" for name, n in runs]
+    return ", ".join((["..."] if len(words) > keep else []) + words[-keep:])
+
+
+def tool_state_key(calls: list[dict[str, Any]], last: int, observation: str, final_tools: Sequence[str] = ()
+                   ) -> StateKey:
+    """The generic state key of a tool env (:meth:`ToolEnv.state_key`) after ``calls`` (every valid call so far,
+    ``{"name", "arguments"}``), the last ``last`` of them made in the step that returned ``observation``."""
+    if not calls or last < 1:
+        return StateKey("no tool called yet")
+    step = calls[-last:]
+    if last == 1:
+        results = [observation]
+    else:
+        try:
+            results = [str(r) for r in json.loads(observation)]
+        except (ValueError, TypeError, RecursionError):
+            results = [observation]
+    kinds = " and ".join(dict.fromkeys(result_kind(r) for r in results))
+    done = "done: " if any(c["name"] in final_tools for c in step) else ""
+    text = f"{done}called {call_history([c['name'] for c in calls])}; last result{'s' if last > 1 else ''}: {kinds}"
+    slots: dict[str, str] = {}
+    for n, call in enumerate(step, start=1):
+        for arg, value in call["arguments"].items():
+            role = _role(call["name"], arg, str(n) if last > 1 else "")
+            slots[role] = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    for n, result in enumerate(results, start=1):
+        if len(result.strip()) <= SHORT_RESULT:
+            slots[_role("result", str(n) if len(results) > 1 else "")] = result.strip()
+    return StateKey(text, slots)
 
 
 class ToolSet:
@@ -156,6 +241,7 @@ class ToolEnv(TextEnv):
         self.split = split
         self._task: dict[str, Any] = {}
         self._calls: list[dict[str, Any]] = []
+        self._last_step_calls = 0  # how many of _calls the last valid step made (its results are the observation)
         self._done = True
 
     def _info_defaults(self) -> dict[str, Any]:
@@ -166,11 +252,21 @@ class ToolEnv(TextEnv):
         self._goal = str(self._task.get("goal", ""))
         self._admissible = None
         self._calls = []
+        self._last_step_calls = 0
         self._done = False
         info: dict[str, Any] = {}
         if "walkthrough" in self._task:
             info["walkthrough"] = list(self._task["walkthrough"])
         return str(self._task.get("observation", self._goal)), info
+
+    def state_key(self, observation: str) -> StateKey | None:
+        """The tools called so far and the kind of the last result (:func:`tool_state_key`), from the observation
+        and the agent's own valid calls (its history shows them), never the task's hidden fields or the reward.
+        Keeps the call order (repeats folded, the last six runs), the result's kind (:func:`result_kind`) and
+        whether a final tool was called; drops argument values and results (slots ``<tool> <argument>`` of the
+        last step's calls and ``result`` when it is at most :data:`SHORT_RESULT` characters). Example: ``called
+        multiply; last result: a number`` with ``{"multiply a": "8", "multiply b": "8", "result": "64"}``."""
+        return tool_state_key(self._calls, self._last_step_calls, observation, self.final_tools)
 
     # -- a step: check every call (ToolSet.check), then run them -------------------------------------------
     def check(self, action: str) -> tuple[list[dict[str, Any]], str]:
@@ -201,6 +297,7 @@ class ToolEnv(TextEnv):
                 raise RuntimeError(f"tool {call['name']} failed: {type(exc).__name__}: {exc}") from exc
             results.append(_result_text(value))
             self._calls.append({**call, "result": results[-1]})
+        self._last_step_calls = len(calls)
         obs = results[0] if len(results) == 1 else json.dumps(results, ensure_ascii=False)
         info: dict[str, Any] = {"tool_calls": len(calls)}
         if any(c["name"] in self.final_tools for c in calls):
@@ -260,6 +357,9 @@ def calc_reward(task: dict[str, Any], calls: list[dict[str, Any]]) -> float:
     return float(bool(answers) and answers[-1]["arguments"].get("value") == task["answer"])
 
 
+_CALC_GOAL = re.compile(r"What is (-?\d+) \* (-?\d+) \+ (-?\d+)\?")
+
+
 class ToolCalcEnv(ToolEnv):
     """``slea/ToolCalc-v0``: ``What is a * b + c?`` with tools add, multiply and answer."""
 
@@ -268,6 +368,16 @@ class ToolCalcEnv(ToolEnv):
 
     def __init__(self, split: str = "train", timeout_s: float = 10.0) -> None:
         super().__init__([add, multiply, answer], calc_tasks, calc_reward, split=split, timeout_s=timeout_s)
+
+    def state_key(self, observation: str) -> StateKey | None:
+        """The generic tool key (:meth:`ToolEnv.state_key`) with the question's numbers, read from the goal, as
+        the slots ``goal a``, ``goal b`` and ``goal c``: ``called multiply; last result: a number`` with
+        ``{"multiply a": "8", "multiply b": "8", "result": "64", "goal a": "8", "goal b": "8", "goal c": "2"}``."""
+        key = super().state_key(observation)
+        m = _CALC_GOAL.fullmatch(self._goal.strip())
+        if key is None or m is None:
+            return key
+        return StateKey(key.text, {**key.slots, "goal a": m[1], "goal b": m[2], "goal c": m[3]})
 
 
 register("slea/ToolCalc-v0", "slea.envs.tools:ToolCalcEnv", family="tools",
