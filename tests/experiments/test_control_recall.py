@@ -148,3 +148,41 @@ def test_secondary_analyses_by_hand(tmp_path):
                                                                     won=True)]
     steps.write_text("".join(json.dumps(r) + "\n" for r in trace))
     assert S.followed_on_wins(steps) == {"steps": 2, "followed": 0.5}  # won, with lessons: 1 of 2 copies the top
+
+
+# -- the committed studies: their tables and the page -------------------------------------------------------------
+STUDIES = ("compare", "eight_seeds", "eight_seeds_ent0.03", "sensitivity/lr1.5e-4/compare")
+
+
+def test_the_committed_tables_are_what_the_table_command_makes_of_the_committed_runs(tmp_path):
+    import json
+    import shutil
+
+    page = " ".join((S.ROOT / "docs" / "results" / "control_recall.md").read_text().split())
+    made = {}
+    for study in STUDIES:
+        committed, copy = S.RESULTS / study, tmp_path / study
+        shutil.copytree(committed / "runs", copy / "runs")
+        if (committed / "compare.json").is_file():
+            shutil.copy(committed / "compare.json", copy / "compare.json")
+        assert S.compare_table(copy) == (committed / "table.md").read_text(), study
+        made[study] = json.loads((copy / "table.json").read_text())
+        assert made[study] == json.loads((committed / "table.json").read_text()), study
+
+    def pair(study, a, b):
+        return next(p for p in made[study]["pairs"] if (p["a"], p["b"]) == (a, b))
+
+    def quoted(p, digits=3):  # as the page writes a comparison: mean ± std, then the CI with a true minus sign
+        ci = ", ".join(f"{x:+.{digits}f}" for x in p["ci"]).replace("-", "−")
+        return f"{p['mean']:+.{digits}f} ± {p['std']:.{digits}f}", f"CI [{ci}]"
+
+    for study, a, b in (("eight_seeds", "slea", "grpo"), ("eight_seeds", "slea", "slea_task"),
+                        ("eight_seeds_ent0.03", "slea", "grpo"), ("eight_seeds_ent0.03", "slea", "slea_task"),
+                        ("compare", "slea", "grpo")):
+        p = pair(study, a, b)
+        ms, ci = quoted(p)
+        assert ms in page and ci in page and p["verdict"] == "not separated", (study, a, b)
+    assert pair("eight_seeds", "slea", "grpo")["p"] == 0.25 and pair("compare", "slea", "grpo")["p"] == 0.5
+    # the lr 1.5e-4 study: slea − grpo +0.120 ± 0.207, p = 1.0, CI [+0.000, +0.344]
+    p = pair("sensitivity/lr1.5e-4/compare", "slea", "grpo")
+    assert "slea − grpo here: " + quoted(p)[0] + " (n = 3, p = 1.0, " + quoted(p)[1] + ")" in page
