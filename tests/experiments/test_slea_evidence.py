@@ -182,3 +182,42 @@ def test_a_finished_run_names_repository_paths_not_the_machines(tmp_path):
     assert "/x/y" not in (run / "eval_library_off" / "eval" / "eval-heldout.json").read_text()
     assert "/x/y" in (run / "notes.txt").read_text()
     assert E.portable(run) == 0
+
+
+# -- the committed jobs: their tables and the page ----------------------------------------------------------------
+def test_the_committed_tables_are_what_the_table_command_makes_of_the_committed_runs(tmp_path, monkeypatch):
+    import shutil
+
+    committed = E.RESULTS
+    monkeypatch.setattr(E, "RESULTS", tmp_path)
+    made = {}
+    for job in ("default", "hard", "default8"):
+        shutil.copytree(committed / job, tmp_path / job)
+        E.table(job)
+        assert (tmp_path / job / "table.md").read_text() == (committed / job / "table.md").read_text(), job
+        made[job] = json.loads((tmp_path / job / "table.json").read_text())
+        saved = json.loads((committed / job / "table.json").read_text())
+        for tab in (made[job], saved):  # the spec names every variant the script knows, run or not
+            tab["spec"].pop("variants")
+        assert made[job] == saved, job
+    page = " ".join((E.ROOT / "docs" / "results" / "slea_evidence.md").read_text().split())
+
+    def pair(job, a, b):
+        return next(p for p in made[job]["pairs"] if (p["a"], p["b"]) == (a, b))
+
+    def quoted(p):  # as the page writes it: mean ± std (n = 8, p = …, CI […]) with true minus signs
+        ci = ", ".join(f"{x:+.3f}" for x in p["ci"]).replace("-", "−")
+        return f"{p['mean']:+.3f} ± {p['std']:.3f}".replace("-", "−"), f"CI [{ci}]"
+
+    for a, b, p_text in (("slea", "grpo", "p = 1.0"), ("slea", "gigpo", "p = 0.31"), ("gigpo", "grpo", "p = 0.25")):
+        p = pair("default8", a, b)
+        ms, ci = quoted(p)
+        assert f"{ms} (n = 8, {p_text}, {ci}" in page and p["verdict"] == "not separated", (a, b)
+    # retrieval off changes no default8 slea policy, and its held-out steps retrieve at 0.00-0.05
+    assert pair("default8", "slea", "slea (library_off)")["diffs"] == [0.0] * 8
+    hits = [v["heldout_hit_rate"] for v in made["default8"]["algorithms"]["slea"]["library"].values()]
+    assert (f"{min(hits):.2f}", f"{max(hits):.2f}") == ("0.00", "0.05") and "a rate of 0.00-0.05" in page
+    # the hard job's slea_tt: retrieval off lifts both seeds, not separated (n = 2)
+    tt = pair("hard", "slea_tt", "slea_tt (library_off)")
+    assert f"slea_tt − its retrieval-off self {quoted(tt)[0]}, n = 2, p = 0.50" in page
+    assert "Our reading, from 2 seeds and not tested" in page and "present in every run on this page" not in page
