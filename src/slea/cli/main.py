@@ -69,17 +69,7 @@ def train(
         check_config(cfg)
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
-    for key, name in (("model.name_or_path", cfg.model.name_or_path), ("model.tokenizer", cfg.model.tokenizer)):
-        if name is not None and not _model_target(name):  # offline: a name that is not here is never downloaded
-            raise fail(f"config error: {key}: {name!r} is neither 'embedded', 'tiny', a model folder (with "
-                       f"config.json) nor a model in the local Hugging Face cache (nothing is downloaded)")
     run_dir = run_dir_for(cfg)  # chosen once: a timestamped name must not change between here and the trainer
-    if resume is None and int(os.environ.get("RANK", "0")) == 0:  # a new run (under torchrun: its rank 0 checks)
-        try:  # never two runs in one folder: refused, or cleared with --overwrite, before any model loads
-            fresh_run_dir(run_dir, overwrite)
-        except RunDirError as exc:
-            raise fail(f"train: {exc}") from None
-    created = not run_dir.exists()  # a folder this command makes is removed again if no training starts in it
     from slea.parallel.distributed import DataParallel, init_from_torchrun, is_torchrun
     from slea.runs.checkpoint import trained_processes
 
@@ -91,6 +81,21 @@ def train(
         check_rank_devices(cfg.run.device, nproc if nproc > 1 else int(os.environ.get("WORLD_SIZE", "1")))
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
+    for key, name in (("model.name_or_path", cfg.model.name_or_path), ("model.tokenizer", cfg.model.tokenizer)):
+        if name is not None and not _model_target(name):  # offline: a name that is not here is never downloaded
+            raise fail(f"config error: {key}: {name!r} is neither 'embedded', 'tiny', a model folder (with "
+                       f"config.json) nor a model in the local Hugging Face cache (nothing is downloaded)")
+    if not is_torchrun():  # what these processes can train (a torchrun rank checks its group once it joins it)
+        try:
+            check_data_parallel(cfg, DataParallel(0, nproc))
+        except ConfigError as exc:
+            raise fail(f"config error: {exc}") from None
+    if resume is None and int(os.environ.get("RANK", "0")) == 0:  # a new run (under torchrun: its rank 0 checks)
+        try:  # never two runs in one folder: refused, or cleared with --overwrite, after every check above
+            fresh_run_dir(run_dir, overwrite)
+        except RunDirError as exc:
+            raise fail(f"train: {exc}") from None
+    created = not run_dir.exists()  # a folder this command makes is removed again if no training starts in it
     if nproc > 1:
         _train_data_parallel(cfg, nproc, resume is not None, run_dir, created)
         return
@@ -114,7 +119,6 @@ def train(
     from slea.policy.openai_engine import GeneratorError
 
     try:
-        check_data_parallel(cfg, DataParallel())  # one process: train.fsdp is refused
         trainer = build_trainer(cfg, run_dir)  # the single-agent RL trainer, or the team trainer (TeamTR)
     except ConfigError as exc:  # a value the trainer cannot use, one checkable only against the model, a model
         _discard(run_dir, created)  # that does not load, an env that cannot be built
@@ -196,14 +200,8 @@ def _train_data_parallel(cfg, nproc: int, resume: bool, run_dir: Path, created: 
     ``torchrun --nproc-per-node N -m slea.cli train ...`` each process joins torchrun's group instead.)"""
     import torch.multiprocessing as mp
 
-    from slea.config import ConfigError
-    from slea.parallel.checks import check_data_parallel
-    from slea.parallel.distributed import DataParallel, launch
+    from slea.parallel.distributed import launch
 
-    try:
-        check_data_parallel(cfg, DataParallel(0, nproc))
-    except ConfigError as exc:
-        raise fail(f"config error: {exc}") from None
     _build_cached_model(cfg.model)  # once, here: a spawned rank > 0 could not write it
     plain(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
     try:
