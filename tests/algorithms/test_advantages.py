@@ -283,7 +283,7 @@ def test_gigpo_anchored_on_state_keys_groups_equivalent_states():
     # above (A_step(s0) = [-1/3, 2/3, -1/3] with std off)
     raw = ["room 1 filler", "x", "room 2 other filler", "room 3", "y"]
     keys = ["exits: east", "k1", "exits: east", "exits: east", "k2"]
-    kw = dict(anchors=raw, gamma=0.5, std_norm=False)
+    kw = {"anchors": raw, "gamma": 0.5, "std_norm": False}
     assert adv("gigpo", GIG["g"], GIG["t"], GIG["s"], GIG["r"], **kw) == approx([1.0, 1.0, 1.0, -1.0, -1.0])
     on_keys = adv("gigpo", GIG["g"], GIG["t"], GIG["s"], GIG["r"], state_keys=keys, anchor_on="state_key", **kw)
     assert on_keys == approx([2 / 3, 1.0, 5 / 3, -4 / 3, -1.0], abs=1e-12)
