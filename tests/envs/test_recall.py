@@ -237,7 +237,7 @@ def test_the_example_with_a_lesson_shows_it_as_the_library_renders_it_and_follow
 
     lib = ExperienceLibrary(tmp_path / "lib.sqlite")
     eid = lib.add("'shrug' earned the reward on this kind of task.", zone="pos", score=1.0, level="example").entry_id
-    rendered, ids = Retriever(lib).render([eid])
+    rendered, ids, _ = Retriever(lib).render([eid])
     assert ids == [eid]
     (user, answer), = INSTRUCTIONS.example_with_experience
     assert user.endswith(f"\n{rendered}\nYour gesture:")
