@@ -44,6 +44,11 @@ A command outside the admissible list does not reach the engine: the observation
 to such commands, "Nothing happens.", with ``invalid=True``. ``put X in/on Y`` (the older ALFWorld verb that
 prompts often use) is read as ``move X to Y``.
 
+State key: :meth:`ALFWorldEnv.state_key` (:func:`alfworld_state_key`), the same for every source, names the kind of
+state from the observation, the goal and the admissible commands only: the task, the first clause with entities as
+roles (the goal's object and receptacle, the task's appliance or lamp, another receptacle), the receptacle's
+state, whether the goal's object is in view, what is held; names fill the slots.
+
 Snapshots: ``get_state()`` -> ``{"game", "game_file", "actions"}``; ``set_state`` resets the game and replays
 the actions (the engine is deterministic).
 """
@@ -67,7 +72,7 @@ from filelock import FileLock
 
 from slea.envs.alfworld_gen import SHORT_NAMES, TASK_TYPES  # the generator module imports no engine
 from slea.envs.base import StepResult, TextEnv, register, user_turn
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 GEN_SPLIT_SEED_BASE = {"train": 1000, "heldout": 5000, "seen": 9000}
 MAX_GAMES_PER_SPLIT = 4000
@@ -285,6 +290,134 @@ def prepare_games(
 
 
 # ------------------------------------------------------------------------------------------------------
+# State keys (SLEA-RL's structurally equivalent states)
+# ------------------------------------------------------------------------------------------------------
+# ALFWorld's goal templates (alfworld.gen.goal_library), as (pattern, task); the groups are the object type and the
+# receptacle type (a look task's second name is its lamp)
+_GOAL_TEMPLATES = (
+    (re.compile(r"^look at (?:sliced )?(\w+) under the (\w+)"), "look"),
+    (re.compile(r"^examine the (?:sliced )?(\w+) with the (\w+)"), "look"),
+    (re.compile(r"^(?:put a clean (?:slice of )?|clean some (?:sliced )?)(\w+) (?:and put it )?in (\w+)"), "clean"),
+    (re.compile(r"^(?:put a hot (?:slice of )?|heat some (?:sliced )?)(\w+) (?:and put it )?in (\w+)"), "heat"),
+    (re.compile(r"^(?:put a cool (?:slice of )?|cool some (?:sliced )?)(\w+) (?:and put it )?in (\w+)"), "cool"),
+    (re.compile(r"^(?:put|find) two (?:sliced )?(\w+) (?:and put them )?in (\w+)"), "pick two"),
+    (re.compile(r"^put (?:a|an|some) (\w+) (?:in|on) (\w+)"), "pick"),
+)
+APPLIANCES = {"clean": "sinkbasin", "heat": "microwave", "cool": "fridge"}  # the receptacle a task's middle step uses
+_ENTITY = re.compile(r"\b([a-z]+ \d+)\b")  # ALFWorld names every entity by type and number: "mug 1", "sinkbasin 2"
+_SEE = re.compile(r"you see ([^.]*)")
+_LOCATION = re.compile(r"(?:arrive at|facing|on|open|close) (?:the )?([a-z]+ \d+)")  # where an observation says it is
+_ABOUT = re.compile(r"(?:nothing special about|this is a normal) ([a-z]+ \d+)")  # examining a held object
+# commands that name the receptacle the agent is at (second group) and, for some, an object it holds (first)
+_AT_COMMAND = re.compile(r"^(?:(?:open|close) ()|take \S+ \d+ from |move (\S+ \d+) to |\w+ (\S+ \d+) with )(\S+ \d+)$")
+_ALF_WORDS = {
+    "goal object": "the goal's object", "goal receptacle": "the goal's receptacle",
+    "appliance": "the task's appliance", "lamp": "the task's lamp", "receptacle": "another receptacle",
+    "other object": "another object", "carried object": "a carried object",
+}
+
+
+def alfworld_goal(goal: str) -> tuple[str, str, str]:
+    """(task, object type, receptacle type) of an ALFWorld goal text (``("heat", "mug", "fridge")``; a look
+    task's second name is its lamp), or empty strings for a text no template matches."""
+    text = " ".join((goal or "").lower().split())
+    for pattern, task in _GOAL_TEMPLATES:
+        match = pattern.match(text)
+        if match:
+            return task, match.group(1), match.group(2)
+    return "", "", ""
+
+
+def _here_and_held(commands: Sequence[str], text: str) -> tuple[str, list[str], set[str]]:
+    """The receptacle the agent is at, what it holds and the receptacles it can go to, read from the admissible
+    commands (and, where they leave it open, the observation ``text``): ``go to R`` lists every receptacle but
+    the one the agent is at; ``open``/``close``/``take from``/``move to``/``heat with`` name that one; ``examine``
+    is offered for it and for each held object."""
+    reachable = {c[6:] for c in commands if c.startswith("go to ")}
+    here: set[str] = set()
+    held: set[str] = set()
+    for c in commands:
+        match = _AT_COMMAND.match(c)
+        if match:
+            here.add(match.group(4))
+            held.update(g for g in match.groups()[1:3] if g)
+    examined = {c[8:] for c in commands if c.startswith("examine ")} - reachable
+    if not here and len(examined) > 1:  # holding something at a receptacle that does not take it
+        named = _LOCATION.findall(text) or [n for n in examined if n not in _ABOUT.findall(text)]
+        here = {n for n in named if n in examined}
+    elif not here:  # at an empty surface, holding nothing: "examine R" is all it offers
+        here = examined
+    return (sorted(here - reachable) or [""])[0], sorted(held | (examined - here)), reachable
+
+
+def alfworld_state_key(observation: str, goal: str, commands: Sequence[str] | None) -> StateKey:
+    """The structural key of an ALFWorld observation, from what the agent sees: the observation, the goal and
+    the admissible commands (:meth:`ALFWorldEnv.state_key`).
+
+    Kept: the task (pick, clean, heat, cool, pick two, look: the goal's template); the observation's first clause
+    with every entity written as its role (the goal's object, the goal's receptacle, the task's appliance or lamp,
+    another receptacle, another object, a carried object), which says where the agent is and what it just did;
+    whether that receptacle is open or closed; whether it shows the goal's object (or two of them) and the task's
+    lamp; what the agent holds. Dropped: entity names and numbers (they fill the slots), the other objects in view,
+    the room's list of receptacles. Example: ``pick: you arrive at another receptacle | the goal's object in view |
+    carrying nothing``, slots ``{"receptacle": "shelf 1", "goal object": "cd 1"}``.
+    """
+    text = " ".join((observation or "").lower().split())
+    task, object_type, target_type = alfworld_goal(goal)
+    appliance = APPLIANCES.get(task, "")
+    lamp = target_type if task == "look" else ""
+    cmds = [" ".join(c.lower().split()) for c in (commands or [])]
+    here, held, reachable = _here_and_held(cmds, text)
+    middle = text.startswith("you are in the middle of a room")
+    shown = [n for listing in _SEE.findall(text) for n in _ENTITY.findall(listing)]
+
+    def role(name: str) -> str:
+        kind = name.rsplit(" ", 1)[0]
+        if kind == object_type:
+            return "goal object"
+        if name in held:
+            return "carried object"
+        if kind == lamp:
+            return "lamp"
+        if name == here or name in reachable:
+            return "goal receptacle" if kind == target_type and task != "look" else (
+                "appliance" if kind == appliance else "receptacle")
+        return "other object"
+
+    slots: dict[str, str] = {}
+    role_of: dict[str, str] = {}
+    for name in dict.fromkeys([*_ENTITY.findall(text), *held]):
+        kind = role(name)
+        n = sum(1 for r in slots if r.rstrip(" 0123456789") == kind) + 1
+        if middle and (kind == "receptacle" or n > 1):
+            continue  # the room's list of receptacles: only the first the task names get a role
+        slots[kind if n == 1 and kind != "other object" else f"{kind} {n}"] = name
+        role_of[name] = _ALF_WORDS[kind]
+
+    first = re.split(r"[.,:](?:\s|$)", text, maxsplit=1)[0]
+    for name in sorted(role_of, key=lambda n: (-len(n), n)):
+        first = re.sub(rf"\b(?:(?:a|an|the)\s+)?{re.escape(name)}\b", role_of[name], first)
+    parts = [f"{task or 'a task'}: {first}"]
+    if middle:
+        named = [_ALF_WORDS[r] for r in ("goal receptacle", "appliance", "lamp") if r in slots]
+        parts += [" and ".join(named) + " in view"] if named else []
+    else:
+        parts += [s for s in ("closed", "open") if f" is {s}" in text][:1]
+        goals = sum(role(n) == "goal object" for n in shown)
+        if goals:
+            parts.append("the goal's object in view" if goals == 1 else f"{goals} of the goal's objects in view")
+        elif _SEE.search(text):
+            parts.append("the goal's object not in view")
+        if any(role(n) == "lamp" for n in shown):
+            parts.append("the task's lamp in view")
+    if commands is not None:
+        parts.append("carrying " + (" and ".join(_ALF_WORDS[role(n)] for n in held) if held else "nothing"))
+    key = " | ".join(parts)
+    said = {r: w.removeprefix("the ").removeprefix("a ") for r, w in _ALF_WORDS.items()} | {"other object": "other object"}
+    return StateKey(key, {r: n for r, n in slots.items() if said[r.rstrip(" 0123456789")] in key})
+
+
+# ------------------------------------------------------------------------------------------------------
 # The environment
 # ------------------------------------------------------------------------------------------------------
 def normalize_command(action: str) -> str:
@@ -435,6 +568,15 @@ class ALFWorldEnv(TextEnv):
         self._read(state)
         obs = str(state.get("feedback") or "").strip()
         return obs, 1.0 if self._won else 0.0, self._won, False, {"invalid": False}
+
+    def state_key(self, observation: str) -> StateKey:
+        """The observation's structural key (:func:`alfworld_state_key`), read from the observation, the goal and
+        the admissible commands only (never the walkthrough, the expert's plan or the PDDL state), the same for
+        official and generated games. It keeps the task, the first clause with entities as roles (where the agent
+        is, what it just did), the receptacle's open/closed state, whether the goal's object is in view and what
+        is held; names fill the slots. Example: ``pick: you arrive at another receptacle | the goal's object in
+        view | carrying nothing``, slots ``{"receptacle": "shelf 1", "goal object": "cd 1"}``."""
+        return alfworld_state_key(observation, self._goal, self._admissible)
 
     def _info_defaults(self) -> dict[str, Any]:
         info: dict[str, Any] = {
