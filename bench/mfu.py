@@ -375,6 +375,16 @@ def policy_with(name: str, lora_layers: int, storage: str):
     return load_policy(cfg)
 
 
+def cpu_kind() -> str:
+    """The CPU's model name and its native bf16 instructions (AVX-512-BF16, AMX): what sets the speed here."""
+    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
+    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
+                 platform.machine())
+    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
+    return (f"{model}; AVX-512-BF16: {'yes' if 'avx512_bf16' in flags else 'no'}; "
+            f"AMX: {'yes' if 'amx_bf16' in flags else 'no'}")
+
+
 class NoEos:
     """A tokenizer as ``HFGenerator`` sees it, without an end-of-sequence id (-1: never sampled), so that every
     row decodes ``max_new_tokens`` tokens and a timing's work does not depend on what was sampled."""
@@ -518,7 +528,7 @@ def main(argv: list[str] | None = None) -> dict:
         r["utilisation"] = utilisation(r, matmul)
     res = {"model": args.model, "threads": args.threads, "lora_layers": lora_layers, "torch": torch.__version__,
            "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
-           "cpu": platform.processor() or platform.machine(), "date": time.strftime("%Y-%m-%d"),
+           "cpu": cpu_kind(), "date": time.strftime("%Y-%m-%d"),
            "arch": {**asdict(arch), "adapted": [len(a) for a in arch.adapted],
                     "frozen_linear_params": arch.frozen_per_layer() * arch.layers, "lora_params": arch.lora_params()},
            "matmul": matmul, "steps": steps, "generation_frozen_bf16": gen}

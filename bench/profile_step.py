@@ -21,15 +21,16 @@ per call but many), ``autograd`` (the engine's own bookkeeping: the self time of
 
     PYTHONPATH=src .venv/bin/python bench/profile_step.py [--reps 3] [--out bench/results/profile_step]
 
-writes ``profile_step.json`` and ``profile_step.md`` under ``--out`` (``--model tiny``: a temp folder). Run it
-alone on the machine: it is a timing.
+writes ``BASE.json`` and ``BASE.md`` under ``--out`` (``--model tiny``: a temp folder), BASE the storage of the
+frozen base weights (``model.base_dtype`` as ``auto`` resolves it under bf16 on the CPU). The committed
+``float32.*`` was taken before ``bfloat16_linears`` existed; each committed JSON's ``commit`` names the code it
+profiled. Run it alone on the machine: it is a timing.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import platform
 import sys
 import tempfile
 import time
@@ -40,7 +41,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trl_step  # the fixed batches and slea's update step
-from mfu import NoEos
+from mfu import NoEos, cpu_kind
 
 OUT = Path(__file__).parent / "results" / "profile_step"
 PHASES = ("update", "old_logprobs", "generation")
@@ -61,16 +62,6 @@ _ALLOC_VIEW = {"aten::empty", "aten::empty_strided", "aten::empty_like", "aten::
                "aten::result_type", "aten::to", "aten::linear", "aten::matmul", "aten::arange", "aten::tensor",
                "aten::new_empty", "aten::new_zeros", "aten::new_ones", "aten::new_empty_strided", "aten::broadcast_to",
                "aten::unflatten", "aten::flatten", "aten::expand_as", "aten::view_as", "aten::is_nonzero"}
-
-
-def cpu_kind() -> str:
-    """The CPU's model name and its native bf16 instructions (AVX-512-BF16, AMX): what sets the speed here."""
-    info = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").is_file() else ""
-    model = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("model name")),
-                 platform.machine())
-    flags = set(next((line.split(":", 1)[1].split() for line in info.splitlines() if line.startswith("flags")), []))
-    return (f"{model}; AVX-512-BF16: {'yes' if 'avx512_bf16' in flags else 'no'}; "
-            f"AMX: {'yes' if 'amx_bf16' in flags else 'no'}")
 
 
 def kind_of(name: str) -> str:
@@ -145,8 +136,9 @@ def phases(name: str, shape: str, lora_layers: int, new_tokens: int):
 
 def markdown(res: dict, top: int) -> str:
     lines = [f"# Profile of slea's training step ({res['model']})", "",
-             (f"CPU: {res['cpu']}; {res['threads']} threads; torch {res['torch']}; {res['reps']} profiled calls per "
-             f"phase after one warm-up; self CPU time per call (bench/profile_step.py)."), ""]
+             (f"CPU: {res['cpu']}; {res['threads']} threads; torch {res['torch']}; model.base_dtype "
+              f"{res['base_dtype']}; {res['reps']} profiled calls per phase after one warm-up; self CPU time per call "
+              "(bench/profile_step.py)."), ""]
     for shape, by_phase in res["shapes"].items():
         for phase, p in by_phase.items():
             lines += [f"## {shape} / {phase}: {p['wall_s']:.3f} s per call", "",
@@ -170,7 +162,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     lora_layers = trl_step.default_lora_layers(args.model)
+    from slea.device import resolve_base_storage
+
     res = {"model": args.model, "cpu": cpu_kind(), "threads": args.threads, "torch": torch.__version__,
+           "base_dtype": resolve_base_storage("auto", device="cpu", lora=True, dtype="bfloat16"),
            "reps": args.reps, "lora_layers": lora_layers, "new_tokens": args.new_tokens,
            "date": time.strftime("%Y-%m-%d"), "shapes": {}}
     for shape in trl_step.SHAPES:
@@ -178,8 +173,8 @@ def main(argv: list[str] | None = None) -> dict:
         res["shapes"][shape] = {phase: profile(fns[phase], args.reps) for phase in PHASES}
     out = args.out or (OUT if args.model == "embedded" else Path(tempfile.mkdtemp()) / "profile_step")
     out.mkdir(parents=True, exist_ok=True)
-    (out / "profile_step.json").write_text(json.dumps(res, indent=1))
-    (out / "profile_step.md").write_text(markdown(res, args.top))
+    (out / f"{res['base_dtype']}.json").write_text(json.dumps(res, indent=1))
+    (out / f"{res['base_dtype']}.md").write_text(markdown(res, args.top))
     for shape, by_phase in res["shapes"].items():
         for phase, p in by_phase.items():
             print(f"{shape}/{phase}: {p['wall_s']:.3f} s; " + ", ".join(

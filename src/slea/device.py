@@ -80,9 +80,6 @@ def model_device(model) -> torch.device:
     return torch.device("cpu")
 
 
-BASE_STORAGES = ("float32", "bfloat16", "bfloat16_linears")
-
-
 def resolve_base_storage(setting: str, *, device: str | torch.device, lora: bool, dtype: str) -> str:
     """How a model's frozen base weights are stored (``model.base_dtype``): ``float32``; ``bfloat16`` (every base
     weight, so the residual stream is bf16 too); or ``bfloat16_linears`` (only the frozen weights that feed a

@@ -29,8 +29,9 @@ def test_kinds_of_ops():
 def test_profile_of_the_tiny_model(tmp_path):
     res = M.main(["--model", "tiny", "--reps", "1", "--new-tokens", "2", "--threads", str(torch.get_num_threads()),
                   "--out", str(tmp_path)])
-    assert json.loads((tmp_path / "profile_step.json").read_text()) == json.loads(json.dumps(res))
-    md = (tmp_path / "profile_step.md").read_text()
+    assert res["base_dtype"] == "bfloat16_linears"  # the CPU's default under bf16
+    assert json.loads((tmp_path / "bfloat16_linears.json").read_text()) == json.loads(json.dumps(res))
+    md = (tmp_path / "bfloat16_linears.md").read_text()
     assert "AVX-512-BF16" in res["cpu"] and res["cpu"] in md
     for shape in ("grpo", "multiturn"):
         for phase in M.PHASES:

@@ -10,9 +10,9 @@ Trainable weights are fp32; bf16 is applied by autocast in generation and traini
 a LoRA policy are stored in ``model.base_dtype`` (:func:`slea.device.resolve_base_storage`: under bf16 compute,
 the whole base in bf16 on CUDA; on the CPU only its linears, :func:`store_frozen_linears`, which computes the
 same numbers as an fp32 base): a bf16 base halves the model's memory and spares autocast a cast of every weight
-at every forward. The model is loaded straight onto the run's device (``device``; default the CPU). LoRA (peft) is on by
-default, its adapters in fp32 whatever the base's dtype; with LoRA, the reference policy is the base model with
-the adapters disabled.
+at every forward. The model is loaded straight onto the run's device (``device``; default the CPU). LoRA (peft)
+is on by default, its adapters in fp32 whatever the base's dtype; with LoRA, the reference policy is the base
+model with the adapters disabled.
 """
 
 from __future__ import annotations
@@ -138,11 +138,11 @@ def store_frozen_linears(model, dtype: torch.dtype) -> int:
     norms and every LoRA adapter (active or not) kept as they are. Returns how many tensors changed.
 
     Under bf16 autocast a linear casts its fp32 weight to bf16 at every call (autocast caches the casts of
-    trainable weights only): once per frozen weight per forward call, 47 ms per call for the embedded model
-    (bench/mfu.py), the whole of a decode step's weights each step. A weight stored in bf16 is the very tensor that
+    trainable weights only): once per frozen weight per forward call, 37-47 ms per call for the embedded model
+    on a 2-core AMD EPYC (bench/mfu.py), every decode step of a generation included. A weight stored in bf16 is the very tensor that
     cast makes (round to nearest even), so logits, log-probs, gradients and samples are bit for bit those of the
     fp32 base (tests/policy/test_model.py); the residual stream stays fp32, since the embeddings and norms do.
-    A LM head tied to the input embeddings gets its own bf16 copy (the embeddings stay fp32).
+    An LM head tied to the input embeddings gets its own bf16 copy (the embeddings stay fp32).
 
     ``torch.float32`` undoes it exactly (bf16 to fp32 is exact) and ties the head to the embeddings again where
     the config ties them: FSDP needs one dtype per sharded unit (:func:`slea.parallel.distributed.shard_frozen_base`)."""
