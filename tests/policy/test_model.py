@@ -220,3 +220,28 @@ def test_bf16_linears_is_refused_where_it_cannot_mean_anything():
         build_config({"model": {"base_dtype": "bfloat16_linears", "dtype": "float32"}})
     # on a CPU without native bf16, model.dtype: auto computes in bf16 for this base (its linears are bf16)
     assert build_config({"model": {"base_dtype": "bfloat16_linears"}}).model.dtype == "bfloat16"
+
+
+def test_an_adapter_swapped_onto_bf16_linears_stays_fp32_and_computes_as_on_the_fp32_base():
+    """slea serve swaps LoRA adapters into a loaded model (slea.policy.adapters.swap_lora): peft builds the new
+    adapter beside bf16 base layers, and it must stay fp32 as the base's own adapters are."""
+    import torch
+    from peft import get_peft_model_state_dict
+
+    from slea.policy.adapters import swap_lora
+    from slea.policy.generation import autocast
+
+    cfg = ModelSection(name_or_path="tiny", dtype="bfloat16", lora_r=4, lora_layers=1)
+    donor, _ = load_policy(cfg.model_copy(update={"base_dtype": "float32"}))
+    _nonzero_lora(donor, seed=3)
+    state = get_peft_model_state_dict(donor)
+    ids = torch.tensor([[1, 5, 9, 14, 22, 30]])
+    logits = {}
+    for base_dtype in ("bfloat16_linears", "float32"):
+        model, _ = load_policy(cfg.model_copy(update={"base_dtype": base_dtype}))
+        model = swap_lora(model, donor.peft_config["default"], state)
+        assert {p.dtype for n, p in model.named_parameters() if "lora_" in n} == {torch.float32}
+        with torch.no_grad(), autocast("bfloat16"):
+            logits[base_dtype] = model(input_ids=ids).logits
+    # case 1 of slea.testing.numerics: the same adapter on the same bf16 tensors (stored, or cast by autocast)
+    assert_same(logits["bfloat16_linears"], logits["float32"], why="bf16 storage is the tensor autocast casts to")
