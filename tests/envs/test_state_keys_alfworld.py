@@ -201,18 +201,12 @@ def test_two_games_of_one_task_share_start_keys(games):
 
 def test_the_key_never_reads_the_walkthrough_or_the_expert(games):
     env = make("slea/ALFWorld-Gen-v0", tasks=ORDER, num_games=6, cache_dir=games["dir"])
-    try:
-        obs, info = env.reset(seed=2)
-        obs, *_ = env.step(info["walkthrough"][1])
-        before = env.state_key(obs)
-        env._walkthrough, env._expert_action = ["go to nowhere 9"], "go to nowhere 9"  # the hidden answer changes
-        engine, env._engine = env._engine, None  # and no engine to read from
-        try:
-            assert env.state_key(obs) == before
-        finally:
-            env._engine = engine
-    finally:
-        env.close()
+    obs, info = env.reset(seed=2)
+    obs, *_ = env.step(info["walkthrough"][1])
+    before = env.state_key(obs)
+    env._walkthrough, env._expert_action = ["go to nowhere 9"], "go to nowhere 9"  # the hidden answer changes
+    env.close()  # and no engine to read from
+    assert env._engine is None and env.state_key(obs) == before
 
 
 def test_every_registered_alfworld_id_gives_keys(games, tmp_path, monkeypatch):

@@ -56,6 +56,13 @@ The gold path generator picks at random between equivalent targets (which of sev
 so it is generated once per (task, variation, simplifications) in a process and cached: every reset of that
 episode in this process reports the same walkthrough. Another process may report another, equally valid one.
 
+State key
+---------
+:meth:`ScienceWorldEnv.state_key` (:func:`scienceworld_state_key`) names the kind of state from the observation
+and the goal only (not the valid-action lists): a room (by name: the map is the same in every variation) and its
+open doors, or the feedback's first clause with entities as roles, and whether the goal's object and boxes are in
+view; what a variation changes fills the slots (``goal object``, ``goal room``, ``goal box 1``, ``object 1``...).
+
 Snapshots
 ---------
 ``get_state()`` returns ``{"task", "variation", "simplifications", "actions"}``; ``set_state`` reloads the
@@ -74,7 +81,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any, ClassVar
 
 from slea.envs.base import MissingExtraError, StepResult, TextEnv, register, user_turn
-from slea.types import Instructions
+from slea.types import Instructions, StateKey
 
 # (task id, task name) of the 30 tasks, in the engine's ``tasks.json`` order.
 TASKS: tuple[tuple[str, str], ...] = (
@@ -342,6 +349,113 @@ def _goal_text(task_desc: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------------
+# State keys (SLEA-RL's structurally equivalent states)
+# ------------------------------------------------------------------------------------------------------
+# The task descriptions' ways of naming the thing a variation is about (the first that matches wins), then the
+# generic "focus on the X" (unless X is a kind: "the substance", "the thing")
+_GOAL_OBJECT = (
+    re.compile(r"your task is to (?:boil|melt|freeze) (.+?)\."),
+    re.compile(r"change the state of matter of (.+?)\."),
+    re.compile(r"determine if (.+?) is electrically"),
+    re.compile(r"create the substance '(.+?)'"),
+    re.compile(r"create (.+? paint)\b"),
+    re.compile(r"measure the (?:temperature|melting point) of (.+?)[,.]"),
+    re.compile(r"grow an? (.+?) plant from seed"),
+    re.compile(r"life stages of the (.+?)[,.]"),
+    re.compile(r"turn on the (.+?)\."),
+    re.compile(r"focus on the (.+?)\."),
+)
+_KINDS = frozenset({"substance", "thing", "seed", "animal", "plant", "animal with the longest life span",
+                    "animal with the shortest life span"})
+_GOAL_ROOM = re.compile(r"\b(?:in|around|near) the '?([a-z]+(?: [a-z]+)?)'?(?: location)?(?=[.,])")
+_BOX = re.compile(r"\b([a-z]+ box)\b")  # the answer boxes a goal names ("place it in the green box")
+_ROOM = re.compile(r"^this (?:room|outside location) is called the (.+?)\.")
+_OPEN_DOOR = re.compile(r"a door to the ([a-z ]+?) \(that is open\)")
+# "the X" in a feedback clause, X ending before a preposition, a verb or punctuation
+_THE = re.compile(r"\bthe ([a-z][a-z0-9 ]*?)(?= (?:to|into|in|on|from|with|is|are|reads|contains)\b|[.,:;(]|$)")
+
+
+def scienceworld_goal(goal: str) -> tuple[str, str, list[str]]:
+    """The thing a ScienceWorld task description is about (``"ice cream"``, ``"apple seed"`` for "grow a apple
+    plant"; empty when it names only a kind, "a(n) living thing"), the room it names first, and the boxes it names,
+    in order (``["green box", "blue box"]``)."""
+    text = " ".join((goal or "").lower().split())
+    thing = ""
+    for pattern in _GOAL_OBJECT:
+        match = pattern.search(text)
+        if match and match.group(1) not in _KINDS:
+            thing = match.group(1) + (" seed" if pattern.pattern.startswith("grow") else "")
+            break
+    rooms = [r for r in _GOAL_ROOM.findall(text) if not r.endswith("box")]
+    return thing, (rooms[0] if rooms else ""), list(dict.fromkeys(_BOX.findall(text)))
+
+
+def scienceworld_state_key(observation: str, goal: str) -> StateKey:
+    """The structural key of a ScienceWorld observation, from what the agent sees: the observation and the goal
+    (the valid-action lists, hundreds long and off in most runs, are not read) (:meth:`ScienceWorldEnv.state_key`).
+
+    ScienceWorld's map and furniture are the same in every variation, so room names stay; what a variation changes
+    is written as a role: the goal's object (the substance, object or seed the task is about), the goal's room (the
+    room it names first) and the goal's boxes (the answer boxes, in the order the goal names them). Kept: a room
+    (which, and its open doors) or the first clause of the feedback with entities as roles (another entity: "an
+    object"); whether the goal's object and boxes are in view. Dropped: the room's inventory of furniture, its
+    closed doors, numbers, the variation's names (they fill the slots). Example: ``in the goal's room | open doors:
+    hallway | the goal's object not in view | the goal's box 1 in view``, slots ``{"goal room": "kitchen", "goal
+    box 1": "red box"}``.
+    """
+    text = (observation or "").strip().lower()
+    thing, goal_room, boxes = scienceworld_goal(goal)
+    slots: dict[str, str] = {}
+    role_of: dict[str, str] = {}
+    if thing:
+        role_of[thing] = "the goal's object"
+    if goal_room:
+        role_of[goal_room] = "the goal's room"
+    for i, box in enumerate(boxes, 1):
+        role_of[box] = f"the goal's box {i}"
+    room = _ROOM.match(text)
+    parts: list[str] = []
+    if room:
+        body = " ".join(text.split())
+        parts.append("in " + role_of.get(room.group(1), f"the {room.group(1)}"))
+        doors = [role_of.get(d, d) for d in _OPEN_DOOR.findall(body)]
+        parts.append("open doors: " + ", ".join(doors) if doors else "no open door")
+        if thing:
+            seen = re.search(rf"\b{re.escape(thing)}\b", body) is not None
+            parts.append("the goal's object " + ("in view" if seen else "not in view"))
+        parts += [f"{role_of[b]} in view" for b in boxes if re.search(rf"\b{re.escape(b)}\b", body)]
+    else:
+        first = re.split(r"[.:;(](?:\s|$)|\n", text, maxsplit=1)[0]
+        said: list[str] = []  # the roles put in, kept out of the number rewriting by private-use marks
+
+        def put(phrase: str) -> str:
+            said.append(phrase)
+            return chr(0xE000 + len(said) - 1)
+
+        for entity in sorted(role_of, key=lambda n: (-len(n), n)):
+            first = re.sub(rf"\b(?:(?:a|an|the)\s+)?{re.escape(entity)}\b", lambda _, e=entity: put(role_of[e]), first)
+        others: list[str] = []
+
+        def name(match: re.Match[str]) -> str:
+            entity = match.group(1).strip()
+            if entity in ("inventory", "door", "agent") or first.startswith(("you move to", "you teleport to")):
+                return match.group(0)
+            others.append(entity)
+            return put("an object")
+
+        first = re.sub(r"\d+", "#", " ".join(_THE.sub(name, first).split()))
+        first = re.sub("[\ue000-\uf8ff]", lambda m: said[ord(m.group(0)) - 0xE000], first)
+        for i, entity in enumerate(dict.fromkeys(others), 1):
+            slots[f"object {i}"] = entity
+        parts.append("after: " + first[:100])
+    key = " | ".join(parts)
+    for entity, role in role_of.items():
+        if role in key:
+            slots["goal " + role.removeprefix("the goal's ")] = entity
+    return StateKey(key, slots)
+
+
+# ------------------------------------------------------------------------------------------------------
 # The environment
 # ------------------------------------------------------------------------------------------------------
 class ScienceWorldEnv(TextEnv):
@@ -521,6 +635,14 @@ class ScienceWorldEnv(TextEnv):
             "ambiguous": raw.lstrip().startswith(_AMBIGUOUS),
         }
         return self._obs(raw), reward, self._done, False, info
+
+    def state_key(self, observation: str) -> StateKey:
+        """The observation's structural key (:func:`scienceworld_state_key`), read from the observation and the
+        goal only (never the gold path, the score or the simulator's state). It keeps the room (and its open doors)
+        or the feedback's first clause with entities as roles, and whether the goal's object and boxes are in
+        view; the variation's names fill the slots. Example: ``in the goal's room | open doors: hallway | the
+        goal's object not in view | the goal's box 1 in view``."""
+        return scienceworld_state_key(observation, self._goal)
 
     def _info_defaults(self) -> dict[str, Any]:
         info: dict[str, Any] = {
