@@ -292,8 +292,8 @@ def served():
 
     engine = load_engine("tiny", dtype="float32")
     consumed: list[list[int]] = []
-    real = engine._prompts
-    engine._prompts = lambda prompt: (out := real(prompt), consumed.extend(list(p) for p in out))[0]
+    real = engine._tokens  # one prompt's ids, as the engine will consume them
+    engine._tokens = lambda prompt: (out := real(prompt), consumed.append(list(out)))[0]
     server = make_server(engine, "127.0.0.1", 0)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield consumed, f"http://127.0.0.1:{server.server_address[1]}/v1"
