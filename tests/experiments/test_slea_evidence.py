@@ -153,7 +153,7 @@ def test_cap_keeps_the_first_whole_records_and_says_how_to_get_the_rest(tmp_path
 
     d = tmp_path / "runs" / "slea-s0"
     d.mkdir(parents=True)
-    rows = [json.dumps({"iteration": i // 2, "traj": i, "steps": ["x" * 40]}) + "\n" for i in range(10)]
+    rows = [json.dumps({"iteration": i // 2, "traj": i, "steps": [{"obs": "x" * 40}]}) + "\n" for i in range(10)]
     whole = "".join(rows).encode()
     (d / "episodes.jsonl").write_bytes(whole)
     budget = len(rows[0]) * 3 + 5  # three whole records fit, a fourth does not
