@@ -211,7 +211,8 @@ class TextEnv(gym.Env):
     def state_key(self, observation: str) -> StateKey | None:
         """The structural key of ``observation``, the observation this env just returned (module docstring), or
         None: this family has none. It may read only what the agent sees — ``observation``, ``self._goal``,
-        ``self._admissible`` — never the answer, the reward or hidden state. Families override it."""
+        ``self._admissible``, the agent's own earlier actions — never the answer, the reward or hidden state.
+        Families override it."""
         return None
 
     def _info_defaults(self) -> dict[str, Any]:
