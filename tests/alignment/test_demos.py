@@ -1,6 +1,7 @@
 """A user's demonstrations of a tool env (slea data demos): replayed in the real env, rendered as the rollout renders
 its prompts (token-equal), kept only when every call is taken and the episode is won; slea align reads them."""
 
+import contextlib
 import json
 import re
 from pathlib import Path
@@ -100,6 +101,12 @@ def test_failing_demonstrations_are_dropped_with_the_reason():
         call("multiply", a=a, b=b)
         raise KeyError("value")
 
+    def swallows(task, call):  # catches the refused call's exception and plays on to a win
+        with contextlib.suppress(Exception):
+            call("divide", a=a, b=b)
+        for calls in right:
+            call.turn(calls)
+
     plays = [
         (0, calls_play(Demonstration(0, right))),                                        # kept
         (0, calls_play(Demonstration(0, [*right[:2], [call("answer", value=a * b + c + 1)]]))),  # wrong answer
@@ -109,6 +116,7 @@ def test_failing_demonstrations_are_dropped_with_the_reason():
         (0, calls_play(Demonstration(0, right[:2]))),                                     # stops before the end
         (0, raises),                                                                       # the play fails
         (0, calls_play(Demonstration(0, [right[0], *right]))),                            # past max_steps=3
+        (0, swallows),                                                                     # still dropped
     ]
     kept, dropped = demonstration_trajectories(CALC, KW, plays, PromptBuilder(None), max_steps=3)
     assert len(kept) == 1 and kept[0].success and kept[0].ret == 1.0
@@ -120,6 +128,7 @@ def test_failing_demonstrations_are_dropped_with_the_reason():
         "not finished (no final tool was called)",
         "the play function raised KeyError: 'value'",
         "too many steps (more than 3)",
+        "a call was refused: unknown tool 'divide'; the tools are: add, multiply, answer",
     ]
 
 

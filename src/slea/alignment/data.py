@@ -48,7 +48,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from slea.atomic import atomic_open
 from slea.envs.base import env_class, make
@@ -383,25 +383,26 @@ class ScriptedPlay:
     """One scripted episode of a tool env, as a rollout would play it: each turn is rendered from the rollout's
     state (:class:`AgentView`, ``builder``) before the calls are made, the calls are written in the builder's
     tool-call syntax and read back by the rollout's parser (:func:`tool_answer`), and the env steps on what was
-    read. ``play(tool, **arguments)`` makes one call in a turn of its own and returns the tool's result (the
-    observation); :meth:`turn` makes several calls in one turn. A refused call, a failing tool, a call after the
-    end or past ``max_steps`` raises :class:`DemonstrationFailed`."""
+    read. Called, ``call(tool, **arguments)`` makes one call in a turn of its own and returns the tool's result
+    (the observation); :meth:`turn` makes several calls in one turn. A refused call, a failing tool, a call after
+    the end or past ``max_steps`` raises :class:`DemonstrationFailed` and marks the episode failed (``failed``:
+    why), so a play function that catches the exception and goes on is still dropped."""
 
     def __init__(self, env, seed: int, builder: PromptBuilder, max_steps: int | None = None) -> None:
-        self.env, self.builder, self.max_steps = env, builder, max_steps
+        self.env, self.seed, self.builder, self.max_steps = env, int(seed), builder, max_steps
         obs, info = env.reset(seed=seed)
         self.view = AgentView.start(obs, info)
         self.info = info
         self.turns: list[Turn] = []
-        self.ret, self.done = 0.0, False
+        self.ret, self.done, self.failed = 0.0, False, ""
 
-    def task(self, seed: int) -> dict[str, Any]:
-        """What the play function is given: the task dict a :class:`~slea.envs.tools.ToolEnv` picks for ``seed``
+    def task(self) -> dict[str, Any]:
+        """What the play function is given: the task dict a :class:`~slea.envs.tools.ToolEnv` picks for the seed
         (``tasks[seed % len(tasks)]``, as its reset does), or ``{"goal": ...}`` for another tool env."""
         tasks = getattr(self.env, "tasks", None)
         if not isinstance(tasks, list) or not tasks:
             return {"goal": self.view.goal}
-        task = dict(tasks[int(seed) % len(tasks)])
+        task = dict(tasks[self.seed % len(tasks)])
         if str(task.get("goal", "")) != self.view.goal:  # a subclass that picks its tasks otherwise
             return {"goal": self.view.goal}
         return task
@@ -411,28 +412,34 @@ class ScriptedPlay:
 
     def turn(self, calls: Calls) -> str:
         """One turn making ``calls`` in order; the result (several calls: a JSON array of results)."""
+        if self.failed:
+            self._fail(self.failed)
         if self.done:
-            raise DemonstrationFailed("a call after the episode ended")
+            self._fail("a call after the episode ended")
         if self.max_steps is not None and len(self.turns) >= self.max_steps:
-            raise DemonstrationFailed(f"too many steps (more than {self.max_steps})")
+            self._fail(f"too many steps (more than {self.max_steps})")
         try:
             calls = [{"name": c["name"], "arguments": c.get("arguments", {})} for c in calls]
             text, action = tool_answer(json.dumps(calls), self.builder)
         except (TypeError, ValueError, KeyError, AttributeError) as exc:  # not calls, or not JSON values
-            raise DemonstrationFailed(f"not a list of JSON calls ({type(exc).__name__}: {exc})") from None
+            self._fail(f"not a list of JSON calls ({type(exc).__name__}: {exc})")
         if action is None:
-            raise DemonstrationFailed(f"the rollout's parser reads no call in {text[:80]!r}")
+            self._fail(f"the rollout's parser reads no call in {text[:80]!r}")
         messages = self.view.messages(self.builder, self.env.instructions)
         obs, reward, terminated, truncated, info = self.env.step(action)
         if info.get("fault"):
-            raise DemonstrationFailed(f"a tool failed: {info.get('error', '')}")
+            self._fail(f"a tool failed: {info.get('error', '')}")
         if info.get("invalid"):
-            raise DemonstrationFailed(f"a call was refused: {info.get('error', '')}")
+            self._fail(f"a call was refused: {info.get('error', '')}")
         self.view.advance(text, action, obs, info)
         self.turns.append(Turn(messages, text))
         self.info, self.ret = info, self.ret + float(reward)
         self.done = bool(terminated or truncated)
         return obs
+
+    def _fail(self, why: str) -> NoReturn:
+        self.failed = why
+        raise DemonstrationFailed(why)
 
 
 PlayFn = Callable[[dict[str, Any], ScriptedPlay], Any]  # play(task, call): makes the calls of one task
@@ -455,11 +462,13 @@ def replay_demonstration(env, env_id: str, seed: int, builder: PromptBuilder, pl
     after the end or past ``max_steps``, raises, or stops before the episode ends or without a win."""
     episode = ScriptedPlay(env, seed, builder, max_steps)
     try:
-        play(episode.task(seed), episode)
+        play(episode.task(), episode)
     except DemonstrationFailed as exc:
         return None, str(exc)
     except Exception as exc:  # noqa: BLE001  (the user's play function failed on this task: dropped, with why)
-        return None, f"the play function raised {type(exc).__name__}: {exc}"[:200]
+        return None, episode.failed or f"the play function raised {type(exc).__name__}: {exc}"[:200]
+    if episode.failed:  # the play caught the failure and went on
+        return None, episode.failed
     if not episode.done:
         return None, "not finished (no final tool was called)"
     if not episode.info.get("won"):
