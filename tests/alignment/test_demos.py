@@ -212,6 +212,17 @@ def test_slea_data_demos_on_the_howto_files(slea_cli, tmp_path):
     assert [t.turns for t in played[:3]] == [t.turns for t in listed]  # the function plays what the list says
 
 
+def test_slea_data_demos_lists_at_most_20_dropped(slea_cli, tmp_path):
+    """The units play function on ToolCalc's tasks (no 'value' key): every one dropped, 20 listed with why."""
+    r = slea_cli("data", "demos", "--env", CALC, "--play", "docs.howto.my_units:play", "-n", 22, "--no-tokens",
+                 "--out", tmp_path / "none.jsonl", cwd=ROOT)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines[0] == "kept 0 of 22 demonstrations (0 turns, 0.0 per episode)", r.stdout
+    assert lines[1:21] == [f"dropped seed {k}: the play function raised KeyError: 'value'" for k in range(20)]
+    assert lines[21:] == ["and 2 more dropped", f"wrote {tmp_path / 'none.jsonl'}"]
+    assert load_jsonl(tmp_path / "none.jsonl") == []
+
+
 @pytest.mark.parametrize(("args", "needle"), [
     (["--play", "docs.howto.my_units:play"], "--play needs -n"),
     (["--demos", "docs/howto/my_units_demos.json", "-n", "2"], "-n goes with --play"),
@@ -219,6 +230,7 @@ def test_slea_data_demos_on_the_howto_files(slea_cli, tmp_path):
     (["--play", "docs.howto.my_units:nope", "-n", "1"], "has no function 'nope'"),
     (["--play", "nope_module:play", "-n", "1"], "cannot import plugin module 'nope_module'"),
     (["--demos", "nope.json"], "No such file"),
+    (["--play", "docs.howto.my_units:play", "-n", "1", "--first", "-1"], "--first must be at least 0"),
     (["--play", "docs.howto.my_units:play", "-n", "1", "--env", "slea/WebShop-v0"], "not a tool env"),
 ])
 def test_slea_data_demos_refuses_bad_input_in_one_line(slea_cli, args, needle):

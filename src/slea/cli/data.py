@@ -8,6 +8,7 @@ import typer
 
 from slea.cli.common import fail, plain, require_env, run_config
 
+SHOW_DROPPED = 20  # slea data demos: the dropped demonstrations listed with their reason
 data_app = typer.Typer(no_args_is_help=True, help="Make alignment data (expert trajectories, demonstrations).")
 
 
@@ -88,6 +89,8 @@ def data_demos(
         raise fail(f"data demos: --play needs -n, at least 1 (got {n})")
     if demos is not None and n is not None:
         raise fail("data demos: -n goes with --play (a --demos file names its seeds)")
+    if first < 0:
+        raise fail(f"data demos: --first must be at least 0 (got {first})")
     require_env(cfg.env.id)
     from slea.alignment.data import calls_play, demonstration_trajectories, load_demonstrations, save_jsonl
     from slea.policy.prompt_builder import PromptBuilder
@@ -111,8 +114,10 @@ def data_demos(
     turns = sum(len(t.turns) for t in trajs)
     plain(f"kept {len(trajs)} of {len(plays)} demonstrations ({turns} turns, {turns / max(len(trajs), 1):.1f} per "
           f"episode)")
-    for seed, why in dropped:
+    for seed, why in dropped[:SHOW_DROPPED]:
         plain(f"dropped seed {seed}: {why}")
+    if len(dropped) > SHOW_DROPPED:
+        plain(f"and {len(dropped) - SHOW_DROPPED} more dropped")
     if trajs and tokens:
         _over_budget(cfg, trajs, turns)
     plain(f"wrote {out}")
