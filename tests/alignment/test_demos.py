@@ -4,6 +4,7 @@ its prompts (token-equal), kept only when every call is taken and the episode is
 import contextlib
 import json
 import re
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,20 @@ from slea.testing.scripted import ExpertGenerator
 ROOT = Path(__file__).resolve().parents[2]
 CALC = "slea/ToolCalc-v0"
 KW = {"split": "train"}
+
+
+@pytest.fixture(autouse=True)
+def _forget_the_howto_env():
+    """The CLI tests import docs/howto/my_units.py in this process, which registers howto/Units-v0: forgotten after
+    each test (and the module with it, so a later import registers it again), as other tests list the registry."""
+    yield
+    import gymnasium as gym
+
+    from slea.envs import base
+
+    base._REGISTRY.pop("howto/Units-v0", None)
+    gym.registry.pop("howto/Units-v0", None)
+    sys.modules.pop("docs.howto.my_units", None)
 
 
 def call(name, **arguments):
