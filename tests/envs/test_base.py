@@ -193,3 +193,37 @@ def test_snapshot_support_reads_the_class_without_building_it(fake_ids):
     fake_ids.extend(["slea/Dice-v0", "slea/Fake3-v0"])
     assert base.snapshot_support("slea/Dice-v0") == "replay"
     assert base.snapshot_support("slea/Fake3-v0") == "none"  # the default: no snapshots, no fallback
+
+
+# The game-choosing rule the numbered-game families (Ballot, Recall, Sokoban) document, written out here on its own:
+# options["game"], else the seed, modulo num_games when set; an unseeded reset draws from the env's np_random,
+# below num_games or below 2**31 - 1 when there is no bound.
+def _documented_game(num_games: int | None, seed: int | None, option: int | None, rng_seed: int) -> int:
+    if option is not None:
+        game = option
+    elif seed is not None:
+        game = seed
+    else:
+        rng, _ = gym.utils.seeding.np_random(rng_seed)
+        game = int(rng.integers(num_games or 2**31 - 1))
+    return game if num_games is None else game % num_games
+
+
+@pytest.mark.parametrize("family, game_attr", [("ballot", "_game_id"), ("recall", "_game"), ("sokoban", "_game")])
+@pytest.mark.parametrize("num_games", [None, 1, 3, 7])
+def test_numbered_game_families_choose_the_documented_game(family: str, game_attr: str, num_games: int | None):
+    from slea.envs.ballot import BallotEnv
+    from slea.envs.recall import RecallEnv
+    from slea.envs.sokoban import SokobanEnv
+
+    cls = {"ballot": BallotEnv, "recall": RecallEnv, "sokoban": SokobanEnv}[family]
+    for seed in (None, 0, 4, 9, 12345):
+        for option in (None, 0, 5, 11):
+            rng_seed = 1000 + (seed or 0)
+            env = cls(num_games=num_games)
+            env.reset(seed=rng_seed)  # seeds the env's np_random; the unseeded reset below draws from it
+            obs, _ = env.reset(seed=seed, options={} if option is None else {"game": option})
+            expected = _documented_game(num_games, seed, option, rng_seed)
+            assert getattr(env, game_attr) == expected, (family, num_games, seed, option)
+            # the episode is the chosen game's: the same observation as a fresh env told that game by seed
+            assert cls(num_games=num_games).reset(seed=expected)[0] == obs

@@ -145,14 +145,7 @@ class BallotEnv(TextEnv):
         return BALLOT.format(j=len(self._votes) + 1, n=self.agents)
 
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if options.get("game") is not None:
-            game = int(options["game"])
-        elif seed is not None:
-            game = int(seed)
-        else:
-            game = int(self.np_random.integers(self.num_games or 2**31 - 1))
-        if self.num_games is not None:
-            game %= self.num_games
+        game = self._pick(self.num_games, seed, options)
         self._game_id, self._game = game, generate_game(self.split, game, self.agents)
         self._votes, self._takes, self._done = [], 0, False
         self._goal = GOAL.format(chore=self._game.chore)

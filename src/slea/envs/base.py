@@ -199,14 +199,17 @@ class TextEnv(gym.Env):
         obs, reward, terminated, truncated, info = self._reject(why)
         return obs, reward, terminated, truncated, self._fill(info)
 
-    def _pick(self, n: int, seed: int | None, options: dict[str, Any], key: str = "game") -> int:
+    def _pick(self, n: int | None, seed: int | None, options: dict[str, Any], key: str = "game") -> int:
         """Which of ``n`` tasks a reset plays: ``options[key]``, else ``seed``, modulo ``n``; else a draw from
-        the env's ``np_random``."""
+        the env's ``np_random`` in ``[0, n)``. ``n=None`` is an unbounded generator (no modulo; the draw is in
+        ``[0, 2**31 - 1)``)."""
         if options.get(key) is not None:
-            return int(options[key]) % n
-        if seed is not None:
-            return int(seed) % n
-        return int(self.np_random.integers(n))
+            index = int(options[key])
+        elif seed is not None:
+            index = int(seed)
+        else:
+            index = int(self.np_random.integers(n or 2**31 - 1))
+        return index if n is None else index % n
 
     def state_key(self, observation: str) -> StateKey | None:
         """The structural key of ``observation``, the observation this env just returned (module docstring), or

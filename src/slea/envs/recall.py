@@ -224,14 +224,7 @@ class RecallEnv(TextEnv):
 
     # -- the contract ---------------------------------------------------------------------------------------
     def _reset(self, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if options.get("game") is not None:
-            game = int(options["game"])
-        elif seed is not None:
-            game = int(seed)
-        else:
-            game = int(self.np_random.integers(self.num_games or 2**31 - 1))
-        if self.num_games is not None:
-            game %= self.num_games
+        game = self._pick(self.num_games, seed, options)
         self._game = game
         self._rooms = generate_game(self.split, game, self.chambers, self.kinds)
         self._pos = 0

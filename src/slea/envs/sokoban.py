@@ -541,14 +541,7 @@ class SokobanEnv(TextEnv):
         if options.get("level"):
             self._room, self._game = parse_level(str(options["level"])), None
         else:
-            if options.get("game") is not None:
-                game = int(options["game"])
-            elif seed is not None:
-                game = int(seed)
-            else:
-                game = int(self.np_random.integers(self.num_games or 2**31 - 1))
-            if self.num_games is not None:
-                game %= self.num_games
+            game = self._pick(self.num_games, seed, options)
             self._room, self._game = self.room(game), game
         self._player, self._boxes = self._room.player, self._room.boxes
         self._won = self._boxes <= self._room.targets
