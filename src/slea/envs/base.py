@@ -208,7 +208,7 @@ class TextEnv(gym.Env):
         elif seed is not None:
             index = int(seed)
         else:
-            index = int(self.np_random.integers(n or 2**31 - 1))
+            index = int(self.np_random.integers(2**31 - 1 if n is None else n))
         return index if n is None else index % n
 
     def state_key(self, observation: str) -> StateKey | None:
