@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 
 import pytest
 
@@ -16,6 +17,7 @@ from slea.experience.portable import (
     merge,
     read_jsonl,
     read_library,
+    working_copy,
     write_jsonl,
 )
 
@@ -194,3 +196,22 @@ def test_a_duplicate_merged_into_a_run_library_records_both_provenances(tmp_path
     assert fridge["provenance"]["run"] == "run-a" and fridge["provenance"]["iteration"] == 2
     assert fridge["merged"] == [{"run": "other", "model": "tiny", "env": None, "algorithm": None, "iteration": 1}]
     assert fridge["score"] == 3.0
+
+
+def test_working_copy_of_a_run_folder_is_its_library_whole_and_a_stale_journal_goes(tmp_path):
+    run = _run_folder(tmp_path)
+    dest = tmp_path / "work" / "library.sqlite"
+    dest.parent.mkdir()
+    dest.with_name("library.sqlite-wal").write_bytes(b"stale journal")  # never replayed onto the copy
+    lib = working_copy(run, dest)
+    assert lib.provenance["run"] == "run-a" and len(lib.entries) == 2
+    assert not dest.with_name("library.sqlite-wal").exists()
+
+    def dump(path):
+        conn = sqlite3.connect(path)
+        try:
+            return list(conn.iterdump())
+        finally:
+            conn.close()
+
+    assert dump(dest) == dump(run / "library.sqlite")  # every table, the index and its memo included

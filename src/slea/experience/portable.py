@@ -45,6 +45,7 @@ import yaml
 
 from slea.experience.clustering import ObservationIndex
 from slea.experience.library import _COLS, LEVELS, ZONES, Entry, ExperienceLibrary
+from slea.runs.sqlite import snapshot_sqlite
 
 FORMAT = "slea-library"
 VERSION = 1
@@ -417,13 +418,7 @@ def working_copy(source: str | Path, dest: str | Path) -> Portable:
     if source.suffix in (".jsonl", ".json"):
         import_into(lib, dest)
         return lib
-    src = sqlite3.connect(f"file:{source / 'library.sqlite' if source.is_dir() else source}?mode=ro", uri=True)
-    dst = sqlite3.connect(str(dest))
-    try:
-        src.backup(dst)
-    finally:
-        src.close()
-        dst.close()
+    snapshot_sqlite(source / "library.sqlite" if source.is_dir() else source, dest)
     return lib
 
 

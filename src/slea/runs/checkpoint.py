@@ -35,7 +35,6 @@ import logging
 import os
 import random
 import shutil
-import sqlite3
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,6 +46,7 @@ from safetensors.torch import load_file, save_file
 
 from slea.device import cuda_rng_states
 from slea.runs.jsonfile import MAX_BYTES, MIB, Loose, RunFileError, read_json, schema_error
+from slea.runs.sqlite import snapshot_sqlite
 
 log = logging.getLogger(__name__)
 
@@ -302,17 +302,6 @@ def _fsync(path: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def snapshot_sqlite(src: str | Path, dst: str | Path) -> None:
-    """A consistent copy of an SQLite database (committed state, WAL included) via the online backup API."""
-    source = sqlite3.connect(f"file:{Path(src).resolve()}?mode=ro", uri=True)
-    target = sqlite3.connect(str(dst))
-    try:
-        source.backup(target)
-    finally:
-        target.close()
-        source.close()
 
 
 def restore_library(checkpoint: str | Path | None, dst: str | Path) -> bool:
