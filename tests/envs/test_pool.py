@@ -107,3 +107,18 @@ def test_make_pool_follows_env_workers(monkeypatch):
     monkeypatch.setitem(sys.modules, "ray", None)  # as if the ray extra were not installed
     with pytest.raises(ConfigError, match=r"env.workers: ray needs the ray package: pip install 'slea\[ray\]'"):
         make_pool(env.model_copy(update={"workers": "ray"}), 2, 2)
+
+
+def test_eval_env_kwargs_are_the_training_ones_with_the_split_then_eval_kwargs_over_them():
+    from slea.config import EnvSection
+    from slea.envs.factory import eval_env_kwargs, make_pool
+
+    env = EnvSection(id="slea/Sokoban-v0", kwargs={"num_games": 3, "difficulty": 0.25},
+                     eval_kwargs={"num_games": 5})
+    assert eval_env_kwargs(env) == {"num_games": 5, "difficulty": 0.25, "split": "heldout"}
+    assert eval_env_kwargs(env, "train") == {"num_games": 5, "difficulty": 0.25, "split": "train"}
+    # a split named in eval_kwargs wins over the argument; the training kwargs are left as they were
+    pinned = env.model_copy(update={"eval_kwargs": {"split": "train"}})
+    assert eval_env_kwargs(pinned)["split"] == "train" and env.kwargs == {"num_games": 3, "difficulty": 0.25}
+    with make_pool(env, 1, 1, eval_env_kwargs(env)) as pool:
+        assert pool.envs[0].split == "heldout" and pool.envs[0].num_games == 5 and pool.envs[0].difficulty == 0.25

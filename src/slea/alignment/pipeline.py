@@ -51,7 +51,7 @@ from slea.alignment.data import (
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config
 from slea.device import run_device
-from slea.envs.factory import make_pool
+from slea.envs.factory import eval_env_kwargs, make_pool
 from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
 from slea.policy.prompt_builder import PromptBuilder
@@ -310,8 +310,7 @@ class AlignPipeline:
         self._policy(latest_checkpoint(self.dir / "checkpoints"))
         collector = RolloutCollector(self._generator(), self.builder,
                                      cfg.rollout, cfg.env.max_steps)
-        kwargs = {**cfg.env.kwargs, "split": split, **cfg.env.eval_kwargs}
-        res = evaluate(collector, cfg.env, kwargs, cfg.eval, label=split)
+        res = evaluate(collector, cfg.env, eval_env_kwargs(cfg.env, split), cfg.eval, label=split)
         res["checkpoint"] = latest_checkpoint(self.dir / "checkpoints").name
         res["prompt"] = prompt_settings(self.builder)
         write_eval(self.dir, f"eval-{split}", res)

@@ -160,6 +160,7 @@ def eval_(
 
     import torch
 
+    from slea.envs.factory import eval_env_kwargs
     from slea.evaluation.evaluate import evaluate, write_eval
     from slea.evaluation.report import PaperTable
     from slea.policy.engines import close_generator
@@ -170,7 +171,7 @@ def eval_(
     device = _run_device(cfg)
     last = _checkpoint_or_exit("eval", run, checkpoint)
     _, _, builder, generator = _played(cfg, last, device)
-    kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}  # as training's evaluation
+    kwargs = eval_env_kwargs(cfg.env)  # as training's evaluation
     if split is not None:
         kwargs["split"] = split
     split = kwargs["split"]
@@ -260,6 +261,7 @@ def agent(
 
     from slea.algorithms.registry import get_algorithm
     from slea.atomic import atomic_write_text
+    from slea.envs.factory import eval_env_kwargs
     from slea.evaluation.agent import agent_table, run_agent
     from slea.evaluation.report import PaperTable
     from slea.experience.portable import working_copy
@@ -276,7 +278,7 @@ def agent(
     warning = library_env_warning(library_envs(lib.provenance, lib.entries), cfg.env.id) if lib.entries else None
     if warning:  # once, with both ids: a library learnt on another env rarely retrieves anything that fits
         err.print(warning, markup=False, highlight=False, soft_wrap=True)
-    kwargs = {**cfg.env.kwargs, "split": split or "heldout", **cfg.env.eval_kwargs}
+    kwargs = eval_env_kwargs(cfg.env)
     if split is not None:
         kwargs["split"] = split
     out = out or Path("runs") / f"agent-{path.name or model}-{cfg.env.id.rsplit('/', 1)[-1]}"

@@ -1,4 +1,5 @@
-"""The one way slea builds an env pool from config: :func:`make_pool`.
+"""The one way slea builds an env pool from config: :func:`make_pool`; and the held-out env's constructor
+arguments, :func:`eval_env_kwargs`.
 
 Training, evaluation, alignment sampling and team runs all build their pools here, so ``env.workers`` (local
 processes or Ray actors) and the fault guards (``env.step_timeout_s``, ``env.reset_timeout_s``) apply everywhere.
@@ -29,3 +30,10 @@ def make_pool(env_cfg, num_groups: int, group_size: int, env_kwargs: Mapping[str
         return RayEnvPool(env_cfg.id, num_groups, group_size, kwargs, num_workers=env_cfg.num_workers,
                           ray_cpus=env_cfg.ray_cpus, **guards)
     return EnvPool(env_cfg.id, num_groups, group_size, kwargs, **guards)
+
+
+def eval_env_kwargs(env_cfg, split: str = "heldout") -> dict[str, Any]:
+    """The constructor arguments of an evaluation env: ``env_cfg.kwargs`` (the training env's), ``split`` (default
+    ``heldout``), then ``env_cfg.eval_kwargs`` over both (a ``split`` there wins). Training's held-out evaluation,
+    a team's, ``slea eval``, ``slea agent`` and alignment's evaluations all build their envs with it."""
+    return {**env_cfg.kwargs, "split": split, **env_cfg.eval_kwargs}

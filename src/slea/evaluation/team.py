@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from slea.atomic import atomic_write_text
-from slea.envs.factory import make_pool
+from slea.envs.factory import eval_env_kwargs, make_pool
 from slea.evaluation.evaluate import summarize
 from slea.progress import Progress, episodes_note
 from slea.rollout.collector import EVAL_SALT
@@ -26,7 +26,7 @@ def evaluate_team(collector, cfg, team_task: str, path: Path) -> dict[str, Any]:
     held-out games (the env's ``split: heldout`` plus ``env.eval_kwargs``), written to ``path`` (JSON)."""
     ev = cfg.eval
     t0 = time.perf_counter()
-    kwargs = {**cfg.env.kwargs, "split": "heldout", **cfg.env.eval_kwargs}
+    kwargs = eval_env_kwargs(cfg.env)
     seeds = [ev.seed + g for g in range(ev.games)]
     out: dict[str, Any] = {"env": cfg.env.id, "team_task": team_task, "games": ev.games}
     runs = [("sampled", ev.episodes_per_game, ev.temperature)] + ([("greedy", 1, 0.0)] if ev.greedy else [])

@@ -43,6 +43,7 @@ from slea.algorithms.batch import Advantages, StepBatch, estimate
 from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.config import ConfigError, RunConfig, estimator_settings
 from slea.device import model_device, resolve_base_storage, run_device
+from slea.envs.factory import eval_env_kwargs
 from slea.evaluation.evaluate import evaluate, write_eval
 from slea.parallel.checks import check_data_parallel
 from slea.parallel.distributed import DataParallel, full_weights, shard_frozen_base
@@ -372,8 +373,7 @@ class Trainer:
 
     # -- evaluation, checkpoints, resume -----------------------------------------------------------------------
     def evaluate(self, name: str, iteration: int) -> dict:
-        kwargs = {**self.cfg.env.kwargs, "split": "heldout", **self.cfg.env.eval_kwargs}
-        res = evaluate(self.collector, self.cfg.env, kwargs, self.cfg.eval, iteration=iteration)
+        res = evaluate(self.collector, self.cfg.env, eval_env_kwargs(self.cfg.env), self.cfg.eval, iteration=iteration)
         write_eval(self.dir, name, res)
         return res
 
