@@ -1,8 +1,9 @@
 """The documents cannot drift from the code: every repository path that README.md and docs/ name exists, every
 `slea ...` command they show parses (its subcommand, its options, and its ``--set`` keys are real config keys),
 every function and class name docs/architecture.md cites is defined in src/slea, the README's config-error demo
-prints what it shows, the README stays a front door (at most 200 lines), and no document points outside the
-repository or carries a date, a machine load or a commit hash in its prose."""
+prints what it shows, the README's layout lists real paths and every package of src/slea, the README stays a front
+door (at most 200 lines), and no document points outside the repository or carries a date, a machine load or a
+commit hash in its prose."""
 
 from __future__ import annotations
 
@@ -384,6 +385,50 @@ def test_readme_is_a_front_door_of_at_most_200_lines():
     n = len((ROOT / "README.md").read_text().splitlines())
     assert n <= README_MAX_LINES, f"README.md has {n} lines; results belong in docs/results/, benchmarks in " \
                                   f"docs/performance.md"
+
+
+def readme_layout(text: str) -> list[str]:
+    """The paths the first code block under ``## Layout`` lists, each line's first word: an unindented one from the
+    repository root, an indented one inside the last unindented one (``src/slea/`` then ``  runs/``)."""
+    _, body = code_blocks(text.split("\n## Layout\n", 1)[1])[0]
+    paths, parent = [], ""
+    for line in body.splitlines():
+        if not line.strip():
+            continue
+        word = line.split()[0]
+        if line[0].isspace():
+            paths.append(parent + word)
+        else:
+            parent = word
+            paths.append(word)
+    return paths
+
+
+def layout_problems(paths: list[str], root: Path = ROOT) -> tuple[list[str], list[str]]:
+    """(listed paths that do not exist, a folder written with its slash that is not a folder included; packages
+    directly under src/slea/ that the layout does not list)."""
+    missing = [p for p in paths if not (root / p).exists() or p.endswith("/") and not (root / p).is_dir()]
+    listed = {p.rstrip("/") for p in paths}
+    unlisted = [f"src/slea/{d.name}/" for d in sorted((root / "src" / "slea").iterdir())
+                if (d / "__init__.py").is_file() and f"src/slea/{d.name}" not in listed]
+    return missing, unlisted
+
+
+def test_the_readme_layout_lists_real_paths_and_every_package():
+    paths = readme_layout((ROOT / "README.md").read_text())
+    missing, unlisted = layout_problems(paths)
+    assert not missing, f"README.md's layout lists paths that do not exist: {missing}"
+    assert not unlisted, f"README.md's layout leaves out packages of src/slea: {unlisted}"
+
+
+def test_the_layout_check_catches_a_missing_path_and_an_unlisted_package():
+    text = "# x\n\n## Layout\n\n```\nsrc/slea/\n  trainer/   the loop\n  nosuch/    gone\n  compare.py/  a file\n" \
+           "docs/      guides\n```\n"
+    paths = readme_layout(text)
+    assert paths == ["src/slea/", "src/slea/trainer/", "src/slea/nosuch/", "src/slea/compare.py/", "docs/"]
+    missing, unlisted = layout_problems(paths)
+    assert missing == ["src/slea/nosuch/", "src/slea/compare.py/"]
+    assert "src/slea/runs/" in unlisted and "src/slea/trainer/" not in unlisted
 
 
 def _demo_outputs(doc: str, shown: str) -> list[str]:
