@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from slea.testing.server import Server, start_server
+
 ROOT = Path(__file__).resolve().parents[1]
 HOWTO = ROOT / "docs" / "howto.md"
 NOT_RUN = "# not run by the tests:"
@@ -51,7 +53,7 @@ class Workspace:
         (path / "docs").symlink_to(ROOT / "docs")
         (path / "configs").symlink_to(ROOT / "configs")
         self.done: dict[str, list[subprocess.CompletedProcess]] = {}
-        self.servers: list[subprocess.Popen] = []
+        self.servers: list[Server] = []
         self.urls: dict[str, str] = {}
 
     def argv(self, line: str) -> tuple[list[str], bool]:
@@ -69,12 +71,13 @@ class Workspace:
         """Start ``slea serve ... --port P &`` on a free port instead, and use its URL where P's was written."""
         port = argv[argv.index("--port") + 1]
         argv[argv.index("--port") + 1] = "0"
-        proc = subprocess.Popen(argv, cwd=self.path, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True)
-        self.servers.append(proc)
-        first = proc.stdout.readline()  # "serving tiny at http://127.0.0.1:PORT/v1"
-        assert " at http://127.0.0.1:" in first, f"`{line}`: {first}{proc.stdout.read()[-2000:]}"
-        self.urls[f"http://127.0.0.1:{port}/v1"] = first.split(" at ", 1)[1].strip()
+        try:
+            server = start_server(*argv[4:], env=ENV, cwd=self.path)
+        except RuntimeError as exc:
+            raise AssertionError(f"`{line}`: {exc}") from None
+        self.servers.append(server)
+        assert server.url.startswith("http://127.0.0.1:"), f"`{line}`: {server.url}"
+        self.urls[f"http://127.0.0.1:{port}/v1"] = server.url
 
     def run(self, title: str) -> list[subprocess.CompletedProcess]:
         if title in self.done:
@@ -97,13 +100,8 @@ class Workspace:
         return results
 
     def close(self) -> None:
-        for proc in self.servers:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
+        for server in self.servers:
+            server.stop()
 
 
 SLOW = {"Compare algorithms", "Scale out"}  # two trainings each; a later job never waits for them

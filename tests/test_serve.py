@@ -13,6 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+from slea.testing.server import serving, start_server
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
 
@@ -21,21 +23,9 @@ ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
 def server():
     """``slea serve tiny --port 0`` in a subprocess, adapter loading on for the temp folder the trainer's weight
     syncs write under (``--lora-dir``); yields its base URL (the port it prints)."""
-    proc = subprocess.Popen([sys.executable, "-m", "slea.cli", "serve", "tiny", "--port", "0", "--dtype", "float32",
-                             "--lora-dir", tempfile.gettempdir()],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
-    try:
-        line = proc.stdout.readline()  # "serving tiny at http://127.0.0.1:PORT/v1" (or an error, then EOF)
-        assert line.startswith("serving tiny at http://127.0.0.1:"), line + proc.stdout.read()[-2000:]
-        url = line.split(" at ", 1)[1].strip()
-        yield url
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    with serving("tiny", "--port", "0", "--dtype", "float32", "--lora-dir", tempfile.gettempdir()) as s:
+        assert s.url.startswith("http://127.0.0.1:"), s.url
+        yield s.url
 
 
 def test_serve_lists_the_model_and_completes_token_id_prompts(server):
@@ -48,6 +38,11 @@ def test_serve_lists_the_model_and_completes_token_id_prompts(server):
     for c in choices:
         assert len(c["token_ids"]) == len(c["logprobs"]["token_logprobs"]) == 3
         assert all(v <= 0 for v in c["logprobs"]["token_logprobs"])
+
+
+def test_a_server_that_does_not_start_is_a_runtime_error_with_its_output():
+    with pytest.raises(RuntimeError, match=r"slea serve did not start: serve: 'no/such/model' is neither"):
+        start_server("no/such/model", "--port", "0")
 
 
 def test_serve_refuses_a_bad_model_argument():

@@ -4,36 +4,21 @@ server-sent events, and refusals in the OpenAI error shape."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
+
+from slea.testing.server import serving
 
 openai = pytest.importorskip("openai")
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
 HELLO = [{"role": "system", "content": "You play a text game."}, {"role": "user", "content": "You see a coin."}]
 
 
 @pytest.fixture(scope="module")
 def client():
     """``slea serve tiny --port 0`` in a subprocess and an ``openai.OpenAI`` client on it."""
-    proc = subprocess.Popen([sys.executable, "-m", "slea.cli", "serve", "tiny", "--port", "0", "--dtype", "float32"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV)
-    try:
-        line = proc.stdout.readline()
-        assert line.startswith("serving tiny at http://127.0.0.1:"), line + proc.stdout.read()[-2000:]
-        yield openai.OpenAI(base_url=line.split(" at ", 1)[1].strip(), api_key="unused", max_retries=0, timeout=60)
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+    with serving("tiny", "--port", "0", "--dtype", "float32") as s:
+        assert s.url.startswith("http://127.0.0.1:"), s.url
+        yield openai.OpenAI(base_url=s.url, api_key="unused", max_retries=0, timeout=60)
 
 
 @pytest.fixture(scope="module")

@@ -12,29 +12,24 @@ import os
 import random
 import re
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from slea.testing.server import Server, start_server
+
 HOST = "127.0.0.1"  # never another address
 _STATUS = re.compile(rb"HTTP/1\.[01] (\d{3})")
 
 
 @dataclass
-class Served:
-    """A ``slea serve`` process: its ``proc``, ``port`` and the API key requests send."""
+class Served(Server):
+    """A ``slea serve`` process (:class:`slea.testing.server.Server`: ``proc``, ``url``, ``port``, ``stop``) and the
+    API key requests send."""
 
-    proc: subprocess.Popen
-    port: int
-    key: str
-
-    @property
-    def url(self) -> str:
-        return f"http://{HOST}:{self.port}"
+    key: str = ""
 
     def rss_mb(self) -> float:
         """Resident memory of the server process (Linux /proc), MB."""
@@ -43,28 +38,12 @@ class Served:
                 return int(line.split()[1]) / 1024
         raise RuntimeError("no VmRSS in /proc")
 
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
-
 
 def start(key: str = "soak-key", *args: str, model: str = "tiny") -> Served:
     """``slea serve MODEL --port 0 --dtype float32 ARGS`` with ``SLEA_API_KEY=key``, once it prints its port."""
-    src = Path(__file__).resolve().parents[2]
-    env = dict(os.environ, SLEA_API_KEY=key, PYTHONPATH=str(src) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, "-m", "slea.cli", "serve", model, "--host", HOST, "--port", "0",
-                             "--dtype", "float32", *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, env=env)
-    line = proc.stdout.readline()
-    if " at http://" not in line:
-        proc.kill()
-        raise RuntimeError(f"slea serve did not start: {line}{proc.stdout.read()[-2000:]}")
-    threading.Thread(target=proc.stdout.read, daemon=True).start()  # drain its log: a full pipe would block it
-    return Served(proc, int(line.rsplit(":", 1)[1].split("/", 1)[0]), key)
+    server = start_server(model, "--host", HOST, "--port", "0", "--dtype", "float32", *args,
+                          env=dict(os.environ, SLEA_API_KEY=key))
+    return Served(server.proc, server.url, key)
 
 
 # -- raw HTTP on a socket (what a careless or hostile client sends) -----------------------------------------------
