@@ -148,10 +148,17 @@ def test_every_saved_run_config_loads():
     configs saved here."""
     if not RUNS:
         pytest.skip("no run folder under experiments/results in this checkout")
+    from slea.algorithms.registry import get_algorithm
+
     assert len(RUNS) > 100
     for path in RUNS:
         cfg = load_config(path, check_unused=False)
-        assert [k for k in unused_settings(cfg) if k.startswith("algorithm.")] == [], path
+        unread = [k for k in unused_settings(cfg) if k.startswith("algorithm.")]
+        if "team" in get_algorithm(cfg.algorithm.name).needs and cfg.algorithm.old_logprobs == "rollout":
+            # a team run saved before a team's auto resolved to recompute: it recorded the single-agent CPU
+            # resolution (rollout), which the team trainer never read (it always recomputes)
+            unread.remove("algorithm.old_logprobs")
+        assert unread == [], path
 
 
 def test_algorithm_defaults_fill_only_what_the_user_left_unset():

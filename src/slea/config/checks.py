@@ -7,6 +7,7 @@ this module imports nothing of the schema.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,6 +31,79 @@ def check_snapshots(spec, env_id: str, group_size: int, workers: str = "local") 
     if workers != "local":
         raise ValueError(f"env.workers: {spec.name} plays its sibling rounds in local env copies; "
                          f"env.workers: {workers} is not supported with it (use local)")
+
+
+def _constructor(cls) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+    """The keyword parameters of ``cls``'s constructor, their resolved annotations, and whether it takes any
+    keyword at all. A constructor with ``**kwargs`` passes them to its base class's (SearchQAToolsEnv's are
+    SearchQAEnv's): the walk goes on up the classes; when that base is :class:`slea.envs.base.TextEnv` itself,
+    which takes none, the ``**kwargs`` are the constructor's own and any keyword goes."""
+    import typing
+
+    from slea.envs.base import TextEnv
+
+    params: dict[str, inspect.Parameter] = {}
+    hints: dict[str, Any] = {}
+    for klass in [k for k in cls.__mro__ if "__init__" in vars(k)]:
+        if klass is TextEnv or not issubclass(klass, TextEnv):
+            return params, hints, True
+        init = vars(klass)["__init__"]
+        own = [p for p in list(inspect.signature(init).parameters.values())[1:]
+               if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        try:
+            found = typing.get_type_hints(init)
+        except (NameError, TypeError):  # an annotation that does not resolve: its values go unchecked
+            found = {}
+        for p in own:
+            params.setdefault(p.name, p)
+            if p.name in found:
+                hints.setdefault(p.name, found[p.name])
+        if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(init).parameters.values()):
+            return params, hints, False
+    return params, hints, True
+
+
+def _fits(hint: Any, value: Any) -> bool:
+    """Whether ``value`` has the type ``hint`` says (pydantic, strict: a string is no number, an int no bool, a
+    float no int; an int is a float), or is one string where ``hint`` takes a sequence of strings (the families
+    take one name for a list of names). An annotation pydantic cannot check passes."""
+    from pydantic import ConfigDict, PydanticUserError, TypeAdapter, ValidationError
+
+    try:
+        adapter = TypeAdapter(hint, config=ConfigDict(strict=True, arbitrary_types_allowed=True))
+    except (PydanticUserError, TypeError):
+        return True
+    for candidate in (value, [value]) if isinstance(value, str) else (value,):
+        try:
+            adapter.validate_python(candidate)
+            return True
+        except ValidationError:
+            pass
+    return False
+
+
+def check_env_kwargs(env_id: str, kwargs: dict[str, Any], key: str) -> None:
+    """``kwargs`` (the config's ``key``: ``env.kwargs`` or ``env.eval_kwargs``) against the constructor of the
+    class ``env_id`` builds, read from its signature without building an env (a family imports its engine only
+    then), so that a misspelt keyword or a value of the wrong type is a config error before any model loads: each
+    keyword is one of its parameters (:func:`_constructor`), each value fits its annotation (:func:`_fits`). What
+    a signature cannot say (a family's ranges and names) its constructor checks when the env is built."""
+    from slea.envs.base import env_class
+
+    if not kwargs:
+        return
+    cls = env_class(env_id)
+    params, hints, open_ = _constructor(cls)
+    for name, value in kwargs.items():
+        if name not in params and not open_:
+            hint = did_you_mean(name, params)
+            raise ValueError(f"{key}.{name}: not a keyword of {env_id} ({cls.__name__}); "
+                             + (f"{hint} " if hint else "") + f"its keywords: {', '.join(params) or 'none'}")
+        if name in hints and not _fits(hints[name], value):
+            shown = params[name].annotation  # as written (a string under postponed annotations)
+            shown = shown if isinstance(shown, str) else inspect.formatannotation(shown)
+            raise ValueError(f"{key}.{name}: {env_id} ({cls.__name__}) takes {name}: {shown}, not "
+                             f"{type(value).__name__} (got {value!r})")
 
 
 def did_you_mean(word: str, options, cutoff: float = 0.6) -> str:
@@ -81,6 +155,13 @@ def _need(need: str, by: str, why: str) -> Reader:
     return Reader(by, lambda cfg, spec: need in spec.needs, f"algorithm {{name}} {why}")
 
 
+def _single(by: str, why: str) -> Reader:
+    """A setting the single-agent trainer reads (in ``by``) and the team trainer (trainer/team.py, for an
+    algorithm that needs a team) does not: ``why`` says what the team trainer does instead."""
+    return Reader(by, lambda cfg, spec: "team" not in spec.needs, f"algorithm {{name}} trains a team, whose "
+                  f"trainer (trainer/team.py) {why}")
+
+
 # The settings the trainer reads whatever the estimator and the loss, and when: every algorithm.* key that no
 # estimator or loss takes as a parameter is here (a key that names a section stands for each of its keys).
 TRAINER_SETTINGS: dict[str, Reader] = {
@@ -94,7 +175,12 @@ TRAINER_SETTINGS: dict[str, Reader] = {
     "algorithm.entropy_coef": Reader("trainer/update.py", lambda cfg, spec: "team" not in spec.needs,
                                      "algorithm {name}'s update takes no entropy bonus"),
     "algorithm.skip_zero_advantage": Reader("trainer/rl.py"),
-    "algorithm.old_logprobs": Reader("trainer/update.py"),
+    # the team trainer recomputes π_old before every single-agent update: recompute (what auto resolves to for a
+    # team, slea/config/loading.py) says so, rollout and tis would be ignored
+    "algorithm.old_logprobs": Reader("trainer/update.py", lambda cfg, spec: "team" not in spec.needs
+                                     or cfg.algorithm.old_logprobs == "recompute",
+                                     "algorithm {name} trains a team, whose trainer (trainer/team.py) always "
+                                     "recomputes π_old with the training forward (leave it auto or set recompute)"),
     "algorithm.tis_cap": Reader("trainer/update.py", lambda cfg, spec: cfg.algorithm.old_logprobs == "tis",
                                 "algorithm.old_logprobs is not tis"),
     "algorithm.dynamic_sampling": Reader("rollout/schemes.py", lambda cfg, spec: "snapshots" not in spec.needs,
@@ -110,12 +196,19 @@ TRAINER_SETTINGS: dict[str, Reader] = {
     "train.critic_updates": _need("critic", "trainer/critic.py", "has no critic"),
     "rollout.trunks": _need("snapshots", "rollout/schemes.py", "plays no trunks (it forks no siblings)"),
     "team": _need("team", "trainer/team.py", "trains no team"),
+    # the single-agent trainer's own loop, which a team's is not
+    "train.updates_per_iter": _single("trainer/update.py", "takes the trust region's optimizer steps instead "
+                                      "(team.trust_region.min_steps, max_steps)"),
+    "train.gradient_checkpointing": _single("trainer/rl.py", "checkpoints no activations"),
+    "train.max_bad_updates": _single("trainer/rl.py", "skips a non-finite step (the weights kept) and stops on "
+                                     "no count of them"),
+    "run.episode_samples": _single("trainer/rl.py", "writes no episodes.jsonl"),
+    "env.max_fault_rate": _single("trainer/rl.py", "leaves a faulted episode out of its update and stops on no "
+                                  "fault rate"),
 }
 
 
 def _keyword_params(fn) -> set[str]:
-    import inspect
-
     return {p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
 
 

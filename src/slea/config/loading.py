@@ -125,16 +125,19 @@ def _resolve_precision(cfg: RunConfig) -> RunConfig:
 
 def _resolve_old_logprobs(cfg: RunConfig) -> RunConfig:
     """``algorithm.old_logprobs: auto`` made concrete for the run's engine, device and precision
-    (slea/precision.py); the saved config records it, so a resumed run keeps its π_old."""
+    (slea/precision.py); the saved config records it, so a resumed run keeps its π_old. An algorithm that trains
+    a team gets ``recompute``, what its trainer does whatever the setting (slea/trainer/team.py)."""
     import torch
 
+    from slea.algorithms.registry import get_algorithm
     from slea.precision import resolve_old_logprobs
 
     if cfg.algorithm.old_logprobs != "auto":
         return cfg
     on_cpu = cfg.run.device == "cpu" or (cfg.run.device == "auto" and not torch.cuda.is_available())
-    mode = resolve_old_logprobs("auto", generator=cfg.model.generator, device_type="cpu" if on_cpu else "cuda",
-                                dtype=cfg.model.dtype, base_dtype=cfg.model.base_dtype)
+    mode = "recompute" if "team" in get_algorithm(cfg.algorithm.name).needs else resolve_old_logprobs(
+        "auto", generator=cfg.model.generator, device_type="cpu" if on_cpu else "cuda", dtype=cfg.model.dtype,
+        base_dtype=cfg.model.base_dtype)
     return cfg.model_copy(update={"algorithm": cfg.algorithm.model_copy(update={"old_logprobs": mode})})
 
 

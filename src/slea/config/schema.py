@@ -14,7 +14,14 @@ from pydantic import (
     model_validator,
 )
 
-from slea.config.checks import check_options, check_snapshots, did_you_mean, registered, unused_settings
+from slea.config.checks import (
+    check_env_kwargs,
+    check_options,
+    check_snapshots,
+    did_you_mean,
+    registered,
+    unused_settings,
+)
 
 
 class ConfigError(ValueError):
@@ -428,6 +435,8 @@ class RunConfig(_Section):
             hint = did_you_mean(self.env.id, known, cutoff=0.8)  # ids share 'slea/' and '-v0': a higher bar
             raise ValueError(f"env.id: unknown env {self.env.id!r}; {hint + ' ' if hint else ''}registered: "
                              f"{', '.join(known)}")
+        check_env_kwargs(self.env.id, self.env.kwargs, "env.kwargs")  # here, not when the env is built after
+        check_env_kwargs(self.env.id, self.env.eval_kwargs, "env.eval_kwargs")  # the model has loaded
         from slea.experience.extraction import get_extractor
 
         registered("experience.extractor", get_extractor, self.experience.extractor)
