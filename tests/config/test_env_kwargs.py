@@ -57,6 +57,11 @@ def test_values_that_fit_pass_unchanged():
     assert cfg.env.kwargs == {"tasks": "coin_collector:1", "num_games": 3, "prepare": "lazy"}  # as given
     cfg = build_config({}, ["env.id=slea/Sokoban-v0", "env.kwargs.dim=[5, 5]", "env.kwargs.difficulty=1"])
     assert cfg.env.kwargs == {"dim": [5, 5], "difficulty": 1}  # an int is a float
+    # YAML has no tuple: a list stands for one (ScienceWorld's episodes: Sequence[tuple[str, int]])
+    cfg = build_config({}, ["env.id=slea/ScienceWorld-v0", "env.kwargs.episodes=[[boil, 0]]"])
+    assert cfg.env.kwargs == {"episodes": [["boil", 0]]}
+    with pytest.raises(ConfigError, match=r"^env.kwargs.episodes: .* not list \(got \[\['boil', 'zero'\]\]\)$"):
+        build_config({}, ["env.id=slea/ScienceWorld-v0", "env.kwargs.episodes=[[boil, zero]]"])
     with pytest.raises(ConfigError, match=r"^env.kwargs.dim: slea/Sokoban-v0 \(SokobanEnv\) takes dim: "
                                           r"tuple\[int, int\] \| list\[int\], not str \(got '5x5'\)$"):
         build_config({}, ["env.id=slea/Sokoban-v0", "env.kwargs.dim=5x5"])

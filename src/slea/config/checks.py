@@ -66,16 +66,24 @@ def _constructor(cls) -> tuple[dict[str, inspect.Parameter], dict[str, Any], boo
 def _fits(hint: Any, value: Any) -> bool:
     """Whether ``value`` has the type ``hint`` says (pydantic, strict: a string is no number, an int no bool, a
     float no int; an int is a float), or is one string where ``hint`` takes a sequence of strings (the families
-    take one name for a list of names). An annotation pydantic cannot check passes."""
+    take one name for a list of names). A value YAML can write is checked as the JSON it is (a list stands for a
+    tuple, a string for a path); another, given in code, as it is. An annotation pydantic cannot check passes."""
+    import json
+
     from pydantic import ConfigDict, PydanticUserError, TypeAdapter, ValidationError
 
     try:
         adapter = TypeAdapter(hint, config=ConfigDict(strict=True, arbitrary_types_allowed=True))
     except (PydanticUserError, TypeError):
         return True
-    for candidate in (value, [value]) if isinstance(value, str) else (value,):
+    candidates = (value, [value]) if isinstance(value, str) else (value,)
+    for candidate in candidates:
         try:
-            adapter.validate_python(candidate)
+            text = json.dumps(candidate)
+        except (TypeError, ValueError):
+            text = None
+        try:
+            adapter.validate_python(candidate) if text is None else adapter.validate_json(text)
             return True
         except ValidationError:
             pass
