@@ -1,5 +1,6 @@
 """The checks a run config gets beyond its types: names looked up in the registries they name, an algorithm's
-options, snapshots for algorithms that fork, and the settings nothing on the chosen path reads
+options, snapshots for algorithms that fork, the env's constructor arguments (:func:`check_env_kwargs`, against
+its signature), and the settings nothing on the chosen path reads
 (:func:`unused_settings`: an estimator's and a loss's settings are their keyword-only parameters, found in the
 registry; the trainer's are :data:`TRAINER_SETTINGS`). Pure functions over the sections (slea.config.schema calls them from its validator);
 this module imports nothing of the schema.
