@@ -290,8 +290,7 @@ def grpo_gains(loaded: dict[tuple[str, int], dict[str, Any]]) -> list[stats.Pair
     return out
 
 
-# the tables' note (stats.markdown_table's own says a bootstrap interval never leaves the range of the per-seed
-# differences, which holds for the seed-only interval and not for the two-level one)
+# the tables' note: stats.TABLE_NOTE, with the per-question level of this study's interval named
 CI_NOTE = (
     "Paired by seed, and within a seed by held-out question. p: two-sided exact sign-flip test over seeds (all 2^n "
     "sign assignments; with n seeds it cannot go below 2/2^n). 95% CI: percentile bootstrap of the mean difference, "

@@ -306,8 +306,8 @@ TABLE_NOTE = ("Paired by seed (same task groups, same held-out games). p: two-si
               "over seeds (all 2^n sign assignments); with n seeds it cannot go below 2/2^n (the smallest possible "
               "p). 95% CI: percentile bootstrap of the mean difference, 10,000 resamples of the seeds and then, "
               "within each seed, of its held-out games (seeds only where no per-game score is stored); with few "
-              "seeds it is too narrow (it never leaves the range of the observed per-seed differences), so the "
-              "verdict goes by p: \"separated\" only at p < 0.05.")
+              "seeds it is too narrow (a seeds-only interval never leaves the range of the observed per-seed "
+              "differences), so the verdict goes by p: \"separated\" only at p < 0.05.")
 
 
 def table_cells(c: PairedComparison | Mapping[str, Any], digits: int = 3, metric: bool = False) -> list[str]:
