@@ -55,9 +55,13 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, slea_cli):
                     "does not provide together", "team: team")
     # a team algorithm goes to the team trainer, whose own checks refuse a config it cannot train
     one_line_exit_2(slea_cli("train", smoke, "--set", "plugins=[my_slea_plugin]", "--set",
-                             "algorithm.name=test_plugin_team", "--set", "env.id=slea/Sokoban-v0", *nomodel,
-                             cwd=ROOT / "tests/plugins"),
+                             "algorithm.name=test_plugin_team", "--set", "env.id=slea/Sokoban-v0", "--set",
+                             "env.kwargs={}", "--set", "env.eval_kwargs={}", *nomodel, cwd=ROOT / "tests/plugins"),
                     "env.id: team task textworld_planner_actor is written for slea/TextWorld-v0")
+    # the smoke preset's TextWorld kwargs kept for another env: its constructor's keywords, when the config loads
+    one_line_exit_2(slea_cli("train", smoke, "--set", "env.id=slea/Sokoban-v0", *nomodel),
+                    "config error: env.kwargs.tasks: not a keyword of slea/Sokoban-v0 (SokobanEnv); its keywords: "
+                    "dim, num_boxes, split,")
     one_line_exit_2(slea_cli("train", smoke, "--set", "algorithm.clip_eps_high=0.28"),
                     "algorithm.clip_eps_high: not read by policy_loss ppo_clip")
     one_line_exit_2(slea_cli("train", "--resume", str(tmp_path)), "--resume:", "no config.yaml")
