@@ -5,11 +5,14 @@ wrong types and bad values raise :class:`ConfigError` with one line naming the k
 exit code 2. Beyond types, a config is checked against what it names: ``plugins`` are imported first (a user's
 module registers its algorithms, losses, envs, extractors), the algorithm's declared ``defaults`` fill the keys
 the user did not set (``slea`` → ``experience.mode: step``), ``algorithm.name``, ``algorithm.policy_loss`` and
-``env.id`` must be registered, ``algorithm.options`` must be settings of the chosen estimator or loss, and a
-setting the chosen algorithm, loss or trainer path never reads is refused when it differs from its default
-(:func:`unused_settings`): a value that would be silently ignored is an error, not a surprise. An algorithm's and a
-loss's settings are their functions' keyword-only parameters, read from the registry; the trainer's own are
-listed once, with the module that reads each (:data:`TRAINER_SETTINGS`).
+``env.id`` must be registered, ``env.kwargs`` and ``env.eval_kwargs`` must be keywords of its constructor with
+values of the annotated types (read from the signature, before any model loads), ``algorithm.options`` must be
+settings of the chosen estimator or loss, and a setting the chosen algorithm, loss or trainer path never reads is
+refused when it differs from its default (:func:`unused_settings`): a value that would be silently ignored is an
+error, not a surprise. An algorithm's and a loss's settings are their functions' keyword-only parameters, read from
+the registry; the trainer's own are listed once, with the module that reads each and on which path
+(:data:`TRAINER_SETTINGS`: the single-agent trainer's loop settings are refused for a team, whose trainer reads
+none of them).
 
 The package: :mod:`slea.config.schema` (the sections), :mod:`slea.config.checks` (the checks beyond types),
 :mod:`slea.config.loading` (YAML, overrides, one-line errors) and :mod:`slea.config.foreign` (TRL's and verl's names
