@@ -37,8 +37,6 @@ import contextlib
 import faulthandler
 import math
 import os
-import socket
-import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -51,7 +49,6 @@ T = TypeVar("T")
 
 # Rank 0 may evaluate or checkpoint while the other ranks wait at the next collective: allow that long.
 COLLECTIVE_TIMEOUT = timedelta(hours=6)
-LEFT_KEY = "slea/ranks_left"  # the store's count of ranks that have torn their group down
 _OBJECT_GROUP: list[Any] = []  # the gloo group of object collectives when the default group is not gloo
 
 
@@ -149,43 +146,31 @@ def rank_device(spec: str) -> torch.device:
     return run_device(spec)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def launch(fn: Callable[..., Any], nproc: int, *args: Any, device: str = "cpu") -> None:
     """Run ``fn(*args)`` in ``nproc`` spawned processes joined in one group on this machine (ranks
     0..nproc-1, ``LOCAL_RANK`` = rank, ``WORLD_SIZE`` = nproc in each); returns when all have finished, and
     raises when one failed. ``device``: the ``run.device`` of the ranks (``cpu``: a gloo group; ``cuda``/
     ``auto`` on a GPU node: rank r on ``cuda:r``, NCCL). ``fn`` must be importable by name (spawned processes
-    unpickle it)."""
-    torch.multiprocessing.spawn(_rank_main, args=(fn, nproc, free_port(), args, device), nprocs=nproc, join=True)
+    unpickle it).
+
+    This process hosts the group's rendezvous store on a port the OS assigns as it listens, so no other job on
+    the machine can take the port between its choice and its use (a port probed free and bound later can be,
+    and ranks of two jobs that meet at one store exchange each other's collectives); and the store outlives
+    every rank, so no rank's teardown meets a vanished store."""
+    store = dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, timeout=COLLECTIVE_TIMEOUT)
+    torch.multiprocessing.spawn(_rank_main, args=(fn, nproc, store.port, args, device), nprocs=nproc, join=True)
 
 
 def _rank_main(rank: int, fn: Callable[..., Any], world: int, port: int, args: tuple, device: str = "cpu") -> None:
     faulthandler.enable()  # a native abort in a rank prints its Python stacks, not a bare "SIGABRT"
     os.environ.update(LOCAL_RANK=str(rank), RANK=str(rank), WORLD_SIZE=str(world))
-    store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0, timeout=COLLECTIVE_TIMEOUT)
+    store = dist.TCPStore("127.0.0.1", port, world, is_master=False, timeout=COLLECTIVE_TIMEOUT)
     init_group(rank_device(device), store=store, rank=rank, world_size=world)
     try:
         fn(*args)
         dist.barrier()  # no rank tears its group down while another still has a collective in flight
     finally:
         dist.destroy_process_group()
-    _leave_in_order(store, rank, world)
-
-
-def _leave_in_order(store: dist.Store, rank: int, world: int) -> None:
-    """Rank 0 hosts the store: it exits only once every rank has torn its group down (at most the collective
-    timeout), so no rank's teardown meets a vanished store or half-closed connections (a rank once died with
-    SIGABRT at exit)."""
-    store.add(LEFT_KEY, 1)
-    if rank == 0:
-        deadline = time.monotonic() + COLLECTIVE_TIMEOUT.total_seconds()
-        while store.add(LEFT_KEY, 0) < world and time.monotonic() < deadline:
-            time.sleep(0.01)
 
 
 def is_torchrun() -> bool:
