@@ -50,9 +50,10 @@ def screenshot(page: Path, out: Path, episode: int | None = None, width: int = 1
 def showcase(run: Path) -> int | None:
     """The recorded episode to show: the first one of several steps that retrieved experiences, else the first
     of several steps."""
-    from slea.runs.episodes import FILENAME, read_episodes
+    from slea.runs.episodes import read_episodes
+    from slea.runs.folder import RunFolder
 
-    eps = read_episodes(run / FILENAME)
+    eps = read_episodes(RunFolder(run).episodes)
     long = [i for i, e in enumerate(eps) if len(e.get("steps", [])) > 1]
     used = [i for i in long if any(st.get("experiences") for st in eps[i]["steps"])]
     return (used or long or [None])[0]

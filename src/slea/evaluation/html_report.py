@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slea.evaluation import stats
+from slea.runs.folder import RunFolder
 from slea.runs.jsonfile import CompareSpec, CompareTable, Evaluation, RunFileError, Summary, read_json
 
 log = logging.getLogger(__name__)
@@ -191,10 +192,10 @@ def library(folder: Path, episodes: list[dict[str, Any]]) -> dict[str, Any] | No
 
 
 def run_data(folder: Path) -> dict[str, Any]:
-    from slea.runs.episodes import FILENAME, read_episodes
+    from slea.runs.episodes import read_episodes
     from slea.runs.runlog import read_metrics
 
-    episodes = read_episodes(folder / FILENAME)
+    episodes = read_episodes(RunFolder(folder).episodes)
     data = run_overview(folder)
     data.update({"kind": "run", "curves": curves(read_metrics(folder / "metrics.jsonl")),
                  "evals": eval_tables(folder), "library": library(folder, episodes), "episodes": episodes})

@@ -45,6 +45,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from safetensors.torch import load_file, save_file
 
 from slea.device import cuda_rng_states
+from slea.runs.folder import LIBRARY, RunFolder
 from slea.runs.jsonfile import MAX_BYTES, MIB, Loose, RunFileError, read_json, schema_error
 from slea.runs.sqlite import snapshot_sqlite
 
@@ -52,7 +53,6 @@ log = logging.getLogger(__name__)
 
 PREFIX = "iter_"
 MANIFEST = "manifest.json"
-LIBRARY = "library.sqlite"
 CRITIC = "critic.safetensors"  # the PPO / Turn-PPO value head and its optimizer (slea/trainer/critic.py)
 # The only files a checkpoint is made of, and so the only ones ever read from it.
 FILES = ("trainable.safetensors", "optimizer.safetensors", "optimizer.json", "rng.safetensors", "state.json",
@@ -409,7 +409,7 @@ def run_checkpoint(run: str | Path, name: str | None = None, say: Callable[[str]
     :class:`CheckpointError` naming the run: re-evaluating, serving or playing a run without its weights would
     silently measure the untrained model. (Checkpoints are not kept in the repository: a saved run's config,
     metrics and eval stay, its weights stay on the machine that trained it.)"""
-    root = Path(run) / "checkpoints"
+    root = RunFolder(run).checkpoints
     if name is not None:
         path = root / (f"{PREFIX}{int(name):06d}" if name.isdigit() else name)
         if "/" in name or "\\" in name or not path.name.startswith(PREFIX) or not path.is_dir():
@@ -468,7 +468,7 @@ def trained_processes(run: str | Path) -> int:
     """How many data-parallel processes wrote the run's newest usable checkpoint (``processes`` in its
     ``state.json``), so ``slea train --resume`` restarts as many: 1 for a one-process run, for a checkpoint
     older than the field, and for a run without a usable checkpoint."""
-    last = latest_checkpoint(Path(run) / "checkpoints")
+    last = latest_checkpoint(RunFolder(run).checkpoints)
     if last is None:
         return 1
     try:

@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any
 
 from slea.atomic import atomic_write_text
+from slea.runs.folder import RunFolder
 from slea.runs.jsonfile import EpisodeRow, read_jsonl
 from slea.types import Trajectory
 
 log = logging.getLogger(__name__)
 
-FILENAME = "episodes.jsonl"
 OBS_CHARS = 600  # observation text kept per step
 RESPONSE_CHARS = 200  # the model's raw answer kept per step
 EXPERIENCE_CHARS = 300  # each retrieved experience's text
@@ -99,7 +99,7 @@ class EpisodeSampler:
     """Appends each iteration's sampled episodes to ``<run>/episodes.jsonl`` within the size budget."""
 
     def __init__(self, run_dir: Path, per_iteration: int, max_bytes: int):
-        self.path = Path(run_dir) / FILENAME
+        self.path = RunFolder(run_dir).episodes
         self.per_iteration = int(per_iteration)
         self.max_bytes = int(max_bytes)
         self._taken: dict[int, int] = {}

@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from slea.atomic import atomic_write_text
+from slea.runs.folder import RunFolder
 
 log = logging.getLogger(__name__)
 
-IDS_FILE = "loggers.json"
 _reported: set[str] = set()  # a missing package is said once per process
 
 
@@ -48,7 +48,7 @@ def numbers(metrics: dict[str, Any]) -> dict[str, float]:
 
 
 def _ids(run_dir: Path) -> dict[str, str]:
-    path = run_dir / IDS_FILE
+    path = RunFolder(run_dir).loggers
     try:
         data = json.loads(path.read_text()) if path.is_file() else {}
     except (OSError, json.JSONDecodeError):
@@ -59,7 +59,7 @@ def _ids(run_dir: Path) -> dict[str, str]:
 def _save_id(run_dir: Path, key: str, value: str) -> None:
     data = _ids(run_dir)
     if data.get(key) != value:
-        atomic_write_text(run_dir / IDS_FILE, json.dumps({**data, key: value}, indent=2) + "\n")
+        atomic_write_text(RunFolder(run_dir).loggers, json.dumps({**data, key: value}, indent=2) + "\n")
 
 
 class Unavailable(RuntimeError):
@@ -79,7 +79,7 @@ class TensorBoardSink:
     def __init__(self, run_dir: Path):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.dir = run_dir / "events"
+        self.dir = RunFolder(run_dir).events
         self.writer = SummaryWriter(str(self.dir))
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:

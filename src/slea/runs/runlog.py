@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from slea.atomic import atomic_write_text
+from slea.runs.folder import RunFolder
 from slea.runs.jsonfile import MetricsRow, read_jsonl
 from slea.runs.loggers import open_sinks, safe_call
 
@@ -26,7 +27,7 @@ class RunLog:
     def __init__(self, run_dir: Path, tensorboard: bool = True, *, loggers: list[str] | tuple[str, ...] | None = None,
                  project: str = "slea", config: dict[str, Any] | None = None):
         self.dir = Path(run_dir)
-        self.path = self.dir / "metrics.jsonl"
+        self.path = RunFolder(self.dir).metrics
         names = [n for n in (DEFAULT_LOGGERS if loggers is None else loggers) if tensorboard or n != "tensorboard"]
         self.sinks = open_sinks(names, self.dir, project=project, config=config)
 

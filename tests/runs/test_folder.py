@@ -1,0 +1,43 @@
+"""RunFolder (slea/runs/folder.py): its paths are the files a real run writes, and no other module of slea spells a
+run file's name."""
+
+from __future__ import annotations
+
+import shutil
+
+from slea.runs import folder
+from slea.runs.folder import RunFolder
+
+
+def test_the_paths_are_what_a_tiny_run_wrote(tiny_run, tmp_path):
+    from slea.evaluation.html_report import write_report
+    from slea.runs.checkpoint import latest_checkpoint
+    from slea.runs.loggers import _save_id
+
+    run = RunFolder(shutil.copytree(tiny_run, tmp_path / "run"))
+    assert write_report(run.root) == run.report and run.report.is_file()  # `slea report`'s default place
+    _save_id(run.root, "wandb", "abc123")  # what a W&B run leaves for its resume
+    assert run.loggers.is_file()
+    for f in (run.config, run.metrics, run.episodes, run.library, run.curves, run.summary,
+              run.evaluation("before"), run.evaluation("after")):
+        assert f.is_file(), f
+    for d in (run.checkpoints, run.events, run.eval):
+        assert d.is_dir(), d
+    last = latest_checkpoint(run.checkpoints)
+    assert last is not None and run.checkpoint(last.name) == last
+    assert run.is_run() and not RunFolder(tmp_path).is_run()
+    # every name the run wrote at its top is one RunFolder names (the team trainer's adapters/ aside, all of them)
+    assert {p.name for p in run.root.iterdir()} == set(folder.NAMES) - {folder.ADAPTERS}
+
+
+def test_the_layout_is_the_one_runs_have_always_had(tmp_path):
+    run = RunFolder(str(tmp_path))  # a str is taken as a Path
+    assert run == RunFolder(tmp_path) and run.root == tmp_path
+    got = {str(p.relative_to(tmp_path)) for p in (run.config, run.metrics, run.episodes, run.library, run.loggers,
+                                                   run.curves, run.report, run.checkpoints, run.events, run.eval,
+                                                   run.adapters, run.summary, run.evaluation("eval-heldout", ".md"),
+                                                   run.checkpoint("iter_000003"))}
+    assert got == {"config.yaml", "metrics.jsonl", "episodes.jsonl", "library.sqlite", "loggers.json", "curves.png",
+                   "report.html", "checkpoints", "events", "eval", "adapters", "eval/summary.json",
+                   "eval/eval-heldout.md", "checkpoints/iter_000003"}
+    assert set(folder.MARKERS) <= set(folder.NAMES)
