@@ -25,7 +25,8 @@ from slea.algorithms.registry import get_policy_loss
 from slea.config import loss_settings
 from slea.device import model_device
 from slea.parallel.distributed import DataParallel, is_sharded, lockstep_passes
-from slea.policy.generation import autocast, checkpointing, forward_after_prefix, left_pad, shared_prefix
+from slea.policy.generation import autocast, checkpointing
+from slea.trainer.prefix import build_trie, trie_forward
 from slea.types import Step
 
 
@@ -65,9 +66,10 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
     Rows are left-padded prompt+response, so every response ends at the last column; column j of the
     result is the (K−j)-th token from the end, and ``mask`` marks the row's real response tokens.
 
-    With ``share_prefix`` the token prefix common to all rows (system message and example exchange, about
-    a third of a prompt) runs once at batch 1 and its KV cache is fanned out to the rows; gradients flow
-    through the shared prefix, so the result and its gradient equal the plain forward.
+    With ``share_prefix`` every token prefix that two or more rows share (the micro-batch's system message and
+    example exchange, a game's goal, a GRPO group's whole prompt) runs once, nested as a trie
+    (slea/trainer/prefix.py), and its KV cache is fanned out to the rows; gradients flow through the shared
+    prefixes, so the result and its gradient equal the plain forward.
     """
     logp, mask, _ = response_logprobs_entropy(model, samples, temperature=temperature, dtype=dtype,
                                               share_prefix=share_prefix, entropy=False)
@@ -75,24 +77,20 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
 
 
 def response_logprobs_entropy(model, samples: list[Sample], *, temperature: float = 1.0, dtype: str = "bfloat16",
-                              share_prefix: bool = True, entropy: bool = True, entropy_grad: bool = False
+                              share_prefix: bool = True, entropy: bool = True, entropy_grad: bool = False,
+                              prefix_levels: int | None = None
                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """:func:`response_logprobs` and, with ``entropy``, each response position's entropy of ``softmax(logits / T)``
     (slea.algorithms.entropy, from the same log-softmax: no extra forward; 0 at padding): ``(logp, mask, ent)``.
-    ``entropy_grad``: the entropy carries a gradient (an entropy bonus); else it is a detached value."""
+    ``entropy_grad``: the entropy carries a gradient (an entropy bonus); else it is a detached value.
+    ``prefix_levels`` bounds the shared-prefix trie's depth (1: the micro-batch's common prefix alone)."""
     k = max(len(s.response_ids) for s in samples)
-    prefix = shared_prefix([s.prompt_ids for s in samples]) if share_prefix and len(samples) > 1 else 0
-    rest = [s.prompt_ids[prefix:] + s.response_ids for s in samples]
+    prompts = [s.prompt_ids for s in samples]
+    trie = build_trie(prompts, prefix_levels if share_prefix else 0)
     dev = model_device(model)
-    ids, attn = left_pad(rest, 0, dev)
     with autocast(dtype, dev):
-        if prefix:
-            out = forward_after_prefix(model, samples[0].prompt_ids[:prefix], ids, attn, logits_to_keep=k + 1)
-        else:
-            pos = (attn.cumsum(-1) - 1).clamp(min=0)
-            out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=k + 1,
-                        use_cache=False)
-    logits = out.logits[:, :-1].float()
+        logits, ids = trie_forward(model, trie, prompts, [s.response_ids for s in samples], logits_to_keep=k + 1)
+    logits = logits[:, :-1].float()
     if temperature > 0 and temperature != 1.0:
         logits = logits / temperature
     targets = ids[:, -k:]
@@ -117,8 +115,9 @@ def right_aligned(rows: list[list[float]], k: int, device: str | torch.device | 
 
 
 def share_prefix_for(model, sharded: bool) -> bool:
-    """Whether the update's forwards share the rows' common prefix: not under FSDP (one forward per backward,
-    distributed.py) and not under gradient checkpointing (a checkpointed layer drops the prefix's KV cache)."""
+    """Whether the update's forwards share the rows' prefixes (:func:`response_logprobs`): not under FSDP (one
+    forward per backward, distributed.py) and not under gradient checkpointing (a checkpointed layer drops the
+    prefix's KV cache)."""
     return not sharded and not checkpointing(model)
 
 
