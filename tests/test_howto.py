@@ -1,7 +1,9 @@
 """docs/howto.md runs as written: every command of its bash blocks, in order, in a folder that holds the
 repository's docs/ and configs/ (so `runs/...` lands in a temporary folder), on the tiny model. A block that starts
 with ``# not run by the tests:`` is skipped (it says why). Each job is one test; a job runs the jobs before it
-first when their outputs are missing, so any one of them can run alone."""
+first when their outputs are missing, so any one of them can run alone. A ``slea`` command runs in the test's
+process (``slea_cli``: the same arguments and folder, without the seconds a fresh interpreter spends importing),
+but for those that start processes of their own (``--nproc``, ``env.workers=ray``, ``slea serve ... &``)."""
 
 from __future__ import annotations
 
@@ -55,6 +57,7 @@ class Workspace:
         self.done: dict[str, list[subprocess.CompletedProcess]] = {}
         self.servers: list[Server] = []
         self.urls: dict[str, str] = {}
+        self.slea = None  # the running test's slea_cli (the ws fixture sets it)
 
     def argv(self, line: str) -> tuple[list[str], bool]:
         for shown, real in self.urls.items():
@@ -92,8 +95,11 @@ class Workspace:
                 assert argv[3] == "serve", f"only `slea serve` runs in the background: {line}"
                 self.serve(argv, line)
                 continue
-            r = subprocess.run(argv, cwd=self.path, env=ENV, capture_output=True, text=True, timeout=280,
-                               check=False)
+            if argv[1:3] == ["-m", "slea.cli"] and not OWN_PROCESSES.search(line):
+                r = self.slea(*argv[3:], cwd=self.path)
+            else:
+                r = subprocess.run(argv, cwd=self.path, env=ENV, capture_output=True, text=True, timeout=280,
+                                   check=False)
             assert r.returncode == 0, f"`{line}` exited {r.returncode}:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
             results.append(r)
         self.done[title] = results
@@ -105,13 +111,20 @@ class Workspace:
 
 
 SLOW = {"Compare algorithms", "Scale out"}  # two trainings each; a later job never waits for them
+OWN_PROCESSES = re.compile(r"--nproc|env\.workers=ray")  # a slea command run in a fresh interpreter
 
 
 @pytest.fixture(scope="module")
-def ws(tmp_path_factory):
+def workspace(tmp_path_factory):
     w = Workspace(tmp_path_factory.mktemp("howto"))
     yield w
     w.close()
+
+
+@pytest.fixture
+def ws(workspace, slea_cli):
+    workspace.slea = slea_cli
+    return workspace
 
 
 def test_the_page_has_the_seven_jobs_and_each_has_commands():
