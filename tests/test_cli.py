@@ -205,16 +205,16 @@ def test_smoke_preset_writes_the_run_folder(tmp_path, slea_cli):
 def test_slea_run_builds_a_library_the_cli_can_inspect(tmp_path, slea_cli):
     pytest.importorskip("textworld")
     run = tmp_path / "slea"
-    r = slea("train", str(ROOT / "configs/smoke.yaml"), "--set", f"run.dir={run}", "--set", "algorithm.name=slea",
-             "--set", "experience.mode=step", "--set", "experience.warmup_iters=0", "--set",
-             "experience.min_entries=0", "--set", "eval.before=false", "--set", "eval.greedy=false",
-             "--set", "eval.games=1", "--set", "eval.episodes_per_game=1",  # no evaluation is read: its smallest
-             "--set", "train.iterations=1")  # iteration 0 writes the library and its metrics: nothing later is read
+    # in this process (slea_cli), as the library commands below: the smoke preset's test runs the real process
+    r = slea_cli("train", str(ROOT / "configs/smoke.yaml"), "--set", f"run.dir={run}", "--set", "algorithm.name=slea",
+                 "--set", "experience.mode=step", "--set", "experience.warmup_iters=0", "--set",
+                 "experience.min_entries=0", "--set", "eval.before=false", "--set", "eval.greedy=false",
+                 "--set", "eval.games=1", "--set", "eval.episodes_per_game=1",  # no evaluation is read: its smallest
+                 "--set", "train.iterations=1")  # iteration 0 writes the library and its metrics: nothing later is read
     assert r.returncode == 0, r.stderr[-3000:]
     assert (run / "library.sqlite").is_file()
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
     assert any(k.startswith("library/") for k in rows[0]), rows[0].keys()
-    # the library commands in this process (slea_cli): an interpreter each saved
     show = slea_cli("library", "show", str(run))
     assert show.returncode == 0 and ("pos" in show.stdout or "neg" in show.stdout)
     search = slea_cli("library", "search", str(run), "You are in a room. There is a coin.")
@@ -343,11 +343,11 @@ def test_align_end_to_end_on_the_tiny_preset_and_resume(tmp_path, slea_cli):
                              f"run.dir={tmp_path / 'other'}"), "align.method: unknown method 'ppo'")
 
 @pytest.mark.slow
-def test_rtpo_trains_end_to_end_and_is_refused_without_snapshots(tmp_path):
+def test_rtpo_trains_end_to_end_and_is_refused_without_snapshots(tmp_path, slea_cli):
     smoke = str(ROOT / "configs/smoke.yaml")
-    one_line_exit_2(slea("train", smoke, "--set", "algorithm.name=rtpo", "--set", "env.id=slea/WebShopServer-v0",
-                         "--set", "env.kwargs={}", "--set", "env.eval_kwargs={}", "--set", f"run.dir={tmp_path / 'x'}"),
-                    "algorithm.name: rtpo forks rollouts from env snapshots", "slea/WebShopServer-v0")
+    one_line_exit_2(slea_cli("train", smoke, "--set", "algorithm.name=rtpo", "--set", "env.id=slea/WebShopServer-v0",
+                             "--set", "env.kwargs={}", "--set", "env.eval_kwargs={}", "--set", f"run.dir={tmp_path / 'x'}"),
+                        "algorithm.name: rtpo forks rollouts from env snapshots", "slea/WebShopServer-v0")
     run = tmp_path / "run"
     over = ["algorithm.name=rtpo", "env.id=slea/Sokoban-v0", "env.kwargs={num_games: 4}", "env.eval_kwargs={}",
             "env.max_steps=2", "rollout.group_size=3", "train.iterations=1", "eval.before=false", "eval.greedy=false",

@@ -420,7 +420,7 @@ def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
 
 @pytest.mark.slow
 def test_sigint_to_slea_train_says_how_to_resume_and_the_resumed_run_equals_uninterrupted(tmp_path, rel,
-                                                                                         monkeypatch):
+                                                                                         monkeypatch, slea_cli):
     """Ctrl-C (SIGINT) to a real `slea train` on the smoke preset: the iteration in progress is finished and
     checkpointed, the process says where it stopped and prints the resume command, exit code 130; `slea train
     --resume` then gives the uninterrupted run's metrics, weights and held-out evaluation. The interrupted run also
@@ -477,12 +477,11 @@ def test_sigint_to_slea_train_says_how_to_resume_and_the_resumed_run_equals_unin
                                                                                           "train/success")
     assert sorted(m.step for m in history) == [0, 1, 2, 3]
 
-    r = subprocess.run(_slea("train", "--resume", str(run)), env=env, cwd=tmp_path, capture_output=True, text=True,
-                       timeout=600, check=False)
+    # the two that train nothing in this process (slea_cli): an interpreter each saved
+    r = slea_cli("train", "--resume", run, cwd=tmp_path)
     assert r.returncode == 0 and f"{run} is finished: 4 iterations trained and evaluated" in r.stdout, r.stdout
     assert "run folder:" not in r.stdout  # nothing was loaded, nothing re-evaluated
-    r = subprocess.run(_slea("train", "--resume", str(run), "--set", "train.iterations=4"), env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600, check=False)
+    r = slea_cli("train", "--resume", run, "--set", "train.iterations=4", cwd=tmp_path)
     assert r.returncode == 2 and "already trained 4 iterations" in r.stderr, r.stderr
     r = subprocess.run(_slea("train", "--resume", str(run), "--set", "train.iterations=5"), env=env, cwd=tmp_path,
                        capture_output=True, text=True, timeout=600, check=False)
