@@ -380,7 +380,7 @@ def _trained(weights: dict[str, torch.Tensor]) -> bool:
 
 
 @pytest.mark.slow
-def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
+def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel, slea_cli):
     pytest.importorskip("textworld")
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     env.pop("SLEA_TEST_KILL_AT", None)
@@ -389,9 +389,8 @@ def test_sigkill_then_resume_equals_uninterrupted_smoke_run(tmp_path, rel):
     # iteration 1's checkpoint (its bit-exact weights need the optimizer and random states that checkpoint restores);
     # a resumed process going on past the iteration it re-ran is the SIGINT test's
     over = [*SMOKE_OVERRIDES, "--set", "train.iterations=2", "--set", "plugins=[slea.testing.kill_checkpoint]"]
-    ref = tmp_path / "ref"
-    r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={ref}", *over), env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600, check=False)
+    ref = tmp_path / "ref"  # the uninterrupted run: in this process (slea_cli), an interpreter saved
+    r = slea_cli("train", smoke, "--set", f"run.dir={ref}", *over, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
     want = _final_weights(ref)
     assert _trained(want), "the reference run never changed its weights: the comparison would prove nothing"
@@ -431,9 +430,8 @@ def test_sigint_to_slea_train_says_how_to_resume_and_the_resumed_run_equals_unin
                MLFLOW_TRACKING_URI=(tmp_path / "mlruns").as_uri(), MLFLOW_ALLOW_FILE_STORE="true")
     smoke = str(ROOT / "configs/smoke.yaml")
     over = [*SMOKE_OVERRIDES, "--set", "train.iterations=4"]
-    ref = tmp_path / "ref"
-    r = subprocess.run(_slea("train", smoke, "--set", f"run.dir={ref}", *over), env=env, cwd=tmp_path,
-                       capture_output=True, text=True, timeout=600, check=False)
+    ref = tmp_path / "ref"  # the uninterrupted run: in this process (slea_cli), an interpreter saved
+    r = slea_cli("train", smoke, "--set", f"run.dir={ref}", *over, cwd=tmp_path)
     assert r.returncode == 0, r.stderr[-3000:]
 
     run = tmp_path / "run"
