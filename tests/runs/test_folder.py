@@ -36,8 +36,12 @@ def test_the_layout_is_the_one_runs_have_always_had(tmp_path):
     got = {str(p.relative_to(tmp_path)) for p in (run.config, run.metrics, run.episodes, run.library, run.loggers,
                                                    run.curves, run.report, run.checkpoints, run.events, run.eval,
                                                    run.adapters, run.summary, run.evaluation("eval-heldout", ".md"),
-                                                   run.checkpoint("iter_000003"))}
+                                                   run.checkpoint("iter_000003"), run.previous_summary,
+                                                   run.expert, run.sft, run.samples, run.pairs, run.align,
+                                                   run.pivot)}
     assert got == {"config.yaml", "metrics.jsonl", "episodes.jsonl", "library.sqlite", "loggers.json", "curves.png",
                    "report.html", "checkpoints", "events", "eval", "adapters", "eval/summary.json",
-                   "eval/eval-heldout.md", "checkpoints/iter_000003"}
+                   "eval/eval-heldout.md", "checkpoints/iter_000003",
+                   "eval/summary.json.previous", "expert.jsonl", "sft.json", "samples.jsonl", "pairs.json",
+                   "align.json", "pivot.png"}
     assert set(folder.MARKERS) <= set(folder.NAMES)

@@ -1,1 +1,2 @@
-"""A run folder, written and read: checkpoints, the metrics log and its sinks, the sampled episodes."""
+"""A run folder, written and read: its layout (folder.py), checkpoints, the metrics log and its sinks, the sampled
+episodes."""

@@ -14,6 +14,10 @@ module spells a run file's name.
 <run>/eval/             the held-out evaluations: ``before.json``, ``after.json``, ``summary.json``, ...
 <run>/adapters/         the team trainer's per-role LoRA adapters
 ```
+
+``slea align`` writes ``config.yaml``, ``checkpoints/`` and ``eval/`` too, and one file per stage
+(slea/alignment/pipeline.py): ``expert.jsonl``, ``sft.json``, ``samples.jsonl``, ``pairs.json``, ``align.json``
+and ``pivot.png`` (the tlm-DRE adequacy histogram).
 """
 
 from __future__ import annotations
@@ -32,10 +36,17 @@ CHECKPOINTS = "checkpoints"
 EVENTS = "events"
 EVAL = "eval"
 ADAPTERS = "adapters"
+EXPERT = "expert.jsonl"
+SFT = "sft.json"
+SAMPLES = "samples.jsonl"
+PAIRS = "pairs.json"
+ALIGN = "align.json"
+PIVOT = "pivot.png"
 SUMMARY = "summary"  # <run>/eval/summary.json: the before/after summary of a finished run
 
-# every name at the top of a run folder
+# every name at the top of a training run's folder, and the ones only an alignment run writes
 NAMES = (CONFIG, METRICS, EPISODES, LIBRARY, LOGGERS, CURVES, REPORT, CHECKPOINTS, EVENTS, EVAL, ADAPTERS)
+ALIGN_NAMES = (EXPERT, SFT, SAMPLES, PAIRS, ALIGN, PIVOT)
 # what a slea run writes at the top of its folder: a folder holding one of them is a run folder --overwrite may clear
 MARKERS = (CONFIG, METRICS, CHECKPOINTS, EVENTS, EVAL, LIBRARY)
 
@@ -95,8 +106,38 @@ class RunFolder:
         return self.root / ADAPTERS
 
     @property
+    def expert(self) -> Path:
+        return self.root / EXPERT
+
+    @property
+    def sft(self) -> Path:
+        return self.root / SFT
+
+    @property
+    def samples(self) -> Path:
+        return self.root / SAMPLES
+
+    @property
+    def pairs(self) -> Path:
+        return self.root / PAIRS
+
+    @property
+    def align(self) -> Path:
+        return self.root / ALIGN
+
+    @property
+    def pivot(self) -> Path:
+        return self.root / PIVOT
+
+    @property
     def summary(self) -> Path:
         return self.evaluation(SUMMARY)
+
+    @property
+    def previous_summary(self) -> Path:
+        """``eval/summary.json.previous``: a finished run's summary, moved aside while a resume extends the run (not
+        ``*.json``: the report reads those as evaluations)."""
+        return self.summary.with_name(self.summary.name + ".previous")
 
     def evaluation(self, name: str, suffix: str = ".json") -> Path:
         """``eval/<name><suffix>``: an evaluation's result (``before``, ``after``, ``eval-heldout``, ...; ``.md``
