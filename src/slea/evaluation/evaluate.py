@@ -19,6 +19,7 @@ from slea.evaluation.mechanism import mechanism_metrics
 from slea.evaluation.report import new_table
 from slea.progress import Progress
 from slea.rollout.collector import EVAL_SALT
+from slea.runs.folder import RunFolder
 from slea.types import Trajectory
 
 
@@ -84,9 +85,9 @@ def _play(collector, pool, seeds: list[int], iteration: int, temperature: float,
 
 
 def write_eval(run_dir: Path, name: str, result: dict) -> Path:
-    folder = Path(run_dir) / "eval"
-    path = atomic_write_text(folder / f"{name}.json",
+    folder = RunFolder(run_dir)
+    path = atomic_write_text(folder.evaluation(name),
                              json.dumps({k: v for k, v in result.items() if k != "trajectories"}, indent=2))
     if isinstance(result.get("table"), dict) and result["table"].get("markdown"):
-        atomic_write_text(folder / f"{name}.md", result["table"]["markdown"])
+        atomic_write_text(folder.evaluation(name, ".md"), result["table"]["markdown"])
     return path

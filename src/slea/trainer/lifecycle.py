@@ -48,6 +48,7 @@ from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config
 from slea.evaluation.evaluate import write_eval
 from slea.runs import checkpoint as ckpt
+from slea.runs.folder import MARKERS, SUMMARY, RunFolder
 from slea.runs.jsonfile import Evaluation, RunFileError, read_json
 from slea.runs.runlog import RunLog, truncate_metrics
 from slea.trainer.guards import RunHalted
@@ -68,8 +69,7 @@ class RunDirError(ValueError):
     """A run folder a new run may not write into (it holds another run), or that ``--overwrite`` may not clear."""
 
 
-# what a slea run writes at the top of its folder: a folder holding one of them is a run folder --overwrite may clear
-RUN_MARKERS = ("config.yaml", "metrics.jsonl", "checkpoints", "events", "eval", "library.sqlite")
+RUN_MARKERS = MARKERS  # a folder holding one of them is a run folder --overwrite may clear (slea/runs/folder.py)
 
 
 def fresh_run_dir(run_dir: str | Path, overwrite: bool = False) -> None:
@@ -136,7 +136,7 @@ def seed_everything(seed: int) -> None:
 def write_config(run_dir: Path, cfg: RunConfig) -> None:
     """``<run>/config.yaml``, the resolved config, written atomically before anything else (a kill must not cost
     the config: ``--resume`` reads it)."""
-    atomic_write_text(Path(run_dir) / "config.yaml", dump_config(cfg))
+    atomic_write_text(RunFolder(run_dir).config, dump_config(cfg))
 
 
 class WallClock:
@@ -205,7 +205,7 @@ def evaluation_before(cfg: RunConfig, run_dir: Path, fresh: bool, evaluate: Call
         if before is not None:
             log.info(eval_line("untrained", before))
         return before
-    path = Path(run_dir) / "eval" / "before.json"
+    path = RunFolder(run_dir).evaluation("before")
     if not path.is_file():
         return None
     try:
@@ -228,7 +228,7 @@ def write_summary(run_dir: Path, own: dict[str, Any], *, before: dict | None, af
     (earlier processes included), the last checkpoint, the precision and the device; written last."""
     summary = {"run_dir": str(run_dir), **own, "before": before, "after": after, "wall_s": clock.seconds(),
                "checkpoint": checkpoint, "precision": precision, "device": str(device)}
-    write_eval(Path(run_dir), "summary", summary)
+    write_eval(Path(run_dir), SUMMARY, summary)
     return summary
 
 

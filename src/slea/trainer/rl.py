@@ -56,6 +56,7 @@ from slea.rollout.collector import RolloutCollector, RolloutStats
 from slea.rollout.sampling import RoundRollouts, iteration_seeds, merge_stats
 from slea.runs import checkpoint as ckpt
 from slea.runs.episodes import EpisodeSampler
+from slea.runs.folder import RunFolder
 from slea.runs.runlog import RunLog, plot_curves
 from slea.trainer import lifecycle
 from slea.trainer.budgets import budget_spent, spent_budget
@@ -153,7 +154,7 @@ def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
     x = cfg.experience
     served = served_text(cfg, generator)  # a served model writes the lessons (slea/policy/served.py)
     if served is not None:
-        return ExperienceManager(x, run_dir / "library.sqlite", generate_text=served)
+        return ExperienceManager(x, RunFolder(run_dir).library, generate_text=served)
     engine: list = []  # [(in-process generator, disable_adapter?)], built on first use
 
     def extractor_engine():
@@ -193,7 +194,7 @@ def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
                                 stop_at_newline=False)
         return [g.text for g in outs]
 
-    return ExperienceManager(cfg.experience, run_dir / "library.sqlite", generate_text=generate_text)
+    return ExperienceManager(cfg.experience, RunFolder(run_dir).library, generate_text=generate_text)
 
 
 class Trainer:
@@ -390,7 +391,7 @@ class Trainer:
             self.experience.save()
         critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
         path = ckpt.save_checkpoint(  # named by the iterations done (iter_000006: iteration 6/N), as the logs count
-            self.dir / "checkpoints", it, self.model, self.optimizer, critic=critic_t, number=it + 1,
+            RunFolder(self.dir).checkpoints, it, self.model, self.optimizer, critic=critic_t, number=it + 1,
             extra={"episodes": self.episodes, "env_steps": self.env_steps, "rollouts": self.rollout_count,
                    "processes": self.dp.world,  # `slea train --resume` restarts as many (checkpoint.py)
                    "critic": critic_meta,
@@ -398,7 +399,7 @@ class Trainer:
                    "wall_s": self.clock.seconds(),
                    "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
             keep=cfg.train.keep_checkpoints,
-            library=self.dir / "library.sqlite" if self.experience is not None else None)
+            library=RunFolder(self.dir).library if self.experience is not None else None)
         self.last_checkpoint = path.name
         self.saved_step = f"iteration {it + 1}/{cfg.train.iterations}"
 
@@ -406,10 +407,10 @@ class Trainer:
         """Continue from the newest intact checkpoint (damaged ones are skipped with a warning): weights,
         optimizer, RNGs, counters, and the experience library as of that checkpoint; metrics rows logged after
         it are dropped (the iterations are redone). Without a checkpoint the run restarts from scratch."""
-        last, state, it = load_resume_point(self.dir / "checkpoints", self.model, self.optimizer, self.log)
+        last, state, it = load_resume_point(RunFolder(self.dir).checkpoints, self.model, self.optimizer, self.log)
         if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
             self.experience.close()
-            ckpt.restore_library(last, self.out / "library.sqlite")
+            ckpt.restore_library(last, RunFolder(self.out).library)
             self.experience = experience_manager(self.cfg, self.spec, self.out, self.generator)
             self.collector.experience = self.experience
         self.samples.truncate(it)
@@ -497,7 +498,7 @@ class Trainer:
         if it == total - 1:
             where += " (every iteration done: `--resume` runs the held-out evaluation)"
         if self.dp.main:
-            plot_curves(self.log.rows(), self.dir / "curves.png")
+            plot_curves(self.log.rows(), RunFolder(self.dir).curves)
         return Interrupted(self.stop.requested or "SIGINT", where, self.dir, self.last_checkpoint)
 
     def release(self) -> None:
@@ -522,7 +523,7 @@ class Trainer:
     def finish(self, before: dict | None, after: dict) -> tuple[dict[str, Any], dict[str, str]]:
         """``curves.png``, everything closed; the summary's own fields and precision."""
         rows = self.log.rows()
-        plot_curves(rows, self.dir / "curves.png", held_out_marks(before, after))
+        plot_curves(rows, RunFolder(self.dir).curves, held_out_marks(before, after))
         self.close()
         self.release()
         dtype = self.cfg.model.dtype  # log-probs are recorded at generation and recomputed in training, both under it

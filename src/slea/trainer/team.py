@@ -69,6 +69,7 @@ from slea.progress import Progress, episodes_note
 from slea.rollout.collector import retokenized
 from slea.rollout.sampling import iteration_seeds
 from slea.runs import checkpoint as ckpt
+from slea.runs.folder import RunFolder
 from slea.runs.runlog import RunLog, plot_curves, read_metrics
 from slea.team.prompt_builder import TeamPromptBuilder
 from slea.team.rollout import TeamCollector, TeamEpisode
@@ -261,7 +262,7 @@ class TeamTrainer(TeamCheckpoints):
     def evaluate(self, name: str) -> dict[str, Any]:
         """The current team on the held-out games (:func:`slea.evaluation.team.evaluate_team`), written to
         ``<run>/eval/<name>.json``."""
-        return evaluate_team(self.collector, self.cfg, self.task.name, self.dir / "eval" / f"{name}.json")
+        return evaluate_team(self.collector, self.cfg, self.task.name, RunFolder(self.dir).evaluation(name))
 
     def samples_for(self, agent: int, episodes: list[TeamEpisode], weights: list[float] | None = None
                     ) -> list[Sample]:
@@ -475,7 +476,7 @@ class TeamTrainer(TeamCheckpoints):
         """The team after a stage, one file per agent under ``<run>/adapters/``; weights that hold NaN/inf are never
         written (:class:`RunHalted`, as for a checkpoint)."""
         lifecycle.check_saveable(self.weights.values(), "the stage's adapters", self.last_checkpoint)
-        self.team.save_adapters(self.dir / "adapters")
+        self.team.save_adapters(RunFolder(self.dir).adapters)
 
     def report(self, k: int, row: dict[str, Any]) -> None:
         """The update's progress line."""
@@ -514,7 +515,7 @@ class TeamTrainer(TeamCheckpoints):
         precision."""
         cfg = self.cfg
         rows = read_metrics(self.log.path)
-        plot_curves(rows, self.dir / "curves.png", held_out_marks(before, after), panels=PANELS,
+        plot_curves(rows, RunFolder(self.dir).curves, held_out_marks(before, after), panels=PANELS,
                     xlabel="single-agent update")
         self.release()
         own = {"team_task": self.task.name, "agents": self.task.agents, "rollouts": cfg.team.rollouts,

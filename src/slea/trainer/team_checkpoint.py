@@ -22,6 +22,7 @@ import logging
 import numpy as np
 
 from slea.runs import checkpoint as ckpt
+from slea.runs.folder import RunFolder
 from slea.team.rollout import episode_from_state, episode_state
 from slea.trainer.lifecycle import announce_resume, check_saveable, load_resume_point
 
@@ -43,7 +44,7 @@ class TeamCheckpoints:
         rollouts = None if pending is None else {"episodes": [episode_state(e) for e in pending[0]],
                                                  "log_ratio": [float(x) for x in pending[1]]}
         path = ckpt.save_checkpoint(
-            self.dir / "checkpoints", k, self.weights, self.optimizer_set, keep=self.cfg.train.keep_checkpoints,
+            RunFolder(self.dir).checkpoints, k, self.weights, self.optimizer_set, keep=self.cfg.train.keep_checkpoints,
             number=k + 1,
             extra={"stage": stage, "position": position, "updates": self.updates, "episodes": self.episodes,
                    "messages": self.messages, "env_steps": self.env_steps, "betas": list(self.betas),
@@ -58,7 +59,7 @@ class TeamCheckpoints:
         trainer does: adapters, optimizers, RNGs, β, counters and the position in the stage; rows logged after it are
         dropped (those updates are redone). Without a checkpoint the run starts over (``False``); with only damaged
         ones it stops (:class:`RunHalted`) and changes nothing."""
-        last, state, k = load_resume_point(self.dir / "checkpoints", self.weights, self.optimizer_set, self.log)
+        last, state, k = load_resume_point(RunFolder(self.dir).checkpoints, self.weights, self.optimizer_set, self.log)
         if state is None:
             return False
         self.updates, self.episodes, self.messages = (int(state[key]) for key in ("updates", "episodes", "messages"))
