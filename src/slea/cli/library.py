@@ -8,13 +8,14 @@ import typer
 from rich.table import Table
 
 from slea.cli.common import console, fail, plain
+from slea.runs.folder import RunFolder
 
 library_app = typer.Typer(no_args_is_help=True, help="Inspect, export, import, merge and diff experience "
                           "libraries.")
 
 
 def _library_path(run: Path) -> Path:
-    path = run / "library.sqlite" if run.is_dir() else run
+    path = RunFolder(run).library if run.is_dir() else run
     if not path.is_file():
         raise fail(f"no experience library at {path} (only runs with a library have one: algorithm slea, or "
                     f"experience.mode step/task)")
@@ -134,7 +135,7 @@ def library_import(source: Path = typer.Argument(..., help="a JSONL export (or a
     from slea.experience.portable import PortableError, import_into
 
     lib = portable("import", source, strict=not skip_malformed)
-    target = dest / "library.sqlite" if dest.is_dir() else dest
+    target = RunFolder(dest).library if dest.is_dir() else dest
     try:
         counts = import_into(lib, target, allow_evict=allow_evict)
     except PortableError as exc:

@@ -16,6 +16,7 @@ from slea.cli.data import data_app
 from slea.cli.library import library_app
 from slea.cli.play import CHECKPOINT_HELP, _model_target, agent, eval_, say_skipped, serve
 from slea.cli.runs import finished, fit_with_signals, summary_table
+from slea.runs.folder import CURVES, RunFolder
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn agentic RL with a per-step "
                   "experience library (SLEA-RL) and the methods it is compared with.")
@@ -51,9 +52,9 @@ def train(
     if resume is not None and overwrite:
         raise fail("train: --resume continues the run in its folder and --overwrite deletes it: give one of them")
     if resume is not None:
-        if not (resume / "config.yaml").is_file():
+        if not RunFolder(resume).is_run():
             raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
-        cfg = run_config(resume / "config.yaml", list(set_) + [f"run.dir={resume}"], saved=True)
+        cfg = run_config(RunFolder(resume).config, list(set_) + [f"run.dir={resume}"], saved=True)
         if finished(resume, list(set_)):  # says so; a larger train.iterations or budget extends it instead
             return
     else:
@@ -152,9 +153,9 @@ def align(
     output exists is skipped, so --resume continues an interrupted run."""
     over = list(set_) + ([f"align.method={method}"] if method else [])
     if resume is not None:
-        if not (resume / "config.yaml").is_file():
+        if not RunFolder(resume).is_run():
             raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
-        cfg = run_config(resume / "config.yaml", over + [f"run.dir={resume}"], saved=True)
+        cfg = run_config(RunFolder(resume).config, over + [f"run.dir={resume}"], saved=True)
     else:
         cfg = run_config(config, over)
     require_env(cfg.env.id)
@@ -163,7 +164,7 @@ def align(
     from slea.trainer.lifecycle import run_dir_for
 
     run_dir = run_dir_for(cfg)
-    if resume is None and (run_dir / "config.yaml").is_file():
+    if resume is None and RunFolder(run_dir).is_run():
         raise fail(f"align: {run_dir} is already a run folder; continue it with --resume {run_dir}")
     try:
         pipeline = AlignPipeline(cfg, run_dir, say=plain)
@@ -181,7 +182,7 @@ def _discard(run_dir: Path, created: bool) -> None:
     no empty or half-made folder is left behind."""
     import shutil
 
-    if created and not (run_dir / "config.yaml").exists():
+    if created and not RunFolder(run_dir).config.exists():
         shutil.rmtree(run_dir, ignore_errors=True)
 
 
@@ -291,7 +292,7 @@ def compare(
     plain(f"comparison folder: {out}")
     table = cmp.run(plan, say=plain)
     typer.echo(cmp.terminal_table(table))  # within 80 columns, never re-wrapped; every column is in table.md
-    plain(f"wrote {out / 'table.md'} (every column), {out / 'table.json'}, {out / 'curves.png'}")
+    plain(f"wrote {out / 'table.md'} (every column), {out / 'table.json'}, {out / CURVES}")
 
 
 @app.command()
@@ -310,7 +311,7 @@ def report(
     except ReportError as exc:
         raise fail(f"report: {exc}") from None
     except OSError as exc:
-        raise fail(f"report: cannot write {out or run / 'report.html'} ({exc.strerror or exc})") from None
+        raise fail(f"report: cannot write {out or RunFolder(run).report} ({exc.strerror or exc})") from None
     plain(f"wrote {path} ({path.stat().st_size / 1e3:.0f} kB)")
 
 
@@ -319,8 +320,8 @@ def _damaged_checkpoints(run: Path) -> None:
     newest checkpoints are damaged (those ``slea eval`` / ``serve`` / ``export`` would skip)."""
     from slea.runs.checkpoint import latest_checkpoint
 
-    if (run / "checkpoints").is_dir():
-        latest_checkpoint(run / "checkpoints", say_skipped("report"))
+    if RunFolder(run).checkpoints.is_dir():
+        latest_checkpoint(RunFolder(run).checkpoints, say_skipped("report"))
 
 
 # the commands that play or serve a model without training it (slea/cli/play.py), in this place in --help

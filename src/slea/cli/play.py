@@ -13,6 +13,7 @@ import typer
 
 from slea.cli.common import console, err, fail, plain, require_env, run_config
 from slea.cli.library import portable
+from slea.runs.folder import LIBRARY, RunFolder
 
 
 def _model_target(target: str) -> bool:
@@ -81,7 +82,7 @@ def _checkpoint_or_exit(what: str, run: Path | None, name: str | None = None) ->
     kind = _trainer_of(run)
     if kind is not None and kind != "rl":
         raise fail(f"{what}: {run} is a run of the {kind} trainer (one adapter per agent), which `slea {what}` "
-                   f"cannot load into one policy; its held-out evaluation is {run / 'eval' / 'after.json'}")
+                   f"cannot load into one policy; its held-out evaluation is {RunFolder(run).evaluation('after')}")
 
     try:
         return run_checkpoint(run, name, say=say_skipped(what))
@@ -97,7 +98,7 @@ def _trainer_of(run: Path) -> str | None:
     from slea.trainer.select import trainer_kind
 
     try:
-        return trainer_kind(get_algorithm(load_config(run / "config.yaml", check_unused=False).algorithm.name)).name
+        return trainer_kind(get_algorithm(load_config(RunFolder(run).config, check_unused=False).algorithm.name)).name
     except Exception:  # noqa: BLE001  (a config error, an unknown plugin: not this check's to report)
         return None
 
@@ -105,15 +106,15 @@ def _trainer_of(run: Path) -> str | None:
 def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
     """The experience library a run evaluated with: a private copy of its checkpoint's snapshot (the
     evaluation's retrievals link entries and open clusters; the run's own files stay untouched)."""
-    snap = last / "library.sqlite" if last is not None else None
+    snap = last / LIBRARY if last is not None else None  # the checkpoint's snapshot
     if cfg.experience.mode == "off" or snap is None or not snap.is_file():
         return None
     import shutil
 
     from slea.experience.manager import ExperienceManager
 
-    shutil.copyfile(snap, workdir / "library.sqlite")
-    return ExperienceManager(cfg.experience, workdir / "library.sqlite")
+    shutil.copyfile(snap, RunFolder(workdir).library)
+    return ExperienceManager(cfg.experience, RunFolder(workdir).library)
 
 
 def eval_(
@@ -132,8 +133,8 @@ def eval_(
     untrained embedded model; prints and saves the env family's paper-style table. A run's evaluation with its
     own settings reproduces its eval/after.json."""
     path = Path(target)
-    run = path if (path / "config.yaml").is_file() else None
-    config_file = run / "config.yaml" if run else path if path.suffix in (".yaml", ".yml") and path.is_file() \
+    run = path if RunFolder(path).is_run() else None
+    config_file = RunFolder(run).config if run else path if path.suffix in (".yaml", ".yml") and path.is_file() \
         else None
     over = [f"model.name_or_path={target}"] if config_file is None else []
     over += list(set_)
@@ -146,7 +147,7 @@ def eval_(
         home = cfg.env.id
         cfg = run_config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over], trains=False,
                          saved=run is not None)
-        if run is not None and cfg.experience.mode != "off" and (run / "library.sqlite").is_file():
+        if run is not None and cfg.experience.mode != "off" and RunFolder(run).library.is_file():
             from slea.evaluation.agent import library_env_warning
 
             warning = library_env_warning([home], cfg.env.id)  # the run's library is retrieved from on another env
@@ -232,7 +233,7 @@ def agent(
     Per-step retrieval, no weight update (--evolve: the library learns from the episodes); prints and saves the
     difference (success, return, invalid rate, retrieval hit rate)."""
     path = Path(model)
-    run = path if (path / "config.yaml").is_file() else None
+    run = path if RunFolder(path).is_run() else None
     if evolve and not library.exists() and library.suffix == ".sqlite":  # a library learnt from nothing
         from slea.config import ExperienceSection
         from slea.experience.manager import ExperienceManager
@@ -244,7 +245,7 @@ def agent(
     from slea.evaluation.agent import agent_overrides
 
     over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
-    config_file = run / "config.yaml" if run else None
+    config_file = RunFolder(run).config if run else None
     cfg = run_config(config_file, over + list(set_), trains=False, saved=run is not None)
     if run is None and not _model_target(model) and cfg.model.generator == "hf":  # a served model: any name
         raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
@@ -287,7 +288,7 @@ def agent(
         workdir = out if evolve else Path(work)  # the evolved library is kept, a read-only use is not
         manager = None
         try:
-            working_copy(library, workdir / "library.sqlite")
+            working_copy(library, RunFolder(workdir).library)
             manager = experience_manager(cfg, get_algorithm(cfg.algorithm.name), workdir, generator)
             res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch, say=plain,
                             trace=trace)
@@ -306,7 +307,7 @@ def agent(
     console.print(agent_table(res))
     console.print(PaperTable.from_dict(res["table"]).to_rich(first=model))
     plain(f"wrote {saved}" + (f", {out / 'steps.jsonl'} ({len(steps)} steps)" if steps is not None else "")
-          + (f" and the evolved library {out / 'library.sqlite'}" if evolve else ""))
+          + (f" and the evolved library {RunFolder(out).library}" if evolve else ""))
 
 
 def serve(
@@ -363,14 +364,14 @@ def serve(
     server-sent events, and /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai; needs --lora-dir). Every request is
     validated and bounded by the options below (docs/reliability.md, "Serving, library imports and run folders
     under hostile input")."""
-    if not (Path(model) / "config.yaml").is_file() and not _model_target(model):
+    if not RunFolder(model).is_run() and not _model_target(model):
         raise fail(f"serve: {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
     if dtype not in (None, "auto", "bfloat16", "float32"):
         raise fail(f"serve: --dtype {dtype!r}: expected auto, bfloat16 or float32")
     if lora_dir is not None and not lora_dir.is_dir():
         raise fail(f"serve: --lora-dir {lora_dir}: no such folder")
-    run = Path(model) if (Path(model) / "config.yaml").is_file() else None
+    run = Path(model) if RunFolder(model).is_run() else None
     if checkpoint is not None and run is None:
         raise fail("serve: --checkpoint needs a run folder")
     _refuse_an_empty_key(api_key)

@@ -10,6 +10,7 @@ import typer
 from rich.table import Table
 
 from slea.cli.common import err, fail, plain
+from slea.runs.folder import RunFolder
 
 # --set keys that ask a finished run to train further
 EXTEND_KEYS = ("train.iterations", "train.time_budget_s", "train.rollout_budget", "train.env_step_budget")
@@ -52,7 +53,7 @@ def finished(run: Path, overrides: list[str]) -> bool:
     unfinished run it is. An extension to no more iterations than were trained is one line, exit 2."""
     from slea.runs.jsonfile import RunFileError, Summary, read_json
 
-    path = run / "eval" / "summary.json"
+    path = RunFolder(run).summary
     if not path.is_file():
         return False
     try:
@@ -78,7 +79,7 @@ def finished(run: Path, overrides: list[str]) -> bool:
         if wanted is not None and wanted <= done:
             raise fail(f"config error: train.iterations: {run} already trained {done} iterations; give more to "
                        f"extend it (or leave --resume alone: the run is finished)")
-    path.replace(path.with_name("summary.json.previous"))  # not *.json: the report reads those as evaluations
+    path.replace(RunFolder(run).previous_summary)
     return False
 
 
@@ -96,7 +97,8 @@ def interrupted_lines(trainer, exc=None) -> list[str]:
     else:  # the second signal came after the step in progress was checkpointed: it abandoned nothing
         lines = [f"{who}: stopped after {trainer.saved_step}"]
     if trainer.last_checkpoint:
-        lines.append(f"last checkpoint: {trainer.saved_step} ({trainer.dir / 'checkpoints' / trainer.last_checkpoint})")
+        path = RunFolder(trainer.dir).checkpoint(trainer.last_checkpoint)
+        lines.append(f"last checkpoint: {trainer.saved_step} ({path})")
     else:
         lines.append("no checkpoint yet: resuming starts the run from its beginning")
     lines.append(f"resume with: {resume_hint(trainer.dir)}")
