@@ -58,6 +58,7 @@ from slea.algorithms.registry import get_algorithm
 from slea.atomic import atomic_write_text
 from slea.config import ConfigError, RunConfig, dump_config, load_config, unused_settings
 from slea.evaluation import stats
+from slea.runs.folder import CHECKPOINTS, CURVES, RunFolder
 from slea.runs.jsonfile import CompareSpec, CompareTable, Summary, read_json
 from slea.runs.runlog import env_step_curve, read_metrics
 
@@ -246,8 +247,8 @@ def plan(config: str | Path | None, algorithms: list[str], seeds: list[int], out
         for seed in seeds:
             d = out / "runs" / run_name(arm.label, seed)
             cfg = sub_config(config, arm, seed, overrides, d)
-            if (d / "config.yaml").is_file():
-                same, why = same_config(d / "config.yaml", cfg)
+            if RunFolder(d).is_run():
+                same, why = same_config(RunFolder(d).config, cfg)
                 if not same:
                     raise ValueError(f"{d} was trained with another config ({why}); use another --out")
             items.append((SubRun(arm.label, seed, d), cfg))
@@ -293,14 +294,14 @@ def train_sub_run(sub: SubRun, cfg: RunConfig, say: Callable[[str], None] | None
 
     say = say or (lambda msg: None)
     label = label or str(sub.dir)
-    if (sub.dir / "eval" / "summary.json").is_file():
+    if RunFolder(sub.dir).summary.is_file():
         sub.status = "reused"
         say(f"{label}: finished, reused")
         return sub.status
     from slea.trainer.lifecycle import fresh_run_dir
     from slea.trainer.select import build_trainer
 
-    resume = ckpt.latest_checkpoint(sub.dir / "checkpoints") is not None
+    resume = ckpt.latest_checkpoint(RunFolder(sub.dir).checkpoints) is not None
     sub.status = "resumed" if resume else "trained"
     if not resume and sub.dir.is_dir() and any(sub.dir.iterdir()):  # stopped before its first checkpoint
         say(f"{label}: no usable checkpoint; starting it over")
@@ -339,8 +340,8 @@ def stat(values: list[float]) -> dict[str, Any]:
 
 
 def _load(sub: SubRun) -> dict[str, Any]:
-    summary = read_json(sub.dir / "eval" / "summary.json", Summary)
-    rows = read_metrics(sub.dir / "metrics.jsonl")
+    summary = read_json(RunFolder(sub.dir).summary, Summary)
+    rows = read_metrics(RunFolder(sub.dir).metrics)
     x, ys = env_step_curve(rows)
     after = summary.get("after") or {}
     return {"summary": summary, "x": x, "ys": ys,
@@ -429,7 +430,7 @@ def finished_runs(folder: str | Path, order: list[str] | tuple[str, ...] | None 
     runs = Path(folder) / "runs"
     for d in sorted(runs.iterdir()) if runs.is_dir() else []:
         parsed = parse_run_name(d.name)
-        if parsed and (d / "eval" / "summary.json").is_file():
+        if parsed and RunFolder(d).summary.is_file():
             found.append(SubRun(parsed[0], parsed[1], d, "reused"))
     rank = {a: i for i, a in enumerate(order or [])}
     return sorted(found, key=lambda r: (rank.get(r.algorithm, len(rank)), r.algorithm, r.seed))
@@ -554,7 +555,7 @@ def plot_compare(runs: list[SubRun], out: Path, points: int = 50) -> None:
     import matplotlib.pyplot as plt
 
     algos = list(dict.fromkeys(r.algorithm for r in runs))
-    data = {(r.algorithm, r.seed): env_step_curve(read_metrics(r.dir / "metrics.jsonl")) for r in runs}
+    data = {(r.algorithm, r.seed): env_step_curve(read_metrics(RunFolder(r.dir).metrics)) for r in runs}
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.4))
     panels = ((axes[0], "train/success", "train success", (0.0, 1.0)),
               (axes[1], "train/return", "mean return", (-math.inf, math.inf)))
@@ -588,7 +589,7 @@ def write_outputs(table: dict[str, Any], runs: list[SubRun], out: Path) -> None:
     out = Path(out)
     atomic_write_text(out / "table.json", json.dumps(table, indent=2))
     atomic_write_text(out / "table.md", table_markdown(table))
-    plot_compare(runs, out / "curves.png")
+    plot_compare(runs, out / CURVES)
 
 
 def relativize(folder: Path,
@@ -599,7 +600,7 @@ def relativize(folder: Path,
     pattern = re.compile(r"/[^\s\"'`]*?/(" + "|".join(re.escape(a) for a in anchors) + ")")
     changed = 0
     for f in Path(folder).rglob("*"):
-        if f.suffix in (".json", ".yaml", ".md") and f.is_file() and "checkpoints" not in f.parts:
+        if f.suffix in (".json", ".yaml", ".md") and f.is_file() and CHECKPOINTS not in f.parts:
             text = f.read_text()
             new = pattern.sub(r"\1", text)
             if new != text:

@@ -40,11 +40,12 @@ def merged_policy(run: str | Path, checkpoint: str | None = None, say=None):
     from slea.config import load_config
     from slea.policy.model import load_policy
     from slea.runs.checkpoint import run_checkpoint
+    from slea.runs.folder import RunFolder
 
     run = Path(run)
-    if not (run / "config.yaml").is_file():
+    if not RunFolder(run).is_run():
         raise ConfigError(f"export: {run} is not a run folder (no config.yaml)")
-    cfg = load_config(run / "config.yaml", check_unused=False)
+    cfg = load_config(RunFolder(run).config, check_unused=False)
     if "team" in get_algorithm(cfg.algorithm.name).needs:
         raise ConfigError(f"export: {run} is a team run (one LoRA adapter per agent on one base model); only a "
                           f"single policy is exported")

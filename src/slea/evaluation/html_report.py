@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from slea.evaluation import stats
-from slea.runs.folder import RunFolder
+from slea.runs.folder import SUMMARY, RunFolder
 from slea.runs.jsonfile import CompareSpec, CompareTable, Evaluation, RunFileError, Summary, read_json
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def kind_of(folder: Path) -> str:
         raise ReportError(f"{folder} is not a folder")
     if (folder / "compare.json").is_file() or ((folder / "table.json").is_file() and (folder / "runs").is_dir()):
         return "compare"
-    if (folder / "config.yaml").is_file() or (folder / "metrics.jsonl").is_file():
+    if RunFolder(folder).is_run() or RunFolder(folder).metrics.is_file():
         return "run"
     raise ReportError(f"{folder} is neither a run folder (config.yaml, metrics.jsonl) nor a slea compare "
                       f"folder (compare.json, table.json)")
@@ -91,14 +91,14 @@ def _read_json(path: Path, schema=None) -> Any:
 def run_overview(folder: Path) -> dict[str, Any]:
     import yaml
 
-    text = (folder / "config.yaml").read_text() if (folder / "config.yaml").is_file() else ""
+    run = RunFolder(folder)
+    text = run.config.read_text() if run.is_run() else ""
     try:
         cfg = yaml.safe_load(text) or {}
     except yaml.YAMLError:
         cfg = {}
     sec = lambda name: cfg.get(name) or {}
-    summary = _read_json(folder / "eval" / "summary.json", Summary) if (folder / "eval" / "summary.json").is_file() \
-        else None
+    summary = _read_json(run.summary, Summary) if run.summary.is_file() else None
     facts = {"algorithm": sec("algorithm").get("name"), "env": sec("env").get("id"),
              "model": sec("model").get("name_or_path"), "seed": sec("run").get("seed"),
              "experience": sec("experience").get("mode")}
@@ -132,8 +132,8 @@ def _fmt(v: Any, digits: int = 3) -> str:
 
 def eval_tables(folder: Path) -> list[dict[str, Any]]:
     """One summary table over the evaluations (``eval/*.json`` but summary), then each one's paper table."""
-    files = sorted(p for p in (folder / "eval").glob("*.json") if p.stem != "summary") \
-        if (folder / "eval").is_dir() else []
+    evals = RunFolder(folder).eval
+    files = sorted(p for p in evals.glob("*.json") if p.stem != SUMMARY) if evals.is_dir() else []
     order = {"before": 0, "after": 1}
     files.sort(key=lambda p: (order.get(p.stem, 2), p.stem))
     results = [(p.stem, r) for p in files if isinstance(r := _read_json(p, Evaluation), dict)]
@@ -164,7 +164,7 @@ def eval_tables(folder: Path) -> list[dict[str, Any]]:
 def library(folder: Path, episodes: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The library's entries, each with the recorded episodes it came from (``from``) and was retrieved in
     (``used``), as indices into ``episodes``; None when the run has no library."""
-    path = folder / "library.sqlite"
+    path = RunFolder(folder).library
     if not path.is_file():
         return None
     from slea.experience.inspect import check_library, list_entries
@@ -197,7 +197,7 @@ def run_data(folder: Path) -> dict[str, Any]:
 
     episodes = read_episodes(RunFolder(folder).episodes)
     data = run_overview(folder)
-    data.update({"kind": "run", "curves": curves(read_metrics(folder / "metrics.jsonl")),
+    data.update({"kind": "run", "curves": curves(read_metrics(RunFolder(folder).metrics)),
                  "evals": eval_tables(folder), "library": library(folder, episodes), "episodes": episodes})
     return data
 
@@ -230,7 +230,7 @@ def compare_data(folder: Path) -> dict[str, Any]:
     runs = []
     for sub in sorted(p for p in (folder / "runs").glob("*") if p.is_dir()) if (folder / "runs").is_dir() else []:
         algo, _, seed = sub.name.rpartition("-s")
-        x, ys = env_step_curve(read_metrics(sub / "metrics.jsonl"))
+        x, ys = env_step_curve(read_metrics(RunFolder(sub).metrics))
         runs.append({"name": sub.name, "algorithm": algo or sub.name, "seed": seed, "x": x.tolist(),
                      "series": {k: v.tolist() for k, v in ys.items()}})
     note = (f"config {spec.get('config')}, seeds {spec.get('seeds')}, overrides {spec.get('overrides')}"
@@ -275,5 +275,5 @@ def write_report(folder: str | Path, out: str | Path | None = None) -> Path:
     from slea.atomic import atomic_write_text
 
     folder = Path(folder)
-    out = Path(out) if out is not None else folder / "report.html"
+    out = Path(out) if out is not None else RunFolder(folder).report
     return atomic_write_text(out, render(gather(folder)))

@@ -204,12 +204,13 @@ def init_checkpoint(model_cfg) -> Path:
     import yaml
 
     from slea.runs.checkpoint import latest_checkpoint
+    from slea.runs.folder import RunFolder
 
     run = Path(model_cfg.init_from)
-    if not (run / "config.yaml").is_file():
+    if not RunFolder(run).is_run():
         raise ConfigError(f"model.init_from: {run} is not a run folder (no config.yaml)")
     try:
-        theirs = (yaml.safe_load((run / "config.yaml").read_text()) or {}).get("model") or {}
+        theirs = (yaml.safe_load(RunFolder(run).config.read_text()) or {}).get("model") or {}
     except yaml.YAMLError:
         raise ConfigError(f"model.init_from: {run}/config.yaml is not valid YAML") from None
     defaults = type(model_cfg).model_fields
@@ -218,7 +219,7 @@ def init_checkpoint(model_cfg) -> Path:
         if mine != other:
             raise ConfigError(f"model.init_from: {run} was trained with model.{key}={other!r}, this config has "
                               f"{mine!r}")
-    last = latest_checkpoint(run / "checkpoints")
+    last = latest_checkpoint(RunFolder(run).checkpoints)
     if last is None:
         raise ConfigError(f"model.init_from: {run} has no checkpoint")
     return last

@@ -769,10 +769,11 @@ def load_engine(target: str, *, dtype: str | None = None, settings: ServeSetting
     from slea.policy.model import load_policy, lora_config
     from slea.precision import cpu_native_bf16, resolve_dtype
     from slea.runs.checkpoint import run_checkpoint
+    from slea.runs.folder import RunFolder
 
     run = Path(target)
-    if (run / "config.yaml").is_file():
-        cfg = load_config(run / "config.yaml", check_unused=False).model
+    if RunFolder(run).is_run():
+        cfg = load_config(RunFolder(run).config, check_unused=False).model
         base, tok = load_policy(cfg.model_copy(update={"lora": False, "init_from": None,
                                                       "generator": "hf", "openai": type(cfg.openai)()}))
         last = run_checkpoint(run, checkpoint, say=say)  # CheckpointError when the run's weights are not here
