@@ -45,6 +45,7 @@ import yaml
 
 from slea.experience.clustering import ObservationIndex
 from slea.experience.library import _COLS, LEVELS, ZONES, Entry, ExperienceLibrary
+from slea.runs.folder import CHECKPOINTS, RunFolder
 from slea.runs.sqlite import snapshot_sqlite
 
 FORMAT = "slea-library"
@@ -201,10 +202,10 @@ def _checked_cluster(d: Any) -> dict[str, Any]:
 def _run_of(path: Path) -> tuple[Path | None, int | None]:
     """The run folder a library file belongs to (``run/library.sqlite`` or a checkpoint's snapshot
     ``run/checkpoints/iter_N/library.sqlite``) and, for a snapshot, its iteration."""
-    if (path.parent / "config.yaml").is_file():
+    if RunFolder(path.parent).is_run():
         return path.parent, None
     ck = path.parent
-    if ck.parent.name == "checkpoints" and (ck.parent.parent / "config.yaml").is_file():
+    if ck.parent.name == CHECKPOINTS and RunFolder(ck.parent.parent).is_run():
         digits = ck.name.rsplit("_", 1)[-1]
         return ck.parent.parent, int(digits) if digits.isdigit() else None
     return None, None
@@ -213,7 +214,7 @@ def _run_of(path: Path) -> tuple[Path | None, int | None]:
 def _last_iteration(run: Path) -> int | None:
     last = None
     try:
-        lines = (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+        lines = RunFolder(run).metrics.read_text(encoding="utf-8").splitlines()
     except OSError:
         return None
     for line in lines:
@@ -230,7 +231,7 @@ def run_provenance(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if run is None:
         return {}, {}
     try:
-        cfg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
+        cfg = yaml.safe_load(RunFolder(run).config.read_text(encoding="utf-8")) or {}
     except (OSError, yaml.YAMLError):
         cfg = {}
     def sec(name: str) -> dict[str, Any]:
@@ -396,9 +397,9 @@ def load(source: str | Path, strict: bool = False) -> Portable:
     (``strict``: a malformed line is an error rather than counted and skipped)."""
     source = Path(source)
     if source.is_dir():
-        if not (source / "library.sqlite").is_file():
-            raise PortableError(f"no experience library at {source / 'library.sqlite'}")
-        return read_library(source / "library.sqlite")
+        if not RunFolder(source).library.is_file():
+            raise PortableError(f"no experience library at {RunFolder(source).library}")
+        return read_library(RunFolder(source).library)
     if not source.is_file():
         raise PortableError(f"no such file: {source}")
     if source.suffix in (".jsonl", ".json"):
@@ -418,7 +419,7 @@ def working_copy(source: str | Path, dest: str | Path) -> Portable:
     if source.suffix in (".jsonl", ".json"):
         import_into(lib, dest)
         return lib
-    snapshot_sqlite(source / "library.sqlite" if source.is_dir() else source, dest)
+    snapshot_sqlite(RunFolder(source).library if source.is_dir() else source, dest)
     return lib
 
 
