@@ -57,6 +57,7 @@ from slea.policy.model import load_policy
 from slea.policy.prompt_builder import PromptBuilder
 from slea.rollout.collector import TRAIN_SALT, RolloutCollector
 from slea.runs.checkpoint import latest_checkpoint, load_trainable, save_checkpoint
+from slea.runs.folder import RunFolder
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,7 @@ class AlignPipeline:
     def __init__(self, cfg: RunConfig, run_dir: Path, say: Callable[[str], None] = print):
         self.cfg = cfg
         self.dir = Path(run_dir)
+        self.files = RunFolder(self.dir)
         self.say = say
         self.spec = method_spec(cfg.align.method)
         self.device = run_device(cfg.run.device)  # a device this machine lacks: ConfigError before any model loads
@@ -116,20 +118,20 @@ class AlignPipeline:
     # -- plumbing ---------------------------------------------------------------------------------------------
     def run(self) -> dict[str, Any]:
         self.dir.mkdir(parents=True, exist_ok=True)
-        saved = self.dir / "config.yaml"
+        saved = self.files.config
         if not saved.is_file():
             atomic_write_text(saved, dump_config(self.cfg))
         torch.manual_seed(self.cfg.run.seed)
         torch.set_num_threads(self.cfg.run.threads)
-        expert = self._stage("expert", self.dir / "expert.jsonl", self.expert)
-        self._stage("sft", self.dir / "sft.json", lambda: self.sft(expert))
+        expert = self._stage("expert", self.files.expert, self.expert)
+        self._stage("sft", self.files.sft, lambda: self.sft(expert))
         if self.spec.pairs:
-            samples = self._stage("sample", self.dir / "samples.jsonl", lambda: self.sample(expert))
-            pairs = self._stage("pairs", self.dir / "pairs.json", lambda: self.pairs(expert, samples))
-            self._stage("align", self.dir / "align.json", lambda: self.align(expert, samples, pairs))
+            samples = self._stage("sample", self.files.samples, lambda: self.sample(expert))
+            pairs = self._stage("pairs", self.files.pairs, lambda: self.pairs(expert, samples))
+            self._stage("align", self.files.align, lambda: self.align(expert, samples, pairs))
         results = {}
         for split in self.cfg.align.eval_splits:
-            results[split] = self._stage(f"eval {split}", self.dir / "eval" / f"eval-{split}.json",
+            results[split] = self._stage(f"eval {split}", self.files.evaluation(f"eval-{split}"),
                                          lambda s=split: self.evaluate(s))
         return results
 
@@ -159,7 +161,7 @@ class AlignPipeline:
         return gen
 
     def _checkpoint(self, iteration: int) -> Path:
-        path = self.dir / "checkpoints" / f"iter_{iteration:06d}"
+        path = self.files.checkpoint(f"iter_{iteration:06d}")
         if not (path / "trainable.safetensors").is_file():
             raise ConfigError(f"{self.dir}: checkpoint {path.name} is missing (remove the stage's .json to redo it)")
         return path
@@ -188,7 +190,7 @@ class AlignPipeline:
         if a.expert_file:
             trajs = expert_file(a.expert_file, cfg.env.id, kwargs, prompt_settings(builder), cfg.env.max_steps)
             self.say(f"  read {len(trajs)} expert episodes from {a.expert_file}")
-            save_jsonl(self.dir / "expert.jsonl", trajs)
+            save_jsonl(self.files.expert, trajs)
             return trajs
         if expert_source(cfg.env.id) is None:
             raise ConfigError(f"align: {cfg.env.id} has no expert of its own; make expert data for it (a tool env: "
@@ -200,7 +202,7 @@ class AlignPipeline:
         if not trajs:
             raise ConfigError(f"align: no expert episode of {cfg.env.id} replays to a win within env.max_steps="
                               f"{cfg.env.max_steps} ({dict(dropped)})")
-        save_jsonl(self.dir / "expert.jsonl", trajs)
+        save_jsonl(self.files.expert, trajs)
         return trajs
 
     def sft(self, expert: list) -> dict[str, Any]:
@@ -224,8 +226,8 @@ class AlignPipeline:
                 self.say(f"  sft epoch {epoch + 1}/{a.sft_epochs}: loss {history[-1]:.4f}")
             out = {"epochs": a.sft_epochs, "loss_per_epoch": history, "trajectories": len(expert),
                    "turns": sum(len(t.turns) for t in expert)}
-        save_checkpoint(self.dir / "checkpoints", SFT_ITER, self.model, opt, extra={"stage": "sft"}, keep=2)
-        atomic_write_text(self.dir / "sft.json", json.dumps(out, indent=2))
+        save_checkpoint(self.files.checkpoints, SFT_ITER, self.model, opt, extra={"stage": "sft"}, keep=2)
+        atomic_write_text(self.files.sft, json.dumps(out, indent=2))
         return out
 
     def sample(self, expert: list) -> list:
@@ -245,7 +247,7 @@ class AlignPipeline:
             out += [sampled_trajectory(t, cfg.env.id, split, self.builder, kwargs) for t in trajs]
         wins = sum(t.success for t in out)
         self.say(f"  sampled {len(out)} episodes on {len(seeds)} tasks: {wins} won, {len(out) - wins} failed")
-        save_jsonl(self.dir / "samples.jsonl", out)
+        save_jsonl(self.files.samples, out)
         return out
 
     def pairs(self, expert: list, samples: list) -> dict[str, Any]:
@@ -260,7 +262,7 @@ class AlignPipeline:
         self.say(f"  {c['pairs']} (expert, failure) pairs on {c['tasks_paired']} tasks; left out: "
                  f"{c['failures_without_expert']} failures whose task has no expert episode, "
                  f"{c['sampled_successes']} sampled episodes that succeeded")
-        atomic_write_text(self.dir / "pairs.json", json.dumps(out, indent=2))
+        atomic_write_text(self.files.pairs, json.dumps(out, indent=2))
         return out
 
     def align(self, expert: list, samples: list, pairs: dict[str, Any]) -> dict[str, Any]:
@@ -279,7 +281,7 @@ class AlignPipeline:
             failed = [s for p in data for s in p.rejected]
             logps = turn_reference_logprobs(self.model, failed, micro_batch=cfg.train.micro_batch,
                                             dtype=cfg.model.dtype, reference=reference)
-            rep = adequacy_histogram(logps, self.dir / "pivot.png")
+            rep = adequacy_histogram(logps, self.files.pivot)
             out["pivot_report"] = {"suggested_pivot": rep.pivot, "turns": rep.n_turns,
                                    "frac_confident_at_suggested": rep.frac_confident,
                                    "frac_confident_at_0.9": rep.frac_confident_at_paper_pivot}
@@ -299,19 +301,19 @@ class AlignPipeline:
         out["steps"] = history
         if not data:
             self.say("  no pairs (no failed sample has an expert): the aligned policy is the SFT policy")
-        save_checkpoint(self.dir / "checkpoints", ALIGN_ITER, self.model, opt, extra={"stage": "align"}, keep=2)
-        atomic_write_text(self.dir / "align.json", json.dumps(out, indent=2))
+        save_checkpoint(self.files.checkpoints, ALIGN_ITER, self.model, opt, extra={"stage": "align"}, keep=2)
+        atomic_write_text(self.files.align, json.dumps(out, indent=2))
         return out
 
     def evaluate(self, split: str) -> dict[str, Any]:
         from slea.evaluation.evaluate import evaluate, write_eval
 
         cfg = self.cfg
-        self._policy(latest_checkpoint(self.dir / "checkpoints"))
+        self._policy(latest_checkpoint(self.files.checkpoints))
         collector = RolloutCollector(self._generator(), self.builder,
                                      cfg.rollout, cfg.env.max_steps)
         res = evaluate(collector, cfg.env, eval_env_kwargs(cfg.env, split), cfg.eval, label=split)
-        res["checkpoint"] = latest_checkpoint(self.dir / "checkpoints").name
+        res["checkpoint"] = latest_checkpoint(self.files.checkpoints).name
         res["prompt"] = prompt_settings(self.builder)
         write_eval(self.dir, f"eval-{split}", res)
         s = res["sampled"]
