@@ -3,8 +3,11 @@ run file's name."""
 
 from __future__ import annotations
 
+import re
 import shutil
+from pathlib import Path
 
+import slea
 from slea.runs import folder
 from slea.runs.folder import RunFolder
 
@@ -45,3 +48,36 @@ def test_the_layout_is_the_one_runs_have_always_had(tmp_path):
                    "eval/summary.json.previous", "expert.jsonl", "sft.json", "samples.jsonl", "pairs.json",
                    "align.json", "pivot.png"}
     assert set(folder.MARKERS) <= set(folder.NAMES)
+
+
+# a run file's name in quotes, or a run subfolder's joined onto a path (`x / "eval"`, `"eval" / x`): every name
+# RunFolder knows, and the evaluations every run has
+FILES = [n for n in (*folder.NAMES, *folder.ALIGN_NAMES) if "." in n] + ["summary.json", "before.json", "after.json"]
+DIRS = [n for n in folder.NAMES if "." not in n]
+_files, _dirs = "|".join(map(re.escape, FILES)), "|".join(DIRS)
+RUN_FILE = re.compile(rf"""["'](?:{_files})(?!\w)|/\s*["'](?:{_dirs})["']|["'](?:{_dirs})["']\s*/""")
+# the page template is a package resource of that name, not a run file
+ALLOWED = {("evaluation/html_report.py", 'joinpath("evaluation", "templates", "report.html")')}
+
+
+def test_no_module_but_runs_folder_spells_a_run_files_name():
+    root = Path(slea.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        rel = path.relative_to(root).as_posix()
+        if rel == "runs/folder.py":
+            continue
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if RUN_FILE.search(line) and not any(rel == f and s in line for f, s in ALLOWED):
+                found.append(f"{rel}:{n}: {line.strip()}")
+    assert not found, "use slea.runs.folder.RunFolder:\n" + "\n".join(found)
+
+
+def test_the_guard_catches_each_spelling():
+    for line in ('p = run / "config.yaml"', "f\"{run / 'eval' / 'after.json'}\"", 'd / "checkpoints"',
+                 '("eval" / x)', 'Path(r) / "library.sqlite"', 'self.dir / "sft.json"', "x / 'adapters'",
+                 'p.with_name("summary.json.previous")'):
+        assert RUN_FILE.search(line), line
+    for line in ("``config.yaml``, written first", 'STAGES = ("sft", "eval")', 'app.command("eval")',
+                 '"eval/%s; left out"', 'Path("runs") / name'):
+        assert not RUN_FILE.search(line), line
