@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from slea.runs.folder import RunFolder
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "agent_served"
 SLEA = [sys.executable, "-m", "slea.cli"]
@@ -88,7 +90,7 @@ def agent_args(family: str, engine: str, condition: str, url: str | None, games:
     base = OUT / family / engine
     # build: a library file that does not exist yet, which `slea agent --evolve` starts empty
     library = {"build": base / "empty.sqlite", "rl_library": RL_LIBRARY}.get(
-        condition, base / "build" / "library.sqlite")
+        condition, RunFolder(base / "build").library)
     args = [*SLEA, "agent", "--model", model, "--library", rel(library), "--env", spec["env"],
             "--games", str(games), "--episodes", str(episodes), "--out", rel(out)]
     sets = list(spec["set"])

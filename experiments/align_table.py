@@ -55,6 +55,8 @@ from typing import Any
 
 from slea import compare
 from slea.evaluation import stats
+from slea.runs import folder as run_files
+from slea.runs.folder import RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(os.environ.get("SLEA_ALIGN_DIR") or ROOT / "experiments" / "results" / "align")
@@ -89,8 +91,8 @@ LABELS = {"prompt": "prompt-only (untrained)", "sft": "SFT", "dpo": "DPO (ETO)",
           "dil": "DIL (w/o tlm)", "tlm_dre": "tlm-DRE", "sft_grpo": "SFT + GRPO"}
 # stage outputs a pair method's run takes over: from the seed's SFT run, then from a sibling pair-method run
 # (in this order: the file that marks a stage done is copied last)
-FROM_SFT = ("checkpoints/iter_000001", "expert.jsonl", "sft.json")
-FROM_SIBLING = ("samples.jsonl", "pairs.json")
+FROM_SFT = (f"{run_files.CHECKPOINTS}/iter_000001", run_files.EXPERT, run_files.SFT)
+FROM_SIBLING = (run_files.SAMPLES, run_files.PAIRS)
 # config keys that may differ between runs that share stages
 FREE_KEYS = (("align", "method"), ("run", "dir"))
 
@@ -117,13 +119,13 @@ def preset(env: str, seed: int):
 
 def config_diff(run: Path, cfg, free=FREE_KEYS) -> list[str]:
     """The keys (``section.key``) where ``run``'s saved config.yaml differs from ``cfg`` (less ``free``)."""
-    return compare.config_diff(run / "config.yaml", cfg, free)
+    return compare.config_diff(RunFolder(run).config, cfg, free)
 
 
 def finished(env: str, method: str, seed: int, root: Path | None = None, splits: list[str] | None = None) -> bool:
     d = run_dir(env, method, seed, root)
     splits = splits if splits is not None else preset(env, seed).align.eval_splits
-    return all((d / "eval" / f"eval-{s}.json").is_file() for s in splits)
+    return all(RunFolder(d).evaluation(f"eval-{s}").is_file() for s in splits)
 
 
 @dataclass
@@ -147,18 +149,18 @@ def plan(env: str, method: str, seed: int, root: Path | None = None) -> Plan:
     job, splits = JOBS[env], cfg.align.eval_splits
     d = run_dir(env, method, seed, root)
     p = Plan(env, method, seed, d, "new")
-    missing = [s for s in splits if not (d / "eval" / f"eval-{s}.json").is_file()]
+    missing = [s for s in splits if not RunFolder(d).evaluation(f"eval-{s}").is_file()]
     if not missing and method == "sft" and not (d / FROM_SFT[0] / "trainable.safetensors").is_file():
         # evaluated, but a fresh checkout has no weights (checkpoints are not committed): the pair methods and
         # sft_grpo need them, so the SFT stage is trained again (same preset and seed) and the evaluations kept
-        p.state, p.redo = "resume", ["sft.json"]
+        p.state, p.redo = "resume", [run_files.SFT]
         p.commands = [slea("align", "--resume", str(d))]
         p.note = "evaluated, but its weights are not in this checkout: the SFT stage is trained again"
         return p
     if not missing:
         p.state, p.note = "finished", "every split evaluated"
         return p
-    started = (d / "config.yaml").is_file()
+    started = RunFolder(d).config.is_file()
     if started:
         diff = config_diff(d, cfg, (*FREE_KEYS, ("model", "init_from")) if method == "sft_grpo" else FREE_KEYS)
         if diff:
@@ -177,13 +179,13 @@ def plan(env: str, method: str, seed: int, root: Path | None = None) -> Plan:
         return p
     sft = run_dir(env, "sft", seed, root)
     if not started:
-        if not (sft / "sft.json").is_file() or not (sft / FROM_SFT[0] / "trainable.safetensors").is_file():
+        if not RunFolder(sft).sft.is_file() or not (sft / FROM_SFT[0] / "trainable.safetensors").is_file():
             return _blocked(p, f"no finished SFT stage in {sft}: run --method sft --seed {seed} first")
         diff = config_diff(sft, cfg)
         if diff:
             return _blocked(p, f"{sft} was made with another configuration ({', '.join(diff)})")
     if method == "sft_grpo":
-        if not (d / "eval" / "summary.json").is_file():
+        if not RunFolder(d).summary.is_file():
             p.commands.append(slea("train", "--resume", str(d)) if started else
                               slea("train", str(ROOT / job.config), *sets, "--set", f"model.init_from={sft}"))
         p.commands += [slea("eval", str(d), "--split", s) for s in missing]
@@ -212,7 +214,7 @@ def _blocked(p: Plan, note: str) -> Plan:
 def _sibling_with_samples(env: str, method: str, seed: int, cfg, root: Path | None) -> Path | None:
     for other in PAIR_METHODS:
         d = run_dir(env, other, seed, root)
-        if other != method and all(source(d, f).is_file() for f in FROM_SIBLING) and (d / "config.yaml").is_file() \
+        if other != method and all(source(d, f).is_file() for f in FROM_SIBLING) and RunFolder(d).config.is_file() \
                 and not config_diff(d, cfg):
             return d
     return None
@@ -320,7 +322,7 @@ def scrub_home(folder: Path, home: Path | None = None) -> int:
     home_dir = str(home or Path.home()).rstrip("/") + "/"
     changed = 0
     for f in Path(folder).rglob("*"):
-        if f.suffix in (".json", ".jsonl", ".yaml", ".md") and f.is_file() and "checkpoints" not in f.parts:
+        if f.suffix in (".json", ".jsonl", ".yaml", ".md") and f.is_file() and run_files.CHECKPOINTS not in f.parts:
             text = f.read_text()
             if home_dir in text:
                 f.write_text(text.replace(home_dir, "~/"))
@@ -379,10 +381,10 @@ def collect(env: str, root: Path | None = None, untrained: Path = UNTRAINED) -> 
         per_seed: dict[int, dict[str, float | None]] = {}
         for d in sorted((env_dir(env, root) / "runs").glob(f"{method}-s*")):
             seed = int(d.name.rsplit("-s", 1)[1])
-            if not all((d / "eval" / f"eval-{s}.json").is_file() for s in splits):
+            if not all(RunFolder(d).evaluation(f"eval-{s}").is_file() for s in splits):
                 continue
             per_seed[seed] = {f"{s} {k}": v for s in splits for k, v in
-                              metrics(job.metric, json.loads((d / "eval" / f"eval-{s}.json").read_text())).items()}
+                              metrics(job.metric, json.loads(RunFolder(d).evaluation(f"eval-{s}").read_text())).items()}
         if per_seed:
             columns = list(next(iter(per_seed.values())))
             rows[method] = {"label": LABELS[method], "seeds": sorted(per_seed), "columns": {
@@ -420,9 +422,9 @@ def comparisons(env: str, root: Path | None = None) -> list[dict[str, Any]]:
     res: dict[str, dict[int, dict[str, dict]]] = {}
     for method in METHODS:
         for d in sorted((env_dir(env, root) / "runs").glob(f"{method}-s*")):
-            if all((d / "eval" / f"eval-{sp}.json").is_file() for sp in splits):
+            if all(RunFolder(d).evaluation(f"eval-{sp}").is_file() for sp in splits):
                 res.setdefault(method, {})[int(d.name.rsplit("-s", 1)[1])] = {
-                    sp: json.loads((d / "eval" / f"eval-{sp}.json").read_text()) for sp in splits}
+                    sp: json.loads(RunFolder(d).evaluation(f"eval-{sp}").read_text()) for sp in splits}
     out = []
     for sp in splits:
         key = next(iter(metrics(job.metric, {})))

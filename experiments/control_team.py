@@ -40,6 +40,7 @@ from slea.config import RunConfig
 from slea.evaluation import stats
 from slea.rollout.sampling import iteration_seeds
 from slea.runs import checkpoint as ckpt
+from slea.runs.folder import RunFolder
 from slea.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,10 +77,10 @@ def probing_trainer(cfg: RunConfig, run_dir: Path):
 def run(variant: str, seed: int, extra: list[str] | None = None) -> str:
     """Train (or resume, or reuse) one run; returns ``"reused"``, ``"resumed"`` or ``"trained"``."""
     sub, cfg = next((s, c) for s, c in plan([seed], extra).items if s.algorithm == variant)
-    if (sub.dir / "eval" / "summary.json").is_file():
+    if RunFolder(sub.dir).summary.is_file():
         print(f"{sub.dir}: finished, reused")
         return "reused"
-    resume = ckpt.latest_checkpoint(sub.dir / "checkpoints") is not None
+    resume = ckpt.latest_checkpoint(RunFolder(sub.dir).checkpoints) is not None
     trainer = probing_trainer(cfg, sub.dir)
     try:
         summary = trainer.fit(resume=resume)
@@ -150,15 +151,15 @@ def fisher_exact(k1: int, n1: int, k2: int, n2: int) -> float:
 def finished() -> list[compare.SubRun]:
     out = []
     for variant in VARIANTS:
-        runs = [d for d in (RESULTS / "runs").glob(f"{variant}-s*") if (d / "eval" / "summary.json").is_file()]
+        runs = [d for d in (RESULTS / "runs").glob(f"{variant}-s*") if RunFolder(d).summary.is_file()]
         out += [compare.SubRun(variant, int(d.name.rsplit("-s", 1)[1]), d, "reused")
                 for d in sorted(runs, key=lambda d: int(d.name.rsplit("-s", 1)[1]))]
     return out
 
 
 def run_stats(d: Path) -> dict[str, Any]:
-    summary = json.loads((d / "eval" / "summary.json").read_text())
-    rows = read_metrics(d / "metrics.jsonl")
+    summary = json.loads(RunFolder(d).summary.read_text())
+    rows = read_metrics(RunFolder(d).metrics)
     pairs = update_returns(rows)
     after = [a for _, a in pairs]
     success = [after_update(r, "success") for r in rows]

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from slea.evaluation import stats
+from slea.runs.folder import RunFolder
 from slea.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,7 +65,7 @@ def holm(pvalues: Sequence[float]) -> list[float]:
 
 
 def _rows(study: str, arm: str, seed: int, root: Path) -> list[dict[str, Any]]:
-    return read_metrics(root / study / "runs" / f"{arm}-s{seed}" / "metrics.jsonl")
+    return read_metrics(RunFolder(root / study / "runs" / f"{arm}-s{seed}").metrics)
 
 
 def _values(rows: list[dict[str, Any]], key: str, iterations: range | None = None) -> list[float]:
@@ -120,7 +121,7 @@ def heldout_wins(root: Path | None = None) -> dict[str, dict[str, list[int]]]:
         for arm in ALL_ARMS:
             wins = []
             for s in SEEDS:
-                after = json.loads((root / study / "runs" / f"{arm}-s{s}" / "eval" / "summary.json").read_text())
+                after = json.loads(RunFolder(root / study / "runs" / f"{arm}-s{s}").summary.read_text())
                 wins.append(int(sum((after.get("after") or after)["per_game_wins"])))
             out[study][arm] = wins
     return out
@@ -145,7 +146,7 @@ def quiet(rows: list[dict[str, Any]], start: int) -> dict[str, Any]:
 def three_seed(root: Path | None = None) -> dict[str, dict[str, dict[str, Any]]]:
     """:func:`quiet` of every run of the 3-seed studies (:data:`THREE_SEED`), keyed ``<arm>-s<seed>``."""
     root = root or RESULTS
-    return {name: {f"{arm}-s{s}": quiet(read_metrics(root / folder / "runs" / f"{arm}-s{s}" / "metrics.jsonl"), start)
+    return {name: {f"{arm}-s{s}": quiet(read_metrics(RunFolder(root / folder / "runs" / f"{arm}-s{s}").metrics), start)
                    for arm in THREE_SEED_ARMS for s in range(3)}
             for name, (folder, start) in THREE_SEED.items()}
 

@@ -39,13 +39,14 @@ from slea.alignment.objectives import (
 from slea.config import load_config
 from slea.policy.model import load_policy
 from slea.policy.prompt_builder import PromptBuilder
+from slea.runs.folder import RunFolder
 from slea.trainer.update import reference_logprobs
 
 
 def first_batch(run: Path, builder: PromptBuilder, batch_size: int, seed: int) -> list[PairTokens]:
     """The pairs of the run's first alignment step (the pipeline's shuffle of the pairs with ``seed + 1``)."""
-    expert, samples = load_jsonl(run / "expert.jsonl"), load_jsonl(run / "samples.jsonl")
-    pairs = json.loads((run / "pairs.json").read_text())["pairs"]
+    expert, samples = load_jsonl(RunFolder(run).expert), load_jsonl(RunFolder(run).samples)
+    pairs = json.loads(RunFolder(run).pairs.read_text())["pairs"]
     order = list(range(len(pairs)))
     random.Random(seed + 1).shuffle(order)
 
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--adapter-scale", type=float, default=0.02)
     args = ap.parse_args(argv)
-    cfg = load_config(args.run / "config.yaml", check_unused=False)  # a run made before a default changed
+    cfg = load_config(RunFolder(args.run).config, check_unused=False)  # a run made before a default changed
     torch.manual_seed(0)
     torch.set_num_threads(cfg.run.threads)
     model, tok = load_policy(cfg.model.model_copy(update={"init_from": None}))

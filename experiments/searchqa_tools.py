@@ -51,6 +51,7 @@ import numpy as np
 
 from slea import compare
 from slea.evaluation import stats
+from slea.runs.folder import CHECKPOINTS, RunFolder
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = Path(
@@ -62,7 +63,7 @@ BASELINE = "tags"
 # what both arms share beyond the preset: the answerable questions, every held-out question once (18), and one
 # response budget (a search call with the question as its query is up to 44 tokens, EOS included)
 COMMON = ("env.kwargs.answerable=answer", "eval.games=18", "rollout.max_new_tokens=64")
-SFT_WEIGHTS = Path("checkpoints") / "iter_000001" / "trainable.safetensors"
+SFT_WEIGHTS = Path(CHECKPOINTS) / "iter_000001" / "trainable.safetensors"
 # config keys that may differ from a saved config.yaml without refusing the folder
 FREE = (("run", "dir"), ("run", "name"), ("align", "method"), ("model", "init_from"))
 SEEDS_TO_CLAIM = 8  # the seeds a claim that one arm beats the other needs
@@ -94,9 +95,9 @@ def _sets(over: list[str]) -> list[str]:
 def _refuse_other_config(d: Path, over: list[str]) -> None:
     from slea.config import load_config
 
-    if not (d / "config.yaml").is_file():
+    if not RunFolder(d).config.is_file():
         return
-    diff = compare.config_diff(d / "config.yaml", load_config(CONFIG, over, check_unused=False), FREE)
+    diff = compare.config_diff(RunFolder(d).config, load_config(CONFIG, over, check_unused=False), FREE)
     if diff:
         raise SystemExit(
             f"{d} was made with other settings ({', '.join(diff)}): remove it or use $SLEA_SEARCHQA_TOOLS_DIR"
@@ -111,19 +112,19 @@ def commands(
     resume); nothing for a finished run. A started folder made with other settings ends the program."""
     over = overrides(arm, seed, extra)
     sft, grpo = sft_dir(arm, seed, root), run_dir(arm, seed, root)
-    if (grpo / "eval" / "summary.json").is_file():
+    if RunFolder(grpo).summary.is_file():
         return []
     _refuse_other_config(sft, [*over, f"run.dir={sft}"])
     _refuse_other_config(grpo, [*over, f"run.dir={grpo}"])
     out = []
-    if not (sft / "eval" / "eval-heldout.json").is_file() or not (sft / SFT_WEIGHTS).is_file():
-        if (sft / "config.yaml").is_file():
+    if not RunFolder(sft).evaluation("eval-heldout").is_file() or not (sft / SFT_WEIGHTS).is_file():
+        if RunFolder(sft).config.is_file():
             out.append(("sft", slea("align", "--resume", str(sft))))
         else:
             out.append(
                 ("sft", slea("align", str(CONFIG), "--method", "sft", *_sets([*over, f"run.dir={sft}"])))
             )
-    if (grpo / "config.yaml").is_file():
+    if RunFolder(grpo).config.is_file():
         out.append(("grpo", slea("train", "--resume", str(grpo))))
     else:
         out.append(
@@ -147,9 +148,9 @@ def run(
     if not todo:
         print(f"{grpo}: finished, reused")
     for stage, cmd in todo:
-        if stage == "sft" and (sft / "sft.json").is_file() and not (sft / SFT_WEIGHTS).is_file():
+        if stage == "sft" and RunFolder(sft).sft.is_file() and not (sft / SFT_WEIGHTS).is_file():
             # evaluated, but its weights are not in this checkout: the SFT stage is trained again
-            (sft / "sft.json").unlink()
+            RunFolder(sft).sft.unlink()
         print("$ slea " + " ".join(cmd[3:]), flush=True)
         t0 = time.perf_counter()
         execute(cmd, check=True)
@@ -203,14 +204,14 @@ def load(r: compare.SubRun, root: Path, seen: list[bool] | None = None) -> dict[
     """One finished run's numbers: held-out EM / F1 / invalid-step rate / episode length after GRPO, the EM on
     the held-out questions not asked in training (``seen``: :func:`seen_in_training`), EM and F1 after SFT alone,
     the final train success and invalid rate, the per-question EM (for the paired CI), seconds."""
-    after = (_json(r.dir / "eval" / "summary.json") or {}).get("after") or {}
-    sft = _json(sft_dir(r.algorithm, r.seed, root) / "eval" / "eval-heldout.json")
+    after = (_json(RunFolder(r.dir).summary) or {}).get("after") or {}
+    sft = _json(RunFolder(sft_dir(r.algorithm, r.seed, root)).evaluation("eval-heldout"))
     sampled = after.get("sampled") or {}
     em, f1 = em_f1(after)
     sft_em, sft_f1 = em_f1(sft)
     rows = (
-        [json.loads(x) for x in (r.dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-        if (r.dir / "metrics.jsonl").is_file()
+        [json.loads(x) for x in RunFolder(r.dir).metrics.read_text().splitlines() if x.strip()]
+        if RunFolder(r.dir).metrics.is_file()
         else []
     )
     timing = _json(r.dir / "timing.json") or {}
@@ -339,13 +340,13 @@ def _list(x: Any) -> list[Any]:
 def _settings(runs: list[compare.SubRun], root: Path) -> str:
     import yaml
 
-    r = next((r for r in runs if (r.dir / "config.yaml").is_file()), None)
+    r = next((r for r in runs if RunFolder(r.dir).config.is_file()), None)
     if r is None:
         return ""
-    c = yaml.safe_load((r.dir / "config.yaml").read_text())
+    c = yaml.safe_load(RunFolder(r.dir).config.read_text())
     ro, tr, ev = c.get("rollout", {}), c.get("train", {}), c.get("eval", {})
     decoding = "greedy" if ev.get("temperature") == 0 else f"T = {ev.get('temperature')}"
-    sft_config = sft_dir(r.algorithm, r.seed, root) / "config.yaml"
+    sft_config = RunFolder(sft_dir(r.algorithm, r.seed, root)).config
     al = yaml.safe_load(sft_config.read_text()).get("align", {}) if sft_config.is_file() else {}
     sft = (
         f"SFT on the expert's {al.get('expert_episodes')} training questions for {al.get('sft_epochs')} epochs, "
@@ -370,7 +371,7 @@ def table(root: Path | None = None, seen: list[bool] | None = None) -> dict[str,
     if not runs:
         raise SystemExit(f"no finished run under {root / 'runs'}")
     if seen is None:
-        games = (_json(runs[0].dir / "eval" / "summary.json") or {}).get("after", {}).get("games")
+        games = (_json(RunFolder(runs[0].dir).summary) or {}).get("after", {}).get("games")
         seen = seen_in_training(int(games)) if games else None
     loaded = {(r.algorithm, r.seed): load(r, root, seen) for r in runs}
     arms = list(dict.fromkeys(r.algorithm for r in runs))
@@ -489,7 +490,7 @@ def _play_train(sft: Path, out: Path, games: int, episodes: int, temperature: fl
     saved in ``out/eval/eval-train.json`` (a condition already measured is reused, not played again)."""
     from slea.cli.play import eval_
 
-    saved = out / "eval" / "eval-train.json"
+    saved = RunFolder(out).evaluation("eval-train")
     if not saved.is_file():
         eval_(str(sft), split="train", episodes=episodes, seed=None, env=None, out=out, checkpoint=None,
               set_=[f"eval.games={games}", f"eval.temperature={temperature}", "eval.greedy=false"])

@@ -49,6 +49,7 @@ import numpy as np
 from slea import compare
 from slea.config import RunConfig, load_config
 from slea.evaluation import stats
+from slea.runs.folder import RunFolder
 from slea.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,7 +99,7 @@ def train(variant: str, seed: int, config: str = CONFIG, extra: list[str] | None
     status = compare.train_sub_run(sub, cfg, say=print)
     compare.relativize(RESULTS)  # any bench/ or experiments/results/<folder>/ (SLEA_TEAMTR_DIR), configs/
     if status != "reused":
-        summary = json.loads((sub.dir / "eval" / "summary.json").read_text())
+        summary = json.loads(RunFolder(sub.dir).summary.read_text())
         print(f"{sub.dir}: held-out success {summary['after']['sampled']['success']:.3f} "
               f"(before {(summary['before'] or {}).get('sampled', {}).get('success', math.nan):.3f}), "
               f"{summary['wall_s'] / 60:.1f} min")
@@ -110,14 +111,14 @@ def finished() -> list[compare.SubRun]:
     """The finished sub-runs under :data:`RESULTS`, variant by variant, seeds in order."""
     out = []
     for variant in VARIANTS:
-        runs = [d for d in (RESULTS / "runs").glob(f"{variant}-s*") if (d / "eval" / "summary.json").is_file()]
+        runs = [d for d in (RESULTS / "runs").glob(f"{variant}-s*") if RunFolder(d).summary.is_file()]
         for d in sorted(runs, key=lambda d: int(d.name.rsplit("-s", 1)[1])):
             out.append(compare.SubRun(variant, int(d.name.rsplit("-s", 1)[1]), d, "reused"))
     return out
 
 
 def _rows(d: Path) -> list[dict[str, Any]]:
-    return read_metrics(d / "metrics.jsonl")
+    return read_metrics(RunFolder(d).metrics)
 
 
 def stage_curve(rows: list[dict[str, Any]]) -> dict[str, list[float]]:
@@ -142,7 +143,7 @@ def trust_stats(d: Path) -> dict[str, Any]:
     stepped = [r for r in rows if r.get("teamtr/steps", 0) > 0]
     kept = [float(r["teamtr/token_kl"]) for r in stepped if not r.get("teamtr/reverted")]
     measured = [float(r["teamtr/kl_max"]) for r in stepped if "teamtr/kl_max" in r]
-    cfg = load_config(d / "config.yaml", check_unused=False) if (d / "config.yaml").is_file() else None
+    cfg = load_config(RunFolder(d).config, check_unused=False) if RunFolder(d).config.is_file() else None
     estimator = next((r["teamtr/kl_estimator"] for r in rows if "teamtr/kl_estimator" in r),
                      cfg.team.trust_region.kl_estimator if cfg else None)
     # before teamtr/kl_messages was logged, d̂ was measured on the messages trained on (teamtr/samples)
@@ -160,7 +161,7 @@ def trust_stats(d: Path) -> dict[str, Any]:
 
 
 def run_stats(r: compare.SubRun) -> dict[str, Any]:
-    summary = json.loads((r.dir / "eval" / "summary.json").read_text())
+    summary = json.loads(RunFolder(r.dir).summary.read_text())
     rows = _rows(r.dir)
     curve = stage_curve(rows)
     after, before = summary["after"], summary.get("before") or {}
@@ -224,7 +225,7 @@ def table(config: str = CONFIG, extra: list[str] | None = None) -> dict:
 def gain(runs: list[compare.SubRun], variant: str) -> dict[str, Any]:
     """A variant's held-out success after training against before it (the untrained team on the same games, same
     sampling keys), paired by seed and game: is the gain separated from none?"""
-    res = {r.seed: json.loads((r.dir / "eval" / "summary.json").read_text()) for r in runs if r.algorithm == variant}
+    res = {r.seed: json.loads(RunFolder(r.dir).summary.read_text()) for r in runs if r.algorithm == variant}
     after = {s: (x.get("after") or {}) for s, x in res.items()}
     before = {s: (x.get("before") or {}) for s, x in res.items()}
     return stats.paired_comparison(
@@ -266,7 +267,7 @@ def trust(runs: list[compare.SubRun] | None = None) -> dict[str, Any]:
         raise SystemExit(f"no finished run under {RESULTS}")
     tab: dict[str, Any] = {"variants": {}}
     for r in runs:
-        summary = json.loads((r.dir / "eval" / "summary.json").read_text())
+        summary = json.loads(RunFolder(r.dir).summary.read_text())
         v = tab["variants"].setdefault(r.algorithm, {"seeds": [], "per_seed": {}})
         v["seeds"].append(r.seed)
         v["per_seed"][str(r.seed)] = {"trust": trust_stats(r.dir), "wall_s": float(summary["wall_s"])}
