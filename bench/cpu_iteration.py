@@ -27,6 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from slea.runs.folder import RunFolder
+
 KEEP = ("time/iteration_s", "time/generation_s", "time/env_s", "time/train_s", "train/episodes", "env_steps",
         "tokens/prompt", "tokens/generated", "tokens/trained", "train/return", "update/loss",
         "update/old_logprobs_s", "update/ratio_dev_onpolicy", "update/ratio_onpolicy_max_dev",
@@ -75,8 +77,8 @@ def main(argv: list[str] | None = None) -> dict:
         wall = time.perf_counter() - t0
         if proc.returncode != 0:
             raise SystemExit(f"slea train failed ({proc.returncode}): see {log}")
-        rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line]
-        summary = json.loads((run_dir / "eval" / "summary.json").read_text())
+        rows = [json.loads(line) for line in RunFolder(run_dir).metrics.read_text().splitlines() if line]
+        summary = json.loads(RunFolder(run_dir).summary.read_text())
     res = {"what": "configs/default.yaml, " + " ".join(overrides(args.iterations, Path("<tmp>"))[:-1] + args.extra),
            "src": "this repository" if src == Path(__file__).resolve().parents[1] else "a checkout of the commit below",
            "commit": commit, "wall_s": wall,

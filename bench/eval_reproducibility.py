@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from slea.runs.folder import RunFolder
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench" / "results" / "eval_reproducibility.json"
 KEYS = ("sampled", "greedy", "per_game_wins")
@@ -38,7 +40,7 @@ def slea_eval(target: str, out: Path, *overrides: str) -> dict:
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     t0 = time.perf_counter()
     subprocess.run(cmd, check=True, cwd=ROOT, env=env, stdout=subprocess.DEVNULL)
-    res = json.loads((out / "eval" / "eval-heldout.json").read_text())
+    res = json.loads(RunFolder(out).evaluation("eval-heldout").read_text())
     return {"command": "slea eval " + " ".join([target, *(f"--set {o}" for o in overrides)]),
             "wall_s": time.perf_counter() - t0, **{k: res[k] for k in KEYS}}
 
@@ -61,9 +63,9 @@ def main() -> None:
         if args.run:
             run = Path(args.run)
             for label in ("before", "after"):
-                saved = json.loads((run / "eval" / f"{label}.json").read_text())
+                saved = json.loads(RunFolder(run).evaluation(label).read_text())
                 runs[f"{run.name}: {label}, inside the training process"] = {
-                    "command": f"(written by training, {run / 'eval' / f'{label}.json'})",
+                    "command": f"(written by training, {RunFolder(run).evaluation(label)})",
                     **{k: saved[k] for k in KEYS}}
             runs[f"{run.name}: re-evaluated from its folder"] = slea_eval(str(run), Path(tmp) / "rerun")
     a, b, f = (runs[k] for k in ("untrained bf16, process 1", "untrained bf16, process 2", "untrained float32"))

@@ -57,6 +57,8 @@ from pathlib import Path
 
 import torch
 
+from slea.runs.folder import RunFolder
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Qwen2.5-1.5B-Instruct's and Qwen2.5-7B-Instruct's config.json (architecture fields), written here: no download.
@@ -200,8 +202,8 @@ def train_step(device: str, iterations: int) -> dict:
             if proc.returncode != 0:
                 res["stderr"] = proc.stderr[-1500:]
             else:
-                rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line]
-                summary = json.loads((run / "eval" / "summary.json").read_text())
+                rows = [json.loads(line) for line in RunFolder(run).metrics.read_text().splitlines() if line]
+                summary = json.loads(RunFolder(run).summary.read_text())
                 first = rows[0]
                 res.update(rows=len(rows), device=summary.get("device"), precision=summary.get("precision"),
                            mismatch_dev_mean=first.get("update/mismatch_dev_mean"),

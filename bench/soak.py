@@ -39,6 +39,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
+from slea.runs.folder import RunFolder
 from slea.runs.runlog import read_metrics
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -122,7 +123,7 @@ def run_with_kills(config: Path, run: Path, seed: int, kills: int, rng: random.R
     launches = 0
     with open(run.parent / f"{run.name}.log", "w") as log:
         while True:
-            resume = (run / "config.yaml").is_file()
+            resume = RunFolder(run).config.is_file()
             # killed before its config.yaml was written (the folder may hold events/ already): start it over
             args = ["train", "--resume", str(run)] if resume else ["train", str(config), "--set", f"run.dir={run}",
                                                                     "--overwrite"]
@@ -141,7 +142,7 @@ def run_with_kills(config: Path, run: Path, seed: int, kills: int, rng: random.R
                     rc = p.wait(timeout=delay)
                 except subprocess.TimeoutExpired:
                     rows = _count_rows(run)
-                    ckpts = sorted(x.name for x in (run / "checkpoints").glob("iter_*")) if run.exists() else []
+                    ckpts = sorted(x.name for x in RunFolder(run).checkpoints.glob("iter_*")) if run.exists() else []
                     p.send_signal(signal.SIGKILL)
                     p.wait()
                     done += 1
@@ -159,7 +160,7 @@ def run_with_kills(config: Path, run: Path, seed: int, kills: int, rng: random.R
 
 def _count_rows(run: Path) -> int:
     try:
-        return len((run / "metrics.jsonl").read_text().splitlines())
+        return len(RunFolder(run).metrics.read_text().splitlines())
     except OSError:
         return 0
 
@@ -191,7 +192,7 @@ def compare(run: Path, ref: Path, iterations: int) -> dict:
 
     from slea.runs import checkpoint as ckpt
 
-    got, want = read_metrics(run / "metrics.jsonl"), read_metrics(ref / "metrics.jsonl")
+    got, want = read_metrics(RunFolder(run).metrics), read_metrics(RunFolder(ref).metrics)
     its = [r["iteration"] for r in got]
     missing = sorted(set(range(iterations)) - set(its))
     duplicated = sorted(i for i, n in Counter(its).items() if n > 1)
@@ -203,15 +204,15 @@ def compare(run: Path, ref: Path, iterations: int) -> dict:
     intact = []
     for name in expected_ck:
         try:
-            ckpt.verify_checkpoint(run / "checkpoints" / name)
+            ckpt.verify_checkpoint(RunFolder(run).checkpoint(name))
             intact.append(name)
         except ckpt.CheckpointError:
             pass
-    lib_got, lib_want = _library_rows(run / "library.sqlite"), _library_rows(ref / "library.sqlite")
-    w_got = load_file(str(run / "checkpoints" / expected_ck[-1] / "trainable.safetensors"))
-    w_want = load_file(str(ref / "checkpoints" / expected_ck[-1] / "trainable.safetensors"))
-    ev_got = json.loads((run / "eval" / "after.json").read_text())["sampled"]
-    ev_want = json.loads((ref / "eval" / "after.json").read_text())["sampled"]
+    lib_got, lib_want = _library_rows(RunFolder(run).library), _library_rows(RunFolder(ref).library)
+    w_got = load_file(str(RunFolder(run).checkpoint(expected_ck[-1]) / "trainable.safetensors"))
+    w_want = load_file(str(RunFolder(ref).checkpoint(expected_ck[-1]) / "trainable.safetensors"))
+    ev_got = json.loads(RunFolder(run).evaluation("after").read_text())["sampled"]
+    ev_want = json.loads(RunFolder(ref).evaluation("after").read_text())["sampled"]
     return {
         "metrics_rows": {"expected": iterations, "present": len(got), "missing": missing, "duplicated": duplicated,
                          "differ_from_uninterrupted": mismatched},
@@ -307,13 +308,13 @@ def main() -> None:
     kill = run_with_kills(config, work / "soak", args.seed, args.kills, random.Random(args.seed))
     print(f"killed {kill['kills']}x, {kill['launches']} launches: {kill['wall_s']:.0f}s", flush=True)
     data = compare(work / "soak", work / "reference", args.iterations)
-    rows = read_metrics(work / "soak" / "metrics.jsonl")
+    rows = read_metrics(RunFolder(work / "soak").metrics)
     inj = {k: int(sum(r.get(f"soak/{k}", 0) for r in rows))
            for k in ("crash", "hang", "nan", "reset_crash", "garbage", "nan_loss")}
     counted = {k: int(sum(r.get(k, 0) for r in rows)) for k in
                ("faults/env_errors", "faults/env_timeouts", "faults/reset_errors", "guard/nonfinite_rewards",
                 "update/skipped_updates")}
-    completed = (work / "soak" / "eval" / "summary.json").is_file()
+    completed = RunFolder(work / "soak").summary.is_file()
     # A fault is survived when the run went on past it and completed; env faults are also checked against the
     # pool's own counts (a dead env raises on every later call, so errors >= crashes).
     survived = {k: (v if completed else 0) for k, v in inj.items()}
