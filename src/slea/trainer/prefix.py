@@ -171,15 +171,22 @@ def _run(module, context: Level | None, seqs: list[list[int]], starts: list[int]
     return out, ids, level if keep_cache else None
 
 
+def refuse_checkpointing(module) -> None:
+    """Raise if ``module`` would drop the KV cache the shared prefixes pass it: gradient-checkpointed layers, in
+    training with gradients."""
+    if torch.is_grad_enabled() and module.training and checkpointing(module):
+        raise RuntimeError("the shared-prefix forward needs each layer's KV cache, which a gradient-checkpointed "
+                           "layer drops in training: run the plain forward (share_prefix=False)")
+
+
 def trie_forward(module, trie: PrefixTrie, prompts: Sequence[Sequence[int]],
                  responses: Sequence[Sequence[int]], *, logits_to_keep: int) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logits, ids)``: the causal LM ``module`` over each row's ``prompt + response``, with every node of
     ``trie`` computed once (its levels as batches, the LM head on one position), then the rows' own tokens after
     their deepest node's KV. ``ids``: the rows' own tokens, left-padded; ``logits``: those of its last
     ``logits_to_keep`` columns. An empty trie is the plain left-padded forward."""
-    if trie.nodes and torch.is_grad_enabled() and module.training and checkpointing(module):
-        raise RuntimeError("the shared-prefix forward needs each layer's KV cache, which a gradient-checkpointed "
-                           "layer drops in training: run the plain forward (share_prefix=False)")
+    if trie.nodes:
+        refuse_checkpointing(module)
     slot = {n: trie.level(node.depth).index(n) for n, node in enumerate(trie.nodes)}  # a node's row in its level
     levels: list[Level] = []
     for depth in range(1, trie.depth + 1):

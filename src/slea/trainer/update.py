@@ -26,7 +26,7 @@ from slea.config import loss_settings
 from slea.device import model_device
 from slea.parallel.distributed import DataParallel, is_sharded, lockstep_passes
 from slea.policy.generation import autocast, checkpointing
-from slea.trainer.prefix import build_trie, trie_forward
+from slea.trainer.prefix import build_trie, refuse_checkpointing, trie_forward
 from slea.types import Step
 
 
@@ -86,6 +86,8 @@ def response_logprobs_entropy(model, samples: list[Sample], *, temperature: floa
     ``prefix_levels`` bounds the shared-prefix trie's depth (1: the micro-batch's common prefix alone)."""
     k = max(len(s.response_ids) for s in samples)
     prompts = [s.prompt_ids for s in samples]
+    if share_prefix:  # refused whether or not these rows share a prefix long enough to be a node
+        refuse_checkpointing(model)
     trie = build_trie(prompts, prefix_levels if share_prefix else 0)
     dev = model_device(model)
     with autocast(dtype, dev):
