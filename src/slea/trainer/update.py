@@ -125,21 +125,23 @@ def share_prefix_for(model, sharded: bool) -> bool:
 
 @torch.no_grad()
 def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temperature: float, dtype: str,
-                       reference=None, dp: DataParallel | None = None, share_prefix: bool = True) -> None:
+                       reference=None, dp: DataParallel | None = None, share_prefix: bool = True,
+                       passes: int = 0, spare: Sample | None = None) -> None:
     """Fill ``ref_logprobs`` from π_ref: ``reference`` (a frozen copy of the starting weights) when given, else
     ``model`` with its LoRA adapters disabled. A model without adapters and no ``reference`` is an error: its
     "reference" would be the current policy and the KL term would be 0. With ``dp`` each rank computes its
-    share of the rows and every rank receives all of them."""
+    share of the rows and every rank receives all of them.
+
+    ``passes``: run at least this many forwards, the ones past the rows' own on ``spare`` (kept nowhere): a
+    sharded model's lockstep. They run inside the same adapter context as the others, because peft reshards
+    the FSDP units when that context opens or closes, and a rank that did so once more than another would
+    all-gather once more (a collective mismatch)."""
     if dp is not None and dp.world > 1:
         mine = dp.share(samples)
         sharded = is_sharded(model)
+        lockstep = lockstep_passes(len(samples), dp.world, micro_batch) if sharded else 0  # distributed.py
         reference_logprobs(model, mine, micro_batch=micro_batch, temperature=temperature, dtype=dtype,
-                           reference=reference, share_prefix=not sharded)
-        if sharded:  # every rank runs the busiest rank's number of forwards (distributed.py)
-            idle = lockstep_passes(len(samples), dp.world, micro_batch) - math.ceil(len(mine) / micro_batch)
-            with model.disable_adapter():
-                for _ in range(idle):
-                    response_logprobs(model, samples[:1], temperature=temperature, dtype=dtype, share_prefix=False)
+                           reference=reference, share_prefix=not sharded, passes=lockstep, spare=samples[0])
         every = [row for part in dp.gather([s.ref_logprobs for s in mine]) for row in part]
         for s, row in zip(samples, every):
             s.ref_logprobs = row
@@ -149,10 +151,10 @@ def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temper
                          "weights: pass reference=")
     ctx = model.disable_adapter() if reference is None else contextlib.nullcontext()
     net = model if reference is None else reference
+    chunks = [samples[start:start + micro_batch] for start in range(0, len(samples), micro_batch)]
     with ctx:
-        for start in range(0, len(samples), micro_batch):
-            chunk = samples[start:start + micro_batch]
-            logp, mask = response_logprobs(net, chunk, temperature=temperature, dtype=dtype,
+        for chunk in chunks + [[]] * (passes - len(chunks)):
+            logp, mask = response_logprobs(net, chunk or [spare], temperature=temperature, dtype=dtype,
                                            share_prefix=share_prefix)
             for s, row, m in zip(chunk, logp, mask):
                 s.ref_logprobs = row[m.bool()].tolist()
