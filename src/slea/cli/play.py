@@ -137,22 +137,22 @@ def eval_(
     config_file = RunFolder(run).config if run else path if path.suffix in (".yaml", ".yml") and path.is_file() \
         else None
     over = [f"model.name_or_path={target}"] if config_file is None else []
-    over += list(set_)
     if episodes is not None:
         over.append(f"eval.episodes_per_game={episodes}")
     if seed is not None:
         over.append(f"eval.seed={seed}")
-    cfg = run_config(config_file, over, trains=False, saved=run is not None)
-    if env is not None and env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
-        home = cfg.env.id
-        cfg = run_config(config_file, [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over], trains=False,
-                         saved=run is not None)
-        if run is not None and cfg.experience.mode != "off" and RunFolder(run).library.is_file():
-            from slea.evaluation.agent import library_env_warning
+    # the config's own env first, without --set (whose env kwargs may be for the --env one)
+    home = run_config(config_file, over, trains=False, saved=run is not None).env.id
+    moved = env is not None and env != home
+    if moved:  # another env: the config's env kwargs do not apply to it
+        over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
+    cfg = run_config(config_file, [*over, *set_], trains=False, saved=run is not None)
+    if moved and run is not None and cfg.experience.mode != "off" and RunFolder(run).library.is_file():
+        from slea.evaluation.agent import library_env_warning
 
-            warning = library_env_warning([home], cfg.env.id)  # the run's library is retrieved from on another env
-            if warning:
-                err.print(warning, markup=False, highlight=False, soft_wrap=True)
+        warning = library_env_warning([home], cfg.env.id)  # the run's library is retrieved from on another env
+        if warning:
+            err.print(warning, markup=False, highlight=False, soft_wrap=True)
     if config_file is None and not _model_target(target) and cfg.model.generator == "hf":  # a served one: any name
         raise fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded', 'tiny' nor a YAML config")
@@ -246,7 +246,7 @@ def agent(
 
     over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
     config_file = RunFolder(run).config if run else None
-    cfg = run_config(config_file, over + list(set_), trains=False, saved=run is not None)
+    cfg = run_config(config_file, over, trains=False, saved=run is not None)  # no --set: it may be --env's kwargs
     if run is None and not _model_target(model) and cfg.model.generator == "hf":  # a served model: any name
         raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
