@@ -119,7 +119,7 @@ def training(model, name: str, tok, lora_layers: int, sizes: dict, reps: int, ob
         step()  # warm-up
         t = mfu.timed_calls(step, reps, min_cpu)
         s = t["s"]
-        batches = mfu.micro_batches(rows, trl_step.G)
+        batches = mfu.micro_batches(rows, trl_step.G, executed=False)  # model FLOPs only
         flops = mfu.step_flops(mfu.Arch.of(model), batches, executed=False)["total"]
         points.append({"history": h, "rows": len(rows), "mean_prompt_tokens": sum(map(len, batch)) / len(batch),
                        "shared_prefix": batches[0].prefix, "tokens": sum(len(p) + len(c) for p, c in rows),

@@ -178,21 +178,28 @@ class MicroBatch:
     responses: list[int]
 
 
-def micro_batches(rows: list[tuple[list[int], list[int]]], micro_batch: int) -> list[MicroBatch]:
+def micro_batches(rows: list[tuple[list[int], list[int]]], micro_batch: int,
+                  executed: bool = True) -> list[MicroBatch]:
     """The micro-batches ``ppo_update`` forms from one mini-batch of (prompt ids, response ids) rows: sorted by
     prompt then response, cut every ``micro_batch`` rows, the prefix shared by a chunk of two or more rows (the
-    top level of its trie of shared prefixes, slea/trainer/prefix.py; a chunk whose trie is deeper is refused:
-    these counts model one shared level)."""
+    top level of its trie of shared prefixes, slea/trainer/prefix.py). These counts model one shared level:
+    with ``executed`` a chunk whose trie is deeper is refused (its executed FLOPs would be overcounted); without,
+    the prefix is the one every row of the chunk shares (enough for the model FLOPs, which count every row's
+    tokens whatever runs once)."""
+    from slea.policy.generation import shared_prefix
     from slea.trainer.prefix import build_trie
 
     out = []
     rows = sorted(rows)
     for start in range(0, len(rows), micro_batch):
         chunk = rows[start:start + micro_batch]
-        trie = build_trie([p for p, _ in chunk])
-        if len(trie.nodes) > 1 or (trie.nodes and min(trie.row_node) < 0):
-            raise ValueError("the FLOP count models one prefix shared by every row of a micro-batch")
-        n = trie.nodes[0].end if trie.nodes else 0
+        if executed:
+            trie = build_trie([p for p, _ in chunk])
+            if len(trie.nodes) > 1 or (trie.nodes and min(trie.row_node) < 0):
+                raise ValueError("the FLOP count models one prefix shared by every row of a micro-batch")
+            n = trie.nodes[0].end if trie.nodes else 0
+        else:
+            n = shared_prefix([p for p, _ in chunk]) if len(chunk) > 1 else 0
         out.append(MicroBatch(n, [len(p) - n + len(c) for p, c in chunk], [len(c) for _, c in chunk]))
     return out
 
