@@ -117,6 +117,12 @@ def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
     return ExperienceManager(cfg.experience, RunFolder(workdir).library)
 
 
+def home_settings(set_: list[str]) -> list[str]:
+    """The ``--set`` items that apply to the config's own env: all but its env kwargs, which ``--env`` names
+    another env for (they are checked against that one when the config loads)."""
+    return [item for item in set_ if not item.startswith(("env.kwargs", "env.eval_kwargs"))]
+
+
 def eval_(
     target: str = typer.Argument(..., help="a run folder, a model folder, 'embedded', or a YAML config"),
     split: str | None = typer.Option(None, help="env split (default: the config's held-out one)"),
@@ -141,8 +147,7 @@ def eval_(
         over.append(f"eval.episodes_per_game={episodes}")
     if seed is not None:
         over.append(f"eval.seed={seed}")
-    # the config's own env first, without --set (whose env kwargs may be for the --env one)
-    home = run_config(config_file, over, trains=False, saved=run is not None).env.id
+    home = run_config(config_file, over + home_settings(set_), trains=False, saved=run is not None).env.id
     moved = env is not None and env != home
     if moved:  # another env: the config's env kwargs do not apply to it
         over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
@@ -246,7 +251,7 @@ def agent(
 
     over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
     config_file = RunFolder(run).config if run else None
-    cfg = run_config(config_file, over, trains=False, saved=run is not None)  # no --set: it may be --env's kwargs
+    cfg = run_config(config_file, over + home_settings(set_), trains=False, saved=run is not None)
     if run is None and not _model_target(model) and cfg.model.generator == "hf":  # a served model: any name
         raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
