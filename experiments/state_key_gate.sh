@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The state-key gate's runs (docs/results/state_key.md): every run still missing under
-# experiments/results/evidence/gate_{default,hard}/, in order (per job and seed: slea_key, then slea), each made
+# experiments/results/evidence/gate_{default,hard}/, in order (slea_key's runs, then slea's; per job, per seed), each made
 # with the package and script of the fixed checkout FIXED (a `git worktree` of the commit that fixed the gate) and
 # committed as soon as it finishes, so an interrupted gate resumes here.
 #   experiments/state_key_gate.sh FIXED [WRAPPER ...]
@@ -19,9 +19,9 @@ commit() {  # commit FOLDER MESSAGE: only that folder; a few tries, since other 
   done
   echo "state_key_gate: could not commit $1" >&2
 }
-for job in gate_default gate_hard; do
-  for seed in 0 1 2; do
-    for variant in slea_key slea; do
+for variant in slea_key slea; do  # the key's runs first: the gate's criteria are theirs, the raw runs stand beside
+  for job in gate_default gate_hard; do
+    for seed in 0 1 2; do
       d=$results/$job/$variant/runs/slea-s$seed
       [ -f "$d/eval/summary.json" ] && continue
       SLEA_EVIDENCE_DIR="$results" PYTHONPATH="$fixed/src" "${wrap[@]}" "$py" "$fixed/experiments/slea_evidence.py" \
