@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 
 from slea.runs.folder import RunFolder
+from slea.testing import server as testing_server
+from slea.testing.server import Server
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "experiments" / "results" / "agent_served"
@@ -71,17 +73,12 @@ def rel(path: Path) -> str:
     return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
 
 
-def start_server(log: Path, model: str):
-    """``slea serve MODEL --port 0``: (process, base URL)."""
-    proc = subprocess.Popen([*SLEA, "serve", model, "--port", "0", "--threads", "2"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, cwd=ROOT)
-    line = proc.stdout.readline()
-    if not line.startswith(f"serving {model} at "):
-        proc.kill()
-        raise SystemExit(f"slea serve did not start: {line}{proc.stdout.read()[-2000:]}")
+def start_server(log: Path, model: str) -> Server:
+    """``slea serve MODEL --port 0`` (:func:`slea.testing.server.start_server`); its address line kept in ``log``."""
+    server = testing_server.start_server(model, "--port", "0", "--threads", "2", cwd=ROOT)
     log.parent.mkdir(parents=True, exist_ok=True)
-    log.write_text(line)
-    return proc, line.split(" at ", 1)[1].strip()
+    log.write_text(f"serving {model} at {server.url}\n")
+    return server
 
 
 def agent_args(family: str, engine: str, condition: str, url: str | None, games: int, episodes: int,
@@ -115,7 +112,8 @@ def run(family: str, engine: str, conditions: list[str], games: int, episodes: i
     if not todo:
         print(f"{family}/{engine}: nothing to do")
         return
-    proc, url = start_server(OUT / family / engine / "server.txt", model) if engine == "served" else (None, None)
+    server = start_server(OUT / family / engine / "server.txt", model) if engine == "served" else None
+    url = server.url if server is not None else None
     try:
         for c in todo:
             out = OUT / family / engine / c
@@ -133,9 +131,8 @@ def run(family: str, engine: str, conditions: list[str], games: int, episodes: i
                 for p in (OUT / family / engine).glob("empty.sqlite*"):
                     p.unlink()
     finally:
-        if proc is not None:
-            proc.terminate()
-            proc.wait(timeout=30)
+        if server is not None:
+            server.stop()
 
 
 # -- the table ----------------------------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """A ``slea serve`` process for tests and benchmarks: started in a subprocess, ready once it prints the address it
 serves at, and stopped for sure (terminated, then killed if it lingers). tests/test_serve.py,
-tests/policy/test_serve_openai_client.py, tests/test_howto.py and :mod:`slea.testing.serve_hostile` start theirs
-here."""
+tests/policy/test_serve_openai_client.py, tests/test_howto.py, :mod:`slea.testing.serve_hostile` and
+experiments/agent_served.py start theirs here."""
 
 from __future__ import annotations
 
