@@ -97,7 +97,6 @@ from slea.policy.openai_protocol import (
     RequestError,
     chat_messages,
     cut_at_stop,
-    error_body,
     integer,
     number,
     parse_request,
@@ -107,14 +106,18 @@ from slea.policy.openai_protocol import (
     tool_request,
 )
 from slea.policy.serve_caps import SizeCaps, check_chat, check_text, longest_token_chars
-from slea.policy.serve_gate import Gate, Pipe
-from slea.policy.serve_http import Front, Server, read_body
+from slea.policy.serve_gate import Gate
+from slea.policy.serve_http import Front, Server
+from slea.policy.serve_routes import (
+    Request,
+    Requests,
+    add_adapter_routes,
+    add_error_handlers,
+    add_generation_routes,
+    add_model_routes,
+    add_sleep_routes,
+)
 from slea.policy.serve_stream import Streamer
-
-try:  # the serve extra; FastAPI resolves the routes' (string) annotations in this module's namespace
-    from fastapi import Request
-except ImportError:  # the engine alone works without it; make_server says what to install
-    Request = None  # type: ignore[assignment,misc]
 
 log = logging.getLogger(__name__)
 CHAT_MAX_TOKENS = 256  # a chat request's default max_tokens (completions: 16, as the OpenAI API)
@@ -601,21 +604,12 @@ def _usage(prompt_tokens: int, answers: list[Answer]) -> dict:
     return {"prompt_tokens": prompt_tokens, "completion_tokens": used, "total_tokens": prompt_tokens + used}
 
 
-def _error(exc: RequestError):
-    from fastapi.responses import JSONResponse
-
-    headers = {"Connection": "close"} if exc.status in (408, 413) else None
-    return JSONResponse(error_body(exc.status, str(exc), exc.param, exc.code), status_code=exc.status,
-                        headers=headers)
-
-
 def build_app(engine: Engine, settings: ServeSettings | None = None):
-    """The ASGI app (FastAPI) over ``engine``: routes, limits, key check, request log (module docstring)."""
+    """The ASGI app (FastAPI) over ``engine``: routes (slea/policy/serve_routes.py, by group), limits, key check,
+    request log (module docstring)."""
     if Request is None:
         raise ImportError("slea serve needs FastAPI and uvicorn: pip install 'slea[serve]'")
     from fastapi import FastAPI
-    from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
-    from starlette.exceptions import HTTPException
 
     if settings is not None:
         engine.configure(settings)
@@ -623,119 +617,13 @@ def build_app(engine: Engine, settings: ServeSettings | None = None):
     gate = Gate(settings.max_queue, settings.request_timeout_s)
     app = FastAPI(title="slea serve", docs_url=None, redoc_url=None, openapi_url=None)
     app.state.gate = gate
+    requests = Requests(engine, gate, settings)
+    add_model_routes(app, engine)
+    add_generation_routes(app, requests)
+    add_adapter_routes(app, requests)
+    add_sleep_routes(app, engine)
+    add_error_handlers(app)
     key = settings.api_key.encode() if settings.api_key else None
-
-    async def _start(request, work, prepare=None):
-        """``prepare()`` off the engine, then ``work(prepared, cancel)`` started on it, within the request's
-        deadline (slea/policy/serve_gate.py): ``(ticket, prepared, future)``, or ``None`` when the client went away
-        first."""
-        ticket = gate.admit(request, request.state.deadline)
-        try:
-            prepared = await gate.prepare(ticket, prepare) if prepare is not None else None
-            future = await gate.start(ticket, lambda cancel: work(prepared, cancel))
-        except BaseException:
-            ticket.close()
-            raise
-        if future is None:
-            ticket.close()
-            return None
-        return ticket, prepared, future
-
-    async def _body(request) -> bytes:
-        request.state.deadline = time.monotonic() + settings.request_timeout_s  # from the request's arrival
-        raw = await read_body(request, settings.max_body_bytes, settings.header_timeout_s,
-                              settings.request_timeout_s)
-        return raw or b"{}"
-
-    def _gone(request):
-        log.info("%s: the client disconnected; generation stopped", request.url.path)
-        return Response(status_code=499)  # nobody to answer
-
-    async def _generate(request, prepare):
-        raw = await _body(request)
-        pipe = Pipe()
-        started = await _start(request, lambda job, cancel: engine.run(
-            job, cancel, pipe.put if job.body.get("stream") else None), lambda: prepare(raw))
-        if started is None:
-            return _gone(request)
-        ticket, job, future = started
-        if job.body.get("stream"):  # the events go as the engine makes them
-            return StreamingResponse(pipe.events(gate, ticket, future), media_type="text/event-stream",
-                                     headers={"Cache-Control": "no-cache"})
-        answer = await gate.result(ticket, future)
-        return _gone(request) if answer is None else JSONResponse(answer)
-
-    @app.get("/health")
-    async def health():
-        return Response(status_code=200)
-
-    @app.get("/v1/models")
-    async def models():
-        return engine.models()
-
-    @app.get("/v1/models/{name:path}")
-    async def model(name: str):
-        found = [m for m in engine.models()["data"] if m["id"] == name]
-        if not found:
-            raise RequestError(404, f"The model `{name}` does not exist.", param="model", code="model_not_found")
-        return found[0]
-
-    @app.post("/v1/completions")
-    async def completions(request: Request):
-        return await _generate(request, engine.prepare_completion)
-
-    @app.post("/v1/chat/completions")
-    async def chat(request: Request):
-        return await _generate(request, engine.prepare_chat)
-
-    async def _adapter(request, method):
-        body = parse_request(AdapterRequest, await _body(request))
-        started = await _start(request, lambda _, cancel: method(body))
-        answer = await gate.result(started[0], started[2]) if started else None
-        return PlainTextResponse(answer or "")
-
-    @app.post("/v1/load_lora_adapter")
-    async def load_lora(request: Request):
-        if settings.lora_dir is None:  # before reading anything
-            return _error(RequestError(403, "load_lora_adapter is off: start slea serve with --lora-dir DIR to "
-                                            "load LoRA adapters from folders under DIR", code="lora_loading_disabled"))
-        return await _adapter(request, engine.load_lora)
-
-    @app.post("/v1/unload_lora_adapter")
-    async def unload_lora(request: Request):
-        return await _adapter(request, engine.unload_lora)
-
-    @app.post("/sleep")
-    async def sleep():
-        return PlainTextResponse(engine.set_sleeping(True))
-
-    @app.post("/wake_up")
-    async def wake_up():
-        return PlainTextResponse(engine.set_sleeping(False))
-
-    @app.get("/is_sleeping")
-    async def is_sleeping():
-        return {"is_sleeping": engine.sleeping}
-
-    @app.exception_handler(RequestError)
-    async def refused(request, exc: RequestError):
-        return _error(exc)
-
-    @app.exception_handler(HTTPException)
-    async def http_error(request, exc: HTTPException):
-        if exc.status_code == 404:
-            msg, code = f"Invalid URL ({request.method} {request.url.path}): slea serve has no such route", "unknown_url"
-        elif exc.status_code == 405:
-            msg, code = f"{request.method} is not allowed on {request.url.path}", "method_not_allowed"
-        else:
-            msg, code = str(exc.detail), None
-        return JSONResponse(error_body(exc.status_code, msg, None, code), status_code=exc.status_code)
-
-    @app.exception_handler(Exception)
-    async def failed(request, exc: Exception):
-        log.exception("request failed")
-        return JSONResponse(error_body(500, f"{type(exc).__name__}: {exc}"), status_code=500)
-
     return Front(app, engine.log_call, key, settings.max_in_flight)
 
 
