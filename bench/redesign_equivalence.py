@@ -49,8 +49,9 @@ OUT = ROOT / "bench" / "results" / "redesign_equivalence.json"
 # metrics keys that measure this process's clock: wall times and the rates derived from them
 VOLATILE_PREFIXES = ("time/", "throughput/")
 VOLATILE_METRICS = frozenset({"library/evolve_s", "update/old_logprobs_s"})
-# JSON keys (at any depth) that hold a wall time or the run folder's own path
-VOLATILE_JSON = frozenset({"wall_s", "run_dir"})
+# JSON keys (at any depth) that hold a wall time or the run folder's own path: an evaluation's and a run's wall_s,
+# a team checkpoint's state.json train_s (training seconds so far, for train.time_budget_s), summary.json's run_dir
+VOLATILE_JSON = frozenset({"wall_s", "train_s", "run_dir"})
 # config.yaml: the run folder is each run's own
 VOLATILE_CONFIG = (("run", "dir"),)
 # files and folders not compared, and why
@@ -250,37 +251,46 @@ def trained(run: Path) -> bool:
 
 
 # -- running the cases in one tree ---------------------------------------------------------------------------
-def slea_train(tree: Path, args: list[str], overrides: list[str], kill_at: int | None = None) -> dict[str, Any]:
-    """``python -m slea.cli train ARGS --set ...`` on ``tree``'s source (PYTHONPATH), offline; with ``kill_at``,
-    armed to SIGKILL itself inside that step's checkpoint. Returns the command, its exit status and wall time."""
+def slea_train(tree: Path, run: Path, config: str | None, overrides: list[str],
+               kill_at: int | None = None) -> dict[str, Any]:
+    """``slea train CONFIG --set run.dir=RUN --set ...`` (``config`` None: ``slea train --resume RUN --set ...``) as
+    ``python -m slea.cli`` on ``tree``'s source (PYTHONPATH), offline; with ``kill_at``, armed to SIGKILL itself
+    inside that step's checkpoint. Returns the command as written with RUN for the run folder, whether it ended
+    as wanted (exit 0, or killed), its wall time and, when it did not, its last lines of stderr."""
     env = {k: v for k, v in os.environ.items() if k != "SLEA_TEST_KILL_AT"}
     env.update(PYTHONPATH=str(tree / "src"), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1",
                TOKENIZERS_PARALLELISM="false")
     if kill_at is not None:
         env["SLEA_TEST_KILL_AT"] = str(kill_at)
-    cmd = [sys.executable, "-m", "slea.cli", "train", *args]
-    for o in overrides:
-        cmd += ["--set", o]
+    head = ["--resume", "RUN"] if config is None else [config, "--set", "run.dir=RUN"]
+    args = [*head, *(x for o in overrides for x in ("--set", o))]
     t0 = time.perf_counter()
-    r = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
+    real = [str(run) if a == "RUN" else f"run.dir={run}" if a == "run.dir=RUN" else a for a in args]
+    r = subprocess.run([sys.executable, "-m", "slea.cli", "train", *real], cwd=tree, env=env, capture_output=True,
+                       text=True, check=False)
     want = -signal.SIGKILL if kill_at is not None else 0
-    if r.returncode != want:
-        raise SystemExit(f"{' '.join(cmd[2:])} in {tree}: exit {r.returncode}, wanted {want}\n{r.stderr[-3000:]}")
-    shown = ["slea", "train", *(str(Path(a).relative_to(tree)) if a.startswith(str(tree)) else a for a in args),
-             *(f"--set {o}" for o in overrides)]
-    return {"command": " ".join(shown) + (f"  (SLEA_TEST_KILL_AT={kill_at})" if kill_at is not None else ""),
-            "exit": r.returncode, "wall_s": round(time.perf_counter() - t0, 2)}
+    rec = {"command": " ".join(["slea train", *args]) + (f" (SLEA_TEST_KILL_AT={kill_at})" if kill_at is not None
+                                                         else ""),
+           "ok": r.returncode == want, "exit": r.returncode, "wall_s": round(time.perf_counter() - t0, 2)}
+    if not rec["ok"]:
+        rec["stderr_tail"] = r.stderr[-2000:].replace(str(run), "RUN")
+    return rec
 
 
 def run_case(case: str, tree: Path, run: Path) -> list[dict[str, Any]]:
-    """The ``case`` (smoke, team_smoke, resume) in ``tree`` into the run folder ``run``: its commands' records."""
+    """The ``case`` (smoke, team_smoke, resume) in ``tree`` into the run folder ``run``: its commands' records, up
+    to the first that did not end as wanted."""
     if case in ("smoke", "team_smoke"):
         config, over = SMOKE if case == "smoke" else TEAM
-        return [slea_train(tree, [str(tree / config), "--set", f"run.dir={run}"], over)]
+        return [slea_train(tree, run, config, over)]
     config, over = RESUME
-    return [slea_train(tree, [str(tree / config), "--set", f"run.dir={run}"], over, kill_at=1),
-            slea_train(tree, ["--resume", str(run)], []),
-            slea_train(tree, ["--resume", str(run)], EXTEND)]
+    steps = [(config, over, 1), (None, [], None), (None, EXTEND, None)]
+    done: list[dict[str, Any]] = []
+    for cfg, o, kill in steps:
+        done.append(slea_train(tree, run, cfg, o, kill_at=kill))
+        if not done[-1]["ok"]:
+            break
+    return done
 
 
 def describe(tree: Path) -> dict[str, Any]:
@@ -323,10 +333,11 @@ def main() -> None:
         runs = {side: work / side / case for side in trees}
         commands = {side: run_case(case, tree, runs[side]) for side, tree in trees.items()}
         files = compare_runs(runs["before"], runs["after"])
-        res["cases"][case] = {"commands": commands, "trained": {s: trained(r) for s, r in runs.items()},
-                              "all_equal": all(v == "equal" for v in files.values()), "files": files}
-        print(f"{case}: " + ("all equal" if res["cases"][case]["all_equal"] else "DIFFERS") +
-              f" ({sum(v == 'equal' for v in files.values())}/{len(files)} files equal)", flush=True)
+        ran = all(c["ok"] for cs in commands.values() for c in cs)
+        res["cases"][case] = {"commands": commands, "ran": ran, "trained": {s: trained(r) for s, r in runs.items()},
+                              "all_equal": ran and all(v == "equal" for v in files.values()), "files": files}
+        print(f"{case}: " + ("all equal" if res["cases"][case]["all_equal"] else "DIFFERS" if ran else "A RUN FAILED")
+              + f" ({sum(v == 'equal' for v in files.values())}/{len(files)} files equal)", flush=True)
         for rel, verdict in files.items():
             if verdict != "equal":
                 print(f"  {rel}: {verdict}")
@@ -334,7 +345,8 @@ def main() -> None:
     res["excluded"] = {"metrics keys": {"prefixes": list(VOLATILE_PREFIXES), "keys": sorted(VOLATILE_METRICS),
                                         "why": "seconds and rates of this process's own clock"},
                        "json keys (any depth)": {"keys": sorted(VOLATILE_JSON),
-                                                 "why": "wall_s: a wall time; run_dir: the run folder's own path"},
+                                                 "why": "wall_s, train_s: wall times (train_s: a team checkpoint's "
+                                                        "training seconds so far); run_dir: the run's own path"},
                        "config.yaml": {"keys": [".".join(k) for k in VOLATILE_CONFIG], "why": "each run's own folder"},
                        "files": EXCLUDED, "compared in part": PARTIAL}
     res["wall_s"] = round(time.perf_counter() - t0, 1)

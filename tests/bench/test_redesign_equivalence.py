@@ -18,7 +18,7 @@ ROWS = [{"iteration": 0, "train/return": 0.25, "loss": 1.5, "time/iteration_s": 
          "library/evolve_s": 0.1},
         {"iteration": 1, "train/return": float("nan"), "loss": 1.25, "time/iteration_s": 2.0,
          "throughput/tokens_per_s": 8.0, "library/evolve_s": 0.2}]
-EVAL = {"sampled": {"success": 0.5, "return": 0.2}, "per_game_wins": [1, 0], "wall_s": 8.9}
+EVAL = {"sampled": {"success": 0.5, "return": 0.2}, "per_game_wins": [1, 0], "wall_s": 8.9, "train_s": 7.5}
 WEIGHTS = {"a.lora_A.weight": torch.arange(6, dtype=torch.float32).reshape(2, 3),
            "a.lora_B.weight": torch.zeros(3, 2)}
 LIBRARY = [(1, "go east", 0.5), (2, "take coin", 1.0)]
@@ -58,7 +58,7 @@ def make_run(root: Path, *, rows=ROWS, ev=EVAL, weights=WEIGHTS, library=LIBRARY
 def test_two_runs_equal_but_for_their_clocks_and_paths_are_equal_file_by_file(tmp_path):
     rows = [{**r, "time/iteration_s": 99.0, "throughput/tokens_per_s": 1.0, "library/evolve_s": 7.0} for r in ROWS]
     a = make_run(tmp_path / "a")
-    b = make_run(tmp_path / "b", rows=rows, ev={**EVAL, "wall_s": 1.0},
+    b = make_run(tmp_path / "b", rows=rows, ev={**EVAL, "wall_s": 1.0, "train_s": 0.5},
                  library=list(reversed(LIBRARY)))  # rows inserted in another order: the same table
     got = E.compare_runs(a, b)
     assert got == {rel: "equal" for rel in (
