@@ -5,15 +5,15 @@ uploaded unless a run's trained adapter must reach the server (slea/policy/serve
 
 from __future__ import annotations
 
-import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
 
 import typer
 
 from slea.cli.common import console, err, fail, plain, require_env, run_config
 from slea.cli.library import portable
-from slea.runs.folder import LIBRARY, RunFolder
+from slea.runs.folder import RunFolder
 
 
 def _model_target(target: str) -> bool:
@@ -103,41 +103,54 @@ def _trainer_of(run: Path) -> str | None:
         return None
 
 
-def _eval_library(run: Path, cfg, last: Path | None, workdir: Path):
-    """The experience library a run evaluated with: a private copy of its checkpoint's snapshot (the
-    evaluation's retrievals link entries and open clusters; the run's own files stay untouched)."""
-    snap = last / LIBRARY if last is not None else None  # the checkpoint's snapshot
-    if cfg.experience.mode == "off" or snap is None or not snap.is_file():
-        return None
-    import shutil
-
-    from slea.experience.manager import ExperienceManager
-
-    shutil.copyfile(snap, RunFolder(workdir).library)
-    return ExperienceManager(cfg.experience, RunFolder(workdir).library)
-
-
 def home_settings(set_: list[str]) -> list[str]:
     """The ``--set`` items that apply to the config's own env: all but its env kwargs, which ``--env`` names
     another env for (they are checked against that one when the config loads)."""
     return [item for item in set_ if not item.startswith(("env.kwargs", "env.eval_kwargs"))]
 
 
-def eval_(
-    target: str = typer.Argument(..., help="a run folder, a model folder, 'embedded', or a YAML config"),
-    split: str | None = typer.Option(None, help="env split (default: the config's held-out one)"),
-    episodes: int | None = typer.Option(None, help="sampled episodes per game"),
-    seed: int | None = typer.Option(None),
-    env: str | None = typer.Option(None, "--env", help="another env id than the config's (its kwargs "
-                                      "then come only from --set env.kwargs.x=...)"),
-    out: Path | None = typer.Option(None, "--out", help="folder for eval/<name>.json|.md (default: the "
-                                       "run folder, else runs/eval-<target>)"),
-    checkpoint: str | None = typer.Option(None, "--checkpoint", help=CHECKPOINT_HELP),
-    set_: list[str] = typer.Option([], "--set"),
-) -> None:
-    """Evaluate a trained run (its last checkpoint, with its experience library), a model folder, or the
-    untrained embedded model; prints and saves the env family's paper-style table. A run's evaluation with its
-    own settings reproduces its eval/after.json."""
+def _play_setup(what: str, cfg, run: Path | None, checkpoint: str | None, split: str | None):
+    """What ``slea eval`` and ``slea agent`` do before they play, in this order: the env's extra checked, torch's
+    threads, ``run.device``, the run's checkpoint and the frozen policy on it; then the env kwargs of training's
+    evaluation, ``split`` if given. ``(checkpoint or None, prompt builder, generator, env kwargs)``; each failure
+    is one line, exit code 2."""
+    require_env(cfg.env.id)
+    import torch
+
+    from slea.envs.factory import eval_env_kwargs
+
+    torch.set_num_threads(cfg.run.threads)
+    device = _run_device(cfg)
+    last = _checkpoint_or_exit(what, run, checkpoint)
+    _, _, builder, generator = _played(cfg, last, device)
+    kwargs = eval_env_kwargs(cfg.env)  # as training's evaluation
+    if split is not None:
+        kwargs["split"] = split
+    return last, builder, generator, kwargs
+
+
+@contextmanager
+def _mid_run(what: str):
+    """A served model that went away or refused while the command played: one line, exit code 2."""
+    from slea.policy.openai_engine import GeneratorError
+
+    try:
+        yield
+    except GeneratorError as exc:  # the server went away or refused mid-run: one line
+        raise fail(f"{what}: {exc}") from None
+
+
+def _say_warning(warning: str | None) -> None:
+    """A warning line on stderr, if any (the output stays the result)."""
+    if warning:
+        err.print(warning, markup=False, highlight=False, soft_wrap=True)
+
+
+def _eval_config(target: str, env: str | None, episodes: int | None, seed: int | None, set_: list[str]):
+    """``slea eval``'s target and config: ``(run folder or None, config)``. A run's or YAML file's config, else
+    the defaults with ``model.name_or_path=target``; ``--env`` another env: the config's own env is read first
+    (without the ``--set`` env kwargs, which are the other env's), and a run's library learnt there is warned
+    about. A target that is none of these is one line, exit code 2."""
     path = Path(target)
     run = path if RunFolder(path).is_run() else None
     config_file = RunFolder(run).config if run else path if path.suffix in (".yaml", ".yml") and path.is_file() \
@@ -155,49 +168,39 @@ def eval_(
     if moved and run is not None and cfg.experience.mode != "off" and RunFolder(run).library.is_file():
         from slea.evaluation.agent import library_env_warning
 
-        warning = library_env_warning([home], cfg.env.id)  # the run's library is retrieved from on another env
-        if warning:
-            err.print(warning, markup=False, highlight=False, soft_wrap=True)
+        _say_warning(library_env_warning([home], cfg.env.id))  # the run's library is retrieved from on another env
     if config_file is None and not _model_target(target) and cfg.model.generator == "hf":  # a served one: any name
         raise fail(f"eval: {target!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded', 'tiny' nor a YAML config")
-    require_env(cfg.env.id)
-    import tempfile
+    return run, cfg
 
-    import torch
 
-    from slea.envs.factory import eval_env_kwargs
-    from slea.evaluation.evaluate import evaluate, write_eval
+def eval_(
+    target: str = typer.Argument(..., help="a run folder, a model folder, 'embedded', or a YAML config"),
+    split: str | None = typer.Option(None, help="env split (default: the config's held-out one)"),
+    episodes: int | None = typer.Option(None, help="sampled episodes per game"),
+    seed: int | None = typer.Option(None),
+    env: str | None = typer.Option(None, "--env", help="another env id than the config's (its kwargs "
+                                      "then come only from --set env.kwargs.x=...)"),
+    out: Path | None = typer.Option(None, "--out", help="folder for eval/<name>.json|.md (default: the "
+                                       "run folder, else runs/eval-<target>)"),
+    checkpoint: str | None = typer.Option(None, "--checkpoint", help=CHECKPOINT_HELP),
+    set_: list[str] = typer.Option([], "--set"),
+) -> None:
+    """Evaluate a trained run (its last checkpoint, with its experience library), a model folder, or the
+    untrained embedded model; prints and saves the env family's paper-style table. A run's evaluation with its
+    own settings reproduces its eval/after.json."""
+    run, cfg = _eval_config(target, env, episodes, seed, set_)
+    last, builder, generator, kwargs = _play_setup("eval", cfg, run, checkpoint, split)
+    from slea.evaluation.evaluate import write_eval
+    from slea.evaluation.frozen import evaluate_frozen
     from slea.evaluation.report import PaperTable
-    from slea.policy.engines import close_generator
-    from slea.policy.openai_engine import GeneratorError
-    from slea.rollout.collector import RolloutCollector
 
-    torch.set_num_threads(cfg.run.threads)
-    device = _run_device(cfg)
-    last = _checkpoint_or_exit("eval", run, checkpoint)
-    _, _, builder, generator = _played(cfg, last, device)
-    kwargs = eval_env_kwargs(cfg.env)  # as training's evaluation
-    if split is not None:
-        kwargs["split"] = split
+    with _mid_run("eval"):
+        res = evaluate_frozen(generator, builder, cfg, kwargs, run=run is not None, last=last)
     split = kwargs["split"]
-    with tempfile.TemporaryDirectory() as work:
-        library = None
-        try:
-            library = _eval_library(run, cfg, last, Path(work)) if run else None
-            collector = RolloutCollector(generator, builder, cfg.rollout, cfg.env.max_steps, experience=library,
-                                         experience_mode=cfg.experience.mode)
-            res = evaluate(collector, cfg.env, kwargs, cfg.eval,
-                           iteration=cfg.train.iterations if run else 0)  # the run's "after": warm-up gate open
-        except GeneratorError as exc:  # the server went away or refused mid-run: one line
-            raise fail(f"eval: {exc}") from None
-        finally:
-            close_generator(generator)  # a managed vLLM server stops here
-            if library is not None:
-                library.close()
-    res["checkpoint"] = last.name if last else None
     name = f"eval-{split}" if env is None else f"eval-{split}-{cfg.env.id.rsplit('/', 1)[-1]}"
-    saved = write_eval(out or run or Path("runs") / f"eval-{path.stem or 'model'}", name, res)
+    saved = write_eval(out or run or Path("runs") / f"eval-{Path(target).stem or 'model'}", name, res)
     console.print(PaperTable.from_dict(res["table"]).to_rich(first=cfg.model.name_or_path if run is None
                                                               else run.name))
     plain(_eval_summary(res))  # the table first, then one line; every number is in the JSON written here
@@ -211,6 +214,39 @@ def _eval_summary(res: dict) -> str:
     greedy = f"greedy success {g['success']:.3f}" if g else "greedy success — (eval.greedy is off)"
     return (f"sampled success {s['success']:.3f}, return {s['return']:+.3f}, invalid rate {s['invalid_rate']:.3f} "
             f"({s['episodes']:.0f} episodes on {res.get('games', '?')} games); {greedy}")
+
+
+def _agent_library(library: Path, evolve: bool):
+    """``slea agent --library``, read (:func:`slea.cli.library.portable`); with ``--evolve``, a new
+    ``NAME.sqlite`` is made first, empty (a library learnt from nothing)."""
+    if evolve and not library.exists() and library.suffix == ".sqlite":  # a library learnt from nothing
+        from slea.config import ExperienceSection
+        from slea.experience.manager import ExperienceManager
+
+        library.parent.mkdir(parents=True, exist_ok=True)
+        ExperienceManager(ExperienceSection(), library).close()
+        plain(f"new empty library {library}")
+    return portable("agent: --library", library)
+
+
+def _agent_config(model: str, run: Path | None, env: str, lib, set_: list[str], **eval_keys):
+    """``slea agent``'s config: the run's, else the defaults with ``model.name_or_path=model``; the library's
+    recorded settings, ``eval_keys`` (games, episodes, seed) and ``--set`` over it; ``env`` (its kwargs only from
+    ``--set`` when it is another env than the config's); ``experience.mode=step`` unless the config or ``--set``
+    names one. A model that is not there is one line, exit code 2."""
+    from slea.evaluation.agent import agent_overrides
+
+    over = agent_overrides(None if run else model, lib.settings, **eval_keys)
+    config_file = RunFolder(run).config if run else None
+    cfg = run_config(config_file, over + home_settings(set_), trains=False, saved=run is not None)
+    if run is None and not _model_target(model) and cfg.model.generator == "hf":  # a served model: any name
+        raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
+                    f"config.json), 'embedded' nor 'tiny'")
+    if env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
+        over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
+    if cfg.experience.mode == "off" and not any(s.startswith("experience.mode=") for s in set_):
+        over.append("experience.mode=step")
+    return run_config(config_file, over + list(set_), trains=False, saved=run is not None)
 
 
 def agent(
@@ -239,79 +275,26 @@ def agent(
     difference (success, return, invalid rate, retrieval hit rate)."""
     path = Path(model)
     run = path if RunFolder(path).is_run() else None
-    if evolve and not library.exists() and library.suffix == ".sqlite":  # a library learnt from nothing
-        from slea.config import ExperienceSection
-        from slea.experience.manager import ExperienceManager
-
-        library.parent.mkdir(parents=True, exist_ok=True)
-        ExperienceManager(ExperienceSection(), library).close()
-        plain(f"new empty library {library}")
-    lib = portable("agent: --library", library)
-    from slea.evaluation.agent import agent_overrides
-
-    over = agent_overrides(None if run else model, lib.settings, games=games, episodes=episodes, seed=seed)
-    config_file = RunFolder(run).config if run else None
-    cfg = run_config(config_file, over + home_settings(set_), trains=False, saved=run is not None)
-    if run is None and not _model_target(model) and cfg.model.generator == "hf":  # a served model: any name
-        raise fail(f"agent: --model {model!r} is neither a run folder (with config.yaml), a model folder (with "
-                    f"config.json), 'embedded' nor 'tiny'")
-    if env != cfg.env.id:  # another env: the config's env kwargs do not apply to it
-        over = [f"env.id={env}", "env.kwargs={}", "env.eval_kwargs={}", *over]
-    if cfg.experience.mode == "off" and not any(s.startswith("experience.mode=") for s in set_):
-        over.append("experience.mode=step")
-    cfg = run_config(config_file, over + list(set_), trains=False, saved=run is not None)
-    require_env(cfg.env.id)
-    import tempfile
-
-    import torch
-
-    from slea.algorithms.registry import get_algorithm
-    from slea.atomic import atomic_write_text
-    from slea.envs.factory import eval_env_kwargs
-    from slea.evaluation.agent import agent_table, run_agent
+    lib = _agent_library(library, evolve)
+    cfg = _agent_config(model, run, env, lib, set_, games=games, episodes=episodes, seed=seed)
+    last, builder, generator, kwargs = _play_setup("agent", cfg, run, checkpoint, split)
+    from slea.evaluation.agent import agent_table, library_env_warning, library_envs
+    from slea.evaluation.frozen import STEPS, play_agent, write_agent
     from slea.evaluation.report import PaperTable
-    from slea.experience.portable import working_copy
-    from slea.policy.engines import close_generator
-    from slea.policy.openai_engine import GeneratorError
-    from slea.trainer.rl import experience_manager  # the trainer's manager, extractor and all
 
-    torch.set_num_threads(cfg.run.threads)
-    device = _run_device(cfg)
-    last = _checkpoint_or_exit("agent", run, checkpoint)
-    _, _, builder, generator = _played(cfg, last, device)
-    from slea.evaluation.agent import library_env_warning, library_envs
-
-    warning = library_env_warning(library_envs(lib.provenance, lib.entries), cfg.env.id) if lib.entries else None
-    if warning:  # once, with both ids: a library learnt on another env rarely retrieves anything that fits
-        err.print(warning, markup=False, highlight=False, soft_wrap=True)
-    kwargs = eval_env_kwargs(cfg.env)
-    if split is not None:
-        kwargs["split"] = split
+    # once, with both ids: a library learnt on another env rarely retrieves anything that fits
+    _say_warning(library_env_warning(library_envs(lib.provenance, lib.entries), cfg.env.id) if lib.entries else None)
     out = out or Path("runs") / f"agent-{path.name or model}-{cfg.env.id.rsplit('/', 1)[-1]}"
     out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as work:
-        workdir = out if evolve else Path(work)  # the evolved library is kept, a read-only use is not
-        manager = None
-        try:
-            working_copy(library, RunFolder(workdir).library)
-            manager = experience_manager(cfg, get_algorithm(cfg.algorithm.name), workdir, generator)
-            res = run_agent(generator, builder, cfg, manager, kwargs, evolve=evolve, batch=batch, say=plain,
-                            trace=trace)
-        except GeneratorError as exc:  # the server went away or refused mid-run: one line
-            raise fail(f"agent: {exc}") from None
-        finally:
-            if manager is not None:
-                manager.close()
-            close_generator(generator)
+    with _mid_run("agent"):
+        res = play_agent(generator, builder, cfg, library, kwargs, out=out, evolve=evolve, batch=batch, say=plain,
+                         trace=trace)
     res.update({"model": model, "checkpoint": last.name if last else None, "library_source": str(library),
                 "library_provenance": lib.provenance, "split": kwargs["split"]})
-    steps = res.pop("steps", None)
-    saved = atomic_write_text(out / "agent.json", json.dumps(res, indent=2))
-    if steps is not None:
-        atomic_write_text(out / "steps.jsonl", "".join(json.dumps(r) + "\n" for r in steps))
+    saved, steps = write_agent(out, res)
     console.print(agent_table(res))
     console.print(PaperTable.from_dict(res["table"]).to_rich(first=model))
-    plain(f"wrote {saved}" + (f", {out / 'steps.jsonl'} ({len(steps)} steps)" if steps is not None else "")
+    plain(f"wrote {saved}" + (f", {out / STEPS} ({len(steps)} steps)" if steps is not None else "")
           + (f" and the evolved library {RunFolder(out).library}" if evolve else ""))
 
 
@@ -369,6 +352,37 @@ def serve(
     server-sent events, and /v1/load_lora_adapter (the trainer's weight sync: model.generator=openai; needs --lora-dir). Every request is
     validated and bounded by the options below (docs/reliability.md, "Serving, library imports and run folders
     under hostile input")."""
+    _check_serve_args(model, dtype, lora_dir, checkpoint, api_key, tool_parser)
+    from slea.policy.server import ServeSettings
+
+    settings = ServeSettings(api_key=api_key, lora_dir=lora_dir, max_model_len=max_model_len,
+                             max_prompt_tokens=max_prompt_tokens, max_n=max_n, max_rows=max_rows,
+                             max_logprobs=max_logprobs, max_stops=max_stops, max_stop_chars=max_stop_chars,
+                             max_body_bytes=int(max_body_mb * 1e6), max_queue=max_queue,
+                             max_in_flight=max_in_flight, header_timeout_s=header_timeout,
+                             max_idle_connections=max_idle_connections, request_timeout_s=request_timeout,
+                             max_tools=max_tools, max_tool_chars=max_tool_chars, max_messages=max_messages,
+                             max_prompt_chars=max_prompt_chars, tool_parser=tool_parser)
+    engine, server = _open_server(model, host, port, threads=threads, dtype=dtype, settings=settings,
+                                  checkpoint=checkpoint)
+    bound = server.server_address[1]
+    plain(f"serving {engine.base_id}" + (f" (adapter {engine.lora})" if engine.lora else "") +
+           f" at http://{host}:{bound}/v1")
+    if settings.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
+        err.print(f"serve: warning: listening on {host} without an API key: anyone who reaches it may generate "
+                  f"(set SLEA_API_KEY or --api-key)", markup=False, highlight=False, soft_wrap=True)
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+
+
+def _check_serve_args(model: str, dtype: str | None, lora_dir: Path | None, checkpoint: str | None,
+                      api_key: str | None, tool_parser: str | None) -> None:
+    """``slea serve``'s arguments, checked before any model loads (each refusal one line, exit code 2), and the
+    serve extra installed."""
     if not RunFolder(model).is_run() and not _model_target(model):
         raise fail(f"serve: {model!r} is neither a run folder (with config.yaml), a model folder (with "
                     f"config.json), 'embedded' nor 'tiny'")
@@ -376,8 +390,7 @@ def serve(
         raise fail(f"serve: --dtype {dtype!r}: expected auto, bfloat16 or float32")
     if lora_dir is not None and not lora_dir.is_dir():
         raise fail(f"serve: --lora-dir {lora_dir}: no such folder")
-    run = Path(model) if RunFolder(model).is_run() else None
-    if checkpoint is not None and run is None:
+    if checkpoint is not None and not RunFolder(model).is_run():
         raise fail("serve: --checkpoint needs a run folder")
     _refuse_an_empty_key(api_key)
     if tool_parser is not None:
@@ -393,19 +406,18 @@ def serve(
         import uvicorn  # noqa: F401
     except ImportError:
         raise fail("serve: slea serve needs FastAPI and uvicorn: pip install 'slea[serve]'") from None
+
+
+def _open_server(model: str, host: str, port: int, *, threads: int, dtype: str | None, settings,
+                 checkpoint: str | None):
+    """``slea serve``'s engine (:func:`slea.policy.server.load_engine`) and its HTTP server, listening:
+    ``(engine, server)``; a checkpoint that does not load, a limit the model cannot meet or an address that
+    cannot be bound is one line, exit code 2."""
     import torch
 
-    from slea.policy.server import ServeSettings, load_engine, make_server
+    from slea.policy.server import load_engine, make_server
     from slea.runs.checkpoint import CheckpointError
 
-    settings = ServeSettings(api_key=api_key, lora_dir=lora_dir, max_model_len=max_model_len,
-                             max_prompt_tokens=max_prompt_tokens, max_n=max_n, max_rows=max_rows,
-                             max_logprobs=max_logprobs, max_stops=max_stops, max_stop_chars=max_stop_chars,
-                             max_body_bytes=int(max_body_mb * 1e6), max_queue=max_queue,
-                             max_in_flight=max_in_flight, header_timeout_s=header_timeout,
-                             max_idle_connections=max_idle_connections, request_timeout_s=request_timeout,
-                             max_tools=max_tools, max_tool_chars=max_tool_chars, max_messages=max_messages,
-                             max_prompt_chars=max_prompt_chars, tool_parser=tool_parser)
     torch.set_num_threads(threads)
     try:
         engine = load_engine(model, dtype=dtype, settings=settings, checkpoint=checkpoint,
@@ -418,18 +430,7 @@ def serve(
         server = make_server(engine, host, port)
     except OSError as exc:
         raise fail(f"serve: cannot listen on {host}:{port} ({exc.strerror or exc})") from None
-    bound = server.server_address[1]
-    plain(f"serving {engine.base_id}" + (f" (adapter {engine.lora})" if engine.lora else "") +
-           f" at http://{host}:{bound}/v1")
-    if settings.api_key is None and host not in ("127.0.0.1", "localhost", "::1"):
-        err.print(f"serve: warning: listening on {host} without an API key: anyone who reaches it may generate "
-                  f"(set SLEA_API_KEY or --api-key)", markup=False, highlight=False, soft_wrap=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    return engine, server
 
 
 def _refuse_an_empty_key(api_key: str | None) -> None:
