@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
 from pathlib import Path
@@ -11,11 +10,11 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from slea.cli.common import DEBUG_ENV, console, err, fail, plain, require_env, run_config
+from slea.cli.common import DEBUG_ENV, console, fail, plain, require_env, run_config
 from slea.cli.data import data_app
+from slea.cli.launch import preflight, train_config, train_data_parallel, train_here, train_torchrun_rank
 from slea.cli.library import library_app
-from slea.cli.play import CHECKPOINT_HELP, _model_target, agent, eval_, say_skipped, serve
-from slea.cli.runs import finished, fit_with_signals, summary_table
+from slea.cli.play import CHECKPOINT_HELP, agent, eval_, say_skipped, serve
 from slea.runs.folder import CURVES, RunFolder
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Multi-turn agentic RL with a per-step "
@@ -49,95 +48,15 @@ def train(
     """Train a policy (or, for an algorithm that needs a team such as teamtr, a team of agents) with RL; writes a
     run folder (metrics, curves, checkpoints, eval). A folder that already holds a run is refused: continue it
     with --resume, or start it over with --overwrite."""
-    if resume is not None and overwrite:
-        raise fail("train: --resume continues the run in its folder and --overwrite deletes it: give one of them")
-    if resume is not None:
-        if not RunFolder(resume).is_run():
-            raise fail(f"--resume: {resume} has no config.yaml (not a run folder)")
-        cfg = run_config(RunFolder(resume).config, list(set_) + [f"run.dir={resume}"], saved=True)
-        if finished(resume, list(set_)):  # says so; a larger train.iterations or budget extends it instead
-            return
-    else:
-        cfg = run_config(config, set_)
+    cfg = train_config(config, set_, resume, overwrite)
+    if cfg is None:  # a finished run met by --resume: said
+        return
     require_env(cfg.env.id)
-    from slea.config import ConfigError
-    from slea.parallel.checks import check_data_parallel
-    from slea.trainer.guards import RunHalted
-    from slea.trainer.lifecycle import RunDirError, fresh_run_dir, run_dir_for
-    from slea.trainer.select import build_trainer, check_config
-
-    try:  # the trainer is chosen by what the algorithm declares it needs, and its own checks run (select.py)
-        check_config(cfg)
-    except ConfigError as exc:
-        raise fail(f"config error: {exc}") from None
-    run_dir = run_dir_for(cfg)  # chosen once: a timestamped name must not change between here and the trainer
-    from slea.parallel.distributed import DataParallel, init_from_torchrun, is_torchrun
-    from slea.runs.checkpoint import trained_processes
-
-    if nproc is None:  # a resumed --nproc run (train.fsdp needs it) restarts with its own count; torchrun sets its own
-        nproc = trained_processes(resume) if resume is not None and not is_torchrun() else 1
-    from slea.parallel.checks import check_rank_devices
-
-    try:  # run.device names a device this machine has, for every process: before any model loads
-        check_rank_devices(cfg.run.device, nproc if nproc > 1 else int(os.environ.get("WORLD_SIZE", "1")))
-    except ConfigError as exc:
-        raise fail(f"config error: {exc}") from None
-    for key, name in (("model.name_or_path", cfg.model.name_or_path), ("model.tokenizer", cfg.model.tokenizer)):
-        if name is not None and not _model_target(name):  # offline: a name that is not here is never downloaded
-            raise fail(f"config error: {key}: {name!r} is neither 'embedded', 'tiny', a model folder (with "
-                       f"config.json) nor a model in the local Hugging Face cache (nothing is downloaded)")
-    if not is_torchrun():  # what these processes can train (a torchrun rank checks its group once it joins it)
-        try:
-            check_data_parallel(cfg, DataParallel(0, nproc))
-        except ConfigError as exc:
-            raise fail(f"config error: {exc}") from None
-    if resume is None and int(os.environ.get("RANK", "0")) == 0:  # a new run (under torchrun: its rank 0 checks)
-        try:  # never two runs in one folder: refused, or cleared with --overwrite, after every check above
-            fresh_run_dir(run_dir, overwrite)
-        except RunDirError as exc:
-            raise fail(f"train: {exc}") from None
-    created = not run_dir.exists()  # a folder this command makes is removed again if no training starts in it
-    if nproc > 1:
-        _train_data_parallel(cfg, nproc, resume is not None, run_dir, created)
-        return
-
-    if is_torchrun():
-        _build_cached_model(cfg.model)  # before this process joins the group (see the function)
-    if init_from_torchrun(cfg.run.device):  # started by torchrun: this process is one rank of its group
-        dp = DataParallel.current()
-        try:
-            check_data_parallel(cfg, dp)
-        except ConfigError as exc:
-            raise fail(f"config error: {exc}") from None
-        try:
-            _train_rank(cfg, dp.from_main(run_dir), resume is not None)
-        finally:
-            import torch.distributed as dist
-
-            dist.destroy_process_group()
-        return
-
-    from slea.policy.openai_engine import GeneratorError
-
-    try:
-        trainer = build_trainer(cfg, run_dir)  # the single-agent RL trainer, or the team trainer (TeamTR)
-    except ConfigError as exc:  # a value the trainer cannot use, one checkable only against the model, a model
-        _discard(run_dir, created)  # that does not load, an env that cannot be built
-        raise fail(f"config error: {exc}") from None
-    except GeneratorError as exc:  # a managed vLLM server that did not start: its log's tail, one line
-        _discard(run_dir, created)
-        raise fail(str(exc)) from None
-    except KeyboardInterrupt:
-        _discard(run_dir, created)
-        raise fail("Ctrl-C: stopped while the model loaded; nothing was trained", 130) from None
-    plain(f"run folder: {trainer.dir}")
-    try:  # Ctrl-C / SIGTERM: the step in progress is finished and checkpointed, then the resume command
-        summary = fit_with_signals(trainer, resume is not None)
-    except RunHalted as exc:  # a reliability guard (NaN streak, env fault rate): one clear line, exit 3
-        raise fail(f"run halted: {exc}", 3) from None
-    finally:
-        trainer.close()  # a managed vLLM server stops, also on an error or Ctrl-C
-    console.print(summary_table(summary))
+    launch = preflight(cfg, resume=resume, overwrite=overwrite, nproc=nproc)
+    if launch.nproc > 1:
+        train_data_parallel(cfg, launch, resume is not None)
+    elif not train_torchrun_rank(cfg, launch, resume is not None):
+        train_here(cfg, launch, resume is not None)
 
 
 @app.command()
@@ -176,70 +95,6 @@ def align(
         s, g = res["sampled"], res.get("greedy")
         greedy = f"greedy success {g['success']:.3f}" if g else "greedy success — (eval.greedy is off)"
         plain(f"{split}: sampled success {s['success']:.3f}, {greedy}")
-
-def _discard(run_dir: Path, created: bool) -> None:
-    """Remove the run folder this command created when no training started in it (the trainer could not be built):
-    no empty or half-made folder is left behind."""
-    import shutil
-
-    if created and not RunFolder(run_dir).config.exists():
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-
-def _build_cached_model(model_cfg) -> None:
-    """Build the cached ``tiny`` / ``embedded`` model folders a run names, in this process before it joins a
-    process group: in a rank > 0 of one, transformers' ``save_pretrained`` writes nothing."""
-    from slea.policy.model import resolve
-
-    for name in {model_cfg.name_or_path, model_cfg.tokenizer or model_cfg.name_or_path}:
-        resolve(name)
-
-
-def _train_data_parallel(cfg, nproc: int, resume: bool, run_dir: Path, created: bool) -> None:
-    """``slea train --nproc N``: N spawned ranks in one group (slea/parallel/distributed.py; gloo on CPU, NCCL
-    with one GPU per rank). (Under
-    ``torchrun --nproc-per-node N -m slea.cli train ...`` each process joins torchrun's group instead.)"""
-    import torch.multiprocessing as mp
-
-    from slea.parallel.distributed import launch
-
-    _build_cached_model(cfg.model)  # once, here: a spawned rank > 0 could not write it
-    plain(f"run folder: {run_dir}  ({nproc} data-parallel processes)")
-    try:
-        launch(_train_rank, nproc, cfg, run_dir, resume, device=cfg.run.device)
-    except mp.ProcessExitedException as exc:  # a rank exited 2 or 3 after printing its one line
-        if exc.exit_code == 2:
-            _discard(run_dir, created)
-        raise typer.Exit(exc.exit_code if exc.exit_code in (2, 3) else 1) from None
-
-
-def _train_rank(cfg, run_dir: Path, resume: bool) -> None:
-    """One rank of ``slea train --nproc``: rank 0 logs, writes the run folder and prints the summary."""
-    from slea.config import ConfigError
-    from slea.parallel.distributed import DataParallel
-    from slea.plugins import import_plugin
-    from slea.progress import setup_logging
-    from slea.trainer.guards import RunHalted
-    from slea.trainer.rl import Trainer
-
-    main = DataParallel.current().main
-    setup_logging(logging.INFO if main else logging.WARNING)  # one rank reports progress
-    for module in cfg.plugins:  # a spawned rank received the config, not the parent's imports: register them here
-        import_plugin(module)
-    try:
-        trainer = Trainer(cfg, run_dir=run_dir)
-    except ConfigError as exc:
-        fail(f"config error: {exc}")  # the line (and under --debug the traceback); this rank's exit code below
-        sys.exit(2)
-    try:
-        summary = trainer.fit(resume=resume)
-    except RunHalted as exc:
-        if main:
-            err.print(f"run halted: {exc}", markup=False, highlight=False)
-        sys.exit(3)
-    if main:
-        console.print(summary_table(summary))
-
 
 @app.command()
 def compare(
