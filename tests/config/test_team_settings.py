@@ -20,8 +20,6 @@ IGNORED = {
     "train.updates_per_iter": (3, "takes the trust region's optimizer steps instead"),
     "train.gradient_checkpointing": (True, "checkpoints no activations"),
     "run.episode_samples": (0, "writes no episodes.jsonl"),
-    "env.max_fault_rate": (0.5, "stops on no fault rate"),
-    "train.max_bad_updates": (0, "stops on no count of them"),
     "algorithm.old_logprobs": ("rollout", "always recomputes π_old"),
 }
 
@@ -82,6 +80,14 @@ def test_nothing_on_the_team_path_names_them():
     for key in IGNORED:
         for path in team_path:
             assert key not in path.read_text(), (key, path)
+
+
+def test_the_guards_settings_load_on_a_team_config_as_both_trainers_read_them():
+    """``train.max_bad_updates`` and ``env.max_fault_rate`` are the run state's guards (slea/trainer/run_state.py),
+    which the team trainer applies too: a team config takes them."""
+    cfg = load_config(TEAM, ["train.max_bad_updates=1", "env.max_fault_rate=0.5"])
+    assert cfg.train.max_bad_updates == 1 and cfg.env.max_fault_rate == 0.5
+    assert TRAINER_SETTINGS["train.max_bad_updates"].when is None and TRAINER_SETTINGS["env.max_fault_rate"].when is None
 
 
 def test_the_cli_refuses_in_one_line_with_exit_code_2(slea_cli, tmp_path):

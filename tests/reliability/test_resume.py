@@ -112,7 +112,7 @@ def test_resume_without_a_checkpoint_starts_over_and_with_only_damaged_ones_refu
     trainer = Trainer(cfg, run_dir=tmp_path)
     trainer.log.log(0, {"x": 1.0})  # a run killed before its first checkpoint
     assert not trainer.resume() and read_metrics(tmp_path / "metrics.jsonl") == []
-    assert trainer.first_step == 0
+    assert trainer.state.first_step == 0
     trainer.log.log(0, {"x": 1.0})
     path = ckpt.save_checkpoint(tmp_path / "checkpoints", 0, trainer.model, trainer.optimizer)
     (path / "trainable.safetensors").write_bytes(b"garbage")

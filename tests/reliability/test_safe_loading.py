@@ -68,7 +68,7 @@ def test_resume_never_reads_planted_pickles(tmp_path, rel, no_unpickling):
     _plant(path, marker)
     _plant(run, marker)
     resumed = Trainer(cfg, run_dir=run)
-    assert resumed.resume() and resumed.first_step == 1
+    assert resumed.resume() and resumed.state.first_step == 1
     load_policy(cfg.model, adapter_dir=path)  # `slea eval RUN` path
     assert ckpt.latest_checkpoint(run / "checkpoints") == path
     assert not marker.exists()

@@ -98,7 +98,7 @@ def test_a_resumed_run_records_the_same_episodes_as_an_uninterrupted_one(tmp_pat
     with (run / "episodes.jsonl").open("a") as fh:  # what a killed run logged past its last checkpoint
         fh.write(json.dumps({"iteration": 1, "steps": []}) + "\n")
     t = Trainer(tiny_slea_config(run, iterations=2))
-    assert t.resume() and t.first_step == 1
+    assert t.resume() and t.state.first_step == 1
     assert {r["iteration"] for r in read_episodes(run / "episodes.jsonl")} == {0}  # the stray row is gone
     t.fit(resume=True)
     assert read_episodes(run / "episodes.jsonl") == whole

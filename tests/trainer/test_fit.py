@@ -82,3 +82,25 @@ def test_a_rollout_budget_stops_the_run_and_counts_siblings(tmp_path):
     assert ckpt.latest_checkpoint(run / "checkpoints").name == "iter_000001"
     train = cfg.train.model_copy(update={"rollout_budget": None, "env_step_budget": 10})
     assert spent_budget(train, 99, 9) == "" and "env-step budget of 10" in spent_budget(train, 0, 10)
+
+
+@pytest.mark.slow
+def test_the_time_budget_counts_the_training_seconds_before_a_resume(tmp_path):
+    """train.time_budget_s covers the whole run (slea/trainer/run_state.py): a resumed run counts the training
+    seconds its checkpoint had spent, as a team run does (tests/trainer/test_team_budget.py)."""
+    pytest.importorskip("textworld")
+    from slea.trainer.rl import Trainer
+
+    run = tmp_path / "run"
+    fast = [f"run.dir={run}", "train.iterations=3", "eval.before=false", "eval.greedy=false", "eval.games=1",
+            "eval.episodes_per_game=1", "env.max_steps=2"]
+    Trainer(load_config(SMOKE, [*fast, "train.rollout_budget=1"])).fit()  # the first iteration, then the stop
+    spent = json.loads((ckpt.latest_checkpoint(run / "checkpoints") / "state.json").read_text())["train_s"]
+    assert spent > 0
+    # this process has trained for no time, but the run has: over a budget of 0.9× what it spent
+    summary = Trainer(load_config(SMOKE, [*fast, f"train.time_budget_s={0.9 * spent}"])).fit(resume=True)
+    assert summary["iterations"] == 1 and summary["checkpoint"] == "iter_000001"
+    summary = Trainer(load_config(SMOKE, [*fast, "train.time_budget_s=100000"])).fit(resume=True)
+    assert summary["iterations"] == 3
+    state = json.loads((ckpt.latest_checkpoint(run / "checkpoints") / "state.json").read_text())
+    assert state["train_s"] > spent  # the run's training seconds go on from the checkpoint's

@@ -10,90 +10,67 @@ import pytest
 from slea.config import build_config
 from slea.runs.runlog import RunLog
 from slea.trainer import lifecycle
-from slea.trainer.interrupt import Interrupted, StopSignal
+from slea.trainer.interrupt import Interrupted
+from slea.trainer.run_state import RunState
 
 
-class FakeRun:
-    """A trainer of ``total_steps`` steps whose step ``k`` logs ``{"k": k}``; ``budget_at`` is the step a budget
-    forbids; ``signal_at`` the step during which a signal asks to stop."""
-
-    unit = "steps"
-    main = True
-    device = "cpu"
+class FakeRun(lifecycle.Fits):
+    """A trainer of ``total`` steps whose step ``k`` logs ``{"k": k}``; ``budget_at`` is the step a rollout budget
+    forbids (each step plays one rollout); ``signal_at`` the step during which a signal asks to stop."""
 
     def __init__(self, tmp_path, *, total=5, save_every=2, budget_at=None, signal_at=None, first=0):
-        self.cfg = build_config({"train": {"save_every": save_every, "iterations": total}})
+        cfg = build_config({"train": {"save_every": save_every, "iterations": total, "rollout_budget": budget_at}})
         self.dir = tmp_path
-        self.log = RunLog(tmp_path, loggers=["jsonl"])
-        self.clock = lifecycle.WallClock()
-        self.stop = StopSignal()
-        self.last_checkpoint = None
-        self.first_step, self.total_steps = first, total
-        self.budget_at, self.signal_at = budget_at, signal_at
+        self.state = RunState(cfg, tmp_path, RunLog(tmp_path, loggers=["jsonl"]), total_steps=total, unit="steps",
+                              name=lambda k: f"step {k + 1}")
+        self.first = first
+        self.signal_at = signal_at
         self.calls: list[tuple] = []
 
-    def resume(self):
-        self.calls.append(("resume",))
-        return False
-
-    def begin(self):
-        self.calls.append(("begin",))
-
-    def evaluate_before(self):
-        self.calls.append(("before",))
-        return {"sampled": {"success": 0.0, "invalid_rate": 0.0}, "wall_s": 0.0}
-
-    def budget_stop(self):
-        return "a budget" if self.budget_at is not None and len(self.steps()) == self.budget_at else ""
-
-    def step_name(self, k):
-        return f"step {k + 1}"
+    def start(self, resume):
+        self.calls.append(("start", resume))
+        if not self.first:
+            return None, None, -1
+        return self.dir / "checkpoints" / f"iter_{self.first:06d}", {}, self.first - 1
 
     def step(self, k):
         self.calls.append(("step", k))
+        self.state.rollouts += 1
         if k == self.signal_at:
-            self.stop.requested = "SIGINT"
+            self.state.stop.requested = "SIGINT"
         return {"k": k}
 
     def steps(self):
         return [c[1] for c in self.calls if c[0] == "step"]
 
-    def report(self, k, row):
-        self.calls.append(("report", k))
-
-    def save(self, k):
+    def save(self, k, state):
         self.calls.append(("save", k))
-        self.last_checkpoint = f"iter_{k:06d}"
+        return f"iter_{k:06d}"
 
-    def interrupted(self, k):
-        return Interrupted(self.stop.requested, self.step_name(k) if k >= 0 else "", self.dir, self.last_checkpoint)
+    def evaluate(self, name):
+        self.calls.append((name,))
+        return {"sampled": {"success": float(name == "after"), "invalid_rate": 0.0}, "wall_s": 0.0}
 
-    def evaluate_after(self):
-        self.calls.append(("after",))
-        return {"sampled": {"success": 1.0, "invalid_rate": 0.0}, "wall_s": 0.0}
+    def summary(self):
+        self.calls.append(("summary",))
+        return {"own": 1, "precision": {"training": "float32"}, "device": "cpu"}
 
-    def close_rank(self):
-        raise AssertionError("a main process evaluates")
-
-    def finish(self, before, after):
-        self.calls.append(("finish",))
-        return {"own": 1}, {"training": "float32"}
-
-    def release(self):
-        self.calls.append(("release",))
-        self.log.close()
+    def close(self):
+        self.calls.append(("close",))
+        self.state.log.close()
 
 
 def test_the_phases_run_in_order_and_every_due_step_is_checkpointed(tmp_path):
     run = FakeRun(tmp_path, total=5, save_every=2)
     summary = lifecycle.fit(run, resume=True)
-    assert run.calls[:3] == [("resume",), ("begin",), ("before",)]
+    assert run.calls[:2] == [("start", True), ("before",)]
     assert [c for c in run.calls if c[0] in ("step", "save")] == [
         ("step", 0), ("step", 1), ("save", 1), ("step", 2), ("step", 3), ("save", 3), ("step", 4), ("save", 4)]
-    assert run.calls[-2:] == [("after",), ("finish",)]
+    assert run.calls[-3:] == [("after",), ("summary",), ("close",)]
     assert (tmp_path / "config.yaml").is_file()
     assert [json.loads(r)["k"] for r in (tmp_path / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3, 4]
     assert summary["own"] == 1 and summary["checkpoint"] == "iter_000004" and summary["after"]["sampled"]
+    assert list(summary)[-2:] == ["precision", "device"] and summary["precision"] == {"training": "float32"}
     assert json.loads((tmp_path / "eval" / "summary.json").read_text())["checkpoint"] == "iter_000004"
 
 
@@ -110,16 +87,16 @@ def test_a_signal_checkpoints_the_step_in_progress_and_stops_before_the_evaluati
     with pytest.raises(Interrupted, match="stopped after step 3"):
         lifecycle.fit(run)
     assert [c for c in run.calls if c[0] in ("step", "save")] == [("step", 0), ("step", 1), ("step", 2), ("save", 2)]
-    assert run.calls[-1] == ("release",) and ("after",) not in run.calls
+    assert run.calls[-1] == ("close",) and ("after",) not in run.calls
+    assert (tmp_path / "curves.png").is_file()  # drawn from the rows so far
 
 
 def test_a_signal_during_the_evaluation_before_stops_before_any_step(tmp_path):
     run = FakeRun(tmp_path, total=3, first=1)
-    run.evaluate_before = lambda: None
-    run.stop.requested = "SIGTERM"
+    run.state.stop.requested = "SIGTERM"
     with pytest.raises(Interrupted, match="stopped after step 1"):  # the resumed run's checkpointed step
-        lifecycle.fit(run)
-    assert run.steps() == [] and run.calls[-1] == ("release",)
+        lifecycle.fit(run, resume=True)
+    assert run.steps() == [] and run.calls[-1] == ("close",) and ("before",) not in run.calls
 
 
 def test_a_new_run_is_refused_a_folder_that_holds_a_run_and_overwrite_clears_only_a_run_folder(tmp_path,
@@ -175,9 +152,9 @@ def test_a_second_signal_after_the_step_is_checkpointed_abandons_nothing_and_say
     from slea.cli.runs import interrupted_lines
 
     def kept(run):
-        def save(k):
+        def save(k, state):
             run.calls.append(("save", k))
-            run.last_checkpoint, run.saved_step = f"iter_{k + 1:06d}", run.step_name(k)
+            return f"iter_{k + 1:06d}"
         return save
 
     run = FakeRun(tmp_path / "after", total=6, save_every=4, signal_at=2)
@@ -186,10 +163,10 @@ def test_a_second_signal_after_the_step_is_checkpointed_abandons_nothing_and_say
     def second_signal(k):  # the second Ctrl-C lands after step 3's checkpoint, while the stop is prepared
         raise KeyboardInterrupt
 
-    run.interrupted = second_signal
+    run.state.interrupted = second_signal
     with pytest.raises(KeyboardInterrupt):
         lifecycle.fit(run)
-    assert run.calls[-2] == ("save", 2)
+    assert run.calls[-2:] == [("save", 2), ("close",)]
     assert interrupted_lines(run) == [
         "Ctrl-C: stopped after step 3", f"last checkpoint: step 3 ({run.dir / 'checkpoints' / 'iter_000003'})",
         f"resume with: slea train --resume {run.dir}"]

@@ -1,6 +1,7 @@
 """``train.time_budget_s`` / ``rollout_budget`` / ``env_step_budget`` in a team run: checked before every
 single-agent update, a stop leaves a finished run (a checkpoint of the last update, the held-out evaluation,
-``eval/summary.json``), and a resumed run counts the budget its checkpoint had already spent.
+``eval/summary.json``), and a resumed run counts the budget its checkpoint had already spent. The guards
+(``train.max_bad_updates``, ``env.max_fault_rate``) stop a team run after an update, before its checkpoint.
 
 The tiny model on the TeamTR smoke preset cut to one task group (2 episodes per collection), 2 stages × 2 agents.
 """
@@ -11,11 +12,13 @@ import json
 from pathlib import Path
 
 import pytest
+import torch
 
 from slea.config import load_config
 from slea.runs import checkpoint as ckpt
 from slea.runs.runlog import read_metrics
 from slea.testing.team_signal import signal_algorithm
+from slea.trainer.guards import RunHalted
 from slea.trainer.lifecycle import train_step
 from slea.trainer.team import TeamTrainer
 
@@ -100,7 +103,7 @@ def test_env_step_budget_counts_the_acting_agents_moves(tmp_path):
     # budget/*: what each update's collections added (π̂^0 counts to the first update), as single-agent rows log
     assert [r["budget/env_steps"] for r in rows] == [played[0] + played[1], played[2]]
     assert [r["budget/rollouts"] for r in rows] == [4, 2]
-    assert tr.env_steps == sum(played) and tr.episodes == 6
+    assert tr.state.env_steps == sum(played) and tr.state.rollouts == 6
 
     budget = rows[0]["env_steps"]
     assert 0 < budget < sum(played)
@@ -121,3 +124,38 @@ def test_time_budget_counts_the_seconds_spent_before_a_resume(tmp_path):
     assert summary["updates"] == 1 and summary["stopped_by"].startswith("time budget")
     summary = TeamTrainer(_cfg("train.time_budget_s=100000"), run).fit(resume=True)
     assert summary["updates"] == 4 and summary["stopped_by"] is None
+
+
+# -- the guards: a team run applies train.max_bad_updates and env.max_fault_rate as a single-agent run does ------
+def test_a_streak_of_bad_updates_stops_a_team_run_before_its_checkpoint(tmp_path):
+    run = tmp_path / "run"
+    tr = TeamTrainer(_cfg("train.max_bad_updates=2", "train.save_every=1"), run)
+    real = tr.loss_fn
+
+    def nan_loss(*args, **kwargs):  # every optimizer step's loss is NaN: the numerical guard skips each one
+        loss, metrics = real(*args, **kwargs)
+        return loss * float("nan"), metrics
+
+    tr.loss_fn = nan_loss
+    before = {k: v.detach().clone() for k, v in tr.weights.items()}
+    with pytest.raises(RunHalted, match=r"^stopped at single-agent update 2: 2 updates in a row hit NaN/inf .*"
+                                        r"the last good checkpoint is iter_000001"):
+        tr.fit()
+    tr.close()
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["iteration"] for r in rows] == [0, 1] and all(r["teamtr/steps"] >= 1 for r in rows)
+    assert [p.name for p in ckpt.list_checkpoints(run / "checkpoints")] == ["iter_000001"]  # update 2's: never
+    assert _state(run)["bad_update_streak"] == 1
+    assert all(torch.equal(before[k], v) for k, v in tr.weights.items())  # every step skipped: the weights kept
+
+
+def test_too_many_env_faults_in_an_update_stop_a_team_run(tmp_path):
+    tr = TeamTrainer(_cfg("train.save_every=1"), tmp_path / "run")
+    tr.pool.take_fault_stats = lambda: {"calls": 10, "faults": 3, "env_errors": 3}
+    tr.pool.last_error = "step of env 0: RuntimeError: injected"
+    with pytest.raises(RunHalted, match=r"^stopped at single-agent update 1: 3 of 10 env calls faulted \(30% > "
+                                        r"env.max_fault_rate=0.2; env_errors 3\); last error: step of env 0"):
+        train_step(tr, 0)
+    tr.close()
+    assert len(read_metrics(tmp_path / "run/metrics.jsonl")) == 1  # the row is logged, no checkpoint follows it
+    assert not ckpt.list_checkpoints(tmp_path / "run/checkpoints")

@@ -20,6 +20,7 @@ from slea.config import load_config
 from slea.runs import checkpoint as ckpt
 from slea.runs.runlog import read_metrics
 from slea.testing.team_signal import signal_algorithm
+from slea.trainer import lifecycle
 from slea.trainer.guards import RunHalted
 from slea.trainer.team import TeamTrainer
 
@@ -129,7 +130,7 @@ def test_resume_without_a_checkpoint_starts_over_and_with_only_damaged_ones_refu
     assert not tr.resume() and read_metrics(tmp_path / "metrics.jsonl") == []
     tr.updates = 1
     tr.log.log(0, {"x": 1.0})
-    tr.save(0)
+    lifecycle.save(tr, 0)
     path = ckpt.latest_checkpoint(tmp_path / "checkpoints")
     (path / "trainable.safetensors").write_bytes(b"garbage")
     tr.log.log(1, {"x": 2.0})

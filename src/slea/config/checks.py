@@ -209,11 +209,9 @@ TRAINER_SETTINGS: dict[str, Reader] = {
     "train.updates_per_iter": _single("trainer/update.py", "takes the trust region's optimizer steps instead "
                                       "(team.trust_region.min_steps, max_steps)"),
     "train.gradient_checkpointing": _single("trainer/rl.py", "checkpoints no activations"),
-    "train.max_bad_updates": _single("trainer/rl.py", "skips a non-finite step (the weights kept) and stops on "
-                                     "no count of them"),
+    "train.max_bad_updates": Reader("trainer/run_state.py"),  # both trainers' guards (RunState.check_guards)
     "run.episode_samples": _single("trainer/rl.py", "writes no episodes.jsonl"),
-    "env.max_fault_rate": _single("trainer/rl.py", "leaves a faulted episode out of its update and stops on no "
-                                  "fault rate"),
+    "env.max_fault_rate": Reader("trainer/run_state.py"),
 }
 
 

@@ -25,14 +25,9 @@ class Killed(Exception):
 
 
 def _dispose(trainer) -> None:
-    """Close what an interrupted trainer opened (a kill would leave nothing running either)."""
-    from slea.rollout import schemes
-
+    """Close what an interrupted trainer opened (a kill would leave nothing running either): the loggers, env pools,
+    library, engine and a rank's scratch folder (``Trainer.close``)."""
     trainer.close()
-    trainer.log.close()
-    schemes.close(trainer.rollouts)
-    if not trainer.dp.main:
-        shutil.rmtree(trainer.out, ignore_errors=True)
 
 
 def interrupted(cfg, run: Path) -> None:
@@ -73,7 +68,7 @@ def resumed(cfg, run: Path, optimizer: bool = True) -> None:
         trainer.resume()
     finally:
         ckpt.load_latest = real
-    run.with_name(f"{run.name}.start-rank{dist.get_rank()}").write_text(str(trainer.first_step))
+    run.with_name(f"{run.name}.start-rank{dist.get_rank()}").write_text(str(trainer.state.first_step))
     trainer.fit()
 
 

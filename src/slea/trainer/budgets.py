@@ -9,6 +9,8 @@ N × G episodes, a team one collection after every single-agent update).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 def budget_spent(elapsed_s: float, last_iteration_s: float, budget_s: float | None) -> bool:
     """Whether ``train.time_budget_s`` forbids starting another iteration: one is started only while it is
@@ -26,9 +28,11 @@ def spent_budget(train, rollouts: int, env_steps: int) -> str:
     return ""
 
 
-def stop_reason(train, elapsed_s: float, last_s: float, rollouts: int, env_steps: int) -> str:
+def stop_reason(train, elapsed_s: float, last_s: float, rollouts: int, env_steps: int, *,
+                agree: Callable[[bool], bool] = bool) -> str:
     """Which budget of ``train`` forbids starting the next unit of work ('' when none does): the time budget
-    (:func:`budget_spent`, ``last_s`` the last unit's seconds) first, then :func:`spent_budget`."""
-    if budget_spent(elapsed_s, last_s, train.time_budget_s):
+    (:func:`budget_spent`, ``last_s`` the last unit's seconds; ``agree`` turns this process's answer into the one
+    every process acts on, data-parallel: rank 0's) first, then :func:`spent_budget`."""
+    if agree(budget_spent(elapsed_s, last_s, train.time_budget_s)):
         return f"time budget of {train.time_budget_s:.0f}s ({elapsed_s:.0f}s spent)"
     return spent_budget(train, rollouts, env_steps)

@@ -1,12 +1,15 @@
-"""Run-level reliability guards: when a run must stop, and why, in one clear sentence.
+"""Run-level reliability guards: when a run must stop, and why, in one clear sentence. Both trainers apply them
+after each step (an iteration, or a team's single-agent update), through
+:meth:`slea.trainer.run_state.RunState.check_guards`.
 
-* Numerical guard: ``ppo_update`` skips an optimizer step whose gradient norm or loss metrics are non-finite;
-  the trainer skips the whole update when an advantage is non-finite. :class:`BadUpdateGuard` counts
-  iterations in a row whose update hit a non-finite value and stops the run after ``train.max_bad_updates``
-  of them — before that iteration's checkpoint is written, so the last checkpoint is the last good one.
-* Env fault guard: :func:`check_fault_rate` stops the run when, in one iteration, more than
-  ``env.max_fault_rate`` of the env calls faulted (raised, hung, or could not be rebuilt). An episode a fault
-  ended (:func:`faulted`) is reported but never learned from, by either trainer.
+* Numerical guard: ``ppo_update`` (the team's trust-region steps likewise) skips an optimizer step whose gradient
+  norm or loss is non-finite; the trainer skips the whole update when an advantage is non-finite.
+  :class:`BadUpdateGuard` counts steps in a row whose update hit a non-finite value and stops the run after
+  ``train.max_bad_updates`` of them — before that step's checkpoint is written, so the last checkpoint is the
+  last good one.
+* Env fault guard: :func:`check_fault_rate` stops the run when, in one step, more than ``env.max_fault_rate`` of
+  the env calls faulted (raised, hung, or could not be rebuilt). An episode a fault ended (:func:`faulted`) is
+  reported but never learned from, by either trainer.
 * The save guard, :func:`slea.trainer.lifecycle.check_saveable`, keeps a checkpoint of non-finite weights from
   ever being written.
 
@@ -40,26 +43,32 @@ def faulted(t: Trajectory) -> bool:
 
 
 class BadUpdateGuard:
-    """Counts consecutive bad updates (an iteration whose update skipped at least one optimizer step, or was
-    skipped whole, because of a non-finite value). ``max_bad`` in a row → :class:`RunHalted`."""
+    """Counts consecutive bad updates (a step whose update skipped at least one optimizer step, or was skipped
+    whole, because of a non-finite value). ``max_bad`` in a row → :class:`RunHalted`."""
 
     def __init__(self, max_bad: int, streak: int = 0) -> None:
         self.max_bad = int(max_bad)
         self.streak = int(streak)
 
     def observe(self, bad: bool) -> int:
-        """Record one iteration's update; returns the current streak."""
+        """Record one step's update; returns the current streak."""
         self.streak = self.streak + 1 if bad else 0
         return self.streak
 
-    def check(self, iteration: int, last_checkpoint: str | None = None) -> None:
-        """:class:`RunHalted` when the streak reached ``max_bad`` (0 disables the guard); ``iteration`` as the log
-        lines count it, from 1."""
+    def check(self, step: int | str, last_checkpoint: str | None = None) -> None:
+        """:class:`RunHalted` when the streak reached ``max_bad`` (0 disables the guard); ``step`` where the run
+        is, as :func:`at` says it."""
         if self.max_bad > 0 and self.streak >= self.max_bad:
             where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint yet"
-            raise RunHalted(f"stopped at iteration {iteration}: {self.streak} updates in a row hit NaN/inf "
+            raise RunHalted(f"stopped at {at(step)}: {self.streak} updates in a row hit NaN/inf "
                             f"(loss, advantages or gradients; train.max_bad_updates={self.max_bad}); {where}. "
                             f"Lower train.lr, check rewards, or raise train.max_bad_updates.")
+
+
+def at(step: int | str) -> str:
+    """Where a run stopped, in its messages: a step's name (``"single-agent update 3"``), or an iteration's number
+    as the log lines count it, from 1 (``3`` is ``"iteration 3"``)."""
+    return f"iteration {step}" if isinstance(step, int) else step
 
 
 def fault_rate(stats: Mapping[str, float]) -> float:
@@ -67,16 +76,16 @@ def fault_rate(stats: Mapping[str, float]) -> float:
     return float(stats.get("faults", 0)) / calls if calls else 0.0
 
 
-def check_fault_rate(stats: Mapping[str, float], max_rate: float, iteration: int, last_error: str = "",
+def check_fault_rate(stats: Mapping[str, float], max_rate: float, step: int | str, last_error: str = "",
                      last_checkpoint: str | None = None) -> float:
-    """The iteration's env fault rate; :class:`RunHalted` when it exceeds ``max_rate`` (``max_rate >= 1``
-    never stops); ``iteration`` as the log lines count it, from 1."""
+    """A step's env fault rate; :class:`RunHalted` when it exceeds ``max_rate`` (``max_rate >= 1`` never stops);
+    ``step`` where the run is, as :func:`at` says it."""
     rate = fault_rate(stats)
     if rate > max_rate and not math.isclose(rate, max_rate):
         where = f"the last good checkpoint is {last_checkpoint}" if last_checkpoint else "no checkpoint yet"
         detail = ", ".join(f"{k} {int(v)}" for k, v in stats.items()
                            if v and k not in ("calls", "faults", "dropped_episodes"))
-        raise RunHalted(f"stopped at iteration {iteration}: {int(stats.get('faults', 0))} of "
+        raise RunHalted(f"stopped at {at(step)}: {int(stats.get('faults', 0))} of "
                         f"{int(stats.get('calls', 0))} env calls faulted ({rate:.0%} > env.max_fault_rate="
                         f"{max_rate:g}; {detail}); last error: {last_error or 'n/a'}; {where}. Resume with "
                         f"`slea train --resume RUN` once the environment is fixed.")

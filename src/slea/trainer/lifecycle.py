@@ -3,29 +3,34 @@
 
 :func:`fit` is the whole run, one path for both::
 
-    config.yaml → resume point → evaluation before → for each step: the trainer's step, its row logged,
-    checkpoint when due → evaluation after → curves and eval/summary.json
+    config.yaml → resume point → evaluation before → for each step: the trainer's step, its row logged, the
+    guards, checkpoint when due → evaluation after → curves and eval/summary.json
 
 A *step* is the unit a trainer checkpoints and logs one ``metrics.jsonl`` row for: an iteration of the single-agent
-trainer, a single-agent update of the team's (:class:`Run` lists what a trainer gives the skeleton). The pieces:
+trainer, a single-agent update of the team's. A trainer gives the skeleton its :class:`RunState`
+(slea/trainer/run_state.py: the run folder and log, the clock, the counters, the stop signal, the budgets and the
+guards) and the six methods of :class:`Run`: ``start``, ``step``, ``save``, ``evaluate``, ``summary``, and ``close``,
+its one teardown. The pieces:
 
 * the save guard (:func:`check_saveable`): weights that hold NaN/inf are never checkpointed, the run stops
   (:class:`slea.trainer.guards.RunHalted`) naming the last good checkpoint;
-* resume (:func:`load_resume_point`): the newest intact checkpoint is loaded, the rows logged after it dropped (those
-  steps are redone); none at all starts the run over, only damaged ones refuse and change nothing;
+* resume (:func:`start`, the trainer's loading through :func:`load_resume_point`): the newest intact checkpoint is
+  loaded, the rows logged after it dropped (those steps are redone), the run's state restored from its
+  ``state.json``; none at all starts the run over, only damaged ones refuse and change nothing;
   :func:`announce_resume` says where the run stands, in the numbering every log line uses (from 1);
+* checkpoints (:func:`save`): the trainer writes its weights and own keys, the run's state adds its own;
 * the run folder (:func:`run_dir_for`, unless the caller names one; a new run never writes into one that holds
   another run, :func:`fresh_run_dir`, unless told to clear it, :func:`clear_run_dir`) and the seeds of python, numpy and torch
   (:func:`seed_everything`);
 * the run folder's ``config.yaml``, written first (:func:`write_config`);
 * the held-out evaluation before training (:func:`evaluation_before`: run once, read back on resume) and after it,
   their log lines (:func:`eval_line`) and their marks on ``curves.png`` (:func:`held_out_marks`);
-* the training steps (:func:`train`, one step :func:`train_step`): a budget (the trainer's :meth:`Run.budget_stop`)
-  stops the run before a step, a signal (:class:`slea.trainer.interrupt.StopSignal`) after one, which is then
-  checkpointed; a run stopped between checkpoints checkpoints its last step;
-* the run's wall time over all its processes (:class:`WallClock`: a checkpoint keeps it, a resume restores it; it
-  also times the training steps, which the time budget counts) and ``eval/summary.json``, written last so its
-  presence marks a finished run (:func:`write_summary`).
+* the training steps (:func:`train`, one step :func:`train_step`): a budget (:meth:`RunState.budget_stop`) stops
+  the run before a step, a guard (:meth:`RunState.check_guards`) after its row is logged, a signal
+  (:class:`slea.trainer.interrupt.StopSignal`) after the step, which is then checkpointed; a run stopped by a budget
+  between checkpoints checkpoints its last step;
+* ``eval/summary.json``, written last so its presence marks a finished run (:func:`write_summary`), with the run's
+  wall time over all its processes (:class:`WallClock`).
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -50,9 +55,10 @@ from slea.evaluation.evaluate import write_eval
 from slea.runs import checkpoint as ckpt
 from slea.runs.folder import MARKERS, SUMMARY, RunFolder
 from slea.runs.jsonfile import Evaluation, RunFileError, read_json
-from slea.runs.runlog import RunLog, truncate_metrics
+from slea.runs.runlog import RunLog, plot_curves, truncate_metrics
 from slea.trainer.guards import RunHalted
 from slea.trainer.interrupt import Interrupted, StopSignal
+from slea.trainer.run_state import RunState, WallClock
 
 log = logging.getLogger(__name__)
 
@@ -139,29 +145,6 @@ def write_config(run_dir: Path, cfg: RunConfig) -> None:
     atomic_write_text(RunFolder(run_dir).config, dump_config(cfg))
 
 
-class WallClock:
-    """A run's wall seconds over all its processes: those of the earlier ones up to their last checkpoint
-    (:attr:`before`, restored on resume) plus this process's since its fit began (:meth:`restart`); and this
-    process's seconds of training steps (:meth:`training_seconds`, since :meth:`start_training`: the evaluations
-    before training are not counted)."""
-
-    def __init__(self) -> None:
-        self.before = 0.0
-        self.start = self.train_start = time.perf_counter()
-
-    def restart(self) -> None:
-        self.start = time.perf_counter()
-
-    def seconds(self) -> float:
-        return self.before + time.perf_counter() - self.start
-
-    def start_training(self) -> None:
-        self.train_start = time.perf_counter()
-
-    def training_seconds(self) -> float:
-        return time.perf_counter() - self.train_start
-
-
 def check_saveable(weights: Iterable[torch.Tensor], where: str, last_checkpoint: str | None) -> None:
     """:class:`RunHalted` when a tensor of ``weights`` (what a checkpoint would hold) is not finite: no checkpoint
     of them is written, and the message names ``where`` the run stopped and the last good checkpoint."""
@@ -223,9 +206,11 @@ def held_out_marks(before: dict | None, after: dict) -> dict[str, float]:
 
 
 def write_summary(run_dir: Path, own: dict[str, Any], *, before: dict | None, after: dict, clock: WallClock,
-                  checkpoint: str | None, precision: dict[str, str], device) -> dict[str, Any]:
+                  checkpoint: str | None) -> dict[str, Any]:
     """``<run>/eval/summary.json``: the run folder, the trainer's ``own`` fields, both evaluations, the wall seconds
-    (earlier processes included), the last checkpoint, the precision and the device; written last."""
+    (earlier processes included), the last checkpoint, then ``own``'s precision and device; written last."""
+    own = dict(own)
+    precision, device = own.pop("precision"), own.pop("device")
     summary = {"run_dir": str(run_dir), **own, "before": before, "after": after, "wall_s": clock.seconds(),
                "checkpoint": checkpoint, "precision": precision, "device": str(device)}
     write_eval(Path(run_dir), SUMMARY, summary)
@@ -242,125 +227,164 @@ def eval_line(label: str, res: dict) -> str:
 
 
 class Run(Protocol):
-    """What a trainer gives :func:`fit`. Steps are indexed from 0 (``metrics.jsonl`` rows and ``state.json`` keep
-    that index); log lines, checkpoint folders and the report's charts count them from 1."""
+    """What a trainer gives :func:`fit`: its :class:`RunState` and six methods. Steps are indexed from 0
+    (``metrics.jsonl`` rows and ``state.json`` keep that index); log lines, checkpoint folders and the report's
+    charts count them from 1."""
 
-    cfg: RunConfig
-    dir: Path  # the run folder
-    device: Any
-    log: RunLog  # metrics.jsonl (and TensorBoard, W&B, MLflow)
-    clock: WallClock
-    stop: StopSignal
-    last_checkpoint: str | None
-    main: bool  # whether this process writes the run folder (data-parallel: rank 0 alone)
-    first_step: int  # the step training starts from: 0, or the one after a resumed checkpoint
-    total_steps: int
-    unit: str  # what a step is, in the plural, for the log ("iterations")
+    state: RunState
 
-    def resume(self) -> bool:
-        """Load the newest intact checkpoint and set :attr:`first_step` (``False``: none, the run starts over)."""
-
-    def begin(self) -> None:
-        """Anything the trainer readies once it knows where training starts (before the evaluation)."""
-
-    def evaluate_before(self) -> dict | None:
-        """The held-out evaluation of the untrained policy (``None`` on a process that does not evaluate)."""
-
-    def budget_stop(self) -> str:
-        """Which budget forbids starting the next step ('' when none does)."""
-
-    def step_name(self, k: int) -> str:
-        """Step ``k`` as the log lines name it (``iteration 3/10``)."""
+    def start(self, resume: bool) -> tuple[Path | None, dict[str, Any] | None, int]:
+        """Ready the trainer to train. With ``resume``: load the newest intact checkpoint (its weights and the
+        trainer's own ``state.json`` keys, :func:`load_resume_point`) and return its folder, ``state.json`` and
+        step; ``(None, None, -1)`` when there is none or ``resume`` is off (the run starts over)."""
 
     def step(self, k: int) -> dict[str, Any]:
-        """Train step ``k``; its metrics row."""
+        """Train step ``k`` and log its progress line; its metrics row. It tells :attr:`RunState.guard` whether
+        the step's update was bad and :meth:`RunState.note_faults` its env faults, and counts the rollouts and
+        env steps it played in :attr:`RunState.rollouts` and :attr:`RunState.env_steps`."""
 
-    def report(self, k: int, row: dict[str, Any]) -> None:
-        """Step ``k``'s progress line; the trainer's guards may stop the run here, before its checkpoint."""
+    def save(self, k: int, state: dict[str, Any]) -> str:
+        """Checkpoint step ``k`` with ``state`` (:meth:`RunState.to_state`) in its ``state.json`` beside the
+        trainer's own keys; the checkpoint's folder name. Never weights that hold NaN/inf (:func:`check_saveable`)."""
 
-    def save(self, k: int) -> None:
-        """Checkpoint step ``k`` (never weights that hold NaN/inf: :func:`check_saveable`)."""
+    def evaluate(self, name: str) -> dict[str, Any] | None:
+        """The held-out evaluation ``before`` or ``after`` training, written to ``eval/<name>.json`` (``None`` on a
+        process that does not evaluate)."""
 
-    def interrupted(self, k: int) -> Interrupted:
-        """The stop a signal asked for, after step ``k`` (-1: before any step)."""
+    def summary(self) -> dict[str, Any]:
+        """``eval/summary.json``'s trainer fields, ``precision`` and ``device`` among them."""
 
-    def evaluate_after(self) -> dict | None:
-        """The held-out evaluation of the trained policy (``None`` on a process that does not evaluate)."""
-
-    def close_rank(self) -> dict[str, Any]:
-        """The end of a process that does not evaluate (its result instead of the summary)."""
-
-    def finish(self, before: dict | None, after: dict) -> tuple[dict[str, Any], dict[str, str]]:
-        """Draw ``curves.png`` and close what the run opened; the summary's own fields and its precision."""
-
-    def release(self) -> None:
-        """Close what the run opened (loggers, env pools, the library) when it stops on a signal."""
+    def close(self) -> None:
+        """Close what the trainer opened (loggers, env pools, the library, the generation engine, a rank's scratch
+        folder); idempotent. :func:`fit` calls it when the run ends or stops on a signal; the caller, on an error."""
 
 
 def fit(run: Run, resume: bool = False) -> dict[str, Any]:
-    """A whole run: ``config.yaml`` → the resume point → the evaluation before training → the training steps
-    (:func:`train`) → the evaluation after → ``curves.png`` and ``eval/summary.json`` (its fields: the trainer's
-    own, then both evaluations, the wall seconds, the last checkpoint, the precision and the device). A stop asked
-    by a signal raises :class:`Interrupted` after what is written is flushed (:meth:`Run.release`)."""
-    if run.main:
-        write_config(run.dir, run.cfg)
-    if resume:
-        run.resume()
-    run.begin()
-    run.clock.restart()
+    """A whole run: ``config.yaml`` → the resume point (:func:`start`) → the evaluation before training → the
+    training steps (:func:`train`) → the evaluation after → ``curves.png`` and ``eval/summary.json`` (its fields:
+    the trainer's own, then both evaluations, the wall seconds, the last checkpoint, the precision and the device);
+    a process that does not evaluate returns ``{"iterations": rows logged}``. A stop asked by a signal raises
+    :class:`Interrupted` once ``curves.png`` is drawn and the trainer closed (what is written stays)."""
+    st = run.state
+    if st.main:
+        write_config(st.dir, st.cfg)
+    start(run, resume)
+    st.clock.restart()
     try:
-        before = evaluation_before(run.cfg, run.dir, run.first_step == 0, run.evaluate_before, run.stop)
+        before = evaluation_before(st.cfg, st.dir, st.first_step == 0, lambda: run.evaluate("before"), st.stop)
         train(run)
-        run.stop.doing = "the held-out evaluation after training"
-        after = run.evaluate_after()
-    except (Interrupted, KeyboardInterrupt):  # what is written stays; the loggers flush, the envs close
-        run.release()
+        st.stop.doing = "the held-out evaluation after training"
+        after = run.evaluate("after")
+    except Interrupted:  # what is written stays; curves.png shows the rows so far
+        if st.main:
+            plot_curves(st.log.rows(), RunFolder(st.dir).curves, **st.curves)
+        run.close()
+        raise
+    except KeyboardInterrupt:  # a second signal: the step in progress is abandoned at once
+        run.close()
         raise
     if after is None:
-        return run.close_rank()
+        steps = len(st.log.rows())
+        run.close()
+        return {"iterations": steps}
     log.info(eval_line("trained", after))
-    own, precision = run.finish(before, after)
-    return write_summary(run.dir, own, before=before, after=after, clock=run.clock,
-                         checkpoint=run.last_checkpoint, precision=precision, device=run.device)
+    plot_curves(st.log.rows(), RunFolder(st.dir).curves, held_out_marks(before, after), **st.curves)
+    own = run.summary()
+    run.close()
+    return write_summary(st.dir, own, before=before, after=after, clock=st.clock, checkpoint=st.last_checkpoint)
+
+
+def start(run: Run, resume: bool) -> bool:
+    """The trainer readied (:meth:`Run.start`); a checkpoint it resumed from restores the run's state
+    (:meth:`RunState.restore`) and says where the run stands (:func:`announce_resume`). Whether it resumed."""
+    last, saved, k = run.start(resume)
+    if last is None or saved is None:
+        return False
+    st = run.state
+    st.restore(saved, k, last.name)
+    announce_resume(log, st.name(k), last.name, st.name(k + 1) if k + 1 < st.total_steps else None,
+                    f"every {st.singular} is done")
+    return True
+
+
+def save(run: Run, k: int) -> None:
+    """Checkpoint step ``k`` (:meth:`Run.save`, with the run's state) and remember it."""
+    run.state.saved(k, run.save(k, run.state.to_state()))
 
 
 def train(run: Run) -> None:
-    """The training steps from :attr:`Run.first_step` to :attr:`Run.total_steps`, each :func:`train_step`, until a
-    budget forbids the next one (:meth:`Run.budget_stop`) or a signal asks to stop (:class:`Interrupted`, before the
-    first step or after the one in progress, which is checkpointed). A run stopped by a budget between checkpoints
-    checkpoints its last step, so the weights evaluated after training are saved too."""
-    run.clock.start_training()  # the time budget covers training steps, not the evaluations
-    done = saved = run.first_step - 1  # the last step trained, and the last checkpointed
-    if run.stop.requested:  # asked during the evaluation before training
-        raise run.interrupted(done)
-    for k in range(run.first_step, run.total_steps):
-        stopped_by = run.budget_stop()
+    """The training steps from :attr:`RunState.first_step` to :attr:`RunState.total_steps`, each
+    :func:`train_step`, until a budget forbids the next one (:meth:`RunState.budget_stop`) or a signal asks to stop
+    (:class:`Interrupted`, before the first step or after the one in progress, which is checkpointed). A run
+    stopped by a budget between checkpoints checkpoints its last step, so the weights evaluated after training
+    are saved too."""
+    st = run.state
+    st.clock.start_training()  # the time budget covers training steps, not the evaluations
+    done = saved = st.first_step - 1  # the last step trained, and the last checkpointed
+    if st.stop.requested:  # asked during the evaluation before training
+        raise st.interrupted(done)
+    for k in range(st.first_step, st.total_steps):
+        stopped_by = st.budget_stop()
         if stopped_by:
-            log.info("%s reached after %d %s", stopped_by, k, run.unit)
+            log.info("%s reached after %d %s", stopped_by, k, st.unit)
             break
         train_step(run, k)
         done = k
-        if checkpoint_due(run.cfg, k, run.total_steps):
+        if checkpoint_due(st.cfg, k, st.total_steps):
             saved = k
     if done > saved:
-        run.save(done)
+        save(run, done)
 
 
 def train_step(run: Run, k: int) -> dict[str, Any]:
-    """Step ``k``: the trainer's step, its row logged and reported, a checkpoint when due (or when a signal asked
-    to stop: then :class:`Interrupted` follows it). Returns the row."""
-    run.stop.doing = run.step_name(k)
+    """Step ``k``: the trainer's step (timed: the time budget's estimate of the next one), its row logged, the
+    guards (:meth:`RunState.check_guards`: they stop the run before its checkpoint, so the last one stays the last
+    good one), a checkpoint when due (or when a signal asked to stop: then :class:`Interrupted` follows it). Returns
+    the row."""
+    st = run.state
+    st.stop.doing = st.name(k)
+    t0 = time.perf_counter()
     row = run.step(k)
-    run.log.log(k, row)
-    run.report(k, row)
-    if checkpoint_due(run.cfg, k, run.total_steps) or run.stop.requested:
-        run.save(k)
-    if run.stop.requested:
-        run.stop.doing = ""  # the step is checkpointed: a second signal from here abandons nothing of it
-        raise run.interrupted(k)
+    st.last_step_s = time.perf_counter() - t0
+    st.log.log(k, row)
+    st.check_guards(k)
+    if checkpoint_due(st.cfg, k, st.total_steps) or st.stop.requested:
+        save(run, k)
+    if st.stop.requested:
+        st.stop.doing = ""  # the step is checkpointed: a second signal from here abandons nothing of it
+        raise st.interrupted(k)
     return row
 
 
 def checkpoint_due(cfg: RunConfig, k: int, total: int) -> bool:
     """Whether step ``k`` is checkpointed: every ``train.save_every`` steps and the run's last."""
     return (k + 1) % cfg.train.save_every == 0 or k == total - 1
+
+
+class Fits:
+    """What callers ask of a trainer besides :class:`Run`'s methods: :meth:`fit`, :meth:`resume`, and (for ``slea
+    train``'s stop lines) the run's stop signal, last checkpoint and the step it holds, :class:`RunState`'s."""
+
+    state: RunState
+
+    def fit(self, resume: bool = False) -> dict[str, Any]:
+        """The run (:func:`slea.trainer.lifecycle.fit`); ``resume`` continues from the run folder's newest
+        checkpoint."""
+        return fit(cast("Run", self), resume)  # a trainer that subclasses Fits is a Run (slea/trainer/contract.py)
+
+    def resume(self) -> bool:
+        """Load the newest intact checkpoint and restore the run's state (:func:`start`) without training; whether
+        there was one. A later ``fit()`` continues after it."""
+        return start(cast("Run", self), True)
+
+    @property
+    def stop(self) -> StopSignal:
+        return self.state.stop
+
+    @property
+    def last_checkpoint(self) -> str | None:
+        return self.state.last_checkpoint
+
+    @property
+    def saved_step(self) -> str | None:
+        return self.state.saved_step

@@ -42,9 +42,10 @@ import torch
 from slea.algorithms.batch import Advantages, StepBatch, estimate
 from slea.algorithms.registry import NEEDS, get_algorithm
 from slea.config import ConfigError, RunConfig, estimator_settings
-from slea.device import model_device, resolve_base_storage, run_device
+from slea.device import resolve_base_storage, run_device
 from slea.envs.factory import eval_env_kwargs
 from slea.evaluation.evaluate import evaluate, write_eval
+from slea.experience.engine import experience_manager
 from slea.parallel.checks import check_data_parallel
 from slea.parallel.distributed import DataParallel, full_weights, shard_frozen_base
 from slea.policy.engines import close_generator, make_generator, sleep_generator, start_server
@@ -57,26 +58,11 @@ from slea.rollout.sampling import RoundRollouts, iteration_seeds, merge_stats
 from slea.runs import checkpoint as ckpt
 from slea.runs.episodes import EpisodeSampler
 from slea.runs.folder import RunFolder
-from slea.runs.runlog import RunLog, plot_curves
+from slea.runs.runlog import RunLog
 from slea.trainer import lifecycle
-from slea.trainer.budgets import budget_spent, spent_budget
 from slea.trainer.critic import Critic
-from slea.trainer.guards import (
-    BadUpdateGuard,
-    check_fault_rate,
-    faulted,
-    nonfinite_count,
-)
-from slea.trainer.interrupt import Interrupted, StopSignal
-from slea.trainer.lifecycle import (
-    WallClock,
-    announce_resume,
-    check_saveable,
-    held_out_marks,
-    load_resume_point,
-    run_dir_for,
-    seed_everything,
-)
+from slea.trainer.guards import faulted, nonfinite_count
+from slea.trainer.lifecycle import check_saveable, load_resume_point, run_dir_for, seed_everything
 from slea.trainer.metrics import (
     Phases,
     iteration_metrics,
@@ -85,6 +71,7 @@ from slea.trainer.metrics import (
     no_update_line,
     sum_metrics,
 )
+from slea.trainer.run_state import RunState
 from slea.trainer.select import TRAINERS
 from slea.trainer.update import Sample, ppo_update, to_samples
 from slea.types import Trajectory, flatten
@@ -134,74 +121,10 @@ class Round:
     seconds: dict[str, float]
 
 
-def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
-    """The experience manager, with the ``generate_text`` its extractor asks (``experience.extractor: llm``).
-
-    ``generate_text(prompts) -> texts``: a prompt is a user message or chat messages (a last assistant message is
-    a prefill the answer continues); rendered with the tokenizer's chat template; answered multi-line (EOS stops
-    it) within ``experience.extract_max_new_tokens``, greedy unless ``experience.extract_temperature`` > 0 (then
-    keyed by the prompt, reproducible); by the policy's base weights (LoRA adapters disabled for the call), or by
-    ``experience.extractor_model`` (loaded once, frozen, on first use; also the base without LoRA), or by a server
-    (:func:`slea.policy.served.served_text`: a frozen served policy's own, or ``model.openai.extractor_model``)."""
-    if cfg.experience.mode == "off" and "clusters" not in spec.needs:
-        return None
-    import contextlib
-    import zlib
-
-    from slea.experience.manager import ExperienceManager
-    from slea.policy.served import served_text
-
-    x = cfg.experience
-    served = served_text(cfg, generator)  # a served model writes the lessons (slea/policy/served.py)
-    if served is not None:
-        return ExperienceManager(x, RunFolder(run_dir).library, generate_text=served)
-    engine: list = []  # [(in-process generator, disable_adapter?)], built on first use
-
-    def extractor_engine():
-        if not engine:
-            if x.extractor_model is None and hasattr(generator.model, "disable_adapter"):
-                # the base weights in-process, whatever engine the rollouts use
-                engine.append((make_generator(cfg.model, generator.model, generator.tok, stop_at_newline=False,
-                                              backend="hf"), True))
-            else:
-                name = x.extractor_model or cfg.model.name_or_path
-                mcfg = cfg.model.model_copy(update={"name_or_path": name, "lora": False, "tokenizer": (
-                    cfg.model.tokenizer if x.extractor_model is None else None)})
-                model, tok = load_policy(mcfg, device=model_device(generator.model))
-                model.requires_grad_(False).eval()
-                engine.append((make_generator(cfg.model, model, tok, stop_at_newline=False, backend="hf"), False))
-        return engine[0]
-
-    def render(tok, prompt) -> str:
-        msgs = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
-        prefill = ""
-        if len(msgs) > 1 and msgs[-1].get("role") == "assistant":
-            prefill = msgs.pop()["content"]
-        if getattr(tok, "chat_template", None):
-            text = tok.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
-        else:
-            text = "\n\n".join(m["content"] for m in msgs) + "\n\n"
-        return text + prefill
-
-    def generate_text(prompts: list) -> list[str]:
-        gen, base = extractor_engine()
-        texts = [render(gen.tok, p) for p in prompts]
-        ids = [gen.tok(t, add_special_tokens=False).input_ids for t in texts]
-        temp = x.extract_temperature
-        keys = [[zlib.crc32(t.encode("utf-8", "replace"))] for t in texts] if temp > 0 else None
-        with gen.model.disable_adapter() if base else contextlib.nullcontext():
-            outs = gen.generate(ids, max_new_tokens=x.extract_max_new_tokens, temperature=temp, rng_keys=keys,
-                                stop_at_newline=False)
-        return [g.text for g in outs]
-
-    return ExperienceManager(cfg.experience, RunFolder(run_dir).library, generate_text=generate_text)
-
-
-class Trainer:
+class Trainer(lifecycle.Fits):
     """Wires config, policy, envs, collector, experience library and logs; :meth:`fit` runs the loop (the run
-    lifecycle of slea/trainer/lifecycle.py, a step being one :meth:`iteration`)."""
-
-    unit = "iterations"
+    lifecycle of slea/trainer/lifecycle.py, a step being one :meth:`iteration`; its :class:`lifecycle.Run` methods
+    are :meth:`start`, :meth:`step`, :meth:`save`, :meth:`evaluate`, :meth:`summary` and :meth:`close`)."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path | None = None):
         self.cfg = cfg
@@ -246,16 +169,11 @@ class Trainer:
                           [n for n in cfg.run.loggers if n in ("jsonl", "tensorboard")],
                           project=cfg.run.project, config=cfg.model_dump(mode="json"))
         self.samples = EpisodeSampler(self.out, cfg.run.episode_samples, cfg.run.episode_samples_bytes)
-        self.first_step = 0  # the iteration training starts from (after a resumed checkpoint's)
-        self.last_iteration_s = 0.0  # the last iteration's seconds: the time budget's estimate of the next one
-        self.clock = WallClock()  # the run's wall seconds, earlier processes of a resumed run included
-        self.episodes = 0
-        self.env_steps = 0
-        self.rollout_count = 0
-        self.bad_updates = BadUpdateGuard(cfg.train.max_bad_updates)
-        self.last_checkpoint: str | None = None
-        self.saved_step: str | None = None  # what the last checkpoint holds, as the log lines say it
-        self.stop = StopSignal()  # SIGINT / SIGTERM while `slea train` runs (slea/trainer/interrupt.py)
+        self.episodes = 0  # trajectories played (rollouts and env steps are the run state's: the budgets count them)
+        # the clock, counters, stop signal, budgets and guards; rank 0 decides the time budget for every rank
+        self.state = RunState(cfg, self.dir, self.log, total_steps=cfg.train.iterations, unit="iterations",
+                              name=self.step_name, main=self.dp.main, agree=self.dp.from_main)
+        self.closed = False
 
     # -- one iteration ---------------------------------------------------------------------------------------
     def iteration(self, it: int) -> dict[str, float]:
@@ -264,9 +182,9 @@ class Trainer:
         rounds = [self.train_round(batch, it) for batch in self._gathered(self.rollouts.rounds(it, seeds))]
         batches = [r.batch for r in rounds]
         self.episodes += sum(len(b.collected) for b in batches)
-        self.env_steps += sum(b.env_steps for b in batches)
-        self.rollout_count += sum(b.rollouts for b in batches)
-        streak = self.bad_updates.observe(any(r.update.get("skipped_updates", 0) for r in rounds))
+        self.state.env_steps += sum(b.env_steps for b in batches)
+        self.state.rollouts += sum(b.rollouts for b in batches)
+        streak = self.state.guard.observe(any(r.update.get("skipped_updates", 0) for r in rounds))
         return self.metrics(rounds, streak, time.perf_counter() - t0)
 
     def _gathered(self, rounds):
@@ -315,7 +233,7 @@ class Trainer:
             seconds={**sum_metrics([r.seconds for r in rounds]), "iteration": seconds},
             rollouts=sum(b.rollouts for b in batches), env_steps=sum(b.env_steps for b in batches),
             max_new_tokens=self.cfg.rollout.max_new_tokens, lr=self.optimizer.param_groups[0]["lr"])
-        return iteration_metrics(phases, self.episodes, self.env_steps, self.rollout_count)
+        return iteration_metrics(phases, self.episodes, self.state.env_steps, self.state.rollouts)
 
     def advantages(self, trajs: list[Trajectory]) -> Estimate:
         """Round phase 1: the algorithm's advantages, one per response token of every step row."""
@@ -372,41 +290,21 @@ class Trainer:
         critic = self.critic.update(returns) if self.critic is not None else {}
         return upd, critic
 
-    # -- evaluation, checkpoints, resume -----------------------------------------------------------------------
-    def evaluate(self, name: str, iteration: int) -> dict:
-        res = evaluate(self.collector, self.cfg.env, eval_env_kwargs(self.cfg.env), self.cfg.eval, iteration=iteration)
-        write_eval(self.dir, name, res)
-        return res
+    # -- the run lifecycle's methods (slea/trainer/lifecycle.py) ----------------------------------------------
+    def step_name(self, it: int) -> str:
+        return f"iteration {it + 1}/{self.cfg.train.iterations}"
 
-    def save(self, it: int) -> None:
-        """Checkpoint iteration ``it`` (never weights that hold NaN/inf)."""
-        cfg = self.cfg
-        check_saveable((p for p in self.model.parameters() if p.requires_grad), self.step_name(it),
-                       self.last_checkpoint)
-        if not self.dp.main:  # rank 0 writes the checkpoint; every rank holds the same weights
-            self.last_checkpoint = f"{ckpt.PREFIX}{it + 1:06d}"
-            self.saved_step = f"iteration {it + 1}/{cfg.train.iterations}"
-            return
-        if self.experience is not None:
-            self.experience.save()
-        critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
-        path = ckpt.save_checkpoint(  # named by the iterations done (iter_000006: iteration 6/N), as the logs count
-            RunFolder(self.dir).checkpoints, it, self.model, self.optimizer, critic=critic_t, number=it + 1,
-            extra={"episodes": self.episodes, "env_steps": self.env_steps, "rollouts": self.rollout_count,
-                   "processes": self.dp.world,  # `slea train --resume` restarts as many (checkpoint.py)
-                   "critic": critic_meta,
-                   "bad_update_streak": self.bad_updates.streak,
-                   "wall_s": self.clock.seconds(),
-                   "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
-            keep=cfg.train.keep_checkpoints,
-            library=RunFolder(self.dir).library if self.experience is not None else None)
-        self.last_checkpoint = path.name
-        self.saved_step = f"iteration {it + 1}/{cfg.train.iterations}"
+    def start(self, resume: bool) -> tuple[Path | None, dict[str, Any] | None, int]:
+        """Ready to train: with ``resume``, the newest intact checkpoint (:meth:`load`); then a served engine is
+        sent the trainer's weights."""
+        point = self.load() if resume else (None, None, -1)
+        self.generator.sync_weights(self.model)
+        return point
 
-    def resume(self) -> bool:
-        """Continue from the newest intact checkpoint (damaged ones are skipped with a warning): weights,
-        optimizer, RNGs, counters, and the experience library as of that checkpoint; metrics rows logged after
-        it are dropped (the iterations are redone). Without a checkpoint the run restarts from scratch."""
+    def load(self) -> tuple[Path | None, dict[str, Any] | None, int]:
+        """Load the newest intact checkpoint (damaged ones are skipped with a warning): weights, optimizer, RNGs,
+        the episode count, the critic, and the experience library as of that checkpoint (an empty one without
+        a checkpoint); episode samples logged after it are dropped. Its folder, ``state.json`` and iteration."""
         last, state, it = load_resume_point(RunFolder(self.dir).checkpoints, self.model, self.optimizer, self.log)
         if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
             self.experience.close()
@@ -414,122 +312,79 @@ class Trainer:
             self.experience = experience_manager(self.cfg, self.spec, self.out, self.generator)
             self.collector.experience = self.experience
         self.samples.truncate(it)
-        if state is None:
-            return False
-        self.first_step = it + 1
-        self.episodes = int(state.get("episodes", 0))
-        self.env_steps = int(state.get("env_steps", 0))
-        self.rollout_count = int(state.get("rollouts", self.episodes))  # older checkpoints: episodes only
-        if self.critic is not None:
-            self.critic.restore(last, state)
-        self.bad_updates.streak = int(state.get("bad_update_streak", 0))
-        self.clock.before = float(state.get("wall_s", 0.0))
-        self.last_checkpoint = last.name
-        total = self.cfg.train.iterations
-        self.saved_step = f"iteration {it + 1}/{total}"
-        # one numbering in every line a person reads: iterations count from 1, and so do checkpoint folders
-        announce_resume(log, f"iteration {it + 1}/{total}", last.name,
-                        f"iteration {it + 2}/{total}" if it + 1 < total else None, "every iteration is done")
-        return True
-
-    # -- the run lifecycle's steps (slea/trainer/lifecycle.py) ----------------------------------------------------
-    def fit(self, resume: bool = False) -> dict[str, Any]:
-        """The run (:func:`slea.trainer.lifecycle.fit`): ``train.iterations`` iterations, each logged and
-        checkpointed as ``train.save_every`` says, until a budget or a stop asked by a signal, between held-out
-        evaluations; ``resume`` continues from the run folder's newest checkpoint (:meth:`resume`)."""
-        return lifecycle.fit(self, resume)
-
-    @property
-    def main(self) -> bool:
-        return self.dp.main  # rank 0 alone writes the run folder
-
-    @property
-    def total_steps(self) -> int:
-        return self.cfg.train.iterations
-
-    def begin(self) -> None:
-        self.generator.sync_weights(self.model)  # a served engine starts from the trainer's weights
-
-    def evaluate_before(self) -> dict | None:
-        """The held-out evaluation before training: every rank gathers the weights (a collective), rank 0 alone
-        evaluates (the others get ``None``)."""
-        with full_weights(self.model):
-            return self.evaluate("before", 0) if self.dp.main else None
-
-    def evaluate_after(self) -> dict | None:
-        """The held-out evaluation after training, as :meth:`evaluate_before`."""
-        with full_weights(self.model):
-            return self.evaluate("after", self.cfg.train.iterations) if self.dp.main else None
-
-    def budget_stop(self) -> str:
-        """Which budget forbids starting another iteration ('' when none does): ``train.time_budget_s`` against
-        this process's training seconds (rank 0 decides for every rank), then the rollout and env-step budgets."""
-        train = self.cfg.train
-        if self.dp.from_main(budget_spent(self.clock.training_seconds(), self.last_iteration_s, train.time_budget_s)):
-            return f"time budget of {train.time_budget_s:.0f}s"
-        return spent_budget(train, self.rollout_count, self.env_steps)
-
-    def step_name(self, it: int) -> str:
-        return f"iteration {it + 1}/{self.cfg.train.iterations}"
+        if state is not None:
+            self.episodes = int(state.get("episodes", 0))
+            if self.critic is not None:
+                self.critic.restore(last, state)
+        return last, state, it
 
     def step(self, it: int) -> dict[str, float]:
-        """One :meth:`iteration`; its metrics row."""
+        """One :meth:`iteration` and its log line; its metrics row (its env faults told to the guards)."""
         m = self.iteration(it)
-        self.last_iteration_s = m["time/iteration_s"]
-        return m
-
-    def report(self, it: int, m: dict[str, float]) -> None:
-        """The iteration's log line; the guards stop the run before its checkpoint (the last one stays the last
-        good one)."""
         log.info(_iter_line(it, self.cfg.train.iterations, m))
-        loss = m.get("update/loss")  # the guards below count iterations as the log lines do, from 1
+        loss = m.get("update/loss")
         quiet = no_update_line(m) if not (isinstance(loss, float) and math.isfinite(loss)) else None
         if quiet:  # "loss —" says nothing was trained; this line says why
             log.info(quiet)
-        self.bad_updates.check(it + 1, self.last_checkpoint)
-        check_fault_rate({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
-                         self.cfg.env.max_fault_rate, it + 1, schemes.last_error(self.rollouts), self.last_checkpoint)
+        self.state.note_faults({k.removeprefix("faults/"): v for k, v in m.items() if k.startswith("faults/")},
+                               schemes.last_error(self.rollouts))
+        return m
 
-    def interrupted(self, it: int) -> Interrupted:
-        """The stop a signal asked for, after iteration ``it`` (-1: none yet in this process); ``curves.png``
-        is drawn from the rows so far."""
-        total = self.cfg.train.iterations
-        where = f"iteration {it + 1}/{total}" if it >= 0 else ""
-        if it == total - 1:
-            where += " (every iteration done: `--resume` runs the held-out evaluation)"
-        if self.dp.main:
-            plot_curves(self.log.rows(), RunFolder(self.dir).curves)
-        return Interrupted(self.stop.requested or "SIGINT", where, self.dir, self.last_checkpoint)
+    def save(self, it: int, state: dict[str, Any]) -> str:
+        """Checkpoint iteration ``it`` (never weights that hold NaN/inf) with the run's ``state``; rank 0 writes
+        it (every rank holds the same weights). Its folder name, named by the iterations done (``iter_000006``:
+        iteration 6/N), as the logs count."""
+        check_saveable((p for p in self.model.parameters() if p.requires_grad), self.step_name(it),
+                       self.state.last_checkpoint)
+        if not self.dp.main:
+            return f"{ckpt.PREFIX}{it + 1:06d}"
+        if self.experience is not None:
+            self.experience.save()
+        cfg = self.cfg
+        critic_t, critic_meta = self.critic.state_tensors() if self.critic is not None else (None, None)
+        path = ckpt.save_checkpoint(
+            RunFolder(self.dir).checkpoints, it, self.model, self.optimizer, critic=critic_t, number=it + 1,
+            extra={**state, "episodes": self.episodes,
+                   "processes": self.dp.world,  # `slea train --resume` restarts as many (checkpoint.py)
+                   "critic": critic_meta,
+                   "next_env_seeds": iteration_seeds(cfg.run.seed, it + 1, cfg.rollout.groups)},
+            keep=cfg.train.keep_checkpoints,
+            library=RunFolder(self.dir).library if self.experience is not None else None)
+        return path.name
 
-    def release(self) -> None:
-        """Close what the run opened besides the generator (:meth:`close`): loggers, env pools, the library."""
+    def evaluate(self, name: str) -> dict | None:
+        """The held-out evaluation ``before`` or ``after`` training: every rank gathers the weights (a
+        collective), rank 0 alone evaluates and writes ``eval/<name>.json`` (the others get ``None``)."""
+        with full_weights(self.model):
+            if not self.dp.main:
+                return None
+            iteration = 0 if name == "before" else self.cfg.train.iterations
+            res = evaluate(self.collector, self.cfg.env, eval_env_kwargs(self.cfg.env), self.cfg.eval,
+                           iteration=iteration)
+            write_eval(self.dir, name, res)
+            return res
+
+    def summary(self) -> dict[str, Any]:
+        """The summary's own fields: episodes, iterations, precision, device."""
+        dtype = self.cfg.model.dtype  # log-probs are recorded at generation and recomputed in training, both under it
+        return {"episodes": self.episodes, "iterations": len(self.log.rows()),
+                "precision": {"generation": dtype, "training": dtype,
+                              "base_weights": str(_frozen_dtype(self.model)).removeprefix("torch.")},
+                "device": self.device}
+
+    def close(self) -> None:
+        """Close the loggers, env pools and library, free the generation engine (a managed vLLM server stops) and,
+        on a rank other than 0, remove its scratch folder; idempotent, also after :meth:`fit`."""
+        if self.closed:
+            return
+        self.closed = True
+        close_generator(self.generator)
         self.log.close()
         schemes.close(self.rollouts)
         if self.experience is not None:
             self.experience.close()
-
-    def close(self) -> None:
-        """Free the generation engine (a managed vLLM server stops); idempotent, also after :meth:`fit`."""
-        close_generator(self.generator)
-
-    def close_rank(self) -> dict[str, Any]:
-        """The end of a rank other than 0: close what it opened and remove its scratch folder."""
-        iterations = len(self.log.rows())
-        self.close()
-        self.release()
-        shutil.rmtree(self.out, ignore_errors=True)
-        return {"rank": self.dp.rank, "iterations": iterations}
-
-    def finish(self, before: dict | None, after: dict) -> tuple[dict[str, Any], dict[str, str]]:
-        """``curves.png``, everything closed; the summary's own fields and precision."""
-        rows = self.log.rows()
-        plot_curves(rows, RunFolder(self.dir).curves, held_out_marks(before, after))
-        self.close()
-        self.release()
-        dtype = self.cfg.model.dtype  # log-probs are recorded at generation and recomputed in training, both under it
-        return {"episodes": self.episodes, "iterations": len(rows)}, {
-            "generation": dtype, "training": dtype,
-            "base_weights": str(_frozen_dtype(self.model)).removeprefix("torch.")}
+        if not self.dp.main:
+            shutil.rmtree(self.out, ignore_errors=True)
 
 
 def _frozen_dtype(model) -> torch.dtype:

@@ -31,13 +31,14 @@ after < before), ``train/success``, ``train/return``, ``train/invalid_rate`` (of
 from), the cumulative ``rollouts`` (team episodes) and ``env_steps`` (the acting agent's moves), what the update's
 collections added to them (``budget/rollouts``, ``budget/env_steps``, as a single-agent iteration's), plus the loss's.
 Budgets (``train.time_budget_s``, ``rollout_budget``, ``env_step_budget``) are checked before every single-agent
-update (:meth:`TeamTrainer.budget_stop`); a stop writes the stage's adapters, checkpoints the last update and
-evaluates as a finished run does.
+update, and the guards (``train.max_bad_updates``, ``env.max_fault_rate``) after it, by the run's state
+(:class:`slea.trainer.run_state.RunState`) as in a single-agent run; a budget stop checkpoints the last update and
+evaluates as a finished run does. The evaluation after training first writes the evaluated team's adapters.
 
 ``slea train`` runs this trainer for an algorithm that declares it needs a team (slea/trainer/select.py), into
 the single-agent run folder layout. After every single-agent update (every ``train.save_every`` updates) an
 atomic checkpoint ``checkpoints/iter_<update>/`` is written and ``slea train --resume RUN`` continues from the
-newest intact one, bit for bit (:mod:`slea.trainer.team_checkpoint`). After every stage the adapters are also written to
+newest intact one, bit for bit (:meth:`TeamTrainer.save`, :meth:`TeamTrainer.load`). After every stage the adapters are also written to
 ``<run>/adapters/<agent>.safetensors`` (:meth:`slea.team.policy.TeamPolicy.save_adapters`).
 :meth:`TeamTrainer.fit` evaluates the team on held-out games before (``eval.before``) and after training
 (:meth:`TeamTrainer.evaluate`: ``eval/before.json``, ``eval/after.json``, ``eval/summary.json``) and plots
@@ -70,18 +71,17 @@ from slea.rollout.collector import retokenized
 from slea.rollout.sampling import iteration_seeds
 from slea.runs import checkpoint as ckpt
 from slea.runs.folder import RunFolder
-from slea.runs.runlog import RunLog, plot_curves, read_metrics
+from slea.runs.runlog import RunLog
 from slea.team.prompt_builder import TeamPromptBuilder
 from slea.team.rollout import TeamCollector, TeamEpisode
 from slea.team.routers import get_router
 from slea.team.tasks import get_team_task
 from slea.trainer import lifecycle
-from slea.trainer.budgets import stop_reason
 from slea.trainer.guards import faulted
-from slea.trainer.interrupt import Interrupted, StopSignal
-from slea.trainer.lifecycle import WallClock, building, held_out_marks, run_dir_for, seed_everything
+from slea.trainer.lifecycle import building, check_saveable, load_resume_point, run_dir_for, seed_everything
 from slea.trainer.metrics import group_collapse, no_update_line, response_metrics
-from slea.trainer.team_checkpoint import TeamCheckpoints
+from slea.trainer.run_state import RunState
+from slea.trainer.team_checkpoint import pending_from_state, pending_state
 from slea.trainer.trust_region import TrustRegion, TrustRegionResult, trust_region_update
 from slea.trainer.update import Sample, accumulated_step, response_logprobs, right_aligned, to_samples
 
@@ -110,14 +110,15 @@ def mean_return(episodes: list[TeamEpisode]) -> float:
 
 
 def agent_samples(episodes: list[TeamEpisode], agent: int, spec, settings: dict[str, Any], *, penalty_at: str,
-                  skip_zero: bool, weights: list[float] | None = None) -> list[Sample]:
+                  skip_zero: bool, weights: list[float] | None = None) -> list[Sample] | None:
     """Agent ``agent``'s messages as samples, with the algorithm's advantage one per response token (``skip_zero``
     leaves out those whose advantages are all 0; the trainer passes ``False``: Eq.11's ``M_j`` is all of them).
 
     The estimator sees every message of the collection (so every rollout's team return counts in its group's
     statistics); then only the agent's rows are kept. ``weights`` (one per episode) multiply the advantages of
     each episode's rows (the ``stale_iw`` baseline). Episodes ended by an env fault are left out
-    (:func:`slea.trainer.guards.faulted`: a fault says nothing about the team); non-finite advantages give no sample at all (a warning)."""
+    (:func:`slea.trainer.guards.faulted`: a fault says nothing about the team); non-finite advantages give ``None``
+    (a warning: the agent skips the update, which the bad-update guard counts)."""
     weights = [1.0] * len(episodes) if weights is None else list(weights)
     kept = [(e, w) for e, w in zip(episodes, weights) if not faulted(e.trajectory)]
     episodes = [e for e, _ in kept]
@@ -129,7 +130,7 @@ def agent_samples(episodes: list[TeamEpisode], agent: int, spec, settings: dict[
     adv = estimate(spec, StepBatch.from_steps(rows, penalty_at=penalty_at), settings)
     if not np.all(np.isfinite(adv.rows)):
         log.warning("non-finite advantages: agent %d skips this update", agent)
-        return []
+        return None
     tokens = [t * w for t, w in zip(adv.per_token([len(s.response_ids) for s in rows]), row_weight)]
     own = [i for i, m in enumerate(mine) if m]
     return to_samples([rows[i] for i in own], [tokens[i] for i in own], skip_zero)
@@ -169,13 +170,11 @@ def check_team_config(cfg: RunConfig) -> None:
         raise ConfigError("experience.mode: team rollouts retrieve no experiences; set experience.mode: off")
 
 
-class TeamTrainer(TeamCheckpoints):
+class TeamTrainer(lifecycle.Fits):
     """Wires the team (n LoRA adapters on one base), its collector, one optimizer and one β per agent, the
     logs; :meth:`fit` runs ``train.iterations`` stages (the run lifecycle of slea/trainer/lifecycle.py, a step
-    being one single-agent update, :meth:`step`)."""
-
-    unit = "single-agent updates"
-    main = True  # one process writes the run folder
+    being one single-agent update; its :class:`lifecycle.Run` methods are :meth:`start`, :meth:`step`,
+    :meth:`save`, :meth:`evaluate`, :meth:`summary` and :meth:`close`)."""
 
     def __init__(self, cfg: RunConfig, run_dir: Path | None = None):
         from slea.team.policy import build_team_policy
@@ -215,25 +214,20 @@ class TeamTrainer(TeamCheckpoints):
         self.log = RunLog(self.dir, loggers=cfg.run.loggers, project=cfg.run.project,
                           config=cfg.model_dump(mode="json"))
         self.updates = 0  # single-agent updates done (the metrics rows' index)
-        self.episodes = 0  # training episodes played (every collection of every stage): the rollouts
-        self.messages = 0  # agent messages of those episodes
-        self.env_steps = 0  # env steps of those episodes (the acting agent's moves; a planner's message is none)
-        self.train_s = 0.0  # training seconds before this process (a resumed run's budget already spent)
-        self.clock = WallClock()  # the run's wall seconds, earlier processes of a resumed run included; and this
-        # process's training seconds (since its training began: since fit's evaluation before)
-        self.last_update_s = 0.0  # the last single-agent update's seconds, its collections included
-        self.stopped = ""  # the budget that stopped the run ('' while none did)
+        self.messages = 0  # agent messages of the training episodes
+        # the clock, counters, stop signal, budgets and guards; its rollouts are the training episodes played (every
+        # collection of every stage), its env steps their steps (the acting agent's moves; a planner's message is none)
+        self.state = RunState(cfg, self.dir, self.log, total_steps=cfg.train.iterations * n,
+                              unit="single-agent updates", name=self.step_name,
+                              curves={"panels": PANELS, "xlabel": "single-agent update"})
+        self.closed = False
         # what a checkpoint holds: every agent's adapter (by peft parameter name) and every agent's optimizer
         self.weights = {k: v for j in range(n) for k, v in self.team.named_adapter_parameters(j).items()}
         self.optimizer_set = ckpt.OptimizerSet(self.optimizers)
-        self.first_step = 0  # the single-agent update training starts from (stage · n + position in σ)
         # mid-stage, what the stage's next update learns from: the rollouts and the stale_iw log-ratios (None when
         # the next update opens a stage); a checkpoint keeps it, so a resumed run enters a stage where it stopped
         self.pending: tuple[list[TeamEpisode], np.ndarray] | None = None
         self.last_kl: dict[str, float] = {}  # measure_kl's last measurement: both estimates and the messages
-        self.last_checkpoint: str | None = None
-        self.saved_step: str | None = None  # what the last checkpoint holds, as the log lines say it
-        self.stop = StopSignal()  # SIGINT / SIGTERM while `slea train` runs (slea/trainer/interrupt.py)
 
     # -- the phases of one stage -----------------------------------------------------------------------------
     def collect(self, stage: int, draw: int, seeds: list[int]) -> list[TeamEpisode]:
@@ -242,33 +236,25 @@ class TeamTrainer(TeamCheckpoints):
         with Progress(f"stage {stage + 1} rollout {draw + 1}", total=self.cfg.team.max_turns, unit="turns") as bar:
             episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (len(self.task.roles) + 1) + draw,
                                                  progress=episodes_note(bar, len(self.pool)))
-        self.episodes += len(episodes)
+        self.state.rollouts += len(episodes)
         self.messages += sum(len(e.agents) for e in episodes)
-        self.env_steps += sum(1 for e in episodes for s in e.trajectory.steps if s.action)
+        self.state.env_steps += sum(1 for e in episodes for s in e.trajectory.steps if s.action)
         return episodes
-
-    def budget_stop(self) -> str:
-        """Which budget forbids starting another single-agent update ('' when none does), as the single-agent
-        trainer decides before an iteration (:func:`slea.trainer.budgets.stop_reason`): ``train.time_budget_s``
-        against this run's training seconds, those before a resume included, the last update's seconds the next
-        one's estimate; ``train.rollout_budget`` against the team episodes played; ``env_step_budget`` their steps."""
-        self.stopped = stop_reason(self.cfg.train, self.train_s + self.clock.training_seconds(), self.last_update_s,
-                                   self.episodes, self.env_steps)
-        if self.stopped:  # the stage stops here: its adapters are written as a finished stage's are
-            self.write_adapters()
-        return self.stopped
 
     # -- held-out evaluation ---------------------------------------------------------------------------------
     def evaluate(self, name: str) -> dict[str, Any]:
         """The current team on the held-out games (:func:`slea.evaluation.team.evaluate_team`), written to
-        ``<run>/eval/<name>.json``."""
+        ``<run>/eval/<name>.json``. ``after`` training, the team's adapters are written first
+        (:meth:`write_adapters`): a run a budget stopped mid-stage leaves the team it evaluated."""
+        if name == "after":
+            self.write_adapters()
         return evaluate_team(self.collector, self.cfg, self.task.name, RunFolder(self.dir).evaluation(name))
 
     def samples_for(self, agent: int, episodes: list[TeamEpisode], weights: list[float] | None = None
-                    ) -> list[Sample]:
+                    ) -> list[Sample] | None:
         """All of ``agent``'s messages in ``episodes`` (Eq.11's ``M_j``, zero advantages included), with the
-        advantages of this run's algorithm and settings (:func:`agent_samples`); which of them the loss trains is
-        :meth:`trained`'s choice."""
+        advantages of this run's algorithm and settings (:func:`agent_samples`; ``None``: non-finite ones); which
+        of them the loss trains is :meth:`trained`'s choice."""
         return agent_samples(episodes, agent, self.spec, estimator_settings(self.cfg.algorithm, self.spec),
                              penalty_at=self.cfg.rollout.invalid_penalty_at, skip_zero=False, weights=weights)
 
@@ -388,10 +374,6 @@ class TeamTrainer(TeamCheckpoints):
         return self.last_kl[self.kl_estimator]
 
     # -- one single-agent update: the run lifecycle's step (slea/trainer/lifecycle.py) ---------------------------
-    @property
-    def total_steps(self) -> int:
-        return self.cfg.train.iterations * len(self.task.roles)
-
     def step_name(self, k: int) -> str:
         """A single-agent update as the log lines number it (from 1): ``stage 2/3, update 1/2``."""
         stage, position = divmod(k, len(self.task.roles))
@@ -406,14 +388,17 @@ class TeamTrainer(TeamCheckpoints):
         Baselines (``team.rollouts``): ``stale``, naive sequential training, every agent of the stage learns from
         the stage's first collection, and the team plays again only after the last update (2 collections per
         stage, ``team/return_after`` on the last row only); ``stale_iw``, the same with each rollout's advantages
-        weighted by :func:`stale_weights` of the agents updated before in the stage."""
+        weighted by :func:`stale_weights` of the agents updated before in the stage.
+
+        The guards are told whether the update was bad (non-finite advantages, or an optimizer step the numerical
+        guard skipped) and the env faults of its collections."""
         cfg = self.cfg
         mode = cfg.team.rollouts
         n = len(self.task.roles)
         s, i = divmod(k, n)
         seeds = iteration_seeds(cfg.run.seed, s, cfg.rollout.groups)
         order = stage_order(cfg.team.order, n, cfg.run.seed, s)
-        t_row, played_before = time.perf_counter(), (self.episodes, self.env_steps)
+        played_before = (self.state.rollouts, self.state.env_steps)
         if self.pending is None:
             episodes = self.collect(s, 0, seeds)  # π̂^0
             log_ratio = np.zeros(len(episodes))  # stale_iw: Σ log π̂^{i−1} − log π̂^0 of updated agents' messages
@@ -423,6 +408,8 @@ class TeamTrainer(TeamCheckpoints):
         t0 = time.perf_counter()
         weights = stale_weights(log_ratio, cfg.team.iw_clip) if mode == "stale_iw" else None
         samples = self.samples_for(agent, episodes, None if weights is None else weights.tolist())
+        nonfinite = samples is None
+        samples = samples or []
         row: dict[str, Any] = {"stage": s, "position": i, "agent": agent, "role": self.task.agents[agent],
                                "team/return_before": mean_return(episodes),
                                # rows trained on other ids than their engine consumed or produced (always 0)
@@ -460,25 +447,27 @@ class TeamTrainer(TeamCheckpoints):
             **{f"update/{key}": v for key, v in res.step_metrics.items()},
             "update/lr": self.optimizers[agent].param_groups[0]["lr"],
             "time/update_s": t_update, "time/stage_s": time.perf_counter() - t0,
-            "episodes": self.episodes, "rollouts": self.episodes, "env_steps": self.env_steps,
+            "episodes": self.state.rollouts, "rollouts": self.state.rollouts, "env_steps": self.state.env_steps,
             # what this update spent of the budgets (its collections), as the single-agent rows' budget/*
-            "budget/rollouts": self.episodes - played_before[0],
-            "budget/env_steps": self.env_steps - played_before[1],
+            "budget/rollouts": self.state.rollouts - played_before[0],
+            "budget/env_steps": self.state.env_steps - played_before[1],
         }
-        self.last_update_s = time.perf_counter() - t_row
         self.updates += 1
         self.pending = None if i == n - 1 else (episodes, log_ratio)
         if i == n - 1:
             self.write_adapters()  # the team after each stage, one file per agent
+        self.state.guard.observe(nonfinite or res.skipped > 0)
+        self.state.note_faults(self.pool.take_fault_stats(), self.pool.last_error)
+        self.report(row)
         return row
 
     def write_adapters(self) -> None:
         """The team after a stage, one file per agent under ``<run>/adapters/``; weights that hold NaN/inf are never
         written (:class:`RunHalted`, as for a checkpoint)."""
-        lifecycle.check_saveable(self.weights.values(), "the stage's adapters", self.last_checkpoint)
+        check_saveable(self.weights.values(), "the stage's adapters", self.state.last_checkpoint)
         self.team.save_adapters(RunFolder(self.dir).adapters)
 
-    def report(self, k: int, row: dict[str, Any]) -> None:
+    def report(self, row: dict[str, Any]) -> None:
         """The update's progress line."""
         after = f"{row['team/return_after']:+.3f}" if "team/return_after" in row else "-"
         log.info("stage %d/%d update %d/%d (%s)  return %+.3f -> %s  token KL %.4f  beta %.3g  %d steps  [%.0fs]",
@@ -489,47 +478,51 @@ class TeamTrainer(TeamCheckpoints):
         if quiet:  # "0 steps" says the agent did not move; this line says why
             log.info(quiet)
 
-    def interrupted(self, k: int) -> Interrupted:
-        """The stop a signal asked for, after update ``k`` (-1: before any)."""
-        return Interrupted(self.stop.requested, self.step_name(k) if k >= 0 else "", self.dir, self.last_checkpoint)
+    # -- checkpoints, the summary, the end (the run lifecycle's methods) ---------------------------------------
+    def start(self, resume: bool) -> tuple[Path | None, dict[str, Any] | None, int]:
+        """Ready to train: with ``resume``, the newest intact checkpoint (:meth:`load`); the engine is in-process."""
+        return self.load() if resume else (None, None, -1)
 
-    # -- the run -----------------------------------------------------------------------------------------------
-    def fit(self, resume: bool = False) -> dict[str, Any]:
-        """The run (:func:`slea.trainer.lifecycle.fit`): ``train.iterations`` stages (every single-agent update is
-        one ``metrics.jsonl`` row and, by default, one checkpoint), with held-out evaluations before
-        (``eval.before``) and after; ``resume`` continues from the run folder's newest checkpoint (:meth:`resume`).
-        ``eval/summary.json`` is written last, so its presence marks a finished run."""
-        return lifecycle.fit(self, resume)
+    def save(self, k: int, state: dict[str, Any]) -> str:
+        """Checkpoint single-agent update ``k``, the one just logged (``checkpoints/iter_<k + 1>``: named by the
+        updates done, as the log lines count them): every agent's adapter and optimizer, the RNG states, and in
+        ``state.json`` the run's ``state`` beside the stage and position, β per agent, the counters and the pending
+        rollouts (what the stage's next update learns from, so no collection is replayed; ``None`` after a
+        stage's last update). Weights that hold NaN/inf are never written (:class:`RunHalted`). Its folder name."""
+        check_saveable(self.weights.values(), self.step_name(k), self.state.last_checkpoint)
+        stage, position = divmod(k, len(self.task.roles))
+        path = ckpt.save_checkpoint(
+            RunFolder(self.dir).checkpoints, k, self.weights, self.optimizer_set, keep=self.cfg.train.keep_checkpoints,
+            number=k + 1,
+            extra={**state, "stage": stage, "position": position, "updates": self.updates,
+                   "episodes": self.state.rollouts, "messages": self.messages, "betas": list(self.betas),
+                   "agents": list(self.task.agents), "pending": pending_state(self.pending)})
+        return path.name
 
-    def begin(self) -> None:
-        """Nothing to ready: the team's engine is in-process."""
+    def load(self) -> tuple[Path | None, dict[str, Any] | None, int]:
+        """Load the newest intact checkpoint (damaged ones are skipped with a warning; only damaged ones:
+        :class:`RunHalted`, nothing changed): adapters, optimizers, RNGs, β, the update and message counts and the
+        pending rollouts; rows logged after it are dropped (those updates are redone). Its folder, ``state.json``
+        and update."""
+        last, state, k = load_resume_point(RunFolder(self.dir).checkpoints, self.weights, self.optimizer_set, self.log)
+        if state is not None:
+            self.updates, self.messages = int(state["updates"]), int(state["messages"])
+            self.betas = [float(b) for b in state["betas"]]
+            self.pending = pending_from_state(state.get("pending"))
+        return last, state, k
 
-    def evaluate_before(self) -> dict[str, Any]:
-        return self.evaluate("before")
-
-    def evaluate_after(self) -> dict[str, Any]:
-        return self.evaluate("after")
-
-    def finish(self, before: dict | None, after: dict) -> tuple[dict[str, Any], dict[str, str]]:
-        """``curves.png`` (one point per single-agent update), everything closed; the summary's own fields and
-        precision."""
+    def summary(self) -> dict[str, Any]:
+        """The summary's own fields: the team, the counts, the budget that stopped the run, precision, device."""
         cfg = self.cfg
-        rows = read_metrics(self.log.path)
-        plot_curves(rows, RunFolder(self.dir).curves, held_out_marks(before, after), panels=PANELS,
-                    xlabel="single-agent update")
-        self.release()
-        own = {"team_task": self.task.name, "agents": self.task.agents, "rollouts": cfg.team.rollouts,
-               "stages": cfg.train.iterations, "updates": self.updates, "iterations": len(rows),
-               "episodes": self.episodes, "messages": self.messages, "env_steps": self.env_steps,
-               "stopped_by": self.stopped or None}
-        return own, {"generation": cfg.model.dtype, "training": cfg.model.dtype}
-
-    def release(self) -> None:
-        """Close the loggers and the env pool."""
-        self.log.close()
-        self.pool.close()
+        return {"team_task": self.task.name, "agents": self.task.agents, "rollouts": cfg.team.rollouts,
+                "stages": cfg.train.iterations, "updates": self.updates, "iterations": len(self.log.rows()),
+                "episodes": self.state.rollouts, "messages": self.messages, "env_steps": self.state.env_steps,
+                "stopped_by": self.state.stopped_by or None,
+                "precision": {"generation": cfg.model.dtype, "training": cfg.model.dtype}, "device": self.device}
 
     def close(self) -> None:
-        """What `slea train` calls at the end, also after an error: :meth:`release` (an in-process engine holds
-        nothing more)."""
-        self.release()
+        """Close the loggers and the env pool (an in-process engine holds nothing more); idempotent."""
+        if not self.closed:
+            self.closed = True
+            self.log.close()
+            self.pool.close()

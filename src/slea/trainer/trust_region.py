@@ -43,6 +43,7 @@ class TrustRegionResult:
     kl_history: list[float] = field(default_factory=list)
     beta_history: list[float] = field(default_factory=list)
     step_metrics: dict[str, float] = field(default_factory=dict)  # the last step's loss metrics
+    skipped: int = 0  # steps the numerical guard skipped (a non-finite loss or gradient: the weights kept)
 
 
 def trust_region_update(step: Callable[[float], dict[str, float]], measure_kl: Callable[[], float],
@@ -57,10 +58,11 @@ def trust_region_update(step: Callable[[float], dict[str, float]], measure_kl: C
     betas: list[float] = []
     metrics: dict[str, float] = {}
     kl = 0.0
-    steps = 0
+    steps = skipped = 0
     while True:
         metrics = step(beta)
         steps += 1
+        skipped += bool(metrics.get("skipped"))
         kl = float(measure_kl())
         betas.append(beta)
         kls.append(kl)
@@ -75,4 +77,4 @@ def trust_region_update(step: Callable[[float], dict[str, float]], measure_kl: C
     if reverted:
         restore(inside)
         kl = float(measure_kl())
-    return TrustRegionResult(kl, beta, steps, reverted, kls, betas, metrics)
+    return TrustRegionResult(kl, beta, steps, reverted, kls, betas, metrics, skipped)
