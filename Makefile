@@ -64,9 +64,11 @@ bench: $(STAMP)
 	$(PY) bench/advantages.py
 	$(PY) bench/retrieval.py
 
+# ruff; the import-layering contract; mypy on the packages pyproject.toml's [tool.mypy] names (strictly typed)
 lint: $(STAMP)
 	$(VENV)/bin/ruff check src tests bench experiments
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 clean:
-	rm -rf $(VENV) .pytest_cache build *.egg-info src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .mypy_cache build *.egg-info src/*.egg-info

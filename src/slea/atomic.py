@@ -10,15 +10,15 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 __all__ = ["atomic_model_dir", "atomic_open", "atomic_write_bytes", "atomic_write_text", "cache_dir"]
 
 
 @contextlib.contextmanager
-def atomic_open(path: str | Path, mode: str = "w", *, encoding: str | None = "utf-8") -> Iterator[IO]:
+def atomic_open(path: str | Path, mode: str = "w", *, encoding: str | None = "utf-8") -> Iterator[IO[Any]]:
     """Open a temporary sibling of ``path`` for writing; on a clean exit it is flushed, fsynced and renamed
     onto ``path``; on an exception it is removed and ``path`` is untouched. ``mode``: ``"w"`` or ``"wb"``."""
     if mode not in ("w", "wb"):
@@ -60,7 +60,7 @@ def cache_dir() -> Path:
     return Path(base) / "slea"
 
 
-def atomic_model_dir(final: Path, build) -> Path:
+def atomic_model_dir(final: Path, build: Callable[[Path], object]) -> Path:
     """A model folder built in a temporary sibling and renamed into place, so a killed build leaves nothing. A build
     that wrote no ``config.json`` is never put in place (transformers' ``save_pretrained`` writes nothing in a
     process of rank > 0 of an initialised ``torch.distributed`` group)."""

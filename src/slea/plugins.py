@@ -12,9 +12,10 @@ import importlib
 import os
 import sys
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
+O = TypeVar("O")  # a decorated object, returned as it is
 MARK = "__slea_registered__"  # on a registered object: {registry kind: name}
 
 
@@ -70,10 +71,12 @@ class Registry(Generic[T]):
         self._items.pop(key, None)
         self._owners.pop(key, None)
 
-    def decorator(self, name: str, *, replace: bool = False, wrap: Callable[[object], T] | None = None):
+    def decorator(self, name: str, *, replace: bool = False,
+                  wrap: Callable[[Any], T] | None = None) -> Callable[[O], O]:
         """A decorator registering the decorated object (or ``wrap(obj)``) as ``name``; returns the object."""
-        def deco(obj):
-            self.add(name, obj if wrap is None else wrap(obj), owner=obj, replace=replace)
+        def deco(obj: O) -> O:
+            item = cast(T, obj) if wrap is None else wrap(obj)  # without ``wrap`` the object is the item
+            self.add(name, item, owner=obj, replace=replace)
             return obj
 
         return deco

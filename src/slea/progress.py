@@ -12,14 +12,20 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from typing import IO, Self
+from collections.abc import Callable
+from typing import IO, TYPE_CHECKING, Any, Self
+
+if TYPE_CHECKING:  # rich is imported where a terminal needs it
+    from rich.console import Console, ConsoleRenderable
+    from rich.progress import Progress as Bar
+    from rich.progress import TaskID
 
 log = logging.getLogger("slea")
 
 PLAIN_FORMAT = "%(asctime)s %(message)s"
 
 
-def setup_logging(level: int = logging.INFO, stream: IO | None = None) -> None:
+def setup_logging(level: int = logging.INFO, stream: IO[str] | None = None) -> None:
     """Point the ``slea`` logger at ``stream`` (default stdout): rich on a terminal, plain lines otherwise."""
     stream = stream or sys.stdout
     for h in list(log.handlers):
@@ -35,14 +41,14 @@ def setup_logging(level: int = logging.INFO, stream: IO | None = None) -> None:
     log.setLevel(level)
 
 
-def _terminal_handler(console) -> logging.Handler:
+def _terminal_handler(console: Console) -> logging.Handler:
     """rich's log handler, narrow enough for 80 columns: no time and no level column (a warning or error says so
     in its first word instead; progress bars and phase lines carry their own seconds), so a line of 80 characters
     is shown whole. Plain lines (not a terminal) keep their timestamps."""
     from rich.logging import RichHandler
 
     class Handler(RichHandler):
-        def render_message(self, record, message):
+        def render_message(self, record: logging.LogRecord, message: str) -> ConsoleRenderable:
             if record.levelno >= logging.WARNING:
                 message = f"{record.levelname.lower()}: {message}"
             return super().render_message(record, message)
@@ -51,17 +57,17 @@ def _terminal_handler(console) -> logging.Handler:
                    rich_tracebacks=False)
 
 
-def _isatty(stream: IO) -> bool:
+def _isatty(stream: IO[Any]) -> bool:
     try:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
 
 
-def _rich_console():
+def _rich_console() -> Console | None:
     """The console of the rich handler, when the ``slea`` logger writes to a terminal (else ``None``)."""
     for h in log.handlers:
-        console = getattr(h, "console", None)
+        console: Console | None = getattr(h, "console", None)
         if console is not None:
             return console
     return None
@@ -79,8 +85,8 @@ class Progress:
         self.done = 0
         self.note = ""
         self._t0 = self._last = 0.0
-        self._bar = None
-        self._task = None
+        self._bar: Bar | None = None
+        self._task: TaskID | None = None
 
     def __enter__(self) -> Self:
         self._t0 = self._last = time.perf_counter()
@@ -89,17 +95,17 @@ class Progress:
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as Bar
 
-            self._bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                            TextColumn(self.unit), TimeElapsedColumn(), console=console, transient=True)
-            self._bar.start()
-            self._task = self._bar.add_task(self.name, total=self.total)
+            bar = Bar(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn(self.unit), TimeElapsedColumn(), console=console, transient=True)
+            bar.start()
+            self._bar, self._task = bar, bar.add_task(self.name, total=self.total)
         return self
 
     def update(self, done: int, note: str = "", total: int | None = None) -> None:
         self.done, self.note = int(done), note
         if total is not None:
             self.total = max(int(total), 1)
-        if self._bar is not None:
+        if self._bar is not None and self._task is not None:
             desc = f"{self.name} ({note})" if note else self.name
             self._bar.update(self._task, completed=self.done, total=self.total, description=desc)
         elif time.perf_counter() - self._last >= self.every_s:
@@ -118,6 +124,6 @@ class Progress:
             self._line()
 
 
-def episodes_note(bar: Progress, n: int):
+def episodes_note(bar: Progress, n: int) -> Callable[[int, int], None]:
     """A collection's ``progress(turn, live)`` callback: the bar's note says how many of its ``n`` episodes ended."""
     return lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done")

@@ -27,7 +27,7 @@ statistics are ``np.bincount`` sums. The discounted return is a reverse segmente
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -41,6 +41,9 @@ from slea.algorithms.rows import (
     index_rows,
     similarity_groups,
 )
+
+if TYPE_CHECKING:
+    from numpy.typing import DTypeLike
 
 __all__ = [
     "RowIndex",
@@ -184,7 +187,8 @@ def episode_returns(traj_ids: Any, rewards: Any, group_ids: Any | None = None) -
     t = np.asarray(traj_ids)
     rows = index_rows(np.zeros(len(t), np.int64) if group_ids is None else group_ids, t, None)
     r = as_rewards(rewards, rows.n)
-    return _episode_returns(rows, r)[rows.traj]
+    per_row: np.ndarray = _episode_returns(rows, r)[rows.traj]
+    return per_row
 
 
 def discounted_returns(
@@ -283,8 +287,8 @@ def step_returns(batch: StepBatch, gamma: float) -> np.ndarray:
     return ret if batch.penalties is None else ret - batch.penalties
 
 
-def _two_level(batch: StepBatch, step_codes, n_step, *, gamma, step_weight, std_norm, eps, cross_step_stats,
-               singleton):
+def _two_level(batch: StepBatch, step_codes: np.ndarray, n_step: int, *, gamma: float, step_weight: float,
+               std_norm: bool, eps: float, cross_step_stats: bool, singleton: str) -> np.ndarray:
     """GiGPO Eq.8 / SLEA-RL Eq.4,6: ``A = A_episode + w · A_step`` (a singleton step group: A_step = 0, as the
     reference code's step level)."""
     a_ep = _group_relative(batch, std_norm=std_norm, eps=eps, cross_step_stats=cross_step_stats,
@@ -389,5 +393,5 @@ def compute_advantages(
     return estimate(spec, batch, settings).rows
 
 
-def _optional(col: Any, dtype) -> np.ndarray | None:
+def _optional(col: Any, dtype: DTypeLike) -> np.ndarray | None:
     return None if col is None else np.asarray(col, dtype=dtype)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import torch
 
-from slea.algorithms.losses import aggregate, clipped_surrogate, log_ratio, policy_metrics
+from slea.algorithms.losses import LossAndMetrics, aggregate, clipped_surrogate, log_ratio, policy_metrics
 from slea.algorithms.registry import register_policy_loss
 
 __all__ = ["clip_cov", "clip_cov_keep", "entropy_from_logprobs", "kl_cov", "kl_cov_tokens", "token_covariance", "token_entropy"]
@@ -83,9 +83,10 @@ def _broadcast(advantages: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
 
 
 @register_policy_loss("clip_cov")
-def clip_cov(logprobs, old_logprobs, advantages, mask, *, clip_ratio: float = 0.2,
-             clip_ratio_high: float | None = None, clip_cov_ratio: float = 2e-4, clip_cov_lb: float = 1.0,
-             clip_cov_ub: float = 5.0, loss_agg_mode: str = "token-mean"):
+def clip_cov(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+             mask: torch.Tensor, *, clip_ratio: float = 0.2, clip_ratio_high: float | None = None,
+             clip_cov_ratio: float = 2e-4, clip_cov_lb: float = 1.0, clip_cov_ub: float = 5.0,
+             loss_agg_mode: str = "token-mean") -> LossAndMetrics:
     """Clip-Cov (Cui et al. 2025, §4): the PPO-clip loss (Schulman et al. 2017, Eq. 7; ``clip_ratio_high`` for
     clip-higher) with the gradient of :func:`clip_cov_keep`'s tokens detached — a ``clip_cov_ratio`` share of the
     tokens whose ``Cov`` lies in ``(clip_cov_lb, clip_cov_ub)``, drawn at random (torch's global RNG, seeded by the
@@ -105,8 +106,9 @@ def clip_cov(logprobs, old_logprobs, advantages, mask, *, clip_ratio: float = 0.
 
 
 @register_policy_loss("kl_cov")
-def kl_cov(logprobs, old_logprobs, advantages, mask, *, kl_cov_ratio: float = 2e-4, ppo_kl_coef: float = 1.0,
-           loss_agg_mode: str = "token-mean"):
+def kl_cov(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+           mask: torch.Tensor, *, kl_cov_ratio: float = 2e-4, ppo_kl_coef: float = 1.0,
+           loss_agg_mode: str = "token-mean") -> LossAndMetrics:
     """KL-Cov (Cui et al. 2025, §4): the unclipped surrogate ``−ρA`` on every token, plus ``β·|log π − log π_old|``
     on :func:`kl_cov_tokens`'s top ``kl_cov_ratio`` share by ``Cov`` (β = ``ppo_kl_coef``). No ratio clip: the KL
     term alone restrains the tokens that drive entropy down. Defaults as verl: k = 2e-4, β = 1 (the paper uses

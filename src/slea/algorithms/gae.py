@@ -72,7 +72,8 @@ def gae(rewards: Any, values: Any, mask: Any, gamma: float = 1.0, lam: float = 0
 token_gae = gae  # the package exports this name: ``slea.algorithms.gae`` is the module
 
 
-def _turn_gae(rows: RowIndex, rewards: np.ndarray, values: np.ndarray, gamma: float, lam: float):
+def _turn_gae(rows: RowIndex, rewards: np.ndarray, values: np.ndarray, gamma: float, lam: float
+              ) -> tuple[np.ndarray, np.ndarray]:
     delta = rewards + gamma * rows.next_in_traj(values, 0.0) - values
     adv = rows.reverse_scan(delta, gamma * lam)
     return adv, adv + values

@@ -22,8 +22,11 @@ _ESTIMATORS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {}
 _ALIASES = {"kl": "k1", "mse": "k2", "low_var_kl": "k3"}
 
 
-def _estimator(name: str):
-    def deco(fn):
+_Estimator = Callable[[torch.Tensor], torch.Tensor]
+
+
+def _estimator(name: str) -> Callable[[_Estimator], _Estimator]:
+    def deco(fn: _Estimator) -> _Estimator:
         _ESTIMATORS[name] = fn
         return fn
 

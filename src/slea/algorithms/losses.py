@@ -31,6 +31,9 @@ __all__ = [
 
 AGG_MODES = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm")
 
+# A policy loss's result: the scalar loss to minimise and its metrics.
+LossAndMetrics = tuple[torch.Tensor, dict[str, float]]
+
 LOG_RATIO_CLAMP = 20.0  # as verl: exp() of a log-ratio beyond ±20 is clamped before it can overflow
 
 
@@ -46,7 +49,7 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 def aggregate(
     loss_mat: torch.Tensor, mask: torch.Tensor, mode: str = "token-mean", norm_const: float | None = None
-):
+) -> torch.Tensor:
     """Reduce a per-token ``(B, T)`` loss to a scalar (verl ``agg_loss`` names).
 
     * ``token-mean``: ``Σ_{i,t} m·l / Σ m`` — every token weighs the same (DAPO, Yu et al. 2025, §3.3
@@ -111,7 +114,9 @@ def clipped_surrogate(
     return loss, is_clipped, is_lower
 
 
-def _policy_loss(logprobs, old_logprobs, advantages, mask, low, high, c, loss_agg_mode):
+def _policy_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                 mask: torch.Tensor, low: float, high: float, c: float | None, loss_agg_mode: str
+                 ) -> LossAndMetrics:
     if advantages.dim() == logprobs.dim() - 1:
         advantages = advantages.unsqueeze(-1)
     advantages = advantages.to(logprobs.dtype).expand_as(logprobs)
@@ -145,8 +150,9 @@ def policy_metrics(lr: torch.Tensor, ratio: torch.Tensor, clipped: torch.Tensor,
 
 @register_policy_loss("ppo_clip")
 def ppo_clip(
-    logprobs, old_logprobs, advantages, mask, *, clip_ratio: float = 0.2, loss_agg_mode: str = "token-mean"
-):
+    logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
+    clip_ratio: float = 0.2, loss_agg_mode: str = "token-mean"
+) -> LossAndMetrics:
     """PPO clipped surrogate (Schulman et al. 2017, Eq. 7), symmetric ``ε = clip_ratio``; the policy term of
     GRPO (Shao et al. 2024, Eq. 3), GiGPO Eq.9 and SLEA-RL Eq.7."""
     return _policy_loss(logprobs, old_logprobs, advantages, mask, clip_ratio, clip_ratio, None, loss_agg_mode)
@@ -154,15 +160,15 @@ def ppo_clip(
 
 @register_policy_loss("clip_higher")
 def clip_higher(
-    logprobs,
-    old_logprobs,
-    advantages,
-    mask,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
     *,
     clip_ratio_low: float = 0.2,
     clip_ratio_high: float = 0.28,
     loss_agg_mode: str = "token-mean",
-):
+) -> LossAndMetrics:
     """DAPO clip-higher (Yu et al. 2025, §3.1 "Clip-Higher"): ``clip(ρ, 1−ε_low, 1+ε_high)`` with ``ε_high > ε_low``
     (paper: 0.2 / 0.28) so low-probability tokens can rise; DAPO aggregates with ``token-mean``."""
     return _policy_loss(
@@ -172,17 +178,17 @@ def clip_higher(
 
 @register_policy_loss("dual_clip")
 def dual_clip(
-    logprobs,
-    old_logprobs,
-    advantages,
-    mask,
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
     *,
     clip_ratio: float = 0.2,
     clip_ratio_low: float | None = None,
     clip_ratio_high: float | None = None,
     clip_ratio_c: float = 3.0,
     loss_agg_mode: str = "token-mean",
-):
+) -> LossAndMetrics:
     """Dual-clip PPO (Ye et al. 2020; verl ``clip_ratio_c``, default 3): the PPO-clip objective, and for
     negative advantages a lower bound ``c·A`` so a huge ratio on a bad action cannot blow up the loss.
     ``clip_ratio_low``/``clip_ratio_high`` override ``clip_ratio`` (dual-clip with clip-higher)."""

@@ -28,7 +28,7 @@ from typing import Any, TypeVar
 
 from slea.plugins import Registry, norm_name
 
-F = TypeVar("F", bound=Callable)
+F = TypeVar("F", bound=Callable[..., Any])
 
 LEVELS = ("token", "turn", "trajectory")
 # What an algorithm may need the trainer to provide, and what each means.
@@ -44,8 +44,9 @@ NEEDS: dict[str, str] = {
 ALGORITHMS: Registry[AlgorithmSpec] = Registry("algorithm", ("slea.algorithms.advantages", "slea.algorithms.gae",
                                                           "slea.algorithms.rtpo",
                                                           "slea.algorithms.teamtr"))
-POLICY_LOSSES: Registry[Callable] = Registry("policy loss", ("slea.algorithms.losses", "slea.algorithms.entropy",
-                                                                 "slea.algorithms.teamtr"))
+POLICY_LOSSES: Registry[Callable[..., Any]] = Registry("policy loss", ("slea.algorithms.losses",
+                                                                      "slea.algorithms.entropy",
+                                                                      "slea.algorithms.teamtr"))
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,7 @@ class AlgorithmSpec:
     summary: str = ""
 
 
-def _keyword_settings(fn: Callable) -> tuple[tuple[str, ...], tuple[str, ...]]:
+def _keyword_settings(fn: Callable[..., Any]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     params = [p for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY]
     return tuple(p.name for p in params), tuple(p.name for p in params if p.default is p.empty)
 
@@ -82,7 +83,7 @@ def register_algorithm(name: str, *, level: str, needs: Iterable[str] = (), defa
     if unknown:
         raise ValueError(f"algorithm {key!r}: unknown needs {unknown}; known: {', '.join(NEEDS)}")
 
-    def spec(fn: Callable) -> AlgorithmSpec:
+    def spec(fn: Callable[..., Any]) -> AlgorithmSpec:
         settings, required = _keyword_settings(fn)
         doc = inspect.getdoc(fn) or ""
         return AlgorithmSpec(key, fn, level, frozenset(needs), settings, required, dict(defaults or {}),
@@ -102,7 +103,7 @@ def get_algorithm(name: str) -> AlgorithmSpec:
     return ALGORITHMS.get(name)
 
 
-def get_policy_loss(name: str) -> Callable:
+def get_policy_loss(name: str) -> Callable[..., Any]:
     """The policy loss registered as ``name`` (or ``"module:function"``); :class:`KeyError` listing the known."""
     return POLICY_LOSSES.get(name)
 

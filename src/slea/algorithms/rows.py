@@ -71,7 +71,7 @@ def _dense(values: Any) -> tuple[np.ndarray, int]:
     return _dense_objects(arr.tolist())
 
 
-def _dense_objects(items: list) -> tuple[np.ndarray, int]:
+def _dense_objects(items: list[Any]) -> tuple[np.ndarray, int]:
     """Dense codes in first-appearance order for a list of hashable objects.
 
     One C-level hash pass (``map(dict.setdefault, items, count())`` gives each item the row index of its first
@@ -81,7 +81,7 @@ def _dense_objects(items: list) -> tuple[np.ndarray, int]:
     n = len(items)
     if n == 0:
         return np.zeros(0, np.int64), 0
-    table: dict = {}
+    table: dict[Any, int] = {}
     try:
         first = np.fromiter(map(table.setdefault, items, itertools.count()), dtype=np.int64, count=n)
     except TypeError:  # unhashable anchors (lists, dicts, arrays)
@@ -131,7 +131,7 @@ class RowIndex:
         down to 0) updates position ``k`` of every trajectory longer than ``k + 1`` at once, so the cost is
         ``O(n)`` element work in ``max T`` numpy calls, and no per-row Python loop.
         """
-        y = np.asarray(x, dtype=np.float64)[self.order]  # a copy, in (trajectory, step) order
+        y: np.ndarray = np.asarray(x, dtype=np.float64)[self.order]  # a copy, in (trajectory, step) order
         if coef != 0.0 and self.n:
             starts = self.starts[self.by_length]
             for k in range(self.max_len - 2, -1, -1):
@@ -282,7 +282,7 @@ def similarity_groups(rows: RowIndex, anchors: Any, threshold: float) -> tuple[n
     groups = rows.group[reps]
     label = np.empty(n_pair, dtype=np.int64)
     n_out = 0
-    protos: list[difflib.SequenceMatcher] = []
+    protos: list[difflib.SequenceMatcher[str]] = []
     prev_group = -1
     for rep, text, grp in zip(reps.tolist(), texts, groups.tolist(), strict=True):
         if not isinstance(text, str):

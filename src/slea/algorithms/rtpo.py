@@ -24,7 +24,8 @@ def fork_rows(batch: StepBatch) -> np.ndarray:
     """The row index of each trajectory's forked turn (its first row in ``steps`` order), by trajectory code:
     the rows Eq.6 trains on (RTPO §3.2: "update the turn-k tokens alone")."""
     idx = batch.rows
-    return idx.order[idx.starts]
+    rows: np.ndarray = idx.order[idx.starts]
+    return rows
 
 
 def sibling_returns(batch: StepBatch, gamma: float) -> np.ndarray:
@@ -32,7 +33,8 @@ def sibling_returns(batch: StepBatch, gamma: float) -> np.ndarray:
     decomposition ``Q̂_{j,k} = r_{j,k} + γ^{τ_k} F̂_{j,k}``): ``R_j = Σ_{t≥k} γ^{t−k} r_{j,t}``, with the
     invalid-action penalties folded into the rewards (turns count rows; the paper uses ``γ = 1``)."""
     per_row = batch.rows.reverse_scan(batch.folded_rewards, float(gamma))
-    return per_row[fork_rows(batch)]
+    returns: np.ndarray = per_row[fork_rows(batch)]
+    return returns
 
 
 def sibling_advantages(returns: np.ndarray, groups: np.ndarray) -> np.ndarray:

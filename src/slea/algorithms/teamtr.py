@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from slea.algorithms.batch import StepBatch
 from slea.algorithms.registry import register_algorithm, register_policy_loss
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["KL_ESTIMATORS", "BetaDecision", "adapt_beta", "team_advantage", "teamtr", "teamtr_loss", "teamtr_surrogate", "token_kl"]
 
@@ -61,7 +64,7 @@ def team_advantage(returns: Any, group_ids: Any, a_clip: float, eps_norm: float)
 KL_ESTIMATORS = ("k1", "k3")
 
 
-def token_kl(logp_cur, logp_new, mask, estimator: str = "k3"):
+def token_kl(logp_cur: Any, logp_new: Any, mask: Any, estimator: str = "k3") -> Any:
     """TeamTR Eq.11 (Lemma 3.2's token decomposition): per message, the sum over its tokens of
     ``log π_cur(x_u|s,x_<u) − log π_new(x_u|s,x_<u)``, averaged over the messages.
 
@@ -93,15 +96,16 @@ def token_kl(logp_cur, logp_new, mask, estimator: str = "k3"):
 class Surrogate:
     """Eq.10's value and its parts: ``objective = clipped − β·kl`` (to maximise; the loss is its negative)."""
 
-    objective: Any  # scalar tensor
-    clipped: Any  # scalar tensor: mean over messages of min(w·Ã, clip(w)·Ã)
-    kl: Any  # scalar tensor: token_kl(π_cur, π_new)
-    ratio: Any  # (B,) tensor: w(m; s) per message
+    objective: torch.Tensor  # scalar
+    clipped: torch.Tensor  # scalar: mean over messages of min(w·Ã, clip(w)·Ã)
+    kl: torch.Tensor  # scalar: token_kl(π_cur, π_new)
+    ratio: torch.Tensor  # (B,): w(m; s) per message
     clip_frac: float
 
 
-def teamtr_surrogate(logp_new, logp_cur, advantages, mask, *, clip_eps: float, beta: float,
-                     kl_estimator: str = "k3") -> Surrogate:
+def teamtr_surrogate(logp_new: torch.Tensor, logp_cur: torch.Tensor, advantages: torch.Tensor,
+                     mask: torch.Tensor, *, clip_eps: float, beta: float, kl_estimator: str = "k3"
+                     ) -> Surrogate:
     """TeamTR Eq.10: ``L = E_m[min(w Ã, clip(w, 1−ε, 1+ε) Ã)] − β d̂_KL,tok``.
 
     ``w(m; s) = Π_u π_new(x_u|s,x_<u) / π_cur(x_u|s,x_<u)`` is one ratio per *message* (the product over its
@@ -130,8 +134,9 @@ def teamtr_surrogate(logp_new, logp_cur, advantages, mask, *, clip_eps: float, b
 
 
 @register_policy_loss("teamtr")
-def teamtr_loss(logprobs, old_logprobs, advantages, mask, *, clip_ratio: float = 0.1, beta: float = 0.0,
-                kl_estimator: str = "k3"):
+def teamtr_loss(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                mask: torch.Tensor, *, clip_ratio: float = 0.1, beta: float = 0.0, kl_estimator: str = "k3"
+                ) -> tuple[torch.Tensor, dict[str, float]]:
     """TeamTR Eq.10 as a policy loss (``loss = −L``; message-level ratio, token-decomposed KL penalty with weight
     ``beta`` against ``old_logprobs``, which for TeamTR are the pre-update agent's ``π_cur``; ``kl_estimator`` as
     :func:`token_kl`). Default ε 0.1 is the paper's ratio clip. Metrics: ``clip_frac`` (messages), ``token_kl``
@@ -206,4 +211,5 @@ def teamtr(batch: StepBatch, *, a_clip: float = 3.0, eps_norm: float = 1e-6) -> 
     rows = batch.rows
     returns = np.bincount(rows.traj, weights=batch.folded_rewards, minlength=rows.n_traj)
     per_traj = team_advantage(returns, rows.traj_group, a_clip, eps_norm)
-    return per_traj[rows.traj]
+    per_row: np.ndarray = per_traj[rows.traj]
+    return per_row

@@ -3,20 +3,26 @@ options, snapshots for algorithms that fork, the env's constructor arguments (:f
 its signature), and the settings nothing on the chosen path reads
 (:func:`unused_settings`: an estimator's and a loss's settings are their keyword-only parameters, found in the
 registry; the trainer's are :data:`TRAINER_SETTINGS`). Pure functions over the sections (slea.config.schema calls them from its validator);
-this module imports nothing of the schema.
+this module imports nothing of the schema at run time (its annotations name the sections).
 """
 
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+if TYPE_CHECKING:
+    from slea.algorithms.registry import AlgorithmSpec
+    from slea.config.schema import AlgorithmSection, RunConfig
 
-def check_snapshots(spec, env_id: str, group_size: int, workers: str = "local") -> None:
+T = TypeVar("T")
+
+
+def check_snapshots(spec: AlgorithmSpec, env_id: str, group_size: int, workers: str = "local") -> None:
     """An algorithm that forks rollouts from env snapshots needs an env that can take them, siblings, and (for
     now) the local pool: the sibling rounds restore snapshots into local copies."""
     from slea.envs.base import snapshot_support
@@ -34,7 +40,7 @@ def check_snapshots(spec, env_id: str, group_size: int, workers: str = "local") 
                          f"env.workers: {workers} is not supported with it (use local)")
 
 
-def _constructor(cls) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
+def _constructor(cls: type) -> tuple[dict[str, inspect.Parameter], dict[str, Any], bool]:
     """The keyword parameters of ``cls``'s constructor, their resolved annotations, and whether it takes any
     keyword at all. A constructor with ``**kwargs`` passes them to its base class's (SearchQAToolsEnv's are
     SearchQAEnv's): the walk goes on up the classes; when that base is :class:`slea.envs.base.TextEnv` itself,
@@ -115,7 +121,7 @@ def check_env_kwargs(env_id: str, kwargs: dict[str, Any], key: str) -> None:
                              f"{type(value).__name__} (got {value!r})")
 
 
-def did_you_mean(word: str, options, cutoff: float = 0.6) -> str:
+def did_you_mean(word: str, options: Iterable[object], cutoff: float = 0.6) -> str:
     """``did you mean 'X'?`` for the option closest to ``word`` (difflib, case-insensitive), or '' when none is
     close enough (``cutoff``: difflib's similarity ratio) or ``word`` is itself one."""
     import difflib
@@ -125,7 +131,7 @@ def did_you_mean(word: str, options, cutoff: float = 0.6) -> str:
     return f"did you mean {low[hit[0]]!r}?" if hit and low[hit[0]] != word else ""
 
 
-def registered(key: str, get, value: str):
+def registered(key: str, get: Callable[[str], T], value: str) -> T:
     """``get(value)``, or a ValueError naming ``key`` that suggests the closest known name (a registry's
     KeyError lists them after ``known:``)."""
     try:
@@ -156,7 +162,7 @@ class Reader:
     otherwise (``{name}``: the algorithm, ``{generator}``: model.generator)."""
 
     by: str
-    when: Callable[[Any, Any], bool] | None = None
+    when: Callable[[RunConfig, AlgorithmSpec], bool] | None = None
     why: str = ""
 
 
@@ -215,7 +221,7 @@ TRAINER_SETTINGS: dict[str, Reader] = {
 }
 
 
-def _keyword_params(fn) -> set[str]:
+def _keyword_params(fn: Callable[..., Any]) -> set[str]:
     return {p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY}
 
 
@@ -241,7 +247,7 @@ def _read_by(algorithms: list[str], losses: list[str]) -> str:
     return f"; read by {' and '.join(parts)}" if parts else ""
 
 
-def estimator_settings(algo: BaseModel, spec) -> dict[str, Any]:
+def estimator_settings(algo: AlgorithmSection, spec: AlgorithmSpec) -> dict[str, Any]:
     """The settings ``spec``'s estimator takes, from ``algorithm.<key>`` or ``algorithm.options``."""
     fields = type(algo).model_fields
     out = {k: getattr(algo, k) for k in spec.settings if k in fields}
@@ -249,7 +255,7 @@ def estimator_settings(algo: BaseModel, spec) -> dict[str, Any]:
     return out
 
 
-def loss_settings(algo: BaseModel, loss) -> dict[str, Any]:
+def loss_settings(algo: AlgorithmSection, loss: Callable[..., Any]) -> dict[str, Any]:
     """Keyword arguments of the policy loss ``loss``: the config's clip settings under verl's names
     (:data:`LOSS_SETTINGS`), and its own extras from ``algorithm.options``."""
     params = _keyword_params(loss)
@@ -262,7 +268,7 @@ def loss_settings(algo: BaseModel, loss) -> dict[str, Any]:
     return out
 
 
-def check_options(algo: BaseModel, spec, loss) -> None:
+def check_options(algo: AlgorithmSection, spec: AlgorithmSpec, loss: Callable[..., Any]) -> None:
     fields = type(algo).model_fields
     params = _keyword_params(loss)
     for key in algo.options:
@@ -291,7 +297,7 @@ def _changed(cfg: BaseModel, dotted: str) -> list[str]:
     return [dotted] if value != default else []
 
 
-def unused_settings(cfg: BaseModel) -> dict[str, str]:
+def unused_settings(cfg: RunConfig) -> dict[str, str]:
     """Settings that differ from their default although nothing on the chosen path reads them: ``key -> why``.
 
     ``algorithm.<key>`` is read when the chosen algorithm's estimator takes ``key`` as a keyword-only parameter,

@@ -54,7 +54,7 @@ def _typed(key: str, value: Any) -> str:
     return key
 
 
-def _keys_at(loc: tuple) -> list[str]:
+def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
     """The keys a config section takes at ``loc`` (``()``: the sections), or [] where ``loc`` is no section."""
     from pydantic import BaseModel
 

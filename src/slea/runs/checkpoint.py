@@ -37,7 +37,7 @@ import random
 import shutil
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol, TypeAlias
 
 import numpy as np
 import torch
@@ -63,8 +63,20 @@ class CheckpointError(ValueError):
     """A checkpoint folder is missing files, damaged, or does not fit the model."""
 
 
+# What a checkpoint holds the weights of: a model (its trainable parameters) or a ``{name: tensor}`` mapping.
+Weights: TypeAlias = "torch.nn.Module | Mapping[str, torch.Tensor]"
+
+
+class OptimizerState(Protocol):
+    """What a checkpoint saves and restores of an optimizer: a ``torch.optim.Optimizer`` or an
+    :class:`OptimizerSet`."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+    def load_state_dict(self, state_dict: dict[str, Any], /) -> None: ...
+
+
 # -- optimizer and RNG as tensors + JSON ------------------------------------------------------------------
-def _flatten_optimizer(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+def _flatten_optimizer(optimizer: OptimizerState) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     sd = optimizer.state_dict()
     tensors: dict[str, torch.Tensor] = {}
     scalars: dict[str, dict[str, Any]] = {}
@@ -143,19 +155,19 @@ class OptimizerSet:
 
 
 # -- weights --------------------------------------------------------------------------------------------
-def _parameters(model) -> dict[str, torch.Tensor]:
+def _parameters(model: Weights) -> dict[str, torch.Tensor]:
     """A model's parameters by name; ``model`` may also be a ``{name: parameter}`` mapping (a team's adapters)."""
     return dict(model) if isinstance(model, Mapping) else dict(model.named_parameters())
 
 
-def save_trainable(model, path: Path) -> None:
+def save_trainable(model: Weights, path: Path) -> None:
     """The trainable parameters of ``model`` (those requiring gradients), or every tensor of a mapping."""
     items = model.items() if isinstance(model, Mapping) else (
         (n, p) for n, p in model.named_parameters() if p.requires_grad)
     save_file({n: p.detach().cpu().contiguous() for n, p in items}, str(path))
 
 
-def _check_trainable(model, state: dict[str, torch.Tensor], path: Path) -> None:
+def _check_trainable(model: Weights, state: dict[str, torch.Tensor], path: Path) -> None:
     params = _parameters(model)
     missing = [n for n in state if n not in params]
     if missing:
@@ -171,14 +183,14 @@ def _check_trainable(model, state: dict[str, torch.Tensor], path: Path) -> None:
             raise CheckpointError(f"checkpoint {path}: {name} holds non-finite values")
 
 
-def _copy_trainable(model, state: dict[str, torch.Tensor]) -> None:
+def _copy_trainable(model: Weights, state: dict[str, torch.Tensor]) -> None:
     params = _parameters(model)
     with torch.no_grad():
         for name, t in state.items():
             params[name].copy_(t)
 
 
-def load_trainable(model, folder: str | Path) -> None:
+def load_trainable(model: Weights, folder: str | Path) -> None:
     """Load ``trainable.safetensors`` into the model's trainable parameters (names and shapes must match)."""
     path = Path(folder)
     if path.is_dir():
@@ -323,8 +335,8 @@ def restore_library(checkpoint: str | Path | None, dst: str | Path) -> bool:
 
 
 # -- save -------------------------------------------------------------------------------------------------
-def save_checkpoint(root: str | Path, iteration: int, model, optimizer, extra: dict[str, Any] | None = None,
-                    keep: int = 2, library: str | Path | None = None,
+def save_checkpoint(root: str | Path, iteration: int, model: Weights, optimizer: OptimizerState,
+                    extra: dict[str, Any] | None = None, keep: int = 2, library: str | Path | None = None,
                     critic: dict[str, torch.Tensor] | None = None, number: int | None = None) -> Path:
     """Write ``root/iter_<number>`` atomically (``number`` default ``iteration``: a trainer passes the steps done,
     ``iteration + 1``, so the folder reads as its log lines count); ``state.json`` records ``iteration``, from which
@@ -472,7 +484,7 @@ def trained_processes(run: str | Path) -> int:
     if last is None:
         return 1
     try:
-        n = _read_json(last / "state.json").get("processes", 1)
+        n: int = _read_json(last / "state.json").get("processes", 1)
     except CheckpointError:
         return 1
     return max(n, 1)
@@ -508,7 +520,7 @@ def verify_checkpoint(folder: str | Path) -> dict[str, Any]:
         if missing:
             raise CheckpointError(f"checkpoint {folder} is unreadable: it lacks {', '.join(missing)}")
         return {"files": {}}
-    manifest = _read_json(folder / MANIFEST)
+    manifest: dict[str, Any] = _read_json(folder / MANIFEST)
     files = manifest["files"]
     for name in required:
         if name not in files:
@@ -525,7 +537,8 @@ def verify_checkpoint(folder: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def load_checkpoint(folder: str | Path, model, optimizer=None, restore_rng: bool = True) -> dict[str, Any]:
+def load_checkpoint(folder: str | Path, model: Weights, optimizer: OptimizerState | None = None,
+                    restore_rng: bool = True) -> dict[str, Any]:
     """Restore weights (and optimizer, RNG) from a checkpoint folder; returns its ``state.json``.
 
     Every file is verified and parsed before anything is applied, so a damaged checkpoint raises
@@ -544,18 +557,18 @@ def load_checkpoint(folder: str | Path, model, optimizer=None, restore_rng: bool
                 len(a["params"]) != len(b["params"]) for a, b in zip(opt_sd["param_groups"], groups)):
             raise CheckpointError(f"checkpoint {folder}: the optimizer state does not fit this model")
     rng_t = _read_safetensors(folder / "rng.safetensors") if restore_rng else None
-    if restore_rng and ("torch" not in rng_t or "rng" not in state):
-        raise CheckpointError(f"checkpoint {folder}: RNG state incomplete")
-    if restore_rng:
+    if rng_t is not None:
+        if "torch" not in rng_t or "rng" not in state:
+            raise CheckpointError(f"checkpoint {folder}: RNG state incomplete")
         try:  # the torch state's shape and type, on a scratch generator (the global one is untouched)
             torch.Generator().set_state(rng_t["torch"])
         except (RuntimeError, TypeError) as exc:
             raise CheckpointError(f"checkpoint {folder}: rng.safetensors: not a torch RNG state ({exc})") from None
     # Everything parsed: apply.
     _copy_trainable(model, weights)
-    if opt_sd is not None:
+    if optimizer is not None and opt_sd is not None:
         optimizer.load_state_dict(opt_sd)
-    if restore_rng:
+    if rng_t is not None:
         set_rng_state(rng_t, state["rng"])
     return state
 
@@ -566,8 +579,8 @@ def load_critic(folder: str | Path) -> dict[str, torch.Tensor] | None:
     return _read_safetensors(path) if path.is_file() else None
 
 
-def load_latest(root: str | Path, model, optimizer=None, restore_rng: bool = True
-                ) -> tuple[Path | None, dict[str, Any] | None]:
+def load_latest(root: str | Path, model: Weights, optimizer: OptimizerState | None = None,
+                restore_rng: bool = True) -> tuple[Path | None, dict[str, Any] | None]:
     """Load the newest checkpoint under ``root`` that is intact; a damaged one (missing or corrupt files, a
     half-written folder) is skipped with a warning and the previous one tried. ``(None, None)`` when none
     loads."""

@@ -18,13 +18,17 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Collection, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slea.atomic import atomic_write_text
 from slea.runs.folder import RunFolder
 from slea.runs.jsonfile import EpisodeRow, read_jsonl
 from slea.types import Trajectory
+
+if TYPE_CHECKING:
+    from slea.algorithms.batch import Advantages
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +37,38 @@ RESPONSE_CHARS = 200  # the model's raw answer kept per step
 EXPERIENCE_CHARS = 300  # each retrieved experience's text
 
 
+class LibraryEntry(Protocol):
+    """What a sample reads of an experience-library entry (slea.experience.library.Entry)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def zone(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def created_iter(self) -> int: ...
+    @property
+    def sources(self) -> Sequence[int]: ...
+
+
+class Library(Protocol):
+    """What a sample reads of an experience library (slea.experience.library.ExperienceLibrary)."""
+
+    def entries(self) -> Sequence[LibraryEntry]: ...
+    def get(self, eid: int) -> LibraryEntry | None: ...
+
+
+class Experience(Protocol):
+    """What a sample reads of a run's experience manager (slea.experience.manager.ExperienceManager)."""
+
+    @property
+    def library(self) -> Library: ...
+
+
 def clip(text: Any, limit: int) -> str:
-    text = str(text)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    out = str(text)
+    return out if len(out) <= limit else out[: limit - 1] + "…"
 
 
 def _num(x: Any) -> float | None:
@@ -47,7 +80,7 @@ def _num(x: Any) -> float | None:
     return v if math.isfinite(v) else None
 
 
-def choose(trajs: list[Trajectory], n: int, preferred: set[int] = frozenset()) -> list[int]:
+def choose(trajs: list[Trajectory], n: int, preferred: Collection[int] = frozenset()) -> list[int]:
     """Indices of up to ``n`` episodes: wins and losses alternating (a win first), each side ordered by
     ``preferred`` traj ids first, then the highest-return wins and the lowest-return losses."""
     wins = sorted((i for i, t in enumerate(trajs) if t.won),
@@ -62,7 +95,7 @@ def choose(trajs: list[Trajectory], n: int, preferred: set[int] = frozenset()) -
     return out
 
 
-def _source_map(library, iteration: int) -> dict[int, list[int]]:
+def _source_map(library: Library | None, iteration: int) -> dict[int, list[int]]:
     """traj id -> ids of the entries created in ``iteration`` from it."""
     out: dict[int, list[int]] = {}
     if library is None:
@@ -74,8 +107,8 @@ def _source_map(library, iteration: int) -> dict[int, list[int]]:
     return out
 
 
-def episode_record(t: Trajectory, advantages: list[float | None], iteration: int, *, library=None,
-                   sourced: list[int] = ()) -> dict[str, Any]:
+def episode_record(t: Trajectory, advantages: Sequence[float | None], iteration: int, *,
+                   library: Library | None = None, sourced: Collection[int] = ()) -> dict[str, Any]:
     """One episode as a JSON-able dict (``advantages``: one per step, None when unknown)."""
     steps = []
     for s, adv in zip(t.steps, advantages):
@@ -98,7 +131,7 @@ def episode_record(t: Trajectory, advantages: list[float | None], iteration: int
 class EpisodeSampler:
     """Appends each iteration's sampled episodes to ``<run>/episodes.jsonl`` within the size budget."""
 
-    def __init__(self, run_dir: Path, per_iteration: int, max_bytes: int):
+    def __init__(self, run_dir: Path, per_iteration: int, max_bytes: int) -> None:
         self.path = RunFolder(run_dir).episodes
         self.per_iteration = int(per_iteration)
         self.max_bytes = int(max_bytes)
@@ -109,7 +142,8 @@ class EpisodeSampler:
     def enabled(self) -> bool:
         return self.per_iteration > 0 and self.max_bytes > 0
 
-    def record(self, iteration: int, trajs: list[Trajectory], advantages, experience=None) -> int:
+    def record(self, iteration: int, trajs: list[Trajectory], advantages: Advantages | None,
+               experience: Experience | None = None) -> int:
         """Record up to the iteration's remaining share of ``trajs`` (the rows of ``advantages.rows`` follow
         ``flatten(trajs)``; ``advantages`` may be None). ``experience``: the run's ExperienceManager or None.
         Returns the number of episodes written."""

@@ -15,6 +15,7 @@ it allows keys it does not name, so a newer slea's files still read. :func:`read
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -121,7 +122,8 @@ def parse_line(line: str, schema: type[BaseModel] | None = None, max_chars: int 
     return row, ""
 
 
-def read_jsonl(path: str | Path, schema: type[BaseModel] | None = None, say=None) -> list[dict[str, Any]]:
+def read_jsonl(path: str | Path, schema: type[BaseModel] | None = None,
+               say: Callable[[int, str, str], object] | None = None) -> list[dict[str, Any]]:
     """Every good line of a JSON-lines file (:func:`parse_line`: a run's ``metrics.jsonl``, ``episodes.jsonl``);
     each other non-blank line is skipped, told to ``say(number, line, why)`` when given (a line torn by a kill
     loses that row only, never the file)."""

@@ -236,7 +236,7 @@ def open_sinks(names: list[str] | tuple[str, ...], run_dir: Path, *, project: st
     return sinks
 
 
-def safe_call(sinks: list[Sink], what: str, *args) -> list[Sink]:
+def safe_call(sinks: list[Sink], what: str, *args: Any) -> list[Sink]:
     """Call ``what`` on every sink; one that raises is switched off with one warning line. Returns the sinks
     still on."""
     alive = []
