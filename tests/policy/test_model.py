@@ -66,7 +66,7 @@ def _grads(model, samples, share_prefix: bool):
 def _samples():
     from slea.trainer.update import Sample
 
-    common = [1, 5, 9, 14, 22, 30, 31, 40]
+    common = [1, 5, 9, 14, 22, 30, 31, 40, *range(41, 53)]  # 20 tokens: long enough to be a trie node (MIN_SAVED)
     return [Sample(common + [50, 51], [60, 61, 62], [0.0] * 3, [1.0] * 3),
             Sample(common + [52], [63], [0.0], [1.0])]
 
@@ -150,6 +150,9 @@ def test_gradient_checkpointing_gives_the_plain_forwards_gradients_and_refuses_t
     with pytest.raises(RuntimeError, match="gradient-checkpointed"):
         _grads(ckpt, samples, share_prefix=True)
     # without gradients (generation, reference log-probs) the cache is kept and the shared prefix is exact
+    from slea.trainer.prefix import build_trie
+
+    assert build_trie([s.prompt_ids for s in samples]).nodes  # the rows' common prefix is run once, shared
     with torch.no_grad():
         from slea.trainer.update import response_logprobs
 
