@@ -6,9 +6,9 @@ folder, with the tree's own config files and the same seeds and overrides, singl
 
 * ``smoke``: configs/smoke.yaml (the tiny random model, GRPO, 2 iterations, held-out evaluation after);
 * ``team_smoke``: configs/teamtr_smoke.yaml (a TeamTR planner + actor team, 2 stages);
-* ``resume``: configs/smoke.yaml SIGKILLed inside iteration 1's checkpoint (``slea.testing.kill_checkpoint``),
-  then ``slea train --resume`` (re-runs iteration 1 from iteration 0's checkpoint), then ``--resume --set
-  train.iterations=3`` (extends the finished run by one iteration).
+* ``resume``: configs/smoke.yaml with the experience library on, SIGKILLed inside iteration 1's checkpoint
+  (``slea.testing.kill_checkpoint``), then ``slea train --resume`` (re-runs iteration 1 from iteration 0's
+  checkpoint), then ``--resume --set train.iterations=3`` (extends the finished run by one iteration).
 
 Then every file of the before run folder is compared with its namesake in the after one (:func:`compare_runs`):
 metrics and episode rows key by key, checkpoint and adapter tensors with ``torch.equal``, JSON files value by
@@ -68,7 +68,10 @@ THREADS = ["run.threads=1"]
 SMOKE = ("configs/smoke.yaml", THREADS)
 TEAM = ("configs/teamtr_smoke.yaml", THREADS)
 KILL_PLUGIN = "plugins=[slea.testing.kill_checkpoint]"
-RESUME = ("configs/smoke.yaml", [*THREADS, "train.iterations=2", KILL_PLUGIN])
+# the experience library on from iteration 1, so library.sqlite and its checkpoint snapshots are compared too (a
+# resume restores the library from the checkpoint's snapshot)
+LIBRARY = ["experience.mode=step", "experience.warmup_iters=1", "experience.min_entries=1"]
+RESUME = ("configs/smoke.yaml", [*THREADS, "train.iterations=2", *LIBRARY, KILL_PLUGIN])
 EXTEND = ["train.iterations=3"]
 
 
