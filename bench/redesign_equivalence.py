@@ -313,6 +313,38 @@ def describe(tree: Path) -> dict[str, Any]:
 CASES = ("smoke", "team_smoke", "resume")
 
 
+def equivalence(case: str, trees: dict[str, Path], work: Path) -> dict[str, Any]:
+    """One case run in both trees (``work/<side>/<case>``) and its run folders compared; printed as it ends."""
+    runs = {side: work / side / case for side in trees}
+    commands = {side: run_case(case, tree, runs[side]) for side, tree in trees.items()}
+    files = compare_runs(runs["before"], runs["after"])
+    ran = all(c["ok"] for cs in commands.values() for c in cs)
+    equal = ran and all(v == "equal" for v in files.values())
+    print(f"{case}: " + ("all equal" if equal else "DIFFERS" if ran else "A RUN FAILED")
+          + f" ({sum(v == 'equal' for v in files.values())}/{len(files)} files equal)", flush=True)
+    for rel, verdict in files.items():
+        if verdict != "equal":
+            print(f"  {rel}: {verdict}")
+    return {"commands": commands, "ran": ran, "trained": {s: trained(r) for s, r in runs.items()},
+            "all_equal": equal, "files": files}
+
+
+def left_out() -> dict[str, Any]:
+    """What the comparison leaves out, and why (recorded with every result)."""
+    return {"metrics keys": {"prefixes": list(VOLATILE_PREFIXES), "keys": sorted(VOLATILE_METRICS),
+                             "why": "seconds and rates of this process's own clock"},
+            "json keys (any depth)": {"keys": sorted(VOLATILE_JSON),
+                                      "why": "wall_s, train_s: wall times (train_s: a team checkpoint's training "
+                                             "seconds so far); run_dir: the run's own path"},
+            "config.yaml": {"keys": [".".join(k) for k in VOLATILE_CONFIG], "why": "each run's own folder"},
+            "files": EXCLUDED, "compared in part": PARTIAL}
+
+
+def _fail(msg: str) -> None:
+    print(msg, file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", type=Path, required=True, help="a checkout's root: the tree before the change")
@@ -324,34 +356,17 @@ def main() -> None:
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     for side, tree in trees.items():
         if not (tree / "src" / "slea").is_dir():
-            raise SystemExit(f"--{side}: {tree} has no src/slea (not a checkout's root)")
+            _fail(f"--{side}: {tree} has no src/slea (not a checkout's root)")
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if bad := [c for c in cases if c not in CASES]:
-        raise SystemExit(f"--cases: unknown {bad}; known: {', '.join(CASES)}")
+        _fail(f"--cases: unknown {bad}; known: {', '.join(CASES)}")
     work = args.work or Path(tempfile.mkdtemp(prefix="redesign_eq_"))
     t0 = time.perf_counter()
     res: dict[str, Any] = {"trees": {s: describe(p) for s, p in trees.items()},
-                           "cpu": _cpu_kind(), "torch": torch.__version__, "threads": 1, "cases": {}}
-    for case in cases:
-        runs = {side: work / side / case for side in trees}
-        commands = {side: run_case(case, tree, runs[side]) for side, tree in trees.items()}
-        files = compare_runs(runs["before"], runs["after"])
-        ran = all(c["ok"] for cs in commands.values() for c in cs)
-        res["cases"][case] = {"commands": commands, "ran": ran, "trained": {s: trained(r) for s, r in runs.items()},
-                              "all_equal": ran and all(v == "equal" for v in files.values()), "files": files}
-        print(f"{case}: " + ("all equal" if res["cases"][case]["all_equal"] else "DIFFERS" if ran else "A RUN FAILED")
-              + f" ({sum(v == 'equal' for v in files.values())}/{len(files)} files equal)", flush=True)
-        for rel, verdict in files.items():
-            if verdict != "equal":
-                print(f"  {rel}: {verdict}")
+                           "cpu": _cpu_kind(), "torch": torch.__version__, "threads": 1,
+                           "cases": {case: equivalence(case, trees, work) for case in cases}}
     res["all_equal"] = all(c["all_equal"] for c in res["cases"].values())
-    res["excluded"] = {"metrics keys": {"prefixes": list(VOLATILE_PREFIXES), "keys": sorted(VOLATILE_METRICS),
-                                        "why": "seconds and rates of this process's own clock"},
-                       "json keys (any depth)": {"keys": sorted(VOLATILE_JSON),
-                                                 "why": "wall_s, train_s: wall times (train_s: a team checkpoint's "
-                                                        "training seconds so far); run_dir: the run's own path"},
-                       "config.yaml": {"keys": [".".join(k) for k in VOLATILE_CONFIG], "why": "each run's own folder"},
-                       "files": EXCLUDED, "compared in part": PARTIAL}
+    res["excluded"] = left_out()
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     res["run_folders"] = "kept under a temporary folder (not recorded: a machine path)"
     args.out.parent.mkdir(parents=True, exist_ok=True)
