@@ -338,9 +338,9 @@ def test_a_stop_asked_before_the_first_iteration_says_there_is_nothing_to_resume
     tr = Trainer(rel.tiny_config(eval={"before": True}), run_dir=run)
     real_evaluate = tr.evaluate
 
-    def ctrl_c_in(name, iteration):  # during the evaluation before training
+    def ctrl_c_in(name):  # during the evaluation before training
         tr.stop.requested = "SIGTERM"
-        return real_evaluate(name, iteration)
+        return real_evaluate(name)
 
     tr.evaluate = ctrl_c_in
     with pytest.raises(Interrupted) as got:
