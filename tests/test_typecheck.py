@@ -4,8 +4,9 @@ uses their public signatures wrongly is an error mypy reports at its line.
 One mypy run (in-process, :func:`mypy.api.run`, with the project's configuration and ``make lint``'s cache) checks
 the configured packages and a small module written here, whose lines marked ``# error: <code>`` must be reported
 with that error code and whose other lines (among them the protocols' conformance: a real optimizer, an
-:class:`~slea.runs.checkpoint.OptimizerSet`, the experience library and manager) must not. That module's errors
-are told apart by its name: mypy's cache may replay them under the folder of an earlier run.
+:class:`~slea.runs.checkpoint.OptimizerSet`, the experience library and manager) must not; a trainer that lacks
+methods of :class:`~slea.trainer.lifecycle.Run` is refused as one. That module's errors are told apart by its
+name: mypy's cache may replay them under the folder of an earlier run.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ CALLS = textwrap.dedent('''\
     from slea.runs.checkpoint import OptimizerSet, save_checkpoint
     from slea.runs.episodes import Experience, Library
     from slea.runs.folder import RunFolder
+    from slea.trainer.lifecycle import Run, RunState
 
     model = torch.nn.Linear(2, 2)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -51,6 +53,20 @@ CALLS = textwrap.dedent('''\
 
     def conforms(library: ExperienceLibrary, manager: ExperienceManager) -> tuple[Library, Experience]:
         return library, manager
+
+
+    class HalfTrainer:  # a trainer without save, evaluate, summary and close (slea/trainer/contract.py's check)
+        state: RunState
+
+        def start(self, resume: bool) -> tuple[None, None, int]:
+            return None, None, -1
+
+        def step(self, k: int) -> dict[str, float]:
+            return {}
+
+
+    def half_conforms(trainer: HalfTrainer) -> Run:
+        return trainer  # error: return-value
 ''')
 
 
@@ -88,6 +104,6 @@ def test_wrong_calls_are_reported_at_their_lines(report: tuple[list[tuple[str, i
     errors, out, status = report
     expected = {(n, m[1]) for n, text in enumerate(CALLS.splitlines(), start=1)
                 if (m := re.search(r"# error: ([a-z-]+)$", text))}
-    assert len(expected) == 5
+    assert len(expected) == 6
     assert {(n, code) for file, n, code in errors if Path(file).name == CALLS_FILE} == expected, out
     assert status == 1
