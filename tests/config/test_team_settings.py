@@ -4,6 +4,7 @@ names the key and says what the team trainer does instead; their defaults and th
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,12 @@ IGNORED = {
     "train.gradient_checkpointing": (True, "checkpoints no activations"),
     "run.episode_samples": (0, "writes no episodes.jsonl"),
     "algorithm.old_logprobs": ("rollout", "always recomputes π_old"),
+    "rollout.history": (1, "shows the last team.context_messages messages instead"),
+    "rollout.history_summary": (True, "summarises no older actions"),
+    "rollout.obs_max_chars": (100, "clips each message at team.message_max_chars instead"),
+    "rollout.experience_in": ("user", "puts no experiences in its prompts"),
+    "env.max_steps": (3, "ends an episode after team.max_turns agent messages instead"),
+    "model.init_from": ("runs/earlier", "starts every agent's adapter fresh on the base model"),
 }
 
 
@@ -49,7 +56,7 @@ def test_a_team_config_with_the_defaults_loads_and_its_saved_config_loads_back(t
     assert load_config(SINGLE, ["run.device=cpu", "model.dtype=float32"]).algorithm.old_logprobs == "rollout"
     # every setting written with its default value passes (a saved config.yaml lists every key)
     defaults = build_config({}, check_unused=False)
-    spelled = [f"{k}={getattr(getattr(defaults, k.split('.')[0]), k.split('.')[1])}" for k in IGNORED]
+    spelled = [f"{k}={json.dumps(getattr(getattr(defaults, k.split('.')[0]), k.split('.')[1]))}" for k in IGNORED]
     assert load_config(TEAM, spelled).train == cfg.train
     (tmp_path / "config.yaml").write_text(dump_config(cfg))
     saved = load_config(tmp_path / "config.yaml")  # with the refusal on

@@ -217,6 +217,17 @@ TRAINER_SETTINGS: dict[str, Reader] = {
     "train.gradient_checkpointing": _single("trainer/rl.py", "checkpoints no activations"),
     "train.max_bad_updates": Reader("trainer/run_state.py"),  # both trainers' guards (RunState.check_guards)
     "run.episode_samples": _single("trainer/rl.py", "writes no episodes.jsonl"),
+    # the single-agent prompt and episode, which a team's are not (team.context_messages, message_max_chars,
+    # max_turns), and its start: a team's agents are adapters built fresh on the base
+    "rollout.history": _single("policy/prompt_builder.py", "shows the last team.context_messages messages instead"),
+    "rollout.history_summary": _single("policy/prompt_builder.py", "summarises no older actions (its context is "
+                                       "the last team.context_messages messages)"),
+    "rollout.obs_max_chars": _single("policy/prompt_builder.py", "clips each message at team.message_max_chars "
+                                     "instead"),
+    "rollout.experience_in": _single("policy/prompt_builder.py", "puts no experiences in its prompts "
+                                     "(experience.mode: off)"),
+    "env.max_steps": _single("rollout/collector.py", "ends an episode after team.max_turns agent messages instead"),
+    "model.init_from": _single("policy/model.py", "starts every agent's adapter fresh on the base model"),
     "env.max_fault_rate": Reader("trainer/run_state.py"),
 }
 
