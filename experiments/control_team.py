@@ -60,16 +60,18 @@ def probing_trainer(cfg: RunConfig, run_dir: Path):
     from slea.trainer.team import TeamTrainer, mean_return
 
     class ProbingTeamTrainer(TeamTrainer):
-        def record(self, row, n, pending):
+        def step(self, k: int) -> dict:
+            row = super().step(k)
             if self.cfg.team.rollouts != "fresh" and "team/return_after" not in row:
                 # the intermediate team after this update plays the stage's tasks once, unlearned from, with the
                 # random streams TeamTR's own collection at this position draws from
+                n = len(self.task.roles)
                 stage, position = int(row["stage"]), int(row["position"])
                 seeds = iteration_seeds(self.cfg.run.seed, stage, self.cfg.rollout.groups)
                 episodes, _ = self.collector.collect(self.pool, seeds, draw=stage * (n + 1) + position + 1)
                 row["probe/return_after"] = mean_return(episodes)
                 row["probe/success_after"] = float(np.mean([e.trajectory.won for e in episodes]))
-            return super().record(row, n, pending)
+            return row
 
     return ProbingTeamTrainer(cfg, run_dir)
 

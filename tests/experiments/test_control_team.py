@@ -67,3 +67,26 @@ def test_stage_drifts_measure_each_intermediate_team_against_the_stages_first_co
             _row(1, 1, 0.5, after=0.75), _row(1, 0, 0.5, after=0.5)]  # fresh, rows out of order
     # stage 0: the teams after updates 0 and 1 against 0.25; stage 1: after update 0 (0.5) against 0.5
     assert S.stage_drifts(rows) == [0.25, -0.25, 0.0]
+
+
+def test_the_probing_trainer_plays_the_intermediate_team_after_a_stale_update(tmp_path):
+    # the tiny model on the TeamTR smoke preset, one stage of two updates: in the stale mode the first update's row
+    # gets the probe's return (the team plays again only after the stage's last update), fresh rows never do
+    pytest.importorskip("textworld")
+    from slea.config import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    over = ["rollout.groups=1", "team.max_turns=2", "team.trust_region.min_steps=1", "team.trust_region.max_steps=1",
+            "train.iterations=1", "run.threads=1", "eval.before=false", "eval.games=1", "eval.episodes_per_game=1"]
+    rows = {}
+    for mode in ("stale", "fresh"):
+        cfg = load_config(root / "configs/teamtr_smoke.yaml", [*over, f"team.rollouts={mode}"])
+        trainer = S.probing_trainer(cfg, tmp_path / mode)
+        try:
+            trainer.fit()
+        finally:
+            trainer.close()
+        rows[mode] = S.read_metrics(tmp_path / mode / "metrics.jsonl")
+    assert [("probe/return_after" in r, "team/return_after" in r) for r in rows["stale"]] == [(True, False),
+                                                                                             (False, True)]
+    assert not any("probe/return_after" in r for r in rows["fresh"])
