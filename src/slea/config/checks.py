@@ -172,8 +172,9 @@ def _need(need: str, by: str, why: str) -> Reader:
 
 def _single(by: str, why: str) -> Reader:
     """A setting the single-agent trainer reads (in ``by``) and the team trainer (trainer/team.py, for an
-    algorithm that needs a team) does not: ``why`` says what the team trainer does instead."""
-    return Reader(by, lambda cfg, spec: "team" not in spec.needs, f"algorithm {{name}} trains a team, whose "
+    algorithm that needs a team and nothing else) does not: ``why`` says what the team trainer does instead. An
+    algorithm that needs a team and more has no trainer at all, which slea/trainer/select.py says in its own line."""
+    return Reader(by, lambda cfg, spec: spec.needs != {"team"}, f"algorithm {{name}} trains a team, whose "
                   f"trainer (trainer/team.py) {why}")
 
 
