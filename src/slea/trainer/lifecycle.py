@@ -268,8 +268,8 @@ def fit(run: Run, resume: bool = False) -> dict[str, Any]:
     st = run.state
     if st.main:
         write_config(st.dir, st.cfg)
+    st.clock.restart()  # this process's wall time: the resume's loading included
     start(run, resume)
-    st.clock.restart()
     try:
         before = evaluation_before(st.cfg, st.dir, st.first_step == 0, lambda: run.evaluate("before"), st.stop)
         train(run)
