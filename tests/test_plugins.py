@@ -61,3 +61,15 @@ def test_plugin_algorithm_loss_env_and_extractor_train_from_a_config(plugin, tmp
     assert plugin.CALLS["advantages"] <= {-0.5, 0.0, 0.5} and plugin.CALLS["advantages"] & {-0.5, 0.5}
     assert summary["after"]["sampled"]["episodes"] == 1
     assert (tmp_path / "run/config.yaml").read_text().count("my_slea_plugin") >= 2  # resumable: plugins saved
+
+
+def test_builtin_names_leave_out_what_a_plugin_registered():
+    from slea.algorithms.registry import ALGORITHMS
+
+    builtins = ALGORITHMS.builtin_names()
+    ALGORITHMS.add("test_builtin_names_probe", object(), owner=test_builtin_names_leave_out_what_a_plugin_registered)
+    try:
+        assert "test_builtin_names_probe" in ALGORITHMS.names()
+        assert ALGORITHMS.builtin_names() == builtins and "grpo" in builtins
+    finally:
+        ALGORITHMS.remove("test_builtin_names_probe")

@@ -98,6 +98,11 @@ class Registry(Generic[T]):
         self._import_builtins()
         return sorted(self._items)
 
+    def builtin_names(self) -> list[str]:
+        """Sorted names that the built-in modules registered (a plugin's or a test's left out)."""
+        self._import_builtins()
+        return sorted(k for k, owner in self._owners.items() if getattr(owner, "__module__", None) in self.builtins)
+
     def _import_builtins(self) -> None:
         for module in self.builtins:
             importlib.import_module(module)

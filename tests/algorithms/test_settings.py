@@ -66,8 +66,8 @@ def test_every_setting_is_changed_once():
 
 
 def test_the_built_in_algorithms_are_all_stated():
-    assert set(REFUSED_BY_ALGORITHM) == set(ALGORITHMS.names())
-    assert set(REFUSED_BY_LOSS) == set(POLICY_LOSSES.names())
+    assert set(REFUSED_BY_ALGORITHM) == set(ALGORITHMS.builtin_names())  # a plugin a test registered left out
+    assert set(REFUSED_BY_LOSS) == set(POLICY_LOSSES.builtin_names())
 
 
 @pytest.mark.parametrize("name", sorted(REFUSED_BY_ALGORITHM))
