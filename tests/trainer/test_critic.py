@@ -89,7 +89,7 @@ def _critic(**train):
         config = type("C", (), {"hidden_size": 2})()
 
     assert "critic" in get_algorithm(cfg.algorithm.name).needs
-    return Critic(cfg, Stub(), "turn")
+    return Critic(Stub(), "turn", algorithm=cfg.algorithm, train=cfg.train, dtype=cfg.model.dtype)
 
 
 def _fit(critic, clip):
@@ -177,7 +177,7 @@ def test_the_critic_lives_and_learns_on_the_policys_device(tiny_policy, device):
 
     model = tiny_policy[0] if device == "cpu" else copy.deepcopy(tiny_policy[0]).to(device)
     cfg = build_config({"algorithm": {"name": "ppo"}, "train": {"critic_updates": 3}})
-    critic = Critic(cfg, model, "turn")
+    critic = Critic(model, "turn", algorithm=cfg.algorithm, train=cfg.train, dtype=cfg.model.dtype)
     assert critic.head.linear.weight.device.type == device
     rows = [step(0, 0, 1.0, 2), step(1, 0, 0.0, 3)]
     vals = critic.values(model, rows)

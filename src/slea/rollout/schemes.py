@@ -20,8 +20,8 @@ each, a sibling's env steps count from its fork on (a replay restore re-runs ear
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Protocol
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Protocol
 
 from slea.envs.factory import make_pool
 from slea.envs.pool import EnvPool
@@ -30,7 +30,10 @@ from slea.progress import Progress
 from slea.rollout.collector import RolloutCollector
 from slea.rollout.sampling import RoundRollouts, collect_batch, merge_shards, merge_stats
 
-__all__ = ["OnPolicyRollouts", "RolloutScheme", "SiblingRollouts", "close", "last_error", "scheme_for",
+if TYPE_CHECKING:
+    from slea.config import AlgorithmSection, EnvSection, RolloutSection
+
+__all__ = ["OnPolicyRollouts", "RolloutScheme", "SchemeClass", "SiblingRollouts", "close", "last_error", "scheme_for",
            "take_fault_stats"]
 
 
@@ -60,52 +63,56 @@ def close(scheme: RolloutScheme) -> None:
         pool.close()
 
 
-def _pool(cfg, copies: int, groups: int | None = None) -> EnvPool:
-    return make_pool(cfg.env, groups or cfg.rollout.groups, copies)
+def _pool(env: EnvSection, rollout: RolloutSection, copies: int, groups: int | None = None) -> EnvPool:
+    return make_pool(env, groups or rollout.groups, copies)
 
 
-def _bar(cfg, it: int, what: str) -> Progress:
-    return Progress(f"iteration {it + 1} {what}", total=cfg.env.max_steps, unit="turns")
+def _bar(env: EnvSection, it: int, what: str) -> Progress:
+    return Progress(f"iteration {it + 1} {what}", total=env.max_steps, unit="turns")
 
 
-def _note(bar: Progress, n: int):
+def _note(bar: Progress, n: int) -> Callable[[int, int], None]:
     return lambda turn, live: bar.update(turn, f"{n - live}/{n} episodes done")
 
 
 class OnPolicyRollouts:
     """One round per iteration: one episode on every env of the pool (N groups × G copies). With data
-    parallelism (``dp``) the pool holds this rank's share of the groups, and every rank gets the whole batch."""
+    parallelism (``dp``) the pool holds this rank's share of the groups, and every rank gets the whole batch.
+    ``algorithm``: dynamic sampling's settings; ``run_seed``: ``run.seed`` (the refills' seeds)."""
 
-    def __init__(self, collector: RolloutCollector, cfg, dp: DataParallel | None = None):
-        self.collector, self.cfg = collector, cfg
+    def __init__(self, collector: RolloutCollector, dp: DataParallel | None = None, *, env: EnvSection,
+                 rollout: RolloutSection, algorithm: AlgorithmSection, run_seed: int):
+        self.collector, self.env, self.algorithm, self.run_seed = collector, env, algorithm, run_seed
         self.dp = dp or DataParallel(0, 1)
-        groups = len(self.dp.block(cfg.rollout.groups))  # this rank's share of the task groups
-        self.pool = make_pool(cfg.env, groups, cfg.rollout.group_size)  # env.workers: local | ray
-        self.pools = (self.pool,)
+        groups = len(self.dp.block(rollout.groups))  # this rank's share of the task groups
+        self.pool = make_pool(env, groups, rollout.group_size)  # env.workers: local | ray
+        self.pools: tuple[EnvPool, ...] = (self.pool,)
 
     def rounds(self, it: int, seeds: list[int]) -> Iterator[RoundRollouts]:
-        a = self.cfg.algorithm
-        with _bar(self.cfg, it, "rollout") as bar:
+        a = self.algorithm
+        with _bar(self.env, it, "rollout") as bar:
             batch = collect_batch(self.collector, self.pool, self.dp.share(seeds), iteration=it,
-                                  run_seed=self.cfg.run.seed, dynamic=a.dynamic_sampling,
+                                  run_seed=self.run_seed, dynamic=a.dynamic_sampling,
                                   max_refill_rounds=a.max_refill_rounds, progress=_note(bar, len(self.pool)))
         yield merge_shards(self.dp.gather(batch)) if self.dp.world > 1 else batch
 
 
 class SiblingRollouts:
     """RTPO's trunk-and-siblings rollouts (module docstring): ``pool`` holds the trunks (N groups ×
-    ``rollout.trunks`` copies); the siblings play in a pool of their own, one group of G−1 envs per trunk."""
+    ``rollout.trunks`` copies); the siblings play in a pool of their own, one group of G−1 envs per trunk.
+    It takes :class:`OnPolicyRollouts`' arguments and reads neither ``algorithm`` nor ``run_seed``."""
 
-    def __init__(self, collector: RolloutCollector, cfg, dp: DataParallel | None = None):  # one process only
-        if cfg.rollout.group_size < 2:
+    def __init__(self, collector: RolloutCollector, dp: DataParallel | None = None, *, env: EnvSection,
+                 rollout: RolloutSection, algorithm: AlgorithmSection, run_seed: int):  # one process only
+        if rollout.group_size < 2:
             raise ValueError("rollout.group_size must be >= 2: a boundary forks group_size − 1 siblings")
-        self.collector, self.cfg = collector, cfg
-        self.pool = _pool(cfg, cfg.rollout.trunks)
-        self.siblings = _pool(cfg, cfg.rollout.group_size - 1, groups=len(self.pool))
-        self.pools = (self.pool, self.siblings)
+        self.collector, self.env = collector, env
+        self.pool = _pool(env, rollout, rollout.trunks)
+        self.siblings = _pool(env, rollout, rollout.group_size - 1, groups=len(self.pool))
+        self.pools: tuple[EnvPool, ...] = (self.pool, self.siblings)
 
     def rounds(self, it: int, seeds: list[int]) -> Iterator[RoundRollouts]:
-        with _bar(self.cfg, it, "trunks") as bar:
+        with _bar(self.env, it, "trunks") as bar:
             trunks, stats = self.collector.collect(self.pool, seeds, iteration=it, boundaries=True,
                                                    progress=_note(bar, len(self.pool)))
         depth = max((len(t.boundaries) for t in trunks), default=0)
@@ -114,7 +121,7 @@ class SiblingRollouts:
         for k in reversed(range(depth)):  # K−1 … 0: each round is played after the previous round's update
             starts = {i: (t, t.boundaries[k]) for n, t in enumerate(trunks) if len(t.boundaries) > k
                       for i in self.siblings.members(n)}
-            with _bar(self.cfg, it, f"turn {k} siblings") as bar:
+            with _bar(self.env, it, f"turn {k} siblings") as bar:
                 sibs, st = self.collector.fork(self.siblings, starts, iteration=it, traj_offset=len(self.pool),
                                                progress=_note(bar, len(starts)))
             for s in sibs:  # one group per (trunk, boundary): unique over the iteration
@@ -130,10 +137,17 @@ class SiblingRollouts:
                         metrics=metrics, continuations=sibs)
 
 
+class SchemeClass(Protocol):
+    """A rollout scheme's constructor: the collector, the data parallelism and the settings it reads."""
+
+    def __call__(self, collector: RolloutCollector, dp: DataParallel | None = None, *, env: EnvSection,
+                 rollout: RolloutSection, algorithm: AlgorithmSection, run_seed: int) -> RolloutScheme: ...
+
+
 # need -> scheme: the first of an algorithm's needs (sorted) that has a scheme picks it, else the on-policy one
-SCHEMES: dict[str, type] = {"snapshots": SiblingRollouts}
+SCHEMES: dict[str, SchemeClass] = {"snapshots": SiblingRollouts}
 
 
-def scheme_for(needs: frozenset[str]) -> type:
+def scheme_for(needs: frozenset[str]) -> SchemeClass:
     """The rollout scheme an algorithm with ``needs`` trains with."""
     return next((SCHEMES[n] for n in sorted(needs) if n in SCHEMES), OnPolicyRollouts)

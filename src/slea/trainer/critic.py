@@ -17,15 +17,18 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
 
 from slea.algorithms.losses import value_loss
 from slea.device import model_device
-from slea.policy.value import ValueHead, hidden_size, value_features
+from slea.policy.value import Positions, ValueHead, hidden_size, value_features
 from slea.types import Step
+
+if TYPE_CHECKING:
+    from slea.config import AlgorithmSection, TrainSection
 
 __all__ = ["Critic"]
 
@@ -35,19 +38,21 @@ log = logging.getLogger(__name__)
 # -- the critic ------------------------------------------------------------------------------------------------
 class Critic:
     """A value head on the policy backbone (:mod:`slea.policy.value`) with its own AdamW optimizer; ``level``:
-    where it reads values, ``"token"`` or ``"turn"`` (the algorithm's level)."""
+    where it reads values, ``"token"`` or ``"turn"`` (the algorithm's level). ``algorithm``: the value loss's
+    ``vf_coef`` and ``value_clip``; ``train``: the head's optimizer and updates; ``dtype``: ``model.dtype``."""
 
-    def __init__(self, cfg, model, level: str, pad_id: int = 0):
+    def __init__(self, model, level: str, pad_id: int = 0, *, algorithm: AlgorithmSection, train: TrainSection,
+                 dtype: str):
         if level not in ("token", "turn"):
             raise ValueError(f"a critic reads values per token or per turn, not per {level}")
-        self.level = level
-        self.algo = cfg.algorithm
-        self.train_cfg = cfg.train
-        self.dtype = cfg.model.dtype
+        self.level = cast(Positions, level)
+        self.algo = algorithm
+        self.train_cfg = train
+        self.dtype = dtype
         self.pad_id = pad_id
         self.head = ValueHead(hidden_size(model)).to(model_device(model))  # on the policy's device
-        self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=cfg.train.critic_lr,
-                                           betas=tuple(cfg.train.betas), weight_decay=0.0)
+        self.optimizer = torch.optim.AdamW(self.head.parameters(), lr=train.critic_lr,
+                                           betas=train.betas, weight_decay=0.0)
         self._cache: tuple[list[torch.Tensor], list[np.ndarray]] | None = None
         self._forward_s = 0.0
 

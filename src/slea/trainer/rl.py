@@ -157,13 +157,15 @@ class Trainer(lifecycle.Fits):
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
         with lifecycle.building(f"env.id: {cfg.env.id} cannot be built"):  # its constructor's error, one line
-            self.rollouts = schemes.scheme_for(self.spec.needs)(self.collector, cfg, self.dp)  # by the spec's needs
+            self.rollouts = schemes.scheme_for(self.spec.needs)(  # by the spec's needs
+                self.collector, self.dp, env=cfg.env, rollout=cfg.rollout, algorithm=cfg.algorithm,
+                run_seed=cfg.run.seed)
         self.pool = self.rollouts.pool
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
                                            weight_decay=cfg.train.weight_decay)
-        self.critic = (Critic(cfg, self.model, self.spec.level, pad_id=self.tok.pad_token_id or 0)
-                       if "critic" in self.spec.needs else None)
+        self.critic = (Critic(self.model, self.spec.level, pad_id=self.tok.pad_token_id or 0, algorithm=cfg.algorithm,
+                              train=cfg.train, dtype=cfg.model.dtype) if "critic" in self.spec.needs else None)
         # rank 0 alone reports to W&B / MLflow; every rank keeps its own metrics.jsonl (in its scratch folder)
         self.log = RunLog(self.out, loggers=cfg.run.loggers if self.dp.main else
                           [n for n in cfg.run.loggers if n in ("jsonl", "tensorboard")],
