@@ -30,6 +30,11 @@ def _traj(seed: int, won: bool) -> Trajectory:
     return Trajectory(traj_id=0, group_id=0, seed=seed, won=won)
 
 
+def _sections(cfg):
+    """What run_agent reads of the config: its sections and the experience mode."""
+    return {"rollout": cfg.rollout, "env": cfg.env, "eval_cfg": cfg.eval, "experience_mode": cfg.experience.mode}
+
+
 def test_difference_rounds_and_paired_games_by_hand():
     a = {"success": 0.25, "return": -0.5, "invalid_rate": 0.5, "episode_len": 3.0, "retrieval_hit_rate": 0.0}
     b = {"success": 0.75, "return": 0.25, "invalid_rate": 0.25, "episode_len": 2.0, "retrieval_hit_rate": 0.5}
@@ -48,7 +53,7 @@ def test_difference_rounds_and_paired_games_by_hand():
 def test_an_empty_library_changes_nothing_and_the_no_library_side_is_the_plain_evaluation(setup, tmp_path):
     cfg, gen, builder = setup
     with ExperienceManager(cfg.experience, tmp_path / "empty.sqlite") as m:
-        res = run_agent(gen, builder, cfg, m, {"split": "heldout"})
+        res = run_agent(gen, builder, m, {"split": "heldout"}, **_sections(cfg))
     # nothing to retrieve: both conditions play the same episodes (paired streams), so no difference at all;
     # only the library side's steps were clustered, so only it has Eq.5 step groups
     assert res["with"]["sampled"].pop("step_group_size") > 0 == res["without"]["sampled"].pop("step_group_size")
@@ -67,7 +72,7 @@ def test_evolve_learns_from_the_episodes_and_the_library_is_then_retrieved(setup
     cfg, gen, builder = setup
     lib = tmp_path / "lib.sqlite"
     with ExperienceManager(cfg.experience, lib) as m:
-        res = run_agent(gen, builder, cfg, m, {"split": "heldout"}, evolve=True, batch=1)
+        res = run_agent(gen, builder, m, {"split": "heldout"}, **_sections(cfg), evolve=True, batch=1)
     rounds = res["library"]["rounds"]
     assert [r["seeds"] for r in rounds] == [[0, 0], [1, 1]]  # 2 games, 1 per round
     assert res["library"]["before"]["size"] == 0 and res["library"]["after"]["size"] > 0
@@ -77,7 +82,7 @@ def test_evolve_learns_from_the_episodes_and_the_library_is_then_retrieved(setup
     # the evolved library steers the same games: entries are linked to the clusters of their observations
     with ExperienceManager(cfg.experience, lib) as m:
         size = len(m.library)
-        again = run_agent(gen, builder, cfg, m, {"split": "heldout"})
+        again = run_agent(gen, builder, m, {"split": "heldout"}, **_sections(cfg))
         assert len(m.library) == size  # no --evolve: retrieval only
     w, wo = again["with"]["sampled"], again["without"]["sampled"]
     assert w["retrieval_hit_rate"] > 0.0 == wo["retrieval_hit_rate"]

@@ -44,7 +44,8 @@ def test_rows_by_hand_with_a_gone_entry():
 def test_evolving_run_traces_every_step_of_both_conditions_with_the_texts_of_that_round(setup, tmp_path):
     cfg, gen, builder = setup
     with ExperienceManager(cfg.experience, tmp_path / "lib.sqlite") as m:
-        res = run_agent(gen, builder, cfg, m, {"split": "heldout"}, evolve=True, batch=1, trace=True)
+        res = run_agent(gen, builder, m, {"split": "heldout"}, rollout=cfg.rollout, env=cfg.env, eval_cfg=cfg.eval,
+                        experience_mode=cfg.experience.mode, evolve=True, batch=1, trace=True)
         texts = {e.id: e.text for e in m.library.entries()}
     steps = res["steps"]
     for cond in ("without", "with"):

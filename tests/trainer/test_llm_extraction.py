@@ -56,7 +56,8 @@ def test_llm_extractor_end_to_end_through_one_iteration(tmp_path, monkeypatch):
 
     # a separately named extractor model is loaded once, frozen, and is not the policy
     cfg2 = load_config(SMOKE, OVER + [f"run.dir={tmp_path / 'run2'}", "experience.extractor_model=tiny"])
-    with experience_manager(cfg2, t.spec, tmp_path / "run2", t.generator) as exp:
+    with experience_manager(t.spec, tmp_path / "run2", t.generator, experience=cfg2.experience,
+                            model_cfg=cfg2.model) as exp:
         answers = exp.generate_text(["Say something.", [{"role": "system", "content": "Be brief."},
                                                         {"role": "user", "content": "Hi"}]])
         assert len(answers) == 2 and all(isinstance(a, str) for a in answers)

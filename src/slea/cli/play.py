@@ -51,7 +51,7 @@ def _played(cfg, last: Path | None, device):
     from slea.runs.checkpoint import CheckpointError
 
     try:
-        return played_policy(cfg, last, device=device)
+        return played_policy(last, model_cfg=cfg.model, rollout=cfg.rollout, device=device)
     except ConfigError as exc:
         raise fail(f"config error: {exc}") from None
     except GeneratorError as exc:
@@ -197,7 +197,9 @@ def eval_(
     from slea.evaluation.report import PaperTable
 
     with _mid_run("eval"):
-        res = evaluate_frozen(generator, builder, cfg, kwargs, run=run is not None, last=last)
+        res = evaluate_frozen(generator, builder, kwargs, rollout=cfg.rollout, env=cfg.env, eval_cfg=cfg.eval,
+                              experience=cfg.experience, train_iterations=cfg.train.iterations,
+                              run=run is not None, last=last)
     split = kwargs["split"]
     name = f"eval-{split}" if env is None else f"eval-{split}-{cfg.env.id.rsplit('/', 1)[-1]}"
     saved = write_eval(out or run or Path("runs") / f"eval-{Path(target).stem or 'model'}", name, res)
@@ -287,8 +289,9 @@ def agent(
     out = out or Path("runs") / f"agent-{path.name or model}-{cfg.env.id.rsplit('/', 1)[-1]}"
     out.mkdir(parents=True, exist_ok=True)
     with _mid_run("agent"):
-        res = play_agent(generator, builder, cfg, library, kwargs, out=out, evolve=evolve, batch=batch, say=plain,
-                         trace=trace)
+        res = play_agent(generator, builder, library, kwargs, model_cfg=cfg.model, rollout=cfg.rollout, env=cfg.env,
+                         eval_cfg=cfg.eval, experience=cfg.experience, algorithm=cfg.algorithm, out=out,
+                         evolve=evolve, batch=batch, say=plain, trace=trace)
     res.update({"model": model, "checkpoint": last.name if last else None, "library_source": str(library),
                 "library_provenance": lib.provenance, "split": kwargs["split"]})
     saved, steps = write_agent(out, res)

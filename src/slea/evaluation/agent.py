@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slea.evaluation.evaluate import evaluate, summarize
 from slea.evaluation.report import new_table
 from slea.rollout.collector import RolloutCollector
 from slea.types import Trajectory
+
+if TYPE_CHECKING:
+    from slea.config import EnvSection, EvalSection, RolloutSection
 
 METRICS = ("success", "return", "invalid_rate", "episode_len", "retrieval_hit_rate")
 MODES = ("sampled", "greedy")
@@ -94,8 +97,8 @@ def _rounds(seed: int, games: int, batch: int) -> list[tuple[int, int]]:
     return [(seed + g, min(batch, games - g)) for g in range(0, games, max(1, batch))]
 
 
-def _play(collector, env_cfg, env_kwargs, eval_cfg, rounds, *, iteration, manager=None, trace=None
-          ) -> tuple[dict[str, list[Trajectory]], list[dict[str, float]]]:
+def _play(collector, env_cfg: EnvSection, env_kwargs, eval_cfg: EvalSection, rounds, *, iteration, manager=None,
+          trace=None) -> tuple[dict[str, list[Trajectory]], list[dict[str, float]]]:
     """Every round through ``evaluate``; with a ``manager`` the library evolves after each round. ``trace``:
     ``rows(round, trajectories by mode)``, called after each round is played and before the library evolves."""
     trajs: dict[str, list[Trajectory]] = {m: [] for m in MODES}
@@ -156,21 +159,22 @@ def agent_overrides(model: str | None, settings: dict[str, Any], *, games: int |
                                                 ("seed", seed)) if v is not None]
 
 
-def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, evolve: bool = False,
-              batch: int = 1, say=None, trace: bool = False) -> dict[str, Any]:
-    """Play ``cfg.eval`` (games, episodes per game, temperature, greedy) on ``cfg.env.id`` without the library,
+def run_agent(generator, builder, manager, env_kwargs: dict[str, Any], *, rollout: RolloutSection, env: EnvSection,
+              eval_cfg: EvalSection, experience_mode: str, evolve: bool = False, batch: int = 1, say=None,
+              trace: bool = False) -> dict[str, Any]:
+    """Play ``eval_cfg`` (games, episodes per game, temperature, greedy) on ``env.id`` without the library,
     then with ``manager``'s library (evolving it after every ``batch`` games when ``evolve``); the result holds
     both summaries, their difference, the games each condition won more often, the library's size before and
     after, each evolution round's metrics and the env family's paper-style table with one row per condition.
     ``trace``: also ``steps``, the :func:`trace_rows` of every step played (without, then with the library)."""
     t0 = time.perf_counter()
-    ev = cfg.eval
+    ev = eval_cfg
     rounds = _rounds(ev.seed, ev.games, batch if evolve else ev.games)
     base = next_iteration(manager)
     before = manager.library.summary()
-    bare = RolloutCollector(generator, builder, cfg.rollout, cfg.env.max_steps)
-    steered = RolloutCollector(generator, builder, cfg.rollout, cfg.env.max_steps, experience=manager,
-                               experience_mode=cfg.experience.mode)
+    bare = RolloutCollector(generator, builder, rollout, env.max_steps)
+    steered = RolloutCollector(generator, builder, rollout, env.max_steps, experience=manager,
+                               experience_mode=experience_mode)
     say = say or (lambda _msg: None)
     steps: list[dict[str, Any]] = []
 
@@ -180,15 +184,15 @@ def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, e
         return lambda r, played: steps.extend(trace_rows(condition, played, manager.library.get, round_=r))
 
     say("without the library")
-    off, _ = _play(bare, cfg.env, env_kwargs, ev, rounds, iteration=base, trace=tracer("without"))  # same batches
+    off, _ = _play(bare, env, env_kwargs, ev, rounds, iteration=base, trace=tracer("without"))  # same batches
     say("with the library" + (f", evolving after every {batch} game(s)" if evolve else ""))
     stats0 = dict(manager.stats)
-    on, evolved = _play(steered, cfg.env, env_kwargs, ev, rounds, iteration=base,
+    on, evolved = _play(steered, env, env_kwargs, ev, rounds, iteration=base,
                         manager=manager if evolve else None, trace=tracer("with"))
     modes = [m for m in MODES if off[m]]
-    out: dict[str, Any] = {"env": cfg.env.id, "games": ev.games, "seeds": [ev.seed, ev.seed + ev.games - 1],
+    out: dict[str, Any] = {"env": env.id, "games": ev.games, "seeds": [ev.seed, ev.seed + ev.games - 1],
                            "episodes_per_game": ev.episodes_per_game, "temperature": ev.temperature,
-                           "experience_mode": cfg.experience.mode, "evolve": evolve, "batch": batch if evolve else None}
+                           "experience_mode": experience_mode, "evolve": evolve, "batch": batch if evolve else None}
     out["without"] = {m: summarize(off[m]) for m in modes}
     out["with"] = {m: summarize(on[m]) for m in modes}
     out["difference"] = {m: difference(out["without"][m], out["with"][m]) for m in modes}
@@ -196,7 +200,7 @@ def run_agent(generator, builder, cfg, manager, env_kwargs: dict[str, Any], *, e
     out["retrieval"] = {k: manager.stats[k] - stats0.get(k, 0) for k in manager.stats}
     out["library"] = {"before": before, "after": manager.library.summary(), "rounds": evolved}
     out["extraction"] = extraction_summary(evolved)
-    table = new_table(cfg.env.id)
+    table = new_table(env.id)
     for name, trajs in (("no library", off), ("library", on)):
         for m in modes:
             table.add(f"{name} {'sampled T=' + format(ev.temperature, 'g') if m == 'sampled' else m}", trajs[m])

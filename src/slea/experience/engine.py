@@ -8,15 +8,21 @@ from __future__ import annotations
 import contextlib
 import zlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from slea.config import RunConfig
 from slea.device import model_device
 from slea.policy.engines import make_generator
 from slea.policy.model import load_policy
 from slea.runs.folder import RunFolder
 
+if TYPE_CHECKING:
+    from slea.algorithms.registry import AlgorithmSpec
+    from slea.config import ExperienceSection, ModelSection
+    from slea.experience.manager import ExperienceManager
 
-def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
+
+def experience_manager(spec: AlgorithmSpec, run_dir: Path, generator, *, experience: ExperienceSection,
+                       model_cfg: ModelSection) -> ExperienceManager | None:
     """The experience manager, with the ``generate_text`` its extractor asks (``experience.extractor: llm``).
 
     ``generate_text(prompts) -> texts``: a prompt is a user message or chat messages (a last assistant message is
@@ -25,13 +31,14 @@ def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
     keyed by the prompt, reproducible); by the policy's base weights (LoRA adapters disabled for the call), or by
     ``experience.extractor_model`` (loaded once, frozen, on first use; also the base without LoRA), or by a server
     (:func:`slea.policy.served.served_text`: a frozen served policy's own, or ``model.openai.extractor_model``)."""
-    if cfg.experience.mode == "off" and "clusters" not in spec.needs:
+    if experience.mode == "off" and "clusters" not in spec.needs:
         return None
     from slea.experience.manager import ExperienceManager
     from slea.policy.served import served_text
 
-    x = cfg.experience
-    served = served_text(cfg, generator)  # a served model writes the lessons (slea/policy/served.py)
+    x = experience
+    # a served model writes the lessons (slea/policy/served.py)
+    served = served_text(generator, model_cfg=model_cfg, experience=experience)
     if served is not None:
         return ExperienceManager(x, RunFolder(run_dir).library, generate_text=served)
     engine: list = []  # [(in-process generator, disable_adapter?)], built on first use
@@ -40,15 +47,15 @@ def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
         if not engine:
             if x.extractor_model is None and hasattr(generator.model, "disable_adapter"):
                 # the base weights in-process, whatever engine the rollouts use
-                engine.append((make_generator(cfg.model, generator.model, generator.tok, stop_at_newline=False,
+                engine.append((make_generator(model_cfg, generator.model, generator.tok, stop_at_newline=False,
                                               backend="hf"), True))
             else:
-                name = x.extractor_model or cfg.model.name_or_path
-                mcfg = cfg.model.model_copy(update={"name_or_path": name, "lora": False, "tokenizer": (
-                    cfg.model.tokenizer if x.extractor_model is None else None)})
+                name = x.extractor_model or model_cfg.name_or_path
+                mcfg = model_cfg.model_copy(update={"name_or_path": name, "lora": False, "tokenizer": (
+                    model_cfg.tokenizer if x.extractor_model is None else None)})
                 model, tok = load_policy(mcfg, device=model_device(generator.model))
                 model.requires_grad_(False).eval()
-                engine.append((make_generator(cfg.model, model, tok, stop_at_newline=False, backend="hf"), False))
+                engine.append((make_generator(model_cfg, model, tok, stop_at_newline=False, backend="hf"), False))
         return engine[0]
 
     def render(tok, prompt) -> str:
@@ -73,4 +80,4 @@ def experience_manager(cfg: RunConfig, spec, run_dir: Path, generator):
                                 stop_at_newline=False)
         return [g.text for g in outs]
 
-    return ExperienceManager(cfg.experience, RunFolder(run_dir).library, generate_text=generate_text)
+    return ExperienceManager(experience, RunFolder(run_dir).library, generate_text=generate_text)

@@ -22,11 +22,14 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from slea.policy import tool_calls
 from slea.policy.prompt_builder import PromptBuilder
+
+if TYPE_CHECKING:
+    from slea.config import ExperienceSection, ModelSection, RolloutSection
 
 log = logging.getLogger(__name__)
 SERVED = ("openai", "vllm")
@@ -50,39 +53,40 @@ class ChatPromptBuilder(PromptBuilder):
     ``tools`` and the server renders them (its template's tools rendering, or ``slea serve``'s fallback); the
     local ids are the same rendering (:func:`slea.policy.tool_calls.render`)."""
 
-    def tool_syntax(self):
+    def tool_syntax(self) -> tuple[tool_calls.ToolParser, bool]:
         return tool_calls.parser_for(self.tokenizer, self.tool_parser), True
 
     def encode(self, messages: list[dict[str, Any]]) -> list[int]:
         schemas = messages[0].get("tools") if messages else None
         parser = self.tool_syntax()[0] if schemas else None
-        if self.tokenizer is None:
+        tok: Any = self.tokenizer
+        if tok is None:
             ids: list[int] = []
-        elif schemas:
-            text = tool_calls.render(self.tokenizer, messages, schemas, parser)
-            ids = list(self.tokenizer(text, add_special_tokens=False).input_ids)
+        elif schemas and parser is not None:  # a parser exactly when there are schemas
+            text = tool_calls.render(tok, messages, schemas, parser)
+            ids = list(tok(text, add_special_tokens=False).input_ids)
         else:
             ids = super().encode(messages)
         return ChatPrompt(ids, [dict(m) for m in messages], parser)
 
 
-def chat_api(model_cfg) -> bool:
+def chat_api(model_cfg: ModelSection) -> bool:
     return model_cfg.generator in SERVED and model_cfg.openai.api == "chat"
 
 
-def prompt_builder(model_cfg, tok, rollout) -> PromptBuilder:
+def prompt_builder(model_cfg: ModelSection, tok, rollout: RolloutSection) -> PromptBuilder:
     """The builder a run's rollouts use (:meth:`PromptBuilder.from_rollout`), keeping messages for chat."""
     cls = ChatPromptBuilder if chat_api(model_cfg) else PromptBuilder
     return cls.from_rollout(tok, rollout)
 
 
-def needs_weights(model_cfg, adapter_dir=None) -> bool:
+def needs_weights(model_cfg: ModelSection, adapter_dir=None) -> bool:
     """Whether the played model's weights load here: always in-process (``hf``); for a served model only when
     trained weights (a checkpoint, ``model.init_from``) must reach the server."""
     return model_cfg.generator not in SERVED or adapter_dir is not None or model_cfg.init_from is not None
 
 
-def load_tokenizer_or_none(model_cfg):
+def load_tokenizer_or_none(model_cfg: ModelSection):
     """The local tokenizer of ``model.tokenizer`` / ``model.name_or_path``; ``None`` when it is not here and
     the chat API needs none (with ``api: completions`` a missing tokenizer is an error: the prompts are its ids)."""
     from slea.policy.model import load_tokenizer
@@ -121,14 +125,15 @@ def tokenizer_here(name: str) -> bool:
         return False
 
 
-def served_text(cfg, generator):
+def served_text(generator, *, model_cfg: ModelSection,
+                experience: ExperienceSection) -> Callable[[list], list[str]] | None:
     """``generate_text`` for ``experience.extractor: llm`` answered by a server, or ``None`` when local weights
     answer (``experience.extractor_model``, or the played model's own weights). A second served model
     (``model.openai.extractor_model`` / ``extractor_base_url``) gets its own client; otherwise the played
     model's server answers. Greedy unless ``experience.extract_temperature`` > 0 (then keyed by the prompt)."""
-    if cfg.model.generator not in SERVED or cfg.experience.extractor_model is not None:
+    if model_cfg.generator not in SERVED or experience.extractor_model is not None:
         return None
-    o = cfg.model.openai
+    o = model_cfg.openai
     second = o.extractor_model is not None or o.extractor_base_url is not None
     if not second and getattr(generator, "model", None) is not None:
         return None  # the played model's base weights are here: the trainer's in-process extractor
@@ -139,7 +144,7 @@ def served_text(cfg, generator):
         settings = o.model_copy(update={"base_url": o.extractor_base_url or o.base_url,
                                         "model": o.extractor_model})
         client = OpenAIGenerator(None, generator.tok, settings, stop_at_newline=False, trains=False)
-    x = cfg.experience
+    x = experience
 
     def generate_text(prompts: list) -> list[str]:
         keys = None
@@ -151,7 +156,7 @@ def served_text(cfg, generator):
     return generate_text
 
 
-def played_policy(cfg, adapter_dir=None, *, device=None):
+def played_policy(adapter_dir=None, *, model_cfg: ModelSection, rollout: RolloutSection, device=None):
     """``(model | None, tokenizer | None, prompt builder, generator)`` of a command that trains nothing: the
     weights load only when :func:`needs_weights` (then a served engine receives a trained adapter), the engine
     neither asks for nor requires log-probs, and a served one is checked against what ``model.openai.api``
@@ -160,22 +165,22 @@ def played_policy(cfg, adapter_dir=None, *, device=None):
     from slea.policy.model import load_policy
 
     model = None
-    if needs_weights(cfg.model, adapter_dir):
-        model, tok = load_policy(cfg.model, adapter_dir=adapter_dir, device=device)
+    if needs_weights(model_cfg, adapter_dir):
+        model, tok = load_policy(model_cfg, adapter_dir=adapter_dir, device=device)
         model.requires_grad_(False).eval()
     else:
-        tok = load_tokenizer_or_none(cfg.model)
-    builder = prompt_builder(cfg.model, tok, cfg.rollout)
-    generator = make_generator(cfg.model, model, tok, max_batch=cfg.rollout.max_batch, trains=False)
+        tok = load_tokenizer_or_none(model_cfg)
+    builder = prompt_builder(model_cfg, tok, rollout)
+    generator = make_generator(model_cfg, model, tok, max_batch=rollout.max_batch, trains=False)
     try:
-        if cfg.model.generator in SERVED:
+        if model_cfg.generator in SERVED:
             generator.check()
             if model is not None and hasattr(model, "peft_config"):
                 generator.sync_weights(model)  # a run's trained adapter reaches the server
             elif model is not None:
                 from slea.config import ConfigError
 
-                raise ConfigError(f"model.generator: {cfg.model.generator}: a fully fine-tuned run's weights "
+                raise ConfigError(f"model.generator: {model_cfg.generator}: a fully fine-tuned run's weights "
                                   f"(model.lora: false) cannot be sent to a server as an adapter; play it "
                                   f"in-process (model.generator: hf)")
     except BaseException:

@@ -138,7 +138,7 @@ class ExperienceSource(Protocol):
 
     def cluster(self, observation: str, task_type: str = "", *, state_key: str = "") -> int: ...
 
-    def retrieve(self, observation: str, *, task_type: str = "", goal: str = "", iteration: int = 0,
+    def retrieve(self, observation: str, *, task_type: str = "", goal: str = "", iteration: int,
                  state_key: str = "", slots: dict[str, str] | None = None) -> Any: ...
 
 

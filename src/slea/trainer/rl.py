@@ -153,7 +153,8 @@ class Trainer(lifecycle.Fits):
                                         server=server)  # hf | openai | vllm (slea/policy/engines.py)
         builder = PromptBuilder.from_rollout(self.tok, cfg.rollout)
         self.dir.mkdir(parents=True, exist_ok=True)
-        self.experience = experience_manager(cfg, self.spec, self.out, self.generator)
+        self.experience = experience_manager(self.spec, self.out, self.generator, experience=cfg.experience,
+                                             model_cfg=cfg.model)
         self.collector = RolloutCollector(self.generator, builder, cfg.rollout, cfg.env.max_steps,
                                           experience=self.experience, experience_mode=cfg.experience.mode)
         with lifecycle.building(f"env.id: {cfg.env.id} cannot be built"):  # its constructor's error, one line
@@ -311,7 +312,8 @@ class Trainer(lifecycle.Fits):
         if self.experience is not None:  # back to the library of that checkpoint (or an empty one)
             self.experience.close()
             ckpt.restore_library(last, RunFolder(self.out).library)
-            self.experience = experience_manager(self.cfg, self.spec, self.out, self.generator)
+            self.experience = experience_manager(self.spec, self.out, self.generator,
+                                                 experience=self.cfg.experience, model_cfg=self.cfg.model)
             self.collector.experience = self.experience
         self.samples.truncate(it)
         if state is not None:
