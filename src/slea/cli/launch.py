@@ -11,6 +11,7 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -18,6 +19,9 @@ from slea.cli.common import console, err, fail, plain, run_config
 from slea.cli.play import _model_target
 from slea.cli.runs import finished, fit_with_signals, summary_table
 from slea.runs.folder import RunFolder
+
+if TYPE_CHECKING:
+    from slea.config import ModelSection
 
 
 @dataclass(frozen=True)
@@ -169,7 +173,7 @@ def _discard(launch: Launch) -> None:
         shutil.rmtree(launch.run_dir, ignore_errors=True)
 
 
-def _build_cached_model(model_cfg) -> None:
+def _build_cached_model(model_cfg: ModelSection) -> None:
     """Build the cached ``tiny`` / ``embedded`` model folders a run names, in this process before it joins a
     process group: in a rank > 0 of one, transformers' ``save_pretrained`` writes nothing."""
     from slea.policy.model import resolve

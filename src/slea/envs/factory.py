@@ -8,12 +8,16 @@ processes or Ray actors) and the fault guards (``env.step_timeout_s``, ``env.res
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slea.envs.pool import EnvPool
 
+if TYPE_CHECKING:
+    from slea.config import EnvSection
 
-def make_pool(env_cfg, num_groups: int, group_size: int, env_kwargs: Mapping[str, Any] | None = None) -> EnvPool:
+
+def make_pool(env_cfg: EnvSection, num_groups: int, group_size: int,
+              env_kwargs: Mapping[str, Any] | None = None) -> EnvPool:
     """The pool ``env_cfg`` (an ``env:`` config section) asks for: its ``workers`` (local or Ray actors), its
     fault timeouts, and ``env_kwargs`` (default: ``env_cfg.kwargs``). ``env.workers: ray`` without the ``ray``
     package is a :class:`slea.config.ConfigError`."""
@@ -32,7 +36,7 @@ def make_pool(env_cfg, num_groups: int, group_size: int, env_kwargs: Mapping[str
     return EnvPool(env_cfg.id, num_groups, group_size, kwargs, **guards)
 
 
-def eval_env_kwargs(env_cfg, split: str = "heldout") -> dict[str, Any]:
+def eval_env_kwargs(env_cfg: EnvSection, split: str = "heldout") -> dict[str, Any]:
     """The constructor arguments of an evaluation env: ``env_cfg.kwargs`` (the training env's), ``split`` (default
     ``heldout``), then ``env_cfg.eval_kwargs`` over both (a ``split`` there wins). Training's held-out evaluation,
     a team's, ``slea eval``, ``slea agent`` and alignment's evaluations all build their envs with it."""

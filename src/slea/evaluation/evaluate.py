@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slea.atomic import atomic_write_text
 from slea.envs.factory import make_pool
@@ -21,6 +21,9 @@ from slea.progress import Progress
 from slea.rollout.collector import EVAL_SALT
 from slea.runs.folder import RunFolder
 from slea.types import Trajectory
+
+if TYPE_CHECKING:
+    from slea.config import EnvSection, EvalSection
 
 
 def summarize(trajs: list[Trajectory]) -> dict[str, float]:
@@ -40,7 +43,7 @@ def summarize(trajs: list[Trajectory]) -> dict[str, float]:
     }
 
 
-def evaluate(collector, env_cfg, env_kwargs: dict[str, Any], eval_cfg, *, iteration: int = 0,
+def evaluate(collector, env_cfg: EnvSection, env_kwargs: dict[str, Any], eval_cfg: EvalSection, *, iteration: int = 0,
              label: str = "", keep_trajectories: bool = False) -> dict:
     """Play ``eval_cfg.games`` held-out games: ``episodes_per_game`` sampled episodes at
     ``eval_cfg.temperature`` (each game a group) and, if ``greedy``, one greedy episode per game.

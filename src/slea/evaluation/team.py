@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slea.atomic import atomic_write_text
 from slea.envs.factory import eval_env_kwargs, make_pool
@@ -20,8 +20,11 @@ from slea.evaluation.evaluate import summarize
 from slea.progress import Progress, episodes_note
 from slea.rollout.collector import EVAL_SALT
 
+if TYPE_CHECKING:
+    from slea.config import RunConfig
 
-def evaluate_team(collector, cfg, team_task: str, path: Path) -> dict[str, Any]:
+
+def evaluate_team(collector, cfg: RunConfig, team_task: str, path: Path) -> dict[str, Any]:
     """The team playing through ``collector`` (a :class:`slea.team.rollout.TeamCollector`) on ``cfg.eval.games``
     held-out games (the env's ``split: heldout`` plus ``env.eval_kwargs``), written to ``path`` (JSON)."""
     ev = cfg.eval

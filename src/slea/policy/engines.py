@@ -19,8 +19,13 @@ sync folder, a managed vLLM server stops).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 
-def make_generator(model_cfg, model, tok, *, stop_at_newline: bool = True, backend: str | None = None,
+if TYPE_CHECKING:
+    from slea.config import ModelSection
+
+
+def make_generator(model_cfg: ModelSection, model, tok, *, stop_at_newline: bool = True, backend: str | None = None,
                    max_batch: int = 32, server=None, trains: bool = True):
     """The generator ``model_cfg.generator`` names, over ``model``/``tok``. ``backend`` overrides the choice
     (the experience extractor runs the base weights in-process: ``backend="hf"``). ``max_batch``: the hf engine's
@@ -45,7 +50,7 @@ def make_generator(model_cfg, model, tok, *, stop_at_newline: bool = True, backe
     raise ValueError(f"model.generator: no engine {name!r} (hf, openai, vllm)")
 
 
-def start_server(model_cfg, device):
+def start_server(model_cfg: ModelSection, device):
     """The managed vLLM server of ``model.generator: vllm``, started before the trainer loads its model onto
     ``device`` (so vLLM's start-up memory check does not count the trainer's weights); None for other engines."""
     if model_cfg.generator != "vllm":

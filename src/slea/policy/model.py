@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from slea.atomic import atomic_model_dir, cache_dir
-from slea.config import ConfigError
+from slea.config import ConfigError, ModelSection
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
@@ -84,8 +84,8 @@ def load_tokenizer(name_or_path: str):
     return tok
 
 
-def load_policy(model_cfg, adapter_dir: str | Path | None = None, *, device: str | torch.device | None = None,
-                base_dtype: torch.dtype | None = None):
+def load_policy(model_cfg: ModelSection, adapter_dir: str | Path | None = None, *,
+                device: str | torch.device | None = None, base_dtype: torch.dtype | None = None):
     """Return ``(model, tokenizer)``; LoRA-wrapped when ``model_cfg.lora``.
 
     ``adapter_dir`` loads saved adapter (or full) weights from a checkpoint, safetensors only; without it,
@@ -197,7 +197,7 @@ def add_lora(model, config, adapter_name: str = "default"):
 WEIGHT_SHAPE_KEYS = ("name_or_path", "tokenizer", "lora", "lora_r", "lora_alpha", "lora_targets", "lora_layers")
 
 
-def init_checkpoint(model_cfg) -> Path:
+def init_checkpoint(model_cfg: ModelSection) -> Path:
     """The checkpoint ``model_cfg.init_from`` (a run folder) starts from: its latest valid checkpoint. The run's
     model settings that shape its weights (:data:`WEIGHT_SHAPE_KEYS`) must equal ``model_cfg``'s; anything
     else is a :class:`ConfigError` naming ``model.init_from``."""
@@ -225,7 +225,7 @@ def init_checkpoint(model_cfg) -> Path:
     return last
 
 
-def lora_config(model, model_cfg):
+def lora_config(model, model_cfg: ModelSection):
     """The peft ``LoraConfig`` of ``model_cfg`` for ``model`` (targets that are not modules of it are dropped; none
     left is a :class:`ConfigError`). One config serves every adapter of a team (slea.team.policy)."""
     from peft import LoraConfig

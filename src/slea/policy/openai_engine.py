@@ -50,8 +50,12 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slea.policy.generation import Generation
+
+if TYPE_CHECKING:
+    from slea.config import OpenAISection
 
 log = logging.getLogger(__name__)
 RETRY_STATUS = frozenset({429, 502, 503, 504})
@@ -66,7 +70,8 @@ class OpenAIGenerator:
     """Generates through an OpenAI-compatible server; ``model``/``tok`` are the local policy and tokenizer (the
     tokenizer renders text prompts and re-tokenizes token strings; the model's adapter is what syncs send)."""
 
-    def __init__(self, model, tokenizer, settings, *, stop_at_newline: bool = True, trains: bool = True):
+    def __init__(self, model, tokenizer, settings: OpenAISection, *, stop_at_newline: bool = True,
+                 trains: bool = True):
         try:
             import httpx
         except ImportError:

@@ -16,11 +16,14 @@ import difflib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slea.envs.base import user_turn
 from slea.policy import tool_calls
 from slea.types import Instructions
+
+if TYPE_CHECKING:
+    from slea.config import RolloutSection
 
 _LEAD = " \t\r\f\v\"'`*>-•.:"
 _TRAIL = " \t\r\f\v\"'`*.!,;:"
@@ -50,7 +53,7 @@ class PromptBuilder:
     tool_parser: str | None = None  # tool envs: the tool-call syntax (None: chosen from the chat template)
 
     @classmethod
-    def from_rollout(cls, tokenizer, rollout) -> PromptBuilder:
+    def from_rollout(cls, tokenizer, rollout: RolloutSection) -> PromptBuilder:
         """The builder a run's rollouts use: history window, observation clipping and the one-shot example from
         its ``rollout`` config section (every prompt of a run, rollouts and expert data, comes from here)."""
         return cls(tokenizer, history=rollout.history, obs_max_chars=rollout.obs_max_chars, one_shot=rollout.one_shot,

@@ -46,9 +46,13 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from slea.policy.openai_engine import GeneratorError, OpenAIGenerator
 from slea.policy.vllm_probe import lora_rank
+
+if TYPE_CHECKING:
+    from slea.config import ModelSection
 
 BASE = "base"  # the served name of the base model (adapters are named per sync)
 # argv: parent pid, then the command; exits at once when the parent is already gone
@@ -78,7 +82,7 @@ def sleeps(setting: bool | None, backend: str, colocated: bool) -> bool:
     return setting if setting is not None else (backend == "cuda" and colocated)
 
 
-def server_command(model_cfg, port: int, *, backend: str = "cpu", sleep: bool = False) -> list[str]:
+def server_command(model_cfg: ModelSection, port: int, *, backend: str = "cpu", sleep: bool = False) -> list[str]:
     """The ``api_server`` command line for ``model_cfg`` (a :class:`slea.config.ModelSection`) on ``port``, for
     vLLM's ``backend`` (``cpu`` or ``cuda``); ``sleep``: with sleep mode."""
     from slea.policy.model import resolve
@@ -197,7 +201,7 @@ def check_memory_fraction(fraction: float, total_bytes: int, need: ServedMemory,
             f"halves the trainer's weights)")
 
 
-def model_arch(model_cfg) -> dict:
+def model_arch(model_cfg: ModelSection) -> dict:
     """The sizes :func:`served_memory` needs, from the model's ``config.json`` (its weights built on the meta
     device: nothing is allocated)."""
     import torch
@@ -287,7 +291,7 @@ def log_tail(path: Path, lines: int = 12) -> str:
     return " | ".join([ln.strip() for ln in text.splitlines() if ln.strip()][-lines:]) or "(empty log)"
 
 
-def check_colocated_memory(model_cfg, device) -> None:
+def check_colocated_memory(model_cfg: ModelSection, device) -> None:
     """:func:`check_memory_fraction` for a server on the GPU of the trainer's ``device`` (a ``cuda`` device the
     trainer's torch sees); the trainer counts when it is on that GPU (always, for ``device``)."""
     import torch
@@ -311,7 +315,7 @@ class ManagedVLLM:
     runs on that GPU (or on the GPU of ``LOCAL_RANK`` when the trainer is on the CPU), its memory fraction checked
     first, and sleeps around updates when it shares the trainer's GPU (:func:`sleeps`)."""
 
-    def __init__(self, model_cfg, device=None):
+    def __init__(self, model_cfg: ModelSection, device=None):
         import torch
 
         from slea.device import local_rank
@@ -379,8 +383,8 @@ class VLLMGenerator(OpenAIGenerator):
     earlier: before the trainer took its GPU memory); :meth:`close` stops it. It sleeps the server around
     updates when the server was started with sleep mode."""
 
-    def __init__(self, model, tok, model_cfg, *, stop_at_newline: bool = True, server: ManagedVLLM | None = None,
-                 device=None):
+    def __init__(self, model, tok, model_cfg: ModelSection, *, stop_at_newline: bool = True,
+                 server: ManagedVLLM | None = None, device=None):
         self.server = server if server is not None else ManagedVLLM(model_cfg, device)
         try:
             settings = model_cfg.openai.model_copy(update={"base_url": self.server.url, "model": BASE,

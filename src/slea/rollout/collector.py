@@ -50,11 +50,14 @@ import time
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from slea.policy.prompt_builder import PromptBuilder, parse_action
 from slea.rollout.view import AgentView
 from slea.types import Instructions, Step, Trajectory
+
+if TYPE_CHECKING:
+    from slea.config import RolloutSection
 
 # rng_salt of the two purposes: training rollouts and held-out evaluation draw from disjoint streams
 TRAIN_SALT = 0
@@ -211,7 +214,7 @@ class _Episode:
 
 
 class RolloutCollector:
-    def __init__(self, generator, builder: PromptBuilder, rollout_cfg, max_steps: int,
+    def __init__(self, generator, builder: PromptBuilder, rollout_cfg: RolloutSection, max_steps: int,
                  experience: ExperienceSource | None = None, experience_mode: str = "off",
                  keep_messages: bool = False):
         """``keep_messages``: also record each step's prompt as chat messages, ``Step.info["messages"]`` (what

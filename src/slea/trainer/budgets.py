@@ -10,6 +10,10 @@ N × G episodes, a team one collection after every single-agent update).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from slea.config import TrainSection
 
 
 def budget_spent(elapsed_s: float, last_iteration_s: float, budget_s: float | None) -> bool:
@@ -19,7 +23,7 @@ def budget_spent(elapsed_s: float, last_iteration_s: float, budget_s: float | No
     return budget_s is not None and elapsed_s + 0.5 * last_iteration_s > budget_s
 
 
-def spent_budget(train, rollouts: int, env_steps: int) -> str:
+def spent_budget(train: TrainSection, rollouts: int, env_steps: int) -> str:
     """Which of ``train.rollout_budget`` / ``train.env_step_budget`` is used up ('' when none is)."""
     if train.rollout_budget is not None and rollouts >= train.rollout_budget:
         return f"rollout budget of {train.rollout_budget} ({rollouts} played)"
@@ -28,7 +32,7 @@ def spent_budget(train, rollouts: int, env_steps: int) -> str:
     return ""
 
 
-def stop_reason(train, elapsed_s: float, last_s: float, rollouts: int, env_steps: int, *,
+def stop_reason(train: TrainSection, elapsed_s: float, last_s: float, rollouts: int, env_steps: int, *,
                 agree: Callable[[bool], bool] = bool) -> str:
     """Which budget of ``train`` forbids starting the next unit of work ('' when none does): the time budget
     (:func:`budget_spent`, ``last_s`` the last unit's seconds; ``agree`` turns this process's answer into the one

@@ -22,7 +22,7 @@ from slea.algorithms.entropy import entropy_from_logprobs
 from slea.algorithms.kl import kl_penalty
 from slea.algorithms.losses import aggregate
 from slea.algorithms.registry import get_policy_loss
-from slea.config import loss_settings
+from slea.config import AlgorithmSection, TrainSection, loss_settings
 from slea.device import model_device
 from slea.parallel.distributed import DataParallel, is_sharded, lockstep_passes
 from slea.policy.generation import autocast, checkpointing
@@ -293,8 +293,8 @@ def accumulated_step(optimizer, params: Sequence[torch.nn.Parameter], grad_clip:
     return acc, grad_norm, True
 
 
-def ppo_update(model, optimizer, samples: list[Sample], algo_cfg, train_cfg, *, temperature: float,
-               dtype: str, rng: random.Random, progress=None, dp: DataParallel | None = None,
+def ppo_update(model, optimizer, samples: list[Sample], algo_cfg: AlgorithmSection, train_cfg: TrainSection, *,
+               temperature: float, dtype: str, rng: random.Random, progress=None, dp: DataParallel | None = None,
                reference=None, reference_needed: bool | None = None) -> dict[str, float]:
     """``train_cfg.updates_per_iter`` optimizer steps over shuffled mini-batches (:func:`plan_minibatches`), with
     gradient accumulation over micro-batches weighted so the gradient equals one pass over the whole mini-batch,
