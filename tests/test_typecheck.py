@@ -5,8 +5,9 @@ One mypy run (in-process, :func:`mypy.api.run`, with the project's configuration
 the configured packages and a small module written here, whose lines marked ``# error: <code>`` must be reported
 with that error code and whose other lines (among them the protocols' conformance: a real optimizer, an
 :class:`~slea.runs.checkpoint.OptimizerSet`, the experience library and manager) must not; a trainer that lacks
-methods of :class:`~slea.trainer.lifecycle.Run` is refused as one. That module's errors are told apart by its
-name: mypy's cache may replay them under the folder of an earlier run.
+methods of :class:`~slea.trainer.lifecycle.Run` is refused as one, and so is the whole config handed to a component
+that takes its sections. That module's errors are told apart by its name: mypy's cache may replay them under the
+folder of an earlier run.
 """
 
 from __future__ import annotations
@@ -24,16 +25,21 @@ ROOT = Path(__file__).resolve().parents[1]
 CALLS_FILE = "slea_typecheck_calls.py"
 
 CALLS = textwrap.dedent('''\
+    from pathlib import Path
+
     import torch
 
     from slea.algorithms.losses import aggregate
     from slea.algorithms.registry import get_algorithm
     from slea.config.loading import build_config
+    from slea.experience.engine import experience_manager
     from slea.experience.library import ExperienceLibrary
     from slea.experience.manager import ExperienceManager
+    from slea.policy.served import served_text
     from slea.runs.checkpoint import OptimizerSet, save_checkpoint
     from slea.runs.episodes import Experience, Library
     from slea.runs.folder import RunFolder
+    from slea.trainer.critic import Critic
     from slea.trainer.lifecycle import Run, RunState
 
     model = torch.nn.Linear(2, 2)
@@ -42,6 +48,11 @@ CALLS = textwrap.dedent('''\
     RunFolder(3)  # error: arg-type
     build_config(overrides=["algorithm.name=grpo"])
     build_config(overrides="algorithm.name=grpo")  # error: arg-type
+    cfg = build_config(overrides=["algorithm.name=ppo"])
+    Critic(model, "turn", algorithm=cfg.algorithm, train=cfg.train, dtype=cfg.model.dtype)
+    Critic(model, "turn", algorithm=cfg, train=cfg.train, dtype=cfg.model.dtype)  # error: arg-type
+    served_text(None, model_cfg=cfg.model, experience=cfg.experience)
+    experience_manager(get_algorithm("ppo"), Path("x"), None, experience=cfg, model_cfg=cfg.model)  # error: arg-type
     aggregate(torch.zeros(2, 3), torch.ones(2, 3), "seq-mean-token-sum-norm", norm_const=3.0)
     aggregate(torch.zeros(2, 3), torch.ones(2, 3), norm_const="T")  # error: arg-type
     level: str = get_algorithm("grpo").level
@@ -104,6 +115,6 @@ def test_wrong_calls_are_reported_at_their_lines(report: tuple[list[tuple[str, i
     errors, out, status = report
     expected = {(n, m[1]) for n, text in enumerate(CALLS.splitlines(), start=1)
                 if (m := re.search(r"# error: ([a-z-]+)$", text))}
-    assert len(expected) == 6
+    assert len(expected) == 8
     assert {(n, code) for file, n, code in errors if Path(file).name == CALLS_FILE} == expected, out
     assert status == 1
