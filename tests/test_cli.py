@@ -54,11 +54,12 @@ def test_cli_errors_are_one_line_with_exit_code_2(tmp_path, slea_cli):
                     "algorithm.name: test_plugin_team_critic needs a learned value head", "and a team of agents",
                     "does not provide together", "team: team")
     # a team algorithm goes to the team trainer, whose own checks refuse a config it cannot train (the smoke
-    # preset's episode length, which a team does not read, put back to its default: it would be refused first)
+    # preset's episode length and KL coefficient, which a team does not read, put back to their defaults: they
+    # would be refused first)
     one_line_exit_2(slea_cli("train", smoke, "--set", "plugins=[my_slea_plugin]", "--set",
                              "algorithm.name=test_plugin_team", "--set", "env.id=slea/Sokoban-v0", "--set",
-                             "env.kwargs={}", "--set", "env.eval_kwargs={}", "--set", "env.max_steps=8", *nomodel,
-                             cwd=ROOT / "tests/plugins"),
+                             "env.kwargs={}", "--set", "env.eval_kwargs={}", "--set", "env.max_steps=8", "--set",
+                             "algorithm.kl_coef=0", *nomodel, cwd=ROOT / "tests/plugins"),
                     "env.id: team task textworld_planner_actor is written for slea/TextWorld-v0")
     # the smoke preset's TextWorld kwargs kept for another env: its constructor's keywords, when the config loads
     one_line_exit_2(slea_cli("train", smoke, "--set", "env.id=slea/Sokoban-v0", *nomodel),

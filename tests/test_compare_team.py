@@ -80,10 +80,11 @@ def test_slea_compare_trains_team_sub_runs_and_tables_their_metrics(tmp_path, sl
 
 
 def test_a_config_the_team_trainer_refuses_is_refused_before_any_sub_run_trains(tmp_path):
-    # the team trainer's own check (slea.trainer.select.check_config) runs at planning, in one line, exit 2
-    r = _compare(tmp_path / "cmp", "teamtr", "algorithm.kl_coef=0.1")
+    # the team trainer's own check (slea.trainer.select.check_config) runs at planning, in one line, exit 2 (β is
+    # the trust region's; teamtr's loss takes a beta, so the config check passes it)
+    r = _compare(tmp_path / "cmp", "teamtr", "algorithm.options={beta: 0.5}")
     assert r.returncode == 2 and "Traceback" not in r.stderr and not (tmp_path / "cmp/runs").exists()
-    assert "algorithm.kl_coef: TeamTR's KL term" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "algorithm.options.beta: TeamTR adapts β" in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
 def test_slea_compare_team_variants_at_a_matched_rollout_budget(tmp_path, slea_cli):

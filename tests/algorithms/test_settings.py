@@ -1,6 +1,7 @@
 """Which ``algorithm.*`` settings a config may change: the chosen estimator's keyword-only parameters, the chosen
-policy loss's (under verl's names), and the trainer's own (slea.config.checks.TRAINER_SETTINGS). A changed setting
-nothing on the chosen path reads is refused in one line that names who reads it."""
+policy loss's (under verl's names, which the schema's fields carry: LOSS_SETTINGS), and the trainer's own
+(slea.config.checks.TRAINER_SETTINGS; for a team, what slea/trainer/team_settings.py declares it reads). A changed
+setting nothing on the chosen path reads is refused in one line that names who reads it."""
 
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ REFUSED_BY_ALGORITHM = {
     "ppo": EVERYWHERE | NOT_PPO_CLIP | ESTIMATOR - {"gae_gamma", "gae_lambda", "adv_whiten"},
     "turn_ppo": EVERYWHERE | NOT_PPO_CLIP | ESTIMATOR - {"turn_gamma", "turn_lambda", "adv_whiten"},
     "rtpo": EVERYWHERE | NOT_PPO_CLIP | CRITIC | ESTIMATOR - {"gamma"} | {"dynamic_sampling"},
-    "teamtr": EVERYWHERE | NOT_PPO_CLIP | CRITIC | ESTIMATOR | {"entropy_coef"},
+    # the team trainer reads no KL coefficient (its trust region's β·d̂ instead), no dynamic sampling (it replays
+    # the stage's tasks), and its loss no loss_agg_mode: its declaration (slea/trainer/team_settings.py) omits them
+    "teamtr": EVERYWHERE | NOT_PPO_CLIP | CRITIC | ESTIMATOR | {"entropy_coef", "kl_coef", "dynamic_sampling",
+                                                                  "loss_agg"},
 }
 GRPO_ONLY = REFUSED_BY_ALGORITHM["grpo"] - NOT_PPO_CLIP  # grpo's refusals that no loss changes
 REFUSED_BY_LOSS = {
@@ -63,6 +67,20 @@ def _refused(overrides: list[str]) -> set[str]:
 def test_every_setting_is_changed_once():
     assert set(CHANGED) == set(AlgorithmSection.model_fields) - {"name", "policy_loss", "options"}
     assert all(AlgorithmSection.model_fields[k].default != v for k, v in CHANGED.items())
+
+
+def test_loss_settings_are_derived_from_the_schema_s_fields():
+    """LOSS_SETTINGS is read off AlgorithmSection's LossKeywords markers; stated here by hand (verl's names)."""
+    from slea.config import LOSS_SETTINGS, loss_settings
+
+    assert LOSS_SETTINGS == {"clip_eps": ("clip_ratio", "clip_ratio_low"), "clip_eps_high": ("clip_ratio_high",),
+                             "dual_clip_c": ("clip_ratio_c",), "loss_agg": ("loss_agg_mode",)}
+    algo = AlgorithmSection(clip_eps=0.3, clip_eps_high=0.28, dual_clip_c=5.0, loss_agg="seq-mean-token-sum")
+    # a loss gets each under the names it declares, and no other
+    assert loss_settings(algo, POLICY_LOSSES.get("dual_clip")) == {
+        "clip_ratio": 0.3, "clip_ratio_low": 0.3, "clip_ratio_high": 0.28, "clip_ratio_c": 5.0,
+        "loss_agg_mode": "seq-mean-token-sum"}
+    assert loss_settings(algo, POLICY_LOSSES.get("teamtr")) == {"clip_ratio": 0.3}
 
 
 def test_the_built_in_algorithms_are_all_stated():

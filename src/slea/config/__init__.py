@@ -22,7 +22,6 @@ for its keys: an unknown key that is one of them is refused naming slea's).
 from __future__ import annotations
 
 from slea.config.checks import (
-    LOSS_SETTINGS,
     TRAINER_SETTINGS,
     estimator_settings,
     loss_settings,
@@ -30,6 +29,7 @@ from slea.config.checks import (
 )
 from slea.config.loading import build_config, dump_config, load_config, parse_override
 from slea.config.schema import (
+    LOSS_SETTINGS,
     AlgorithmSection,
     AlignSection,
     ConfigError,

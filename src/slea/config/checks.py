@@ -1,9 +1,11 @@
 """The checks a run config gets beyond its types: names looked up in the registries they name, an algorithm's
 options, snapshots for algorithms that fork, the env's constructor arguments (:func:`check_env_kwargs`, against
-its signature), and the settings nothing on the chosen path reads
-(:func:`unused_settings`: an estimator's and a loss's settings are their keyword-only parameters, found in the
-registry; the trainer's are :data:`TRAINER_SETTINGS`). Pure functions over the sections (slea.config.schema calls them from its validator);
-this module imports nothing of the schema at run time (its annotations name the sections).
+its signature), and the settings nothing on the chosen path reads (:func:`unused_settings`: an estimator's and a
+loss's settings are their keyword-only parameters, found in the registry, a loss's under the names the schema's
+:class:`LossKeywords` markers give; the single-agent trainer's are :data:`TRAINER_SETTINGS`; the team trainer's
+are what slea/trainer/team_settings.py declares it reads, and it refuses every other). Pure functions over the
+sections (slea.config.schema calls them from its validator); this module imports nothing of the schema at run
+time (its annotations name the sections).
 """
 
 from __future__ import annotations
@@ -146,13 +148,20 @@ def registered(key: str, get: Callable[[str], T], value: str) -> T:
 # -- who reads a setting ----------------------------------------------------------------------------------------
 # An algorithm reads its estimator's keyword-only parameters (AlgorithmSpec.settings) and a policy loss its own
 # keyword-only parameters: the registry knows both from the signatures. A loss's parameters carry verl's names;
-# this binds the config's keys to them (config key -> the keyword names a policy loss takes it as).
-LOSS_SETTINGS: dict[str, tuple[str, ...]] = {
-    "clip_eps": ("clip_ratio", "clip_ratio_low"),
-    "clip_eps_high": ("clip_ratio_high",),
-    "dual_clip_c": ("clip_ratio_c",),
-    "loss_agg": ("loss_agg_mode",),
-}
+# the schema binds a config key to them where it declares the key (a LossKeywords marker on the field).
+@dataclass(frozen=True)
+class LossKeywords:
+    """The keyword names a policy loss takes an ``algorithm.*`` setting as (verl's): the marker of the field, in
+    ``Annotated[type, LossKeywords(...)]`` (slea/config/schema.py's AlgorithmSection)."""
+
+    names: tuple[str, ...]
+
+
+def loss_keywords(section: type[BaseModel]) -> dict[str, tuple[str, ...]]:
+    """``key -> names`` for every field of ``section`` marked :class:`LossKeywords` (slea.config.LOSS_SETTINGS is
+    AlgorithmSection's), in the section's field order."""
+    return {key: m.names for key, field in section.model_fields.items()
+            for m in field.metadata if isinstance(m, LossKeywords)}
 
 
 @dataclass(frozen=True)
@@ -170,16 +179,9 @@ def _need(need: str, by: str, why: str) -> Reader:
     return Reader(by, lambda cfg, spec: need in spec.needs, f"algorithm {{name}} {why}")
 
 
-def _single(by: str, why: str) -> Reader:
-    """A setting the single-agent trainer reads (in ``by``) and the team trainer (trainer/team.py, for an
-    algorithm that needs a team and nothing else) does not: ``why`` says what the team trainer does instead. An
-    algorithm that needs a team and more has no trainer at all, which slea/trainer/select.py says in its own line."""
-    return Reader(by, lambda cfg, spec: spec.needs != {"team"}, f"algorithm {{name}} trains a team, whose "
-                  f"trainer (trainer/team.py) {why}")
-
-
 # The settings the trainer reads whatever the estimator and the loss, and when: every algorithm.* key that no
-# estimator or loss takes as a parameter is here (a key that names a section stands for each of its keys).
+# estimator or loss takes as a parameter is here (a key that names a section stands for each of its keys). The team
+# trainer's own reads are declared beside it (slea/trainer/team_settings.py); :func:`_team_unread` refuses the rest.
 TRAINER_SETTINGS: dict[str, Reader] = {
     "algorithm.name": Reader("trainer/select.py"),
     "algorithm.policy_loss": Reader("trainer/update.py"),
@@ -191,12 +193,7 @@ TRAINER_SETTINGS: dict[str, Reader] = {
     "algorithm.entropy_coef": Reader("trainer/update.py", lambda cfg, spec: "team" not in spec.needs,
                                      "algorithm {name}'s update takes no entropy bonus"),
     "algorithm.skip_zero_advantage": Reader("trainer/rl.py"),
-    # the team trainer recomputes π_old before every single-agent update: recompute (what auto resolves to for a
-    # team, slea/config/loading.py) says so, rollout and tis would be ignored
-    "algorithm.old_logprobs": Reader("trainer/update.py", lambda cfg, spec: "team" not in spec.needs
-                                     or cfg.algorithm.old_logprobs == "recompute",
-                                     "algorithm {name} trains a team, whose trainer (trainer/team.py) always "
-                                     "recomputes π_old with the training forward (leave it auto or set recompute)"),
+    "algorithm.old_logprobs": Reader("trainer/update.py"),
     "algorithm.tis_cap": Reader("trainer/update.py", lambda cfg, spec: cfg.algorithm.old_logprobs == "tis",
                                 "algorithm.old_logprobs is not tis"),
     "algorithm.dynamic_sampling": Reader("rollout/schemes.py", lambda cfg, spec: "snapshots" not in spec.needs,
@@ -212,24 +209,6 @@ TRAINER_SETTINGS: dict[str, Reader] = {
     "train.critic_updates": _need("critic", "trainer/critic.py", "has no critic"),
     "rollout.trunks": _need("snapshots", "rollout/schemes.py", "plays no trunks (it forks no siblings)"),
     "team": _need("team", "trainer/team.py", "trains no team"),
-    # the single-agent trainer's own loop, which a team's is not
-    "train.updates_per_iter": _single("trainer/update.py", "takes the trust region's optimizer steps instead "
-                                      "(team.trust_region.min_steps, max_steps)"),
-    "train.gradient_checkpointing": _single("trainer/rl.py", "checkpoints no activations"),
-    "train.max_bad_updates": Reader("trainer/run_state.py"),  # both trainers' guards (RunState.check_guards)
-    "run.episode_samples": _single("trainer/rl.py", "writes no episodes.jsonl"),
-    # the single-agent prompt and episode, which a team's are not (team.context_messages, message_max_chars,
-    # max_turns), and its start: a team's agents are adapters built fresh on the base
-    "rollout.history": _single("policy/prompt_builder.py", "shows the last team.context_messages messages instead"),
-    "rollout.history_summary": _single("policy/prompt_builder.py", "summarises no older actions (its context is "
-                                       "the last team.context_messages messages)"),
-    "rollout.obs_max_chars": _single("policy/prompt_builder.py", "clips each message at team.message_max_chars "
-                                     "instead"),
-    "rollout.experience_in": _single("policy/prompt_builder.py", "puts no experiences in its prompts "
-                                     "(experience.mode: off)"),
-    "env.max_steps": _single("rollout/collector.py", "ends an episode after team.max_turns agent messages instead"),
-    "model.init_from": _single("policy/model.py", "starts every agent's adapter fresh on the base model"),
-    "env.max_fault_rate": Reader("trainer/run_state.py"),
 }
 
 
@@ -238,18 +217,20 @@ def _keyword_params(fn: Callable[..., Any]) -> set[str]:
 
 
 class _Takers:
-    """Every registered algorithm's settings and policy loss's keyword parameters (plugins included)."""
+    """Every registered algorithm's settings and policy loss's keyword parameters (plugins included); ``section``:
+    the algorithm section's class, whose fields say which keyword names a loss takes them as."""
 
-    def __init__(self) -> None:
+    def __init__(self, section: type[BaseModel]) -> None:
         from slea.algorithms import registry
 
         self.algorithms = {n: set(registry.get_algorithm(n).settings) for n in registry.algorithm_names()}
         self.losses = {n: _keyword_params(registry.get_policy_loss(n)) for n in registry.policy_loss_names()}
+        self.loss_keywords = loss_keywords(section)
 
     def of(self, key: str, *, option: bool = False) -> tuple[list[str], list[str]]:
         """The algorithms and the losses that take ``algorithm.<key>`` (``option``: ``algorithm.options.<key>``,
-        which a loss takes under its own name rather than through :data:`LOSS_SETTINGS`)."""
-        names = {key} if option else set(LOSS_SETTINGS.get(key, ()))
+        which a loss takes under its own name rather than under the names its field's :class:`LossKeywords` give)."""
+        names = {key} if option else set(self.loss_keywords.get(key, ()))
         return ([n for n, s in self.algorithms.items() if key in s],
                 [n for n, p in self.losses.items() if names & p])
 
@@ -268,11 +249,11 @@ def estimator_settings(algo: AlgorithmSection, spec: AlgorithmSpec) -> dict[str,
 
 
 def loss_settings(algo: AlgorithmSection, loss: Callable[..., Any]) -> dict[str, Any]:
-    """Keyword arguments of the policy loss ``loss``: the config's clip settings under verl's names
-    (:data:`LOSS_SETTINGS`), and its own extras from ``algorithm.options``."""
+    """Keyword arguments of the policy loss ``loss``: the config's clip settings under verl's names (the fields'
+    :class:`LossKeywords`), and its own extras from ``algorithm.options``."""
     params = _keyword_params(loss)
     out: dict[str, Any] = {}
-    for key, names in LOSS_SETTINGS.items():
+    for key, names in loss_keywords(type(algo)).items():
         value = getattr(algo, key)
         if value is not None:
             out.update({n: value for n in names if n in params})
@@ -290,7 +271,7 @@ def check_options(algo: AlgorithmSection, spec: AlgorithmSpec, loss: Callable[..
             own = [k for k in spec.settings if k not in fields] or ["none"]
             raise ValueError(f"algorithm.options.{key}: not a setting of algorithm {spec.name} (its options: "
                              f"{', '.join(own)}) nor of policy_loss {algo.policy_loss}"
-                             + _read_by(*_Takers().of(key, option=True)))
+                             + _read_by(*_Takers(type(algo)).of(key, option=True)))
     for key in spec.required:
         if key not in fields and key not in algo.options:
             raise ValueError(f"algorithm.options.{key}: required by algorithm {spec.name}")
@@ -309,28 +290,85 @@ def _changed(cfg: BaseModel, dotted: str) -> list[str]:
     return [dotted] if value != default else []
 
 
+def _changed_leaves(value: BaseModel, default: BaseModel, prefix: str) -> list[str]:
+    """The dotted keys under ``prefix`` whose value in ``value`` differs from ``default``'s (a nested section's
+    keys one by one)."""
+    out = []
+    for key in type(value).model_fields:
+        mine, theirs = getattr(value, key), getattr(default, key)
+        if isinstance(mine, BaseModel) and isinstance(theirs, BaseModel):
+            out += _changed_leaves(mine, theirs, f"{prefix}{key}.")
+        elif mine != theirs:
+            out.append(f"{prefix}{key}")
+    return out
+
+
+def _team_unread(cfg: RunConfig, spec: AlgorithmSpec, loss_takes: Callable[[str], bool]) -> dict[str, str]:
+    """For an algorithm the team trainer trains (one that needs a team and nothing else): every setting that
+    differs from its default and that the team trainer does not read, ``key -> why``. What it reads is declared
+    beside it (slea/trainer/team_settings.py: :data:`READS`, a key that names a section standing for each of its
+    keys; :data:`DOES`, a setting it acts on as one value whatever it says, which that value states); an
+    ``algorithm.*`` key is read too when the estimator or the policy loss (``loss_takes``) takes it. Not the
+    trainer's to refuse: ``plugins`` (the loader's) and the ``align`` section (``slea align``'s, whatever the
+    algorithm). ``why`` says what the team trainer does instead where :data:`INSTEAD` says."""
+    from slea.trainer.team_settings import DOES, INSTEAD, READS
+
+    def read(dotted: str) -> bool:
+        parts = dotted.split(".")
+        return any(".".join(parts[:n]) in READS for n in range(1, len(parts) + 1))
+
+    out: dict[str, str] = {}
+    for section, field in type(cfg).model_fields.items():
+        value = getattr(cfg, section)
+        if section == "align" or not isinstance(value, BaseModel):
+            continue
+        default = field.get_default(call_default_factory=True)
+        for dotted in _changed_leaves(value, default, f"{section}."):
+            key = dotted.removeprefix("algorithm.") if section == "algorithm" else ""
+            if read(dotted) or (key and (key in spec.settings or loss_takes(key))):
+                continue
+            if dotted in DOES and _value(cfg, dotted) == DOES[dotted]:
+                continue
+            hint = INSTEAD.get(dotted)
+            out[dotted] = (f"algorithm {spec.name} trains a team, whose trainer (trainer/team.py) does not read it"
+                           + (f"; it {hint}" if hint else ""))
+    return out
+
+
+def _value(cfg: BaseModel, dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = getattr(node, part)
+    return node
+
+
 def unused_settings(cfg: RunConfig) -> dict[str, str]:
     """Settings that differ from their default although nothing on the chosen path reads them: ``key -> why``.
 
     ``algorithm.<key>`` is read when the chosen algorithm's estimator takes ``key`` as a keyword-only parameter,
-    when the chosen policy loss takes it (under verl's name, :data:`LOSS_SETTINGS`), or when the trainer reads it
+    when the chosen policy loss takes it (under verl's name, :class:`LossKeywords`), or when the trainer reads it
     on this path (:data:`TRAINER_SETTINGS`, which also says when the other sections' keys are read); the refusal
-    of an estimator's or loss's setting names the registered ones that read it. A value equal to its default
-    changes nothing and passes (so a run's saved config.yaml, which lists every key, loads back)."""
+    of an estimator's or loss's setting names the registered ones that read it. For an algorithm the team trainer
+    trains, every other setting it does not read is refused too (:func:`_team_unread`). A value equal to its
+    default changes nothing and passes (so a run's saved config.yaml, which lists every key, loads back)."""
     from slea.algorithms.registry import get_algorithm, get_policy_loss
 
     a = cfg.algorithm
     spec = get_algorithm(a.name)
     params = _keyword_params(get_policy_loss(a.policy_loss))
-    loss_reads = ", ".join(sorted(k for k, names in LOSS_SETTINGS.items() if params & set(names))) or "none"
-    takers = _Takers()
+    takers = _Takers(type(a))
+
+    def loss_takes(key: str) -> bool:
+        return bool(params & set(takers.loss_keywords.get(key, ())))
+
+    loss_reads = ", ".join(sorted(k for k in takers.loss_keywords if loss_takes(k))) or "none"
     fields = [f"algorithm.{k}" for k in type(a).model_fields]
     out: dict[str, str] = {}
     for dotted in [*fields, *(k for k in TRAINER_SETTINGS if k not in fields)]:
         key = dotted.removeprefix("algorithm.") if dotted in fields else ""
         algorithms, losses = takers.of(key) if key else ([], [])
         trainer = TRAINER_SETTINGS.get(dotted)
-        if (key in spec.settings or params & set(LOSS_SETTINGS.get(key, ()))
+        if (key in spec.settings or loss_takes(key)
                 or (trainer is not None and (trainer.when is None or trainer.when(cfg, spec)))):
             continue
         if algorithms:
@@ -342,4 +380,6 @@ def unused_settings(cfg: RunConfig) -> dict[str, str]:
         else:
             continue  # nothing declares it (tests/algorithms/test_settings.py: every algorithm.* key has a reader)
         out.update(dict.fromkeys(_changed(cfg, dotted), why + _read_by(algorithms, losses)))
+    if spec.needs == {"team"}:  # one that needs a team and more has no trainer (slea/trainer/select.py says so)
+        out.update({k: why for k, why in _team_unread(cfg, spec, loss_takes).items() if k not in out})
     return out

@@ -3,7 +3,7 @@ docstring, slea/config/__init__.py, says how a config is loaded and checked)."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -15,10 +15,12 @@ from pydantic import (
 )
 
 from slea.config.checks import (
+    LossKeywords,
     check_env_kwargs,
     check_options,
     check_snapshots,
     did_you_mean,
+    loss_keywords,
     registered,
     unused_settings,
 )
@@ -211,14 +213,15 @@ class AlgorithmSection(_Section):
     # a registered algorithm (slea algorithms), or "my_pkg.my_module:my_estimator"
     name: str = "grpo"
     policy_loss: str = "ppo_clip"
-    loss_agg: str = "token-mean"
+    # a LossKeywords marker: the keyword names a policy loss takes the setting as (verl's; slea.config.loss_settings)
+    loss_agg: Annotated[str, LossKeywords(("loss_agg_mode",))] = "token-mean"
     gamma: float = Field(0.95, ge=0, le=1)
     step_weight: float = 1.0
     std_norm: bool = True
     eps: float = 1e-6
-    clip_eps: float = Field(0.2, gt=0)
-    clip_eps_high: float | None = None  # clip-higher upper ε
-    dual_clip_c: float = Field(3.0, gt=1)
+    clip_eps: Annotated[float, LossKeywords(("clip_ratio", "clip_ratio_low"))] = Field(0.2, gt=0)
+    clip_eps_high: Annotated[float | None, LossKeywords(("clip_ratio_high",))] = None  # clip-higher upper ε
+    dual_clip_c: Annotated[float, LossKeywords(("clip_ratio_c",))] = Field(3.0, gt=1)
     kl_coef: float = Field(0.0, ge=0)
     # entropy bonus: the update minimises loss − entropy_coef · agg(H) over the trained tokens (verl's
     # entropy_coeff; slea/trainer/update.py); 0 = off. H is logged as update/entropy either way
@@ -245,6 +248,10 @@ class AlgorithmSection(_Section):
     # DAPO dynamic sampling: drop task groups with equal returns, refill with new ones (slea/rollout/sampling.py)
     dynamic_sampling: bool = False
     max_refill_rounds: int = Field(3, ge=0)
+
+
+# config key -> the keyword names a policy loss takes it as, from AlgorithmSection's LossKeywords markers
+LOSS_SETTINGS: dict[str, tuple[str, ...]] = loss_keywords(AlgorithmSection)
 
 
 class TrainSection(_Section):

@@ -110,7 +110,10 @@ def build_team_policy(model_cfg, agents: list[str], device: str | torch.device |
     if len(set(agents)) != len(agents) or not agents:
         raise ConfigError(f"team: agent names must be unique and non-empty (got {agents})")
     dtype = resolve_base_dtype(model_cfg.base_dtype, device=device or "cpu", lora=True, dtype=model_cfg.dtype)
-    base, tok = load_policy(model_cfg.model_copy(update={"lora": False}), device=device, base_dtype=dtype)
+    # every adapter starts fresh on the base: the model section's init_from, which the config check refuses for a
+    # team (but for a `slea compare` sub-run only when no compared algorithm reads it), loads no run's weights
+    base, tok = load_policy(model_cfg.model_copy(update={"lora": False, "init_from": None}), device=device,
+                            base_dtype=dtype)
     lcfg = lora_config(base, model_cfg)
     model = add_lora(base, lcfg, adapter_name=agents[0])
     for name in agents[1:]:

@@ -159,7 +159,9 @@ def check_team_config(cfg: RunConfig) -> None:
     if cfg.model.generator != "hf":
         raise ConfigError(f"model.generator: a team switches adapters per agent in-process; {cfg.model.generator} "
                           f"is not supported by the TeamTR trainer (use hf)")
-    # what the team trainer does not read must not be set (a value silently ignored is an error)
+    # what the team trainer does not read must not be set (a value silently ignored is an error): the config check
+    # refuses these when the config loads (team_settings.py), but a `slea compare` sub-run's only when no compared
+    # algorithm reads them
     if "beta" in cfg.algorithm.options:
         raise ConfigError("algorithm.options.beta: TeamTR adapts β; set team.trust_region.beta (its start) instead")
     if cfg.algorithm.kl_coef > 0:
