@@ -10,9 +10,9 @@ values of the annotated types (read from the signature, before any model loads),
 settings of the chosen estimator or loss, and a setting the chosen algorithm, loss or trainer path never reads is
 refused when it differs from its default (:func:`unused_settings`): a value that would be silently ignored is an
 error, not a surprise. An algorithm's and a loss's settings are their functions' keyword-only parameters, read from
-the registry; the trainer's own are listed once, with the module that reads each and on which path
-(:data:`TRAINER_SETTINGS`: the single-agent trainer's loop settings are refused for a team, whose trainer reads
-none of them).
+the registry (a loss's under the names the schema's fields carry: :data:`LOSS_SETTINGS`); the trainer's own are
+listed once, with the module that reads each and on which path (:data:`TRAINER_SETTINGS`); the team trainer
+declares what it reads (slea/trainer/team_settings.py), and every other setting is refused for a team.
 
 The package: :mod:`slea.config.schema` (the sections), :mod:`slea.config.checks` (the checks beyond types),
 :mod:`slea.config.loading` (YAML, overrides, one-line errors) and :mod:`slea.config.foreign` (TRL's and verl's names
