@@ -22,7 +22,7 @@ def make_pool(env_cfg: EnvSection, num_groups: int, group_size: int,
     fault timeouts, and ``env_kwargs`` (default: ``env_cfg.kwargs``). ``env.workers: ray`` without the ``ray``
     package is a :class:`slea.config.ConfigError`."""
     kwargs = dict(env_cfg.kwargs if env_kwargs is None else env_kwargs)
-    guards = {"step_timeout_s": env_cfg.step_timeout_s, "reset_timeout_s": env_cfg.reset_timeout_s}
+    guards: dict[str, Any] = {"step_timeout_s": env_cfg.step_timeout_s, "reset_timeout_s": env_cfg.reset_timeout_s}
     if env_cfg.workers == "ray":
         from slea.config import ConfigError
         from slea.envs.ray_pool import RayEnvPool, import_ray

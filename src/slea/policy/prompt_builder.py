@@ -44,7 +44,7 @@ def clip_observation(text: str, max_chars: int) -> str:
 
 @dataclass
 class PromptBuilder:
-    tokenizer: object
+    tokenizer: Any
     history: int = 2
     obs_max_chars: int = 400
     one_shot: bool = True

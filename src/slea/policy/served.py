@@ -59,12 +59,11 @@ class ChatPromptBuilder(PromptBuilder):
     def encode(self, messages: list[dict[str, Any]]) -> list[int]:
         schemas = messages[0].get("tools") if messages else None
         parser = self.tool_syntax()[0] if schemas else None
-        tok: Any = self.tokenizer
-        if tok is None:
+        if self.tokenizer is None:
             ids: list[int] = []
         elif schemas and parser is not None:  # a parser exactly when there are schemas
-            text = tool_calls.render(tok, messages, schemas, parser)
-            ids = list(tok(text, add_special_tokens=False).input_ids)
+            text = tool_calls.render(self.tokenizer, messages, schemas, parser)
+            ids = list(self.tokenizer(text, add_special_tokens=False).input_ids)
         else:
             ids = super().encode(messages)
         return ChatPrompt(ids, [dict(m) for m in messages], parser)

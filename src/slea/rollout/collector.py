@@ -50,7 +50,7 @@ import time
 from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from slea.policy.prompt_builder import PromptBuilder, parse_action
 from slea.rollout.view import AgentView
@@ -277,7 +277,8 @@ class RolloutCollector:
         first = pool.reset(seeds)
         stats.env_s += time.perf_counter() - t0
         trajs: dict[int, Trajectory] = {}
-        live, copies = {}, {}
+        live: dict[int, _Live] = {}
+        copies: dict[int, int] = {}
         for i, (obs, info) in enumerate(first):
             g = pool.group_of(i)
             copy = copies[g] = copies.get(g, -1) + 1
@@ -443,7 +444,8 @@ class RolloutCollector:
 
     def _retrieve(self, st: _Live, tr: Trajectory, iteration: int, stats: RolloutStats):
         t0 = time.perf_counter()
-        res = self.experience.retrieve(st.obs, task_type=tr.task_type, goal=tr.goal, iteration=iteration,
+        experience = cast(ExperienceSource, self.experience)  # called only with a library
+        res = experience.retrieve(st.obs, task_type=tr.task_type, goal=tr.goal, iteration=iteration,
                                        state_key=state_key_of(st.info), slots=dict(st.info.get("state_slots") or {}))
         stats.retrieval_s += time.perf_counter() - t0
         return res
