@@ -307,7 +307,7 @@ def _team_unread(cfg: RunConfig, spec: AlgorithmSpec, loss_takes: Callable[[str]
     """For an algorithm the team trainer trains (one that needs a team and nothing else): every setting that
     differs from its default and that the team trainer does not read, ``key -> why``. What it reads is declared
     beside it (slea/trainer/team_settings.py: :data:`READS`, a key that names a section standing for each of its
-    keys; :data:`DOES`, a setting it acts on as one value whatever it says, which that value states); an
+    keys; :data:`DOES`, a setting it acts on as one fixed value whatever it says, which passes at that value); an
     ``algorithm.*`` key is read too when the estimator or the policy loss (``loss_takes``) takes it. Not the
     trainer's to refuse: ``plugins`` (the loader's) and the ``align`` section (``slea align``'s, whatever the
     algorithm). ``why`` says what the team trainer does instead where :data:`INSTEAD` says."""
@@ -336,6 +336,7 @@ def _team_unread(cfg: RunConfig, spec: AlgorithmSpec, loss_takes: Callable[[str]
 
 
 def _value(cfg: BaseModel, dotted: str) -> Any:
+    """The value of the dotted setting ``dotted`` in ``cfg``."""
     node: Any = cfg
     for part in dotted.split("."):
         node = getattr(node, part)
