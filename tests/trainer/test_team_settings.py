@@ -158,7 +158,7 @@ def test_each_declared_setting_is_read_where_its_declaration_says():
     key in it, or the section read whole); one declared as read by a callee is named in that module's source."""
     reads, whole = _scanned()
     for setting, module in READS.items():
-        assert _section(setting) is not RunConfig and (_section(setting) or _section(setting.rsplit(".", 1)[0]))
+        assert _field(*setting.rpartition(".")[::2]), setting  # a setting or a section of the schema
         if module in reads:
             found = {s for _, s in reads[module]} | {s for _, s in whole[module]}
             for leaf in _leaves(setting):
@@ -170,5 +170,5 @@ def test_each_declared_setting_is_read_where_its_declaration_says():
 
 def test_the_hints_and_fixed_values_are_settings_the_team_trainer_does_not_read():
     for setting in [*INSTEAD, *DOES]:
-        assert _section(setting.rsplit(".", 1)[0]) is not None and _field(*setting.rsplit(".", 1)), setting
+        assert _field(*setting.rpartition(".")[::2]) and _section(setting) is None, setting
         assert not _declared(setting), setting
