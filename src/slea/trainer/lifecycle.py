@@ -153,7 +153,8 @@ def check_saveable(weights: Iterable[torch.Tensor], where: str, last_checkpoint:
                         f"checkpoint is {last_checkpoint}")
 
 
-def load_resume_point(root: Path, weights, optimizer, run_log: RunLog) -> tuple[Path | None, dict[str, Any] | None, int]:
+def load_resume_point(root: Path, weights: ckpt.Weights, optimizer: ckpt.OptimizerState,
+                      run_log: RunLog) -> tuple[Path | None, dict[str, Any] | None, int]:
     """Load the newest intact checkpoint under ``root`` into ``weights`` and ``optimizer``
     (:func:`slea.runs.checkpoint.load_latest`: damaged ones are skipped with a warning) and drop what
     ``run_log`` holds after it. Returns its folder, its state and its step (``-1`` and ``None``s when there is no
@@ -175,8 +176,8 @@ def announce_resume(log: logging.Logger, done: str, checkpoint: str, following: 
     log.info("resumed after %s (checkpoints/%s); %s", done, checkpoint, nxt)
 
 
-def evaluation_before(cfg: RunConfig, run_dir: Path, fresh: bool, evaluate: Callable[[], dict | None],
-                      stop: StopSignal) -> dict | None:
+def evaluation_before(cfg: RunConfig, run_dir: Path, fresh: bool, evaluate: Callable[[], dict[str, Any] | None],
+                      stop: StopSignal) -> dict[str, Any] | None:
     """The held-out evaluation before training (``eval.before``; ``None`` when it is off): ``evaluate()`` when
     nothing is trained yet (``fresh``; it returns ``None`` on a rank that does not evaluate), else the one a resumed
     run already wrote (``eval/before.json``, ``None`` when there is none)."""
@@ -192,20 +193,21 @@ def evaluation_before(cfg: RunConfig, run_dir: Path, fresh: bool, evaluate: Call
     if not path.is_file():
         return None
     try:
-        return read_json(path, Evaluation)
+        evaluation: dict[str, Any] = read_json(path, Evaluation)  # the schema checked it is an object
+        return evaluation
     except RunFileError as exc:  # damaged: the run goes on without it (the summary then has no "before")
         log.warning("eval/%s; the evaluation before training is left out", exc)
         return None
 
 
-def held_out_marks(before: dict | None, after: dict) -> dict[str, float]:
+def held_out_marks(before: dict[str, Any] | None, after: dict[str, Any]) -> dict[str, float]:
     """The held-out sampled success rates before (when evaluated) and after training, as ``curves.png`` marks
     them."""
     marks = {"held-out before (sampled)": before["sampled"]["success"]} if before is not None else {}
     return {**marks, "held-out after (sampled)": after["sampled"]["success"]}
 
 
-def write_summary(run_dir: Path, own: dict[str, Any], *, before: dict | None, after: dict, clock: WallClock,
+def write_summary(run_dir: Path, own: dict[str, Any], *, before: dict[str, Any] | None, after: dict[str, Any], clock: WallClock,
                   checkpoint: str | None) -> dict[str, Any]:
     """``<run>/eval/summary.json``: the run folder, the trainer's ``own`` fields, both evaluations, the wall seconds
     (earlier processes included), the last checkpoint, then ``own``'s precision and device; written last."""
@@ -217,7 +219,7 @@ def write_summary(run_dir: Path, own: dict[str, Any], *, before: dict | None, af
     return summary
 
 
-def eval_line(label: str, res: dict) -> str:
+def eval_line(label: str, res: dict[str, Any]) -> str:
     """A held-out evaluation's log line (``label``: untrained, trained)."""
     s = res["sampled"]
     g = res.get("greedy")
