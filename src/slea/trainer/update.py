@@ -106,9 +106,10 @@ def response_logprobs_entropy(model, samples: list[Sample], *, temperature: floa
     return logp * mask, mask, ent
 
 
-def right_aligned(rows: list[list[float]], k: int, device: str | torch.device | None = None) -> torch.Tensor:
-    """``(len(rows), k)`` float32, each row's values at its right end (zeros before), built on the host and
-    moved to ``device`` in one copy."""
+def right_aligned(rows: Sequence[Sequence[float] | None], k: int,
+                  device: str | torch.device | None = None) -> torch.Tensor:
+    """``(len(rows), k)`` float32, each row's values at its right end (zeros before; an empty or ``None`` row is
+    all zeros), built on the host and moved to ``device`` in one copy."""
     out = torch.zeros(len(rows), k, device="cpu")  # host: filled row by row, then moved once
     for i, r in enumerate(rows):
         if r:
@@ -154,7 +155,11 @@ def reference_logprobs(model, samples: list[Sample], *, micro_batch: int, temper
     chunks = [samples[start:start + micro_batch] for start in range(0, len(samples), micro_batch)]
     with ctx:
         for chunk in chunks + [[]] * (passes - len(chunks)):
-            logp, mask = response_logprobs(net, chunk or [spare], temperature=temperature, dtype=dtype,
+            batch = chunk
+            if not batch:  # a lockstep pass past the rows' own
+                assert spare is not None, "passes past the rows' own run on spare"
+                batch = [spare]
+            logp, mask = response_logprobs(net, batch, temperature=temperature, dtype=dtype,
                                            share_prefix=share_prefix)
             for s, row, m in zip(chunk, logp, mask):
                 s.ref_logprobs = row[m.bool()].tolist()
@@ -199,6 +204,7 @@ def plan_minibatches(samples: list[Sample], updates: int, micro_batch: int, rng:
         mine = rows if dp is None else dp.share(rows)  # this rank's rows; the weights are the mini-batch's
         chunks = [mine[start:start + micro_batch] for start in range(0, len(mine), micro_batch)]
         if sharded:  # every rank runs the busiest rank's number of forward/backward passes (distributed.py)
+            assert dp is not None, "a sharded model's ranks are dp's"
             chunks += [[]] * (lockstep_passes(len(rows), dp.world, micro_batch) - len(chunks))
         plan.append(MiniBatch(rows, chunks))
     return plan
@@ -353,6 +359,7 @@ def ppo_update(model, optimizer, samples: list[Sample], algo_cfg: AlgorithmSecti
             logp, mask, ent = response_logprobs_entropy(model, chunk, temperature=temperature, dtype=dtype,
                                                         share_prefix=share_prefix_for(model, sharded),
                                                         entropy_grad=algo_cfg.entropy_coef > 0)
+            assert ent is not None  # entropy=True (the default) computes it
             pad = (k - mask.shape[1], 0)
             logp, mask, ent = (torch.nn.functional.pad(x, pad) for x in (logp, mask, ent))
             rollout_old = right_aligned([s.old_logprobs for s in chunk], k, logp.device)
