@@ -55,7 +55,8 @@ def embedded_model_dir() -> Path:
         model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
         # The GGUF loader marks the model as quantized, which blocks saving; the weights are already
         # dequantised fp32, so dropping the marker is safe (logits identical after reload).
-        model.hf_quantizer = None
+        # (PreTrainedModel sets it without declaring it: mypy sees nn.Module's Tensor | Module for the attribute)
+        model.hf_quantizer = None  # type: ignore[assignment]
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         model.save_pretrained(tmp, safe_serialization=True)
@@ -206,6 +207,7 @@ def init_checkpoint(model_cfg: ModelSection) -> Path:
     from slea.runs.checkpoint import latest_checkpoint
     from slea.runs.folder import RunFolder
 
+    assert model_cfg.init_from is not None, "init_checkpoint is for a model_cfg that names init_from"
     run = Path(model_cfg.init_from)
     if not RunFolder(run).is_run():
         raise ConfigError(f"model.init_from: {run} is not a run folder (no config.yaml)")
