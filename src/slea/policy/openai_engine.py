@@ -50,7 +50,7 @@ import weakref
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from slea.policy.generation import Generation
 
@@ -393,6 +393,7 @@ class OpenAIGenerator:
             self.request("POST", "/unload_lora_adapter", {"lora_name": name}, text=True)
         except GeneratorError:  # slea serve replaces the adapter on load: the old name is already gone
             pass
+        assert self._sync_root is not None, "only a synced adapter is unloaded"
         shutil.rmtree(self._sync_root / name, ignore_errors=True)
 
     # -- sleep mode (model.openai.sleep; vLLM's dev endpoints at the server's root) ------------------------------
@@ -452,7 +453,7 @@ def wire_messages(messages: list[dict]) -> tuple[list[dict], list[dict] | None]:
         if "tools" in m:
             tools = m.pop("tools") or None
         if m.get("role") == "assistant" and m.get("tool_calls"):
-            calls = []
+            calls: list[dict[str, Any]] = []
             for tc in m["tool_calls"]:
                 fn = tc.get("function", tc)
                 n += 1
