@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ class RunLog:
     """``metrics.jsonl`` and the other loggers (``loggers``: names of ``run.loggers``; ``tensorboard=False`` leaves
     TensorBoard out). ``config``: the resolved config, which W&B and MLflow record with the run."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True, *, loggers: list[str] | tuple[str, ...] | None = None,
+    def __init__(self, run_dir: Path, tensorboard: bool = True, *, loggers: Sequence[str] | None = None,
                  project: str = "slea", config: dict[str, Any] | None = None):
         self.dir = Path(run_dir)
         self.path = RunFolder(self.dir).metrics

@@ -163,7 +163,7 @@ class Trainer(lifecycle.Fits):
                 run_seed=cfg.run.seed)
         self.pool = self.rollouts.pool
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=tuple(cfg.train.betas),
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.train.lr, betas=cfg.train.betas,
                                            weight_decay=cfg.train.weight_decay)
         self.critic = (Critic(self.model, self.spec.level, pad_id=self.tok.pad_token_id or 0, algorithm=cfg.algorithm,
                               train=cfg.train, dtype=cfg.model.dtype) if "critic" in self.spec.needs else None)
@@ -224,11 +224,12 @@ class Trainer(lifecycle.Fits):
         """The iteration's metrics row, over its rounds."""
         batches = [r.batch for r in rounds]
         ests = [r.est for r in rounds]
+        trained: list[np.ndarray | list[float]] = [e.advantages.trained_rows for e in ests if e.advantages is not None]
         phases = Phases(
             played=[t for b in batches for t in b.collected], clean=sum(r.clean for r in rounds),
             rollout=functools.reduce(merge_stats, (b.stats for b in batches), RolloutStats()),
             sampling=sum_metrics([b.metrics for b in batches]), faults=self.dp.sum_counts(schemes.take_fault_stats(self.rollouts)),
-            advantages=np.concatenate([e.advantages.trained_rows for e in ests if e.advantages is not None] or [[]]),
+            advantages=np.concatenate(trained or [[]]),
             nonfinite_rewards=sum(e.nonfinite_rewards for e in ests),
             nonfinite_advantages=sum(e.nonfinite_advantages for e in ests),
             bad_update_streak=streak, library=merge_library([r.library for r in rounds]),
