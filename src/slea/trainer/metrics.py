@@ -16,12 +16,16 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from slea.evaluation.collapse import collapse_metrics
 from slea.evaluation.evaluate import summarize
 from slea.types import Trajectory
+
+if TYPE_CHECKING:
+    from slea.rollout.collector import RolloutStats
 
 
 @dataclass
@@ -30,7 +34,7 @@ class Phases:
 
     played: list[Trajectory]  # every episode played (dynamic sampling's dropped groups included)
     clean: int  # episodes not ended by an env fault
-    rollout: object  # RolloutStats
+    rollout: RolloutStats
     sampling: dict[str, float]
     faults: dict[str, int]
     advantages: np.ndarray
