@@ -17,6 +17,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 
@@ -142,8 +143,9 @@ def _context(levels: list[Level], chains: list[list[int]]) -> Level | None:
     if not levels:
         return None
     picked = [[row[d] for row in chains] for d in range(len(levels))]
-    kv = [tuple(torch.cat([fan_out(lv.kv[layer][j], idx) for lv, idx in zip(levels, picked)], dim=2)
-                for j in range(2)) for layer in range(len(levels[0].kv))]
+    kv = cast("list[tuple[torch.Tensor, torch.Tensor]]",  # each layer's keys and values: j in range(2)
+              [tuple(torch.cat([fan_out(lv.kv[layer][j], idx) for lv, idx in zip(levels, picked)], dim=2)
+                     for j in range(2)) for layer in range(len(levels[0].kv))])
     mask = torch.cat([fan_out(lv.mask, idx) for lv, idx in zip(levels, picked)], dim=1)
     return Level(kv, mask)
 
