@@ -40,7 +40,9 @@ CALLS = textwrap.dedent('''\
     from slea.runs.episodes import Experience, Library
     from slea.runs.folder import RunFolder
     from slea.trainer.critic import Critic
-    from slea.trainer.lifecycle import Run, RunState
+    from slea.trainer.lifecycle import Run
+    from slea.trainer.run_state import RunState
+    from slea.trainer.update import right_aligned
 
     model = torch.nn.Linear(2, 2)
     sgd = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -60,6 +62,8 @@ CALLS = textwrap.dedent('''\
     save_checkpoint("runs/x/checkpoints", 0, model, sgd)
     save_checkpoint("runs/x/checkpoints", 0, dict(model.named_parameters()), OptimizerSet([sgd]))
     save_checkpoint("runs/x/checkpoints", 0, model, object())  # error: arg-type
+    right_aligned([[0.5, 0.25], None, []], 3)
+    right_aligned([[0.5, 0.25]], k="3")  # error: arg-type
 
 
     def conforms(library: ExperienceLibrary, manager: ExperienceManager) -> tuple[Library, Experience]:
@@ -115,6 +119,6 @@ def test_wrong_calls_are_reported_at_their_lines(report: tuple[list[tuple[str, i
     errors, out, status = report
     expected = {(n, m[1]) for n, text in enumerate(CALLS.splitlines(), start=1)
                 if (m := re.search(r"# error: ([a-z-]+)$", text))}
-    assert len(expected) == 8
+    assert len(expected) == 9
     assert {(n, code) for file, n, code in errors if Path(file).name == CALLS_FILE} == expected, out
     assert status == 1
