@@ -207,8 +207,8 @@ def held_out_marks(before: dict[str, Any] | None, after: dict[str, Any]) -> dict
     return {**marks, "held-out after (sampled)": after["sampled"]["success"]}
 
 
-def write_summary(run_dir: Path, own: dict[str, Any], *, before: dict[str, Any] | None, after: dict[str, Any], clock: WallClock,
-                  checkpoint: str | None) -> dict[str, Any]:
+def write_summary(run_dir: Path, own: dict[str, Any], *, before: dict[str, Any] | None, after: dict[str, Any],
+                  clock: WallClock, checkpoint: str | None) -> dict[str, Any]:
     """``<run>/eval/summary.json``: the run folder, the trainer's ``own`` fields, both evaluations, the wall seconds
     (earlier processes included), the last checkpoint, then ``own``'s precision and device; written last."""
     own = dict(own)

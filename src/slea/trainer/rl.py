@@ -224,7 +224,8 @@ class Trainer(lifecycle.Fits):
         """The iteration's metrics row, over its rounds."""
         batches = [r.batch for r in rounds]
         ests = [r.est for r in rounds]
-        trained: list[np.ndarray | list[float]] = [e.advantages.trained_rows for e in ests if e.advantages is not None]
+        trained: list[np.ndarray | list[float]] = [e.advantages.trained_rows for e in ests
+                                                   if e.advantages is not None]
         phases = Phases(
             played=[t for b in batches for t in b.collected], clean=sum(r.clean for r in rounds),
             rollout=functools.reduce(merge_stats, (b.stats for b in batches), RolloutStats()),
