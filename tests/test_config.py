@@ -188,7 +188,7 @@ def test_team_section():
     # an algorithm that trains no team reads no team setting: a changed one is refused
     with pytest.raises(ConfigError, match="team.max_turns: algorithm grpo trains no team"):
         build_config({}, ["team.max_turns=3"])
-    with pytest.raises(ConfigError, match="team.trust_region: algorithm grpo trains no team"):
+    with pytest.raises(ConfigError, match="team.trust_region.delta: algorithm grpo trains no team"):
         build_config({}, ["team.trust_region.delta=0.02"])
     build_config({}, ["team.max_turns=8"])  # the default value passes (a saved config.yaml lists every key)
 

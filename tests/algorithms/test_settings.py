@@ -110,7 +110,7 @@ def test_switches_and_needs_other_sections():
                                    ("train.critic_updates=2", "train.critic_updates", {"ppo", "turn_ppo"}),
                                    ("rollout.trunks=2", "rollout.trunks", {"rtpo"}),
                                    ("team.max_turns=4", "team.max_turns", {"teamtr"}),
-                                   ("team.trust_region.delta=0.02", "team.trust_region", {"teamtr"})]:
+                                   ("team.trust_region.delta=0.02", "team.trust_region.delta", {"teamtr"})]:
         assert {n for n in REFUSED_BY_ALGORITHM if key not in refused(f"algorithm.name={n}", override)} == readers
     assert refused("rollout.max_batch=4") == set()
     assert refused("rollout.max_batch=4", "model.generator=openai") == {"rollout.max_batch"}

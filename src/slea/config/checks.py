@@ -278,15 +278,15 @@ def check_options(algo: AlgorithmSection, spec: AlgorithmSpec, loss: Callable[..
 
 
 def _changed(cfg: BaseModel, dotted: str) -> list[str]:
-    """``[dotted]`` when that setting differs from its default, or a section's keys that do; else []."""
-    *path, leaf = dotted.split(".")
-    parent = cfg
-    for part in path:
-        parent = getattr(parent, part)
+    """``[dotted]`` when that setting differs from its default, or the keys under it that do when it names a
+    section (:func:`_changed_leaves`: a nested section's key by key, so a refusal names the key that was set); else
+    []."""
+    parent_key, _, leaf = dotted.rpartition(".")
+    parent = _value(cfg, parent_key) if parent_key else cfg
     value = getattr(parent, leaf)
     default = type(parent).model_fields[leaf].get_default(call_default_factory=True)
     if isinstance(value, BaseModel):
-        return [f"{dotted}.{k}" for k in type(value).model_fields if getattr(value, k) != getattr(default, k)]
+        return _changed_leaves(value, default, f"{dotted}.")
     return [dotted] if value != default else []
 
 
