@@ -120,6 +120,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     from slea.cli import app
+    from slea.device import resolve_base_storage
     from slea.runs.folder import RunFolder
 
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
@@ -146,7 +147,8 @@ def main(argv: list[str] | None = None) -> dict:
     keys = ("time/iteration_s", "time/generation_s", "time/env_s", "time/train_s", "update/old_logprobs_s")
     res = {"what": __doc__.split("\n")[0], "overrides": sets[:-1] + args.extra, "iterations": len(rows),
            "cpu": cpu_kind(), "threads": torch.get_num_threads(), "torch": torch.__version__,
-           "base_dtype": (summary.get("precision") or {}).get("base_weights", "unknown"),
+           "base_dtype": resolve_base_storage("auto", device="cpu", lora=True,
+                                              dtype=summary["precision"]["training"]),
            "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False, capture_output=True,
                                     text=True).stdout.strip(),
            "date": time.strftime("%Y-%m-%d"),
