@@ -10,7 +10,10 @@ wrapped, each call in its own profiler (they never nest):
 - ``old_logprobs``: ``fill_old_and_reference``, the no-grad π_old forward before the first optimizer step;
 - ``update``: ``accumulated_step``, one optimizer step: its micro-batches' forward and backward, clipping, AdamW.
 
-Each op's self CPU time is summed over the calls and put in bench/profile_step.py's kinds. Beside the tables:
+Each op's self CPU time is summed over the calls and put in bench/profile_step.py's kinds. For generation it also
+counts the prefill's token positions per call (:func:`prefill_positions`): what the engine computes today (the
+batch's common prefix once, then each distinct rest left-padded to the longest), the same without padding, and
+what a trie of shared prefixes (slea/trainer/prefix.py's ``build_trie``) would leave to compute. Beside the tables:
 the phases' wall seconds from the profilers and the job's own time split (``metrics.jsonl``), so what the
 profiled phases leave out (env steps, retrieval, prompt building, bookkeeping) is visible. Profiling adds a few
 per cent of overhead per op: read the shares, not the seconds, against unprofiled runs.
@@ -82,7 +85,34 @@ class PhaseProfile:
                 "ops": ops}
 
 
-def patched(profiles: dict[str, PhaseProfile]) -> list:
+def prefill_positions(prompts: list[list[int]]) -> dict[str, int]:
+    """Prefill token positions of one generation call: ``padded`` as ``HFGenerator`` runs it (the common prefix
+    at batch 1, then the distinct rests left-padded to the longest), ``unpadded`` the same tokens without the
+    padding, ``trie`` a trie of the distinct prompts (each shared run once, then each row's own tokens)."""
+    from slea.policy.generation import shared_prefix
+    from slea.trainer.prefix import build_trie
+
+    prefix = shared_prefix(prompts)
+    rests = {tuple(p[prefix:]) for p in prompts}
+    distinct = sorted({tuple(p) for p in prompts})
+    trie = build_trie(distinct)
+    return {"calls": 1, "rows": len(prompts), "distinct": len(distinct),
+            "padded": prefix + len(rests) * max(map(len, rests)),
+            "unpadded": prefix + sum(map(len, rests)),
+            "trie": sum(len(n.tokens) for n in trie.nodes)
+            + sum(len(p) - trie.own_start(r) for r, p in enumerate(distinct))}
+
+
+def counted(fn, totals: Counter[str]):
+    """``HFGenerator.generate`` adding each call's :func:`prefill_positions` to ``totals``."""
+    @functools.wraps(fn)
+    def generate(self, prompts, *args, **kwargs):
+        totals.update(prefill_positions(prompts))
+        return fn(self, prompts, *args, **kwargs)
+    return generate
+
+
+def patched(profiles: dict[str, PhaseProfile], prefill: Counter[str]) -> list:
     """The ``mock.patch`` objects that route each phase's function through its profiler."""
     import importlib
 
@@ -90,7 +120,10 @@ def patched(profiles: dict[str, PhaseProfile]) -> list:
     for phase, (where, name) in PHASES.items():
         module_name, _, cls = where.rpartition(".") if where.endswith("HFGenerator") else (where, "", "")
         owner = getattr(importlib.import_module(module_name), cls) if cls else importlib.import_module(where)
-        patches.append(mock.patch.object(owner, name, profiles[phase].wrap(getattr(owner, name))))
+        fn = getattr(owner, name)
+        if phase == "generation":
+            fn = counted(fn, prefill)
+        patches.append(mock.patch.object(owner, name, profiles[phase].wrap(fn)))
     return patches
 
 
@@ -103,6 +136,10 @@ def markdown(res: dict, top: int) -> str:
              "The job's own split (metrics.jsonl, summed over the iterations; it includes the profilers' own start and "
              "stop): " + ", ".join(
                  f"{k} {v:.1f} s" for k, v in job.items()), ""]
+    pre = res["prefill_positions"]
+    lines += [(f"Generation's prefill over {pre['calls']} calls ({pre['rows']} rows, {pre['distinct']} distinct "
+              f"prompts): {pre['padded']:,} token positions computed today, {pre['unpadded']:,} of them real "
+              f"tokens; a trie of shared prefixes would compute {pre['trie']:,}."), ""]
     for phase, p in res["phases"].items():
         lines += [f"## {phase}: {p['wall_s']:.1f} s in {p['calls']} calls", "",
                   "| kind | self s | share |", "|---|---:|---:|"]
@@ -134,7 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
         run_dir = Path(tmp) / "run"
         sets = overrides(args.iterations, run_dir) + args.extra
         argv_train = ["train", str(ROOT / "configs/default.yaml"), *[a for o in sets for a in ("--set", o)]]
-        patches = patched(profiles)
+        prefill: Counter[str] = Counter()
+        patches = patched(profiles, prefill)
         for p in patches:
             p.start()
         try:
@@ -153,13 +191,14 @@ def main(argv: list[str] | None = None) -> dict:
                                     text=True).stdout.strip(),
            "date": time.strftime("%Y-%m-%d"),
            "job_time_s": {k.split("/")[1]: sum(r.get(k, 0.0) for r in rows) for k in keys},
-           "phases": {phase: p.table() for phase, p in profiles.items()}}
+           "phases": {phase: p.table() for phase, p in profiles.items()}, "prefill_positions": dict(prefill)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{res['base_dtype']}.json").write_text(json.dumps(res, indent=1) + "\n")
     (args.out / f"{res['base_dtype']}.md").write_text(markdown(res, args.top))
     for phase, p in res["phases"].items():
         print(f"{phase}: {p['wall_s']:.1f} s in {p['calls']} calls; " + ", ".join(
             f"{k} {p['kind_share'][k]:.0%}" for k in KINDS if p["kind_share"][k] >= 0.01))
+    print(f"prefill positions: {prefill}")
     print(f"wrote {args.out}")
     return res
 
