@@ -58,6 +58,9 @@ import trl_step  # bench/trl_step.py: the fixed batches and slea's update step
 
 OUT = Path(__file__).parent / "results" / "compile_step.json"
 VARIANTS = ("eager", "mlp_norm", "layers")
+# Graphs one code object may hold (dynamo's default 8, past which a frame silently runs eager): every layer runs
+# one forward, so its graphs multiply (LoRA or not, the first adapted layer, train/eval, prefix/rows call).
+RECOMPILE_LIMIT = 64
 
 
 def compile_targets(model, variant: str) -> list[torch.nn.Module]:
@@ -171,13 +174,15 @@ def run(name: str, variants: tuple[str, ...], steps: int, warmup: int, threads: 
     from slea.testing.numerics import logprob_tolerance
 
     torch.set_num_threads(threads)
+    torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
+    torch._dynamo.config.fail_on_recompile_limit_hit = True  # an error, never a silent eager fallback
     lora_layers = trl_step.default_lora_layers(name)
     tok = load_tokenizer(name)
     batches = {shape: trl_step.batch(tok, shape) for shape in trl_step.SHAPES}
     config = AutoConfig.from_pretrained(resolve(name))
     res: dict = {"model": name, "threads": threads, "lora_layers": lora_layers, "torch": torch.__version__,
                  "commit": commit(), "cpu": mfu.cpu_kind(), "date": time.strftime("%Y-%m-%d"),
-                 "loadavg_start": os.getloadavg(), "steps": steps, "warmup": warmup,
+                 "loadavg_start": os.getloadavg(), "steps": steps, "warmup": warmup, "recompile_limit": RECOMPILE_LIMIT,
                  "tokens": {s: sum(len(p) + len(c) for p, c in rows) for s, rows in batches.items()},
                  "variants": {}}
     eager_model, _ = compiled_policy(name, lora_layers, "eager")
