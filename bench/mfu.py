@@ -182,12 +182,12 @@ def micro_batches(rows: list[tuple[list[int], list[int]]], micro_batch: int,
                   executed: bool = True) -> list[MicroBatch]:
     """The micro-batches ``ppo_update`` forms from one mini-batch of (prompt ids, response ids) rows: sorted by
     prompt then response, cut every ``micro_batch`` rows, the prefix shared by a chunk of two or more rows (the
-    top level of its trie of shared prefixes, slea/trainer/prefix.py). These counts model one shared level:
+    top level of its trie of shared prefixes, slea/policy/prefix.py). These counts model one shared level:
     with ``executed`` a chunk whose trie is deeper is refused (its executed FLOPs would be overcounted); without,
     the prefix is the one every row of the chunk shares (enough for the model FLOPs, which count every row's
     tokens whatever runs once)."""
     from slea.policy.generation import shared_prefix
-    from slea.trainer.prefix import build_trie
+    from slea.policy.prefix import build_trie
 
     out = []
     rows = sorted(rows)

@@ -12,7 +12,7 @@ Two variants, timed in alternating rounds in one process on one model (bench/mfu
 
 - ``common_prefix``: every forward shares the micro-batch's common prefix alone (``prefix_levels=1``), the
   forward before the trie: each row then recomputes the rest of its prompt;
-- ``trie``: the default, every shared prefix once (slea/trainer/prefix.py): each task's prompt once per
+- ``trie``: the default, every shared prefix once (slea/policy/prefix.py): each task's prompt once per
   micro-batch, then the rows' last prompt token and response.
 
 Besides the median seconds it records the token positions each variant passes to the model per step (padding

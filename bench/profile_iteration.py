@@ -11,9 +11,10 @@ wrapped, each call in its own profiler (they never nest):
 - ``update``: ``accumulated_step``, one optimizer step: its micro-batches' forward and backward, clipping, AdamW.
 
 Each op's self CPU time is summed over the calls and put in bench/profile_step.py's kinds. For generation it also
-counts the prefill's token positions per call (:func:`prefill_positions`): what the engine computes today (the
-batch's common prefix once, then each distinct rest left-padded to the longest), the same without padding, and
-what a trie of shared prefixes (slea/trainer/prefix.py's ``build_trie``) would leave to compute. Beside the tables:
+counts the prefill's token positions per call (:func:`prefill_positions`): the real prompt tokens of the distinct
+prompts, what the engine computes over their trie of shared prefixes (slea/policy/prefix.py; padding included),
+and what it computed before the trie (the common prefix once, then each distinct rest left-padded to the longest).
+Beside the tables:
 the phases' wall seconds from the profilers and the job's own time split (``metrics.jsonl``), so what the
 profiled phases leave out (env steps, retrieval, prompt building, bookkeeping) is visible. Profiling adds a few
 per cent of overhead per op: read the shares, not the seconds, against unprofiled runs.
@@ -86,21 +87,21 @@ class PhaseProfile:
 
 
 def prefill_positions(prompts: list[list[int]]) -> dict[str, int]:
-    """Prefill token positions of one generation call: ``padded`` as ``HFGenerator`` runs it (the common prefix
-    at batch 1, then the distinct rests left-padded to the longest), ``unpadded`` the same tokens without the
-    padding, ``trie`` a trie of the distinct prompts (each shared run once, then each row's own tokens)."""
+    """Prefill token positions of one generation call over its distinct prompts: ``tokens`` (every distinct
+    prompt's tokens), ``trie`` (padding included: each level of the trie as one left-padded batch, then the rows'
+    own tokens) and ``common_prefix`` (the engine before the trie: the common prefix at batch 1, then the rests
+    left-padded to the longest)."""
     from slea.policy.generation import shared_prefix
-    from slea.trainer.prefix import build_trie
+    from slea.policy.prefix import build_trie
 
-    prefix = shared_prefix(prompts)
-    rests = {tuple(p[prefix:]) for p in prompts}
-    distinct = sorted({tuple(p) for p in prompts})
+    distinct = list(dict.fromkeys(tuple(p) for p in prompts))
     trie = build_trie(distinct)
-    return {"calls": 1, "rows": len(prompts), "distinct": len(distinct),
-            "padded": prefix + len(rests) * max(map(len, rests)),
-            "unpadded": prefix + sum(map(len, rests)),
-            "trie": sum(len(n.tokens) for n in trie.nodes)
-            + sum(len(p) - trie.own_start(r) for r, p in enumerate(distinct))}
+    levels = [trie.level(d) for d in range(1, trie.depth + 1)]
+    prefix = shared_prefix([list(p) for p in distinct])
+    return {"calls": 1, "rows": len(prompts), "distinct": len(distinct), "tokens": sum(map(len, distinct)),
+            "trie": sum(len(nodes) * max(len(trie.nodes[n].tokens) for n in nodes) for nodes in levels)
+            + len(distinct) * max(len(p) - trie.own_start(r) for r, p in enumerate(distinct)),
+            "common_prefix": prefix + len(distinct) * max(len(p) - prefix for p in distinct)}
 
 
 def counted(fn, totals: Counter[str]):
@@ -138,8 +139,8 @@ def markdown(res: dict, top: int) -> str:
                  f"{k} {v:.1f} s" for k, v in job.items()), ""]
     pre = res["prefill_positions"]
     lines += [(f"Generation's prefill over {pre['calls']} calls ({pre['rows']} rows, {pre['distinct']} distinct "
-              f"prompts): {pre['padded']:,} token positions computed today, {pre['unpadded']:,} of them real "
-              f"tokens; a trie of shared prefixes would compute {pre['trie']:,}."), ""]
+              f"prompts of {pre['tokens']:,} tokens): {pre['trie']:,} token positions computed over the trie, "
+              f"{pre['common_prefix']:,} with the common prefix alone."), ""]
     for phase, p in res["phases"].items():
         lines += [f"## {phase}: {p['wall_s']:.1f} s in {p['calls']} calls", "",
                   "| kind | self s | share |", "|---|---:|---:|"]

@@ -150,7 +150,7 @@ def test_gradient_checkpointing_gives_the_plain_forwards_gradients_and_refuses_t
     with pytest.raises(RuntimeError, match="gradient-checkpointed"):
         _grads(ckpt, samples, share_prefix=True)
     # without gradients (generation, reference log-probs) the cache is kept and the shared prefix is exact
-    from slea.trainer.prefix import build_trie
+    from slea.policy.prefix import build_trie
 
     assert build_trie([s.prompt_ids for s in samples]).nodes  # the rows' common prefix is run once, shared
     with torch.no_grad():

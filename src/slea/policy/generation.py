@@ -1,12 +1,14 @@
 """Batched generation with the log-probabilities the policy ratio needs.
 
 One call generates for every live env of a turn. On a 2-core CPU generation cost follows prompt tokens
-(prefill), so the engine prefills each distinct token sequence once:
+(prefill), so the engine prefills each distinct token run once:
 
-1. the longest prefix shared by all prompts (system message + example exchange) is run once, batch 1;
-2. each *distinct* remainder is run once on top of it (G copies of a task often have identical prompts,
-   always at the first turn);
-3. the KV cache is then fanned out to one row per prompt and rows are sampled independently.
+1. duplicate prompts are prefilled once (G copies of a task have identical prompts, always at the first turn);
+2. the distinct prompts form a trie of shared prefixes (slea/policy/prefix.py, as the training forward): the
+   system message and example exchange that every prompt shares, then a game's goal and any earlier turn that
+   several copies share, each run once, level by level;
+3. each row's own tokens run after its deepest shared prefix's KV, and the KV cache is then fanned out to one
+   row per prompt and rows are sampled independently.
 
 A row stops at EOS, unless the call allows multi-line answers at the first token containing a newline (an
 answer is one command on one line), and at the token that completes one of the call's ``stop`` strings (a tool
@@ -108,8 +110,8 @@ def left_pad(seqs: list[list[int]], pad_id: int, device: str | torch.device | No
 
 
 class HFGenerator:
-    """Sampling engine over any HF causal LM (the training model itself: no weight sync), with shared-prefix
-    and duplicate-prompt prefill reuse. ``max_batch`` bounds the rows decoded together (``rollout.max_batch``).
+    """Sampling engine over any HF causal LM (the training model itself: no weight sync), with the prefill of
+    shared prefixes and duplicate prompts reused. ``max_batch`` bounds the rows decoded together (``rollout.max_batch``).
     Every tensor is made on the model's device; each decode step copies its sampled tokens and log-probs to the
     host once."""
 
@@ -176,31 +178,22 @@ class HFGenerator:
 
     def _generate_chunk(self, prompts, max_new_tokens, temperature, top_p, top_k, uniforms, stops, cancel=None,
                         stop_strings: tuple[str, ...] = (), on_token=None) -> list[Generation]:
-        from transformers import DynamicCache
+        from slea.policy.prefix import build_trie, trie_prefill  # prefix.py builds on this module's helpers
 
         was_training = self.model.training
         self.model.eval()
         dev = model_device(self.model)
         try:
-            prefix = shared_prefix(prompts)
-            # Distinct remainders, each prefilled once.
+            # Distinct prompts, each prefilled once, over a trie of their shared prefixes.
             uniq: dict[tuple[int, ...], int] = {}
-            row_to_u = [uniq.setdefault(tuple(p[prefix:]), len(uniq)) for p in prompts]
-            rests = [list(k) for k in uniq]
-            cache = DynamicCache(config=self.model.config)
-            p_mask = torch.ones(1, prefix, dtype=torch.long, device=dev)
-            if prefix:
-                _, cache = self._forward(torch.tensor([prompts[0][:prefix]], device=dev), p_mask,
-                                         torch.arange(prefix, device=dev).unsqueeze(0), cache)
-                cache.batch_select_indices(torch.zeros(len(rests), dtype=torch.long, device=dev))
-            ids, r_mask = left_pad(rests, self.tok.pad_token_id, dev)
-            mask = torch.cat([p_mask.expand(len(rests), -1), r_mask], dim=1)
-            pos = (prefix + r_mask.cumsum(-1) - 1).clamp(min=0)
-            logits, cache = self._forward(ids, mask, pos, cache)
+            row_to_u = [uniq.setdefault(tuple(p), len(uniq)) for p in prompts]
+            distinct = [list(k) for k in uniq]
+            with autocast(self.dtype, dev):
+                logits, cache, mask, last_pos = trie_prefill(self.model, build_trie(distinct), distinct)
             # Fan out to one row per prompt.
             sel = torch.tensor(row_to_u, dtype=torch.long, device=dev)
             cache.batch_select_indices(sel)
-            logits, mask, last_pos = logits[sel], mask[sel], pos[sel, -1]
+            logits, mask, last_pos = logits[sel].float(), mask[sel], last_pos[sel]
             return self._decode(logits, cache, mask, last_pos, max_new_tokens, temperature, top_p, top_k,
                                 uniforms, stops, cancel, stop_strings, on_token)
         finally:

@@ -26,7 +26,7 @@ from slea.config import AlgorithmSection, TrainSection, loss_settings
 from slea.device import model_device
 from slea.parallel.distributed import DataParallel, is_sharded, lockstep_passes
 from slea.policy.generation import autocast, checkpointing
-from slea.trainer.prefix import build_trie, refuse_checkpointing, trie_forward
+from slea.policy.prefix import build_trie, refuse_checkpointing, trie_forward
 from slea.types import Step
 
 
@@ -68,7 +68,7 @@ def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0,
 
     With ``share_prefix`` every token prefix that two or more rows share (the micro-batch's system message and
     example exchange, a game's goal, a GRPO group's whole prompt) runs once, nested as a trie
-    (slea/trainer/prefix.py), and its KV cache is fanned out to the rows; gradients flow through the shared
+    (slea/policy/prefix.py), and its KV cache is fanned out to the rows; gradients flow through the shared
     prefixes, so the result and its gradient equal the plain forward.
     """
     logp, mask, _ = response_logprobs_entropy(model, samples, temperature=temperature, dtype=dtype,

@@ -1,5 +1,6 @@
-"""The training forward over a trie of shared prompt prefixes: every token prefix that two or more rows of a
-micro-batch share runs once, with the gradient flowing back through it.
+"""The forward over a trie of shared prompt prefixes: every token prefix that two or more rows of a micro-batch
+share runs once, with the gradient flowing back through it (training, :func:`trie_forward`), and generation's
+prefill over the same trie (:func:`trie_prefill`, slea/policy/generation.py).
 
 Rows of a GRPO group are G copies of one prompt, and rows of one game share its system text and goal. The
 prompts form a radix tree (a trie whose edges are token segments): each node is a segment that several rows
@@ -9,7 +10,7 @@ rest of its prompt and its response) after its deepest node's. This is the prefi
 Grouper (arXiv 2506.05433) and Tree Training (arXiv 2511.00413), with explicit ``position_ids`` and a 2-D
 attention mask for the padding between the segments. The KV of a node reaches the rows that read it by slicing and
 expanding, so autograd sums its gradient over them: the log-probs and the gradient of the weights are those of
-the plain per-row forward, up to rounding (tests/trainer/test_prefix.py).
+the plain per-row forward, up to rounding (tests/policy/test_prefix.py).
 """
 
 from __future__ import annotations
@@ -181,25 +182,55 @@ def refuse_checkpointing(module) -> None:
                            "layer drops in training: run the plain forward (share_prefix=False)")
 
 
-def trie_forward(module, trie: PrefixTrie, prompts: Sequence[Sequence[int]],
-                 responses: Sequence[Sequence[int]], *, logits_to_keep: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(logits, ids)``: the causal LM ``module`` over each row's ``prompt + response``, with every node of
-    ``trie`` computed once (its levels as batches, the LM head on one position), then the rows' own tokens after
-    their deepest node's KV. ``ids``: the rows' own tokens, left-padded; ``logits``: those of its last
-    ``logits_to_keep`` columns. An empty trie is the plain left-padded forward."""
+def _levels(module, trie: PrefixTrie) -> tuple[list[Level], dict[int, int]]:
+    """Every node of ``trie`` computed once, level by level (all nodes of one depth as one left-padded batch after
+    their ancestors' KV cache, the LM head on one position): the levels' KV, and each node's row in its level."""
     if trie.nodes:
         refuse_checkpointing(module)
-    slot = {n: trie.level(node.depth).index(n) for n, node in enumerate(trie.nodes)}  # a node's row in its level
+    slot = {n: trie.level(node.depth).index(n) for n, node in enumerate(trie.nodes)}
     levels: list[Level] = []
     for depth in range(1, trie.depth + 1):
         members = trie.level(depth)
         chains = [[slot[a] for a in trie.chain(trie.nodes[n].parent, depth - 1)] for n in members]
         _, _, level = _run(module, _context(levels, chains), [list(trie.nodes[n].tokens) for n in members],
                            [trie.nodes[n].start for n in members], logits_to_keep=1, keep_cache=True)
+        assert level is not None  # keep_cache=True
         levels.append(level)
+    return levels, slot
+
+
+def _rows(module, trie: PrefixTrie, prompts: Sequence[Sequence[int]], responses: Sequence[Sequence[int]], *,
+          logits_to_keep: int, keep_cache: bool):
+    """``_run`` of every row's own tokens (the rest of its prompt after its deepest node, then its response)
+    after the KV of the trie's nodes: ``(output, ids, context, own)``, ``context`` the nodes' KV and mask the
+    rows read (None: an empty trie), ``own`` the rows' own segments (``keep_cache``; else None)."""
+    levels, slot = _levels(module, trie)
     chains = [[slot.get(a, -1) for a in trie.chain(node, trie.depth)] for node in trie.row_node]
     starts = [trie.own_start(r) for r in range(len(prompts))]
     seqs = [list(p[s:]) + list(resp) for p, s, resp in zip(prompts, starts, responses)]
-    out, ids, _ = _run(module, _context(levels, chains), seqs, starts, logits_to_keep=logits_to_keep,
-                       keep_cache=False)
+    context = _context(levels, chains)
+    out, ids, own = _run(module, context, seqs, starts, logits_to_keep=logits_to_keep, keep_cache=keep_cache)
+    return out, ids, context, own
+
+
+def trie_forward(module, trie: PrefixTrie, prompts: Sequence[Sequence[int]],
+                 responses: Sequence[Sequence[int]], *, logits_to_keep: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits, ids)``: the causal LM ``module`` over each row's ``prompt + response``, with every node of
+    ``trie`` computed once (its levels as batches, the LM head on one position), then the rows' own tokens after
+    their deepest node's KV. ``ids``: the rows' own tokens, left-padded; ``logits``: those of its last
+    ``logits_to_keep`` columns. An empty trie is the plain left-padded forward."""
+    out, ids, _, _ = _rows(module, trie, prompts, responses, logits_to_keep=logits_to_keep, keep_cache=False)
     return out.logits, ids
+
+
+def trie_prefill(module, trie: PrefixTrie, prompts: Sequence[Sequence[int]]):
+    """The prefill of generation over ``trie``: ``(logits, cache, mask, last_pos)`` — each prompt's next-token
+    logits (rows, vocab), the KV cache of every row's whole prompt (the nodes' segments fanned out, then its own
+    tokens), its attention mask (0 on the padding between segments) and each row's last position, from which
+    decoding continues. With a trie of one node (the prompts' common prefix) this is the computation of a common
+    prefix at batch 1 followed by the left-padded rests."""
+    out, _, context, own = _rows(module, trie, prompts, [()] * len(prompts), logits_to_keep=1, keep_cache=True)
+    assert own is not None  # keep_cache=True
+    mask = own.mask if context is None else torch.cat([context.mask.to(own.mask.dtype), own.mask], dim=1)
+    starts = torch.tensor([trie.own_start(r) for r in range(len(prompts))], device=mask.device)
+    return out.logits[:, -1], out.cache, mask, starts + own.mask.sum(-1) - 1

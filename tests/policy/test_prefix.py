@@ -1,5 +1,6 @@
-"""The trie of shared prefixes (slea/trainer/prefix.py): which nodes a micro-batch's prompts make, and that the
-update's forward over it gives the plain forward's log-probs and LoRA gradients while computing fewer tokens."""
+"""The trie of shared prefixes (slea/policy/prefix.py): which nodes a micro-batch's prompts make, and that the
+update's forward over it gives the plain forward's log-probs and LoRA gradients while computing fewer tokens,
+and generation's prefill over it the plain forward's log-probs."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import torch
 
 from slea.config import ModelSection
 from slea.policy.model import load_policy
+from slea.policy.prefix import Node, build_trie, fan_out
 from slea.testing.numerics import (
     assert_same,
     assert_within,
@@ -19,7 +21,6 @@ from slea.testing.numerics import (
     numerics_dtype,
 )
 from slea.trainer import update as U
-from slea.trainer.prefix import Node, build_trie, fan_out
 
 DTYPE = numerics_dtype()
 LAYOUT = "the trie of shared prefixes against the plain left-padded forward (case 2: another batch layout)"
@@ -182,3 +183,39 @@ def test_each_shared_prompt_is_computed_once(lora_model):
     assert _computed_tokens(lora_model, samples, share_prefix=False) == [6 * 22]
     assert _computed_tokens(lora_model, samples, prefix_levels=1) == [6, 6 * 16]
     assert _computed_tokens(lora_model, samples) == [6, 2 * 13, 6 * 3]
+
+
+# -- generation -------------------------------------------------------------------------------------------------
+def _turns() -> dict[str, list[list[int]]]:
+    """A rollout turn's prompts: ``_cases()``, and two games whose copies took different paths (a system prompt,
+    each game's goal (18 and 23 tokens: its level pads one), each copy's own history; one copy a repeat)."""
+    rng = random.Random(4)
+    system, goals = _tokens(rng, 20), [_tokens(rng, 18), _tokens(rng, 23)]
+    games = [system + g + _tokens(rng, n) for g in goals for n in (4, 7)]
+    return {**_cases(), "games": games + games[:1]}
+
+
+@pytest.mark.parametrize("case", list(_turns()))
+def test_generation_prefills_over_the_trie_and_samples_each_row_as_it_would_alone(lora_model, case):
+    """The engine prefills a call's distinct prompts over their trie and decodes from each row's fanned-out KV:
+    each answer's log-probs are those of the plain forward over prompt + answer (no cache, no sharing) within the
+    layout bound, and with keyed sampling a row draws what it draws when generated alone."""
+    from slea.policy.generation import HFGenerator
+    from slea.policy.model import load_tokenizer
+
+    prompts = _turns()[case]
+    assert build_trie(sorted({tuple(p) for p in prompts})).depth == {"groups": 1, "nested": 1, "distinct": 1,
+                                                                     "no_common": 0, "games": 2}[case]
+    gen = HFGenerator(lora_model, load_tokenizer("tiny"), dtype=DTYPE, stop_at_newline=False)
+    keys = [(9, row) for row in range(len(prompts))]
+    together = gen.generate(prompts, max_new_tokens=6, temperature=1.0, rng_keys=keys)
+    with torch.no_grad():
+        plain = [U.response_logprobs(lora_model, [U.Sample(p, g.ids, [], [])], dtype=DTYPE, share_prefix=False)[0][0]
+                 for p, g in zip(prompts, together)]
+        max_logit = max(float(lora_model(input_ids=torch.tensor([p + g.ids])).logits.abs().max())
+                        for p, g in zip(prompts, together))
+    tol = logprob_tolerance(DTYPE, _tiny_config(), max_logit=max_logit)
+    assert_within(torch.cat([torch.tensor(g.logprobs) for g in together]), torch.cat(plain), tol, why=LAYOUT)
+    if DTYPE == "float32":  # in bf16 a draw can flip where rounding moves a CDF boundary past its uniform
+        alone = [gen.generate([p], max_new_tokens=6, temperature=1.0, rng_keys=[k])[0] for p, k in zip(prompts, keys)]
+        assert [g.ids for g in together] == [g.ids for g in alone]
