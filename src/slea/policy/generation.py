@@ -116,8 +116,9 @@ class HFGenerator:
     host once."""
 
     def __init__(self, model, tokenizer, *, dtype: str = "bfloat16", max_batch: int = 32,
-                 stop_at_newline: bool = True):
+                 stop_at_newline: bool = True, prefix_levels: int | None = None):
         self.model = model
+        self.prefix_levels = prefix_levels
         self.tok = tokenizer
         self.dtype = dtype
         self.max_batch = max_batch
@@ -189,7 +190,8 @@ class HFGenerator:
             row_to_u = [uniq.setdefault(tuple(p), len(uniq)) for p in prompts]
             distinct = [list(k) for k in uniq]
             with autocast(self.dtype, dev):
-                logits, cache, mask, last_pos = trie_prefill(self.model, build_trie(distinct), distinct)
+                logits, cache, mask, last_pos = trie_prefill(self.model, build_trie(distinct, self.prefix_levels),
+                                                               distinct)
             # Fan out to one row per prompt.
             sel = torch.tensor(row_to_u, dtype=torch.long, device=dev)
             cache.batch_select_indices(sel)
