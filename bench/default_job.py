@@ -1,8 +1,8 @@
 """The default job end to end, this checkout against a baseline commit, one after the other in one command.
 
 Each arm runs ``slea train CONFIG`` (``configs/default.yaml``: 14 iterations between held-out evaluations) as a
-user would, with the package and config of its own checkout: the baseline from a temporary ``git worktree`` of
-``--baseline``, the current arm from this checkout's ``src``. ``wall_s`` is the command's, from start to exit
+user would, with the package and config of its own checkout, each a temporary ``git worktree``: ``--baseline``
+and this checkout's HEAD when the bench starts (what is not committed is not measured). ``wall_s`` is the command's, from start to exit
 (model load, both evaluations and every iteration); the time split sums ``metrics.jsonl``'s ``time/*`` keys and
 ``update/old_logprobs_s`` (the no-grad π_old pass) over the iterations; held-out success is
 ``eval/summary.json``'s, before and after. ``speedup`` = baseline / current for every time.
@@ -68,14 +68,13 @@ def main(argv: list[str] | None = None) -> None:
     base = git("rev-parse", "--short", args.baseline)
     arms = {}
     with tempfile.TemporaryDirectory() as tmp:
-        tree = Path(tmp) / "baseline"
-        git("worktree", "add", "--detach", str(tree), base)
-        try:
-            arms["baseline"] = {"commit": base, **run_arm(tree, args.config, Path(tmp) / "runs/baseline",
-                                                          args.threads)}
-        finally:
-            git("worktree", "remove", "--force", str(tree))
-        arms["current"] = {"commit": head, **run_arm(ROOT, args.config, Path(tmp) / "runs/current", args.threads)}
+        for arm, commit in (("baseline", base), ("current", head)):
+            tree = Path(tmp) / arm
+            git("worktree", "add", "--detach", str(tree), commit)
+            try:
+                arms[arm] = {"commit": commit, **run_arm(tree, args.config, Path(tmp) / "runs" / arm, args.threads)}
+            finally:
+                git("worktree", "remove", "--force", str(tree))
     speed = {key: round(arms["baseline"][key] / arms["current"][key], 3)
              for key in ("wall_s", "iteration_s", "train_s", "old_logprobs_s", "generation_s")
              if arms["current"][key]}
