@@ -3,9 +3,9 @@
 Each arm runs ``slea train CONFIG`` (``configs/default.yaml``: 14 iterations between held-out evaluations) as a
 user would, with the package and config of its own checkout, each a temporary ``git worktree``: ``--baseline``
 and this checkout's HEAD when the bench starts (what is not committed is not measured). ``wall_s`` is the
-command's, from start to exit (model load, both evaluations and every iteration); the time split sums ``metrics.jsonl``'s ``time/*`` keys and
-``update/old_logprobs_s`` (the no-grad π_old pass) over the iterations; held-out success is
-``eval/summary.json``'s, before and after. ``speedup`` = baseline / current for every time.
+command's, from start to exit (model load, both evaluations and every iteration); the time split sums
+``metrics.jsonl``'s ``time/*`` keys and ``update/old_logprobs_s`` (the no-grad π_old pass) over the iterations;
+held-out success is ``eval/summary.json``'s, before and after. ``speedup`` = baseline / current for every time.
 
     PYTHONPATH=src .venv/bin/python bench/default_job.py --baseline 170fd6a [--out FILE] [--config FILE]
 
