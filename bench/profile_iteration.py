@@ -167,6 +167,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--top", type=int, default=25, help="ops per table in the markdown")
     ap.add_argument("--out", type=Path, default=OUT)
     args = ap.parse_args(argv)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False, capture_output=True,
+                            text=True).stdout.strip()  # the code this process imports, taken before it runs
     profiles = {phase: PhaseProfile() for phase in PHASES}
     with tempfile.TemporaryDirectory(prefix="slea-profile-iter-") as tmp:
         run_dir = Path(tmp) / "run"
@@ -188,8 +190,7 @@ def main(argv: list[str] | None = None) -> dict:
            "cpu": cpu_kind(), "threads": torch.get_num_threads(), "torch": torch.__version__,
            "base_dtype": resolve_base_storage("auto", device="cpu", lora=True,
                                               dtype=summary["precision"]["training"]),
-           "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, check=False, capture_output=True,
-                                    text=True).stdout.strip(),
+           "commit": commit,
            "date": time.strftime("%Y-%m-%d"),
            "job_time_s": {k.split("/")[1]: sum(r.get(k, 0.0) for r in rows) for k in keys},
            "phases": {phase: p.table() for phase, p in profiles.items()}, "prefill_positions": dict(prefill)}
