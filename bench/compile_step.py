@@ -22,7 +22,8 @@ process got less than 0.9 CPU seconds per wall second per thread. ``speedup`` = 
 Numerics, before any step (identical weights): the max |Δ log-prob| of the variant's response log-probs against
 eager's, both of the training forward (train mode, gradients on) and of the no-grad π_old forward, against
 slea.testing.numerics' ``logprob_tolerance`` (case 2: another kernel and reduction order; bf16 stages, the
-largest |logit| of eager's forward as scale); and whether the variant's π_old equals its own training forward
+largest |logit| of eager's forward as scale), beside the same difference between eager's plain left-padded forward
+and its trie forward (a layout slea accepts: the noise floor); and whether the variant's π_old equals its own training forward
 bit for bit (eager's does, so the first step's ratio is exactly 1: two compiled graphs need not round alike).
 
 Compilation: from dynamo's counters, per variant, the graphs compiled and the graph breaks (with their reasons)
@@ -41,7 +42,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -102,15 +105,16 @@ def counts_since(before: dict) -> dict:
             "graph_breaks": {k: v for k, v in breaks.items() if v}}
 
 
-def logprobs(model, rows, train: bool) -> torch.Tensor:
+def logprobs(model, rows, train: bool, share_prefix: bool = True) -> torch.Tensor:
     """The rows' response log-probs (``response_logprobs``, bf16) with ``model`` in train mode and gradients on
-    (the update's forward; detached) or in eval mode without (π_old's)."""
+    (the update's forward; detached) or in eval mode without (π_old's); ``share_prefix=False``: the plain
+    left-padded forward instead of the trie of shared prefixes."""
     from slea.trainer.update import Sample, response_logprobs
 
     samples = [Sample(p, c, [0.0] * len(c), [0.0] * len(c)) for p, c in rows]
     model.train(train)
     with torch.set_grad_enabled(train):
-        logp, mask = response_logprobs(model, samples, dtype="bfloat16")
+        logp, mask = response_logprobs(model, samples, dtype="bfloat16", share_prefix=share_prefix)
     return logp.detach()[mask.bool()]
 
 
@@ -157,6 +161,23 @@ def prepare(name: str, lora_layers: int, variant: str, batches: dict, warmup: in
     return rec, steps
 
 
+class Warnings(logging.Handler):
+    """The warnings dynamo logs (a recompile limit hit names the guard that failed last), kept as text."""
+
+    def __init__(self):
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(short_paths(record.getMessage()))
+
+
+def short_paths(text: str) -> str:
+    """``text`` with each file path cut to its package-relative part (no machine's folders in a result)."""
+    text = re.sub(r"[^\s\"'(]*/site-packages/", "", text)
+    return text.replace(str(Path(__file__).resolve().parents[1]) + os.sep, "")
+
+
 def commit() -> str:
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True,
@@ -187,20 +208,31 @@ def run(name: str, variants: tuple[str, ...], steps: int, warmup: int, threads: 
                  "variants": {}}
     eager_model, _ = compiled_policy(name, lora_layers, "eager")
     scale = {s: max_abs_logit(eager_model, rows) for s, rows in batches.items()}
+    # the noise floor of an accepted layout change: eager's plain forward against its trie forward (case 2 too)
+    res["eager_plain_vs_trie_dlogprob"] = {
+        s: float((logprobs(eager_model, rows, True, share_prefix=False) - logprobs(eager_model, rows, True)).abs().max())
+        for s, rows in batches.items()}
     del eager_model
     res["logprob_bound"] = {s: logprob_tolerance("bfloat16", config, max_logit=m) for s, m in scale.items()}
     res["max_abs_logit"] = scale
     reference, fns = None, {}
+    dynamo_log = logging.getLogger("torch._dynamo")
     for variant in ("eager",) + tuple(v for v in variants if v != "eager"):
         t0 = time.perf_counter()
+        warned = Warnings()
+        dynamo_log.addHandler(warned)
         try:
             rec, steps_of = prepare(name, lora_layers, variant, batches, warmup, reference)
         except Exception as err:  # a variant that does not compile or run is a result, not the end of the run
             res["variants"][variant] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:400]}",
-                                        "traceback_tail": traceback.format_exc()[-1500:]}
+                                        "dynamo_warnings": warned.messages,
+                                        "traceback_tail": short_paths(traceback.format_exc()[-1500:])}
             if variant == "eager":
                 raise
             continue
+        finally:
+            dynamo_log.removeHandler(warned)
+        rec["dynamo_warnings"] = warned.messages
         logp = rec.pop("logprobs")
         if variant == "eager":
             reference = logp
