@@ -13,8 +13,9 @@ batches:
 - ``layers``: ``Module.compile(dynamic=True)`` of each whole decoder layer (attention and the cache's update
   included).
 
-Per variant and batch: the seconds of the first calls, where the compiling happens (``old_logprobs_s``: the
-no-grad forward that fills π_old; ``warmup_s``: the first ``--warmup`` steps), apart from the steady step, timed
+Per variant and batch: the seconds of the first calls, where the compiling happens (``first_logprobs_s``: the
+numerics' two forwards, train mode and π_old's, where the forward graphs compile; ``old_logprobs_s``: the engine's
+π_old; ``warmup_s``: the first ``--warmup`` steps, where the backward's compile), apart from the steady step, timed
 as mfu.py times it: ``--steps`` rounds in which every (variant, batch) step runs once in turn (mfu.py's
 ``timed_rounds``: a drift of the machine's speed hits every variant alike), the median, retaken while the
 process got less than 0.9 CPU seconds per wall second per thread. ``speedup`` = eager's median / the variant's.
@@ -22,9 +23,10 @@ process got less than 0.9 CPU seconds per wall second per thread. ``speedup`` = 
 Numerics, before any step (identical weights): the max |Δ log-prob| of the variant's response log-probs against
 eager's, both of the training forward (train mode, gradients on) and of the no-grad π_old forward, against
 slea.testing.numerics' ``logprob_tolerance`` (case 2: another kernel and reduction order; bf16 stages, the
-largest |logit| of eager's forward as scale), beside the same difference between eager's plain left-padded forward
-and its trie forward (a layout slea accepts: the noise floor); and whether the variant's π_old equals its own training forward
-bit for bit (eager's does, so the first step's ratio is exactly 1: two compiled graphs need not round alike).
+largest |logit| of eager's forward as scale), beside the same difference between eager's plain left-padded
+forward and its trie forward (a layout slea accepts: the noise floor); and whether the variant's π_old equals its
+own training forward bit for bit (eager's does, so the first step's ratio is exactly 1: two compiled graphs need
+not round alike).
 
 Compilation: from dynamo's counters, per variant, the graphs compiled and the graph breaks (with their reasons)
 in the warm-up of the first batch, of the second (new shapes: with ``dynamic=True`` few or none), and in the timed
