@@ -197,8 +197,6 @@ def run(name: str, variants: tuple[str, ...], steps: int, warmup: int, threads: 
     from slea.testing.numerics import logprob_tolerance
 
     torch.set_num_threads(threads)
-    torch._dynamo.config.recompile_limit = RECOMPILE_LIMIT
-    torch._dynamo.config.fail_on_recompile_limit_hit = True  # an error, never a silent eager fallback
     lora_layers = trl_step.default_lora_layers(name)
     tok = load_tokenizer(name)
     batches = {shape: trl_step.batch(tok, shape) for shape in trl_step.SHAPES}
@@ -262,7 +260,7 @@ def run(name: str, variants: tuple[str, ...], steps: int, warmup: int, threads: 
 
 def table(res: dict) -> str:
     lines = [f"{res['cpu']}; {res['threads']} threads; torch {res['torch']}; commit {res['commit']}", "",
-             ("| batch | variant | step s | speedup | CPU/wall | first calls s (π_old, warm-up steps) | graphs | "
+             ("| batch | variant | step s | speedup | CPU/wall | first calls s (forwards, warm-up steps) | graphs | "
               "graph breaks | max abs Δ log-prob (train, π_old) | bound |"),
              "|---|---|---:|---:|---:|---|---:|---:|---|---:|"]
     for shape in trl_step.SHAPES:
@@ -307,8 +305,10 @@ def main(argv: list[str] | None = None) -> dict:
     args = ap.parse_args(argv)
     if args.steps < 1 or args.warmup < 1:
         ap.error("--steps and --warmup must be at least 1")
-    res = cold_cache(lambda: run(args.model, tuple(args.variants), args.steps, args.warmup, args.threads,
-                                 0.9 * args.threads))
+    # a recompile past the limit is an error, never a silent eager fallback
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+        res = cold_cache(lambda: run(args.model, tuple(args.variants), args.steps, args.warmup, args.threads,
+                                     0.9 * args.threads))
     out = args.out or (OUT if args.model == "embedded" else Path(tempfile.gettempdir()) / "compile_step_tiny.json")
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(res, indent=1))
