@@ -22,7 +22,6 @@ writes bench/results/prefix_job.json. Run it alone on the machine: it is a timin
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import subprocess
@@ -47,9 +46,16 @@ def child(arm: str, run_dir: Path, iterations: int, extra: list[str]) -> None:
     from slea.policy import prefix
     from slea.trainer import update
 
-    cut = functools.partial(prefix.build_trie, max_depth=ARMS[arm])
+    real = prefix.build_trie
+
+    def cut(prompts, *_args, **_kwargs):  # every caller's trie at most ARMS[arm] levels deep
+        return real(prompts, max_depth=ARMS[arm])
+
     sets = overrides(iterations, run_dir) + extra
     argv = ["train", str(ROOT / "configs/default.yaml"), *[a for o in sets for a in ("--set", o)]]
+    if ARMS[arm] is None:  # as shipped
+        app(argv, standalone_mode=False)
+        return
     with mock.patch.object(prefix, "build_trie", cut), mock.patch.object(update, "build_trie", cut):
         app(argv, standalone_mode=False)
 
