@@ -66,8 +66,8 @@ def rates(rows: list[dict]) -> dict:
     total = {k.split("/")[1]: sum(r.get(k, 0.0) for r in later)
              for k in ("time/train_s", "update/old_logprobs_s", "time/generation_s", "tokens/trained",
                        "tokens/prompt", "time/iteration_s")}
-    return {**total, "iterations": len(later),
-            "trained_tokens_per_train_s": total["trained"] / total["train_s"],
+    return {**total, "iterations": len(later),  # None: nothing trained (an untrained tiny model's equal returns)
+            "trained_tokens_per_train_s": total["trained"] / total["train_s"] if total["train_s"] else None,
             "prompt_tokens_per_generation_s": total["prompt"] / total["generation_s"]}
 
 
@@ -96,11 +96,11 @@ def main(argv: list[str] | None = None) -> dict:
             rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
             arms[arm] = {"wall_s": time.perf_counter() - t0, **rates(rows)}
     trie, common = arms["trie"], arms["common_prefix"]
+    speedup = {what: trie[key] / common[key] if trie[key] and common[key] else None
+               for what, key in (("training", "trained_tokens_per_train_s"),
+                                 ("generation", "prompt_tokens_per_generation_s"))}
     res = {"what": __doc__.split("\n")[0], "commit": commit, "cpu": cpu_kind(), "date": time.strftime("%Y-%m-%d"),
-           "iterations": args.iterations, "overrides": args.extra, "arms": arms,
-           "speedup": {"training": trie["trained_tokens_per_train_s"] / common["trained_tokens_per_train_s"],
-                       "generation": (trie["prompt_tokens_per_generation_s"]
-                                      / common["prompt_tokens_per_generation_s"])}}
+           "iterations": args.iterations, "overrides": args.extra, "arms": arms, "speedup": speedup}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(res, indent=1) + "\n")
     print(json.dumps(res["speedup"]))
