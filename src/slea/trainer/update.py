@@ -26,7 +26,7 @@ from slea.config import AlgorithmSection, TrainSection, loss_settings
 from slea.device import model_device
 from slea.parallel.distributed import DataParallel, is_sharded, lockstep_passes
 from slea.policy.generation import autocast, checkpointing
-from slea.policy.prefix import build_trie, refuse_checkpointing, trie_forward
+from slea.policy.prefix import DEFAULT_LEVELS, build_trie, refuse_checkpointing, trie_forward
 from slea.types import Step
 
 
@@ -60,30 +60,32 @@ def to_samples(rows: list[Step], token_advantages: list[np.ndarray], skip_zero: 
 
 
 def response_logprobs(model, samples: list[Sample], *, temperature: float = 1.0, dtype: str = "bfloat16",
-                      share_prefix: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+                      share_prefix: bool = True, prefix_levels: int | None = DEFAULT_LEVELS
+                      ) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token log-probs of each sample's response, right-aligned: ``(logp, mask)`` of shape (B, K).
 
     Rows are left-padded prompt+response, so every response ends at the last column; column j of the
     result is the (K−j)-th token from the end, and ``mask`` marks the row's real response tokens.
 
-    With ``share_prefix`` every token prefix that two or more rows share (the micro-batch's system message and
-    example exchange, a game's goal, a GRPO group's whole prompt) runs once, nested as a trie
-    (slea/policy/prefix.py), and its KV cache is fanned out to the rows; gradients flow through the shared
-    prefixes, so the result and its gradient equal the plain forward.
+    With ``share_prefix`` the token prefixes that rows share run once, nested as a trie (slea/policy/prefix.py)
+    of at most ``prefix_levels`` levels (default: the micro-batch's common prefix, its system message and example
+    exchange; None: also a game's goal, a GRPO group's whole prompt), and their KV cache is fanned out to the rows;
+    gradients flow through the shared prefixes, so the result and its gradient equal the plain forward.
     """
     logp, mask, _ = response_logprobs_entropy(model, samples, temperature=temperature, dtype=dtype,
-                                              share_prefix=share_prefix, entropy=False)
+                                              share_prefix=share_prefix, entropy=False, prefix_levels=prefix_levels)
     return logp, mask
 
 
 def response_logprobs_entropy(model, samples: list[Sample], *, temperature: float = 1.0, dtype: str = "bfloat16",
                               share_prefix: bool = True, entropy: bool = True, entropy_grad: bool = False,
-                              prefix_levels: int | None = None
+                              prefix_levels: int | None = DEFAULT_LEVELS
                               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """:func:`response_logprobs` and, with ``entropy``, each response position's entropy of ``softmax(logits / T)``
     (slea.algorithms.entropy, from the same log-softmax: no extra forward; 0 at padding): ``(logp, mask, ent)``.
     ``entropy_grad``: the entropy carries a gradient (an entropy bonus); else it is a detached value.
-    ``prefix_levels`` bounds the shared-prefix trie's depth (1: the micro-batch's common prefix alone)."""
+    ``prefix_levels`` bounds the shared-prefix trie's depth (1, the default: the micro-batch's common prefix
+    alone; None: every level)."""
     k = max(len(s.response_ids) for s in samples)
     prompts = [s.prompt_ids for s in samples]
     if share_prefix:  # refused whether or not these rows share a prefix long enough to be a node
