@@ -40,7 +40,7 @@ from unittest import mock
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from cpu_iteration import overrides
 from mfu import cpu_kind
-from profile_step import KINDS, kind_of
+from profile_step import KINDS, kind_of, phase_tables
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = Path(__file__).parent / "results" / "profile_iteration"
@@ -142,13 +142,7 @@ def markdown(res: dict, top: int) -> str:
               f"prompts of {pre['tokens']:,} tokens): {pre['trie']:,} token positions computed over the trie, "
               f"{pre['common_prefix']:,} with the common prefix alone."), ""]
     for phase, p in res["phases"].items():
-        lines += [f"## {phase}: {p['wall_s']:.1f} s in {p['calls']} calls", "",
-                  "| kind | self s | share |", "|---|---:|---:|"]
-        lines += [f"| {k} | {p['kinds'][k]:.3f} | {p['kind_share'][k]:.1%} |" for k in KINDS if p["kinds"][k]]
-        lines += ["", "| op | kind | self s | share | calls |", "|---|---|---:|---:|---:|"]
-        lines += [f"| `{o['op']}` | {o['kind']} | {o['self_s']:.3f} | {o['self_s'] / p['profiled_self_s']:.1%} | "
-                  f"{o['calls']} |" for o in p["ops"][:top]]
-        lines.append("")
+        lines += phase_tables(f"{phase}: {p['wall_s']:.1f} s in {p['calls']} calls", p, top, digits=3)
     return "\n".join(lines)
 
 

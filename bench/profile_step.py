@@ -141,14 +141,19 @@ def markdown(res: dict, top: int) -> str:
               "(bench/profile_step.py)."), ""]
     for shape, by_phase in res["shapes"].items():
         for phase, p in by_phase.items():
-            lines += [f"## {shape} / {phase}: {p['wall_s']:.3f} s per call", "",
-                      "| kind | self s | share |", "|---|---:|---:|"]
-            lines += [f"| {k} | {p['kinds'][k]:.4f} | {p['kind_share'][k]:.1%} |" for k in KINDS if p["kinds"][k]]
-            lines += ["", "| op | kind | self s | share | calls |", "|---|---|---:|---:|---:|"]
-            lines += [f"| `{o['op']}` | {o['kind']} | {o['self_s']:.4f} | {o['self_s'] / p['profiled_self_s']:.1%} | "
-                      f"{o['calls']:.0f} |" for o in p["ops"][:top]]
-            lines.append("")
+            lines += phase_tables(f"{shape} / {phase}: {p['wall_s']:.3f} s per call", p, top, digits=4)
     return "\n".join(lines)
+
+
+def phase_tables(title: str, p: dict, top: int, digits: int) -> list[str]:
+    """Markdown lines of one profiled phase (:func:`profile`'s dict): its self time by kind, then its ``top``
+    ops, seconds to ``digits`` places."""
+    lines = [f"## {title}", "", "| kind | self s | share |", "|---|---:|---:|"]
+    lines += [f"| {k} | {p['kinds'][k]:.{digits}f} | {p['kind_share'][k]:.1%} |" for k in KINDS if p["kinds"][k]]
+    lines += ["", "| op | kind | self s | share | calls |", "|---|---|---:|---:|---:|"]
+    lines += [f"| `{o['op']}` | {o['kind']} | {o['self_s']:.{digits}f} | {o['self_s'] / p['profiled_self_s']:.1%} | "
+              f"{o['calls']:.0f} |" for o in p["ops"][:top]]
+    return [*lines, ""]
 
 
 def main(argv: list[str] | None = None) -> dict:
