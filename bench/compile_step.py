@@ -43,7 +43,6 @@ alone on the machine: it is a timing.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import re
@@ -56,6 +55,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+from slea.testing.bench import write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mfu  # bench/mfu.py: timed_rounds, policy_with, cpu_kind
@@ -310,10 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
         res = cold_cache(lambda: run(args.model, tuple(args.variants), args.steps, args.warmup, args.threads,
                                      0.9 * args.threads))
     out = args.out or (OUT if args.model == "embedded" else Path(tempfile.gettempdir()) / "compile_step_tiny.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
-    print(res["table"])
-    print(f"wrote {out}")
+    write_result(res, out)
     return res
 
 

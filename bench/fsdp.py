@@ -57,6 +57,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import torch
 
+from slea.testing.bench import write_result
+
 ROOT = Path(__file__).resolve().parents[1]
 OUT = Path(__file__).parent / "results" / "fsdp.json"
 SETUPS = {"baseline": (1, False), "dp": (2, False), "fsdp": (2, True)}  # name: (processes, train.fsdp)
@@ -275,10 +277,7 @@ def main(argv: list[str] | None = None) -> dict:
            "setups": setups}
     res["table"] = table(res)
     out = args.out or (OUT if args.model == "embedded" else Path(tempfile.gettempdir()) / "fsdp_tiny.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
-    print(res["table"])
-    print(f"wrote {out}")
+    write_result(res, out)
     return res
 
 

@@ -70,7 +70,6 @@ writes bench/results/mfu.json (``--model tiny``: a temp file) and prints a table
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import random
@@ -84,7 +83,7 @@ from pathlib import Path
 
 import torch
 
-from slea.testing.bench import rollout_prompts
+from slea.testing.bench import rollout_prompts, write_result
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import trl_step  # bench/trl_step.py: the fixed batches and slea's update step
@@ -546,10 +545,7 @@ def main(argv: list[str] | None = None) -> dict:
            "matmul": matmul, "steps": steps, "generation_frozen_bf16": gen}
     res["table"] = table(res)
     out = args.out or (OUT if args.model == "embedded" else Path(tempfile.gettempdir()) / "mfu_tiny.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(res, indent=1))
-    print(res["table"])
-    print(f"wrote {out}")
+    write_result(res, out)
     return res
 
 

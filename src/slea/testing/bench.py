@@ -16,6 +16,17 @@ _ROOMS = ["a dark cellar", "a bright kitchen", "a dusty attic", "a small garden"
 _THINGS = ["coin", "key", "apple"]  # what tasks 0-4, 5-9, 10-14 look for
 
 
+def write_result(res: dict, out: Path) -> None:
+    """Write a bench's result ``res`` as JSON to ``out`` (its folder made), then print its ``table`` and where it
+    went."""
+    import json
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(res, indent=1))
+    print(res["table"])
+    print(f"wrote {out}")
+
+
 def load_script(path: str | Path) -> ModuleType:
     """The script at ``path`` (a ``bench/`` or ``experiments/`` script, which are folders of scripts, not packages)
     as the module named for its file (registered in ``sys.modules``, so its dataclasses and pickled worker entry
